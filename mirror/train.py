@@ -1,0 +1,221 @@
+"""mirror_tune: the MirrorBERT training loop. It knows nothing of the UI; it reports through callbacks."""
+
+from __future__ import annotations
+
+import math
+import platform
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from mirror.augment import make_views
+from mirror.config import MirrorConfig
+from mirror.data import clean_texts
+from mirror.encoder import Encoder, autocast, load_encoder, resolve_device, save_encoder
+from mirror.errors import MirrorError
+from mirror.loss import nt_xent
+
+StepFn = Callable[[int, int, float], None]
+StopFn = Callable[[], bool]
+
+
+@dataclass
+class MirrorResult:
+    """What a run produced: the tuned encoder (in eval mode) and how the run went."""
+
+    encoder: Encoder
+    config: MirrorConfig  # as run: pooling resolved to "cls"/"mean"
+    losses: list[float]
+    steps: int
+    total_steps: int
+    seconds: float
+    device: str
+    cancelled: bool
+    n_texts: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def final_loss(self) -> float | None:
+        tail = self.losses[-10:]
+        return sum(tail) / len(tail) if tail else None
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "base_model": self.config.model,
+            "strings": self.n_texts,
+            "steps": self.steps,
+            "total_steps": self.total_steps,
+            "seconds": round(self.seconds, 3),
+            "device": self.device,
+            "cancelled": self.cancelled,
+            "first_loss": self.losses[0] if self.losses else None,
+            "final_loss": self.final_loss,
+            "notes": self.notes,
+        }
+
+    def summary(self) -> str:
+        status = "cancelled" if self.cancelled else "done"
+        loss = f"{self.final_loss:.4f}" if self.final_loss is not None else "n/a"
+        return (
+            f"{status}: {self.steps}/{self.total_steps} steps on {self.n_texts} strings in {self.seconds:.1f}s "
+            f"on {self.device}; final loss {loss}; pooling {self.config.pooling}, mode {self.config.mode}"
+        )
+
+
+def plan_batches(n: int, batch_size: int, rng: random.Random) -> list[list[int]]:
+    """Shuffled batches covering all n strings once; never drops a partial batch.
+
+    A final batch of one string would have no negatives, so it joins the previous batch.
+    """
+    order = list(range(n))
+    rng.shuffle(order)
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches[-2].extend(batches.pop())
+    return batches
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    full = math.ceil(n / batch_size)
+    return full - 1 if full > 1 and n % batch_size == 1 else full
+
+
+def mirror_tune(
+    texts: Sequence[str],
+    config: MirrorConfig | None = None,
+    on_step: StepFn | None = None,
+    should_stop: StopFn | None = None,
+    encoder: Encoder | None = None,
+) -> MirrorResult:
+    """Mirror-fine-tune an encoder on `texts` (cleaned and de-duplicated here too).
+
+    `on_step(step, total, loss)` is called after every optimiser step; `should_stop()` is polled
+    between steps and ends the run cleanly (result.cancelled). `encoder` skips loading `config.model`.
+    """
+    config = (config or MirrorConfig.preset("words")).validated()
+    texts, _ = clean_texts(texts)
+    if len(texts) < 2:
+        raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
+    device = resolve_device(config.device)
+    rng = random.Random(config.seed)
+    torch.manual_seed(config.seed)
+    if encoder is None:
+        encoder = load_encoder(config.model, pooling=config.pooling, device=str(device), dropout=config.dropout)
+    else:
+        encoder.to(device)
+        _set_dropout(encoder.model, config.dropout)
+    config = MirrorConfig.from_dict({**config.to_dict(), "pooling": encoder.pooling})
+
+    model = encoder.model
+    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr)
+    total = config.epochs * steps_per_epoch(len(texts), config.batch_size)
+    if config.max_steps:
+        total = min(total, config.max_steps)
+    losses: list[float] = []
+    step, cancelled = 0, False
+    started = time.perf_counter()
+    model.train()  # dropout on in both forward passes: the "feature" augmentation
+    try:
+        for _ in range(config.epochs):
+            for batch_ids in plan_batches(len(texts), config.batch_size, rng):
+                if step >= total:
+                    break
+                if should_stop is not None and should_stop():
+                    cancelled = True
+                    break
+                loss = _train_step(encoder, optimizer, [texts[i] for i in batch_ids], config, rng, device)
+                step += 1
+                losses.append(loss)
+                if on_step is not None:
+                    on_step(step, total, loss)
+            if cancelled or step >= total:
+                break
+    finally:
+        model.eval()
+        optimizer.zero_grad(set_to_none=True)
+    return MirrorResult(
+        encoder=encoder,
+        config=config,
+        losses=losses,
+        steps=step,
+        total_steps=total,
+        seconds=time.perf_counter() - started,
+        device=_device_name(device),
+        cancelled=cancelled,
+        n_texts=len(texts),
+    )
+
+
+def _train_step(
+    encoder: Encoder,
+    optimizer: torch.optim.Optimizer,
+    strings: list[str],
+    config: MirrorConfig,
+    rng: random.Random,
+    device: torch.device,
+) -> float:
+    view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
+    batch = {k: v.to(device, non_blocking=True) for k, v in encoder.tokenize(view1 + view2, config.max_length).items()}
+    with autocast(device):
+        emb = encoder.embed(batch)
+    b = len(strings)
+    loss = nt_xent(emb[:b], emb[b:], config.temperature)
+    if not torch.isfinite(loss):
+        raise MirrorError(f"the loss became {loss.item()}: lower the learning rate or raise the temperature")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if config.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.grad_clip)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def save_result(result: MirrorResult, out_dir: str | Path) -> Path:
+    """Save the tuned encoder as a sentence-transformers folder plus mirror_config.json (atomic)."""
+    return save_encoder(
+        result.encoder,
+        out_dir,
+        extra={"config": result.config.to_dict(), "stats": result.stats(), "versions": versions()},
+    )
+
+
+def versions() -> dict[str, str]:
+    import transformers
+
+    import mirror
+
+    return {
+        "mirror": mirror.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay on matrices only: biases and LayerNorm weights are not decayed."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _set_dropout(model: torch.nn.Module, p: float) -> None:
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        if hasattr(model.config, key):
+            setattr(model.config, key, p)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} threads)"

@@ -1,0 +1,224 @@
+"""Fast unit tests of the mirror engine: config, readers, augmentation, loss, batching."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from mirror.augment import make_views, mask_span
+from mirror.config import MirrorConfig, detect_mode
+from mirror.data import clean_texts, decode, read_texts
+from mirror.errors import MirrorError
+from mirror.evaluate import parse_pairs, spearman
+from mirror.loss import nt_xent
+from mirror.train import plan_batches, steps_per_epoch
+
+# ---------------------------------------------------------------- loss
+
+
+def test_nt_xent_matches_hand_computed_case():
+    # Two strings, two 2-d views each. Unit vectors at known angles make every cosine explicit.
+    a1, b1 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    a2 = torch.tensor([math.cos(0.3), math.sin(0.3)])
+    b2 = torch.tensor([math.cos(1.2), math.sin(1.2)])
+    tau = 0.5
+    views = [a1, b1, a2, b2]  # order of cat([z1, z2])
+    positive = {0: 2, 1: 3, 2: 0, 3: 1}
+    expected = 0.0
+    for i, v in enumerate(views):
+        others = [float(v @ u) / tau for j, u in enumerate(views) if j != i]
+        expected += -(float(v @ views[positive[i]]) / tau - math.log(sum(math.exp(x) for x in others)))
+    expected /= 4
+    got = nt_xent(torch.stack([a1, b1]), torch.stack([a2, b2]), tau)
+    assert got.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_nt_xent_is_scale_invariant_and_fp32_at_low_temperature():
+    torch.manual_seed(0)
+    z1, z2 = torch.randn(8, 16), torch.randn(8, 16)
+    base = nt_xent(z1, z2, 0.04)
+    assert nt_xent(z1 * 100, z2 * 3, 0.04).item() == pytest.approx(base.item(), rel=1e-4)
+    half = nt_xent(z1.half(), z2.half(), 0.04)  # logits up to 25 would overflow exp() in fp16
+    assert half.dtype == torch.float32 and torch.isfinite(half)
+    assert half.item() == pytest.approx(base.item(), rel=1e-2)
+
+
+def test_nt_xent_prefers_aligned_views():
+    torch.manual_seed(1)
+    z = torch.randn(6, 10)
+    assert nt_xent(z, z + 0.01 * torch.randn(6, 10), 0.2) < nt_xent(z, torch.randn(6, 10), 0.2)
+    with pytest.raises(ValueError):
+        nt_xent(torch.randn(3, 4), torch.randn(2, 4), 0.2)
+
+
+# ---------------------------------------------------------------- augmentation
+
+
+@pytest.mark.parametrize("mask", ["[MASK]", "<mask>"])
+def test_mask_span_replaces_the_drawn_position(mask):
+    text = "abcde" * 8  # the span's text also occurs earlier: a str.replace would mask the wrong place
+    for seed in range(20):
+        start = random.Random(seed).randrange(len(text) - 5 + 1)
+        got = mask_span(text, mask, 5, random.Random(seed))
+        assert got == text[:start] + mask + text[start + 5 :]
+    assert any(random.Random(s).randrange(36) > 0 for s in range(20))  # positions other than the first drawn
+
+
+def test_mask_span_leaves_short_strings_alone():
+    rng = random.Random(0)
+    assert mask_span("international", "[MASK]", 5, rng) == "international"
+    assert mask_span("x" * 29, "[MASK]", 5, rng) == "x" * 29
+    assert mask_span("x" * 30, "[MASK]", 5, rng).count("[MASK]") == 1
+    assert mask_span("x" * 40, "[MASK]", 0, rng) == "x" * 40
+
+
+def test_make_views_without_mask_token_gives_dropout_only_views():
+    texts = ["a sentence that is long enough to be masked here"]
+    v1, v2 = make_views(texts, None, 5, random.Random(0))
+    assert v1 == v2 == texts
+    v1, v2 = make_views(texts, "<mask>", 5, random.Random(0))
+    assert v1 == texts and "<mask>" in v2[0] and len(v2[0]) == len(texts[0]) - 5 + len("<mask>")
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_presets_follow_the_paper():
+    words, sents = MirrorConfig.preset("words"), MirrorConfig.preset("sentences")
+    assert (words.temperature, words.epochs, words.max_length) == (0.2, 2, 25)
+    assert (sents.temperature, sents.epochs, sents.max_length) == (0.04, 1, 50)
+    for c in (words, sents):
+        assert (c.lr, c.batch_size, c.dropout, c.mask_span, c.weight_decay) == (2e-5, 200, 0.1, 5, 0.01)
+    assert MirrorConfig.preset("words", epochs=3, lr=None).epochs == 3
+
+
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("epochs", 0, "epochs"),
+        ("epochs", -1, "epochs"),
+        ("batch_size", 1, "batch size"),
+        ("temperature", 0, "temperature"),
+        ("pooling", "max", "pooling"),
+        ("lr", -1.0, "learning rate"),
+        ("dropout", 1.0, "dropout"),
+        ("device", "tpu", "device"),
+    ],
+)
+def test_bad_settings_are_clear_errors(field, value, needle):
+    with pytest.raises(MirrorError, match=needle):
+        MirrorConfig.preset("words", **{field: value})
+
+
+def test_unknown_field_and_mode():
+    with pytest.raises(MirrorError, match="unknown config field"):
+        MirrorConfig.preset("words", colour="red")
+    with pytest.raises(MirrorError, match="unknown mode"):
+        MirrorConfig.preset("paragraphs")
+
+
+def test_config_round_trips_through_dict():
+    c = MirrorConfig.preset("sentences", seed=7, max_steps=3)
+    assert MirrorConfig.from_dict(c.to_dict()) == c
+
+
+def test_detect_mode():
+    assert detect_mode(["cat", "dog", "hot dog"])[0] == "words"
+    mode, reason = detect_mode(["a man is walking", "two dogs play in snow", "cat"])
+    assert mode == "sentences" and "67%" in reason
+
+
+# ---------------------------------------------------------------- input
+
+
+def test_clean_texts_strips_drops_and_dedupes_in_order():
+    texts, stats = clean_texts(["  cat ", "", "dog", "cat", "   ", "a  b\tc", "dog"])
+    assert texts == ["cat", "dog", "a b c"]
+    assert (stats.lines, stats.empty, stats.duplicates, stats.kept) == (7, 2, 2, 3)
+    assert "3 strings" in stats.summary()
+
+
+def test_readers(tmp_path):
+    (tmp_path / "a.txt").write_bytes("\ufeffcat\r\ndog\n\nmouse\n".encode())
+    assert read_texts(tmp_path / "a.txt") == ["cat", "dog", "", "mouse"]
+    (tmp_path / "b.csv").write_text('id,text,score\n1,"hello, world",3\n2,bye,4\n')
+    assert read_texts(tmp_path / "b.csv") == ["hello, world", "bye"]
+    assert read_texts(tmp_path / "b.csv", column="id") == ["1", "2"]
+    (tmp_path / "c.tsv").write_text("n\tphrase_col\n1\tred car\n2\tblue bus\n")
+    assert read_texts(tmp_path / "c.tsv") == ["red car", "blue bus"]  # first mostly non-numeric column
+    (tmp_path / "d.jsonl").write_text('{"text": "alpha"}\n\n{"text": "beta", "x": 1}\n"gamma"\n')
+    assert read_texts(tmp_path / "d.jsonl") == ["alpha", "beta", "gamma"]
+    (tmp_path / "e.txt").write_bytes("caf\u00e9\nna\u00efve\n".encode("utf-16"))
+    assert read_texts(tmp_path / "e.txt") == ["caf\u00e9", "na\u00efve"]
+
+
+@pytest.mark.parametrize(
+    "name,content,needle",
+    [
+        ("x.txt", b"caf\xe9\n", "x.txt: is not UTF-8"),
+        ("x.pdf", b"%PDF", "unsupported file type"),
+        ("x", b"cat", "unsupported file type"),
+        ("x.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+        ("x.jsonl", b'{"text": "ok"}\n{"text": \n', "line 2 is not valid JSON"),
+        ("x.jsonl", b'{"title": "no text"}\n', "no string field 'text'"),
+        ("x.csv", b"a,b\n1,2\n3,4\n", "no text column"),
+        ("x.csv", b"", "empty"),
+    ],
+)
+def test_reader_errors_name_the_file_and_problem(tmp_path, name, content, needle):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(MirrorError, match=needle):
+        read_texts(tmp_path / name)
+
+
+def test_missing_file_and_missing_column(tmp_path):
+    with pytest.raises(MirrorError, match="no such file"):
+        read_texts(tmp_path / "nope.txt")
+    (tmp_path / "b.csv").write_text("text\nhi\n")
+    with pytest.raises(MirrorError, match="no column 'body'"):
+        read_texts(tmp_path / "b.csv", column="body")
+
+
+def test_decode_bom_variants():
+    assert decode(b"\xef\xbb\xbfhi", "f") == "hi"
+    assert decode("hi".encode("utf-16-le").join([b"\xff\xfe", b""]), "f") == "hi"
+
+
+# ---------------------------------------------------------------- batching
+
+
+@pytest.mark.parametrize("n,b", [(5, 200), (200, 200), (201, 200), (399, 200), (401, 200), (2, 2), (3, 2)])
+def test_plan_batches_covers_everything_without_singletons(n, b):
+    batches = plan_batches(n, b, random.Random(0))
+    flat = sorted(i for batch in batches for i in batch)
+    assert flat == list(range(n))
+    assert all(len(batch) >= 2 for batch in batches)
+    assert len(batches) == steps_per_epoch(n, b)
+
+
+# ---------------------------------------------------------------- evaluation helpers
+
+
+def test_parse_pairs_formats():
+    words = parse_pairs("# header\nold new 1.58\ncat\tdog\t7\nbig large 9.1\n")
+    assert words == [("old", "new", 1.58), ("cat", "dog", 7.0), ("big", "large", 9.1)]
+    sents = parse_pairs("a man walks\ta person walks\t4.5\nx y\tz\t1\nq\tr\t0\n")
+    assert sents[0] == ("a man walks", "a person walks", 4.5)
+    stsb = parse_pairs("g\tf\t2012\t0001\t5.000\tA man.\tA person.\textra\n" * 3)
+    assert stsb[0] == ("A man.", "A person.", 5.0)
+    with pytest.raises(MirrorError, match="line 3"):
+        parse_pairs("a b 1\nc d 2\ne f\n")
+    with pytest.raises(MirrorError, match="at least 3"):
+        parse_pairs("a b 1\n")
+
+
+def test_spearman_matches_scipy_with_ties():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(3)
+    x = [rng.randint(0, 5) for _ in range(50)]
+    y = [xi + rng.random() * 3 for xi in x]
+    assert spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
