@@ -107,7 +107,7 @@ class Encoder:
             for start in range(0, len(texts), batch_size):
                 idx = order[start : start + batch_size]
                 batch = {k: v.to(device, non_blocking=True) for k, v in self.tokenize([texts[i] for i in idx]).items()}
-                with autocast(device):
+                with autocast(device, "auto" if device.type == "cuda" else "fp32"):
                     emb = self.embed(batch).float()
                 if normalize:
                     emb = torch.nn.functional.normalize(emb, dim=-1)
@@ -130,12 +130,33 @@ class Encoder:
         return h.hexdigest()[:16]
 
 
-def autocast(device: torch.device):
-    """bf16 autocast on CUDA (fp16 where bf16 is missing), nothing on CPU."""
-    if device.type != "cuda":
-        return torch.autocast("cpu", enabled=False)
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.autocast("cuda", dtype=dtype)
+def autocast(device: torch.device, precision: str = "auto"):
+    """The autocast context for `precision` ("auto", "fp32", "bf16", "fp16") on `device`."""
+    dtype = resolve_precision(device, precision)
+    if dtype is None:
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def resolve_precision(device: torch.device, precision: str = "auto") -> torch.dtype | None:
+    """None for fp32; auto picks bf16 on CUDA (fp16 without bf16) and on CPUs with native bf16."""
+    if precision == "fp32":
+        return None
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16":
+        return torch.float16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_has_native_bf16() else None
+
+
+def cpu_has_native_bf16() -> bool:
+    """True on CPUs with AVX512-BF16 or AMX, where oneDNN runs bf16 matmuls natively."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # pragma: no cover - very old torch builds
+        return False
 
 
 def resolve_device(device: str) -> torch.device:

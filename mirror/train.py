@@ -15,7 +15,7 @@ import torch
 from mirror.augment import make_views
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
-from mirror.encoder import Encoder, autocast, load_encoder, resolve_device, save_encoder
+from mirror.encoder import Encoder, autocast, load_encoder, resolve_device, resolve_precision, save_encoder
 from mirror.errors import MirrorError
 from mirror.loss import nt_xent
 
@@ -111,7 +111,10 @@ def mirror_tune(
     config = MirrorConfig.from_dict({**config.to_dict(), "pooling": encoder.pooling})
 
     model = encoder.model
-    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr)
+    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
+    amp_dtype = resolve_precision(device, config.precision)
+    # fp16 needs loss scaling; bf16 has fp32's range and does not.
+    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
     total = config.epochs * steps_per_epoch(len(texts), config.batch_size)
     if config.max_steps:
         total = min(total, config.max_steps)
@@ -127,7 +130,7 @@ def mirror_tune(
                 if should_stop is not None and should_stop():
                     cancelled = True
                     break
-                loss = _train_step(encoder, optimizer, [texts[i] for i in batch_ids], config, rng, device)
+                loss = _train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device)
                 step += 1
                 losses.append(loss)
                 if on_step is not None:
@@ -144,7 +147,7 @@ def mirror_tune(
         steps=step,
         total_steps=total,
         seconds=time.perf_counter() - started,
-        device=_device_name(device),
+        device=_device_name(device) + ", " + {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype],
         cancelled=cancelled,
         n_texts=len(texts),
     )
@@ -153,6 +156,7 @@ def mirror_tune(
 def _train_step(
     encoder: Encoder,
     optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
     strings: list[str],
     config: MirrorConfig,
     rng: random.Random,
@@ -160,17 +164,25 @@ def _train_step(
 ) -> float:
     view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
     batch = {k: v.to(device, non_blocking=True) for k, v in encoder.tokenize(view1 + view2, config.max_length).items()}
-    with autocast(device):
+    with autocast(device, config.precision):
         emb = encoder.embed(batch)
     b = len(strings)
-    loss = nt_xent(emb[:b], emb[b:], config.temperature)
+    loss = nt_xent(emb[:b], emb[b:], config.temperature)  # fp32 inside, whatever the autocast
     if not torch.isfinite(loss):
         raise MirrorError(f"the loss became {loss.item()}: lower the learning rate or raise the temperature")
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if config.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.grad_clip)
-    optimizer.step()
+    if scaler is None:
+        loss.backward()
+        if config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.grad_clip)
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        if config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
     return float(loss.detach())
 
 

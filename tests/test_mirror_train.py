@@ -203,3 +203,10 @@ def test_tiny_tokenizers_really_tokenize(tiny_bert, tiny_roberta):
     ids = bert.tokenizer("cat zebra")["input_ids"]
     assert bert.tokenizer.unk_token_id not in ids and len(ids) > 4
     assert roberta.tokenizer.unk_token_id not in roberta.tokenizer("a red bus")["input_ids"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_every_precision_trains_with_a_finite_loss(tiny_bert, precision):
+    result = mirror_tune(SENTENCES, cfg(tiny_bert, mode="sentences", precision=precision, batch_size=3, epochs=2))
+    assert result.steps == 4 and all(np.isfinite(result.losses))
+    assert result.device.endswith(precision)

@@ -1,0 +1,78 @@
+"""Quality: Spearman on SimLex-999 / WS353 (words preset on the 10k most frequent words) and STS-B
+dev/test (sentences preset on the STS-B train sentences), base model (CLS and mean) vs tuned.
+
+    .venv/bin/python bench/bench_quality.py                 # both presets, default settings
+    .venv/bin/python bench/bench_quality.py --only words --set epochs=3 --set temperature=0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import SENTENCES, SIMLEX, STS_DEV, STS_TEST, WORDS, WS353, print_table, write_json
+
+from mirror import MirrorConfig, read_texts
+from mirror.encoder import load_encoder
+from mirror.evaluate import evaluate_pairs, read_pairs
+from mirror.train import mirror_tune
+
+SETS = {
+    "words": (WORDS, {"simlex": SIMLEX, "ws353": WS353}),
+    "sentences": (SENTENCES, {"sts_dev": STS_DEV, "sts_test": STS_TEST}),
+}
+
+
+def evaluate(encoder, gold: dict[str, list]) -> dict[str, float]:
+    scores = {}
+    for name, pairs in gold.items():
+        scores[name] = evaluate_pairs(encoder, pairs).spearman
+        if name in ("simlex", "ws353"):  # half the pairs as a dev split for choosing defaults
+            scores[name + "_dev"] = evaluate_pairs(encoder, pairs[::2]).spearman
+    return scores
+
+
+def parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        for cast in (int, float):
+            try:
+                value = cast(value)
+                break
+            except ValueError:
+                continue
+        out[key] = value
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", choices=list(SETS), action="append")
+    parser.add_argument("--set", action="append", default=[], help="config override, e.g. epochs=3")
+    parser.add_argument("--model", default="bundled")
+    parser.add_argument("--no-base", action="store_true", help="skip the base-model rows")
+    args = parser.parse_args()
+    overrides = parse_overrides(args.set)
+    rows = []
+    for mode in args.only or list(SETS):
+        corpus, gold_paths = SETS[mode]
+        gold = {name: read_pairs(path) for name, path in gold_paths.items()}
+        if not args.no_base:
+            for pooling in ("cls", "mean"):
+                base = load_encoder(args.model, pooling=pooling)
+                rows.append({"run": f"base ({pooling})", "mode": mode, **evaluate(base, gold)})
+        config = MirrorConfig.preset(mode, model=args.model, **overrides)
+        result = mirror_tune(read_texts(corpus), config)
+        label = f"tuned ({result.config.pooling})" + (f" {args.set}" if args.set else "")
+        rows.append(
+            {"run": label, "mode": mode, "steps": result.steps, "train_s": result.seconds, **evaluate(result.encoder, gold)}
+        )
+        print(result.summary(), flush=True)
+    columns = ["run", "mode", "steps", "train_s", "simlex", "ws353", "simlex_dev", "ws353_dev", "sts_dev", "sts_test"]
+    print_table(rows, columns)
+    write_json(f"quality-{int(time.time())}.json", {"overrides": overrides, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

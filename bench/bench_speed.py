@@ -1,0 +1,90 @@
+"""Speed: wall time of the words run (10k words, 2 epochs, batch 200) for mirror_tune vs
+sentence-transformers' own trainer with MultipleNegativesRankingLoss on the same strings, model,
+batch size, lr and max length, measured in one process, one after the other.
+
+    .venv/bin/pip install -r bench/requirements.txt   # the peer needs datasets + accelerate
+    .venv/bin/python bench/bench_speed.py [--limit 10000] [--device auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+from common import SENTENCES, WORDS, print_table, write_json
+
+from mirror import MirrorConfig, read_texts
+from mirror.encoder import bundled_model_path
+from mirror.train import mirror_tune
+
+
+def run_ours(texts: list[str], config: MirrorConfig) -> dict:
+    started = time.perf_counter()
+    result = mirror_tune(texts, config)
+    wall = time.perf_counter() - started
+    return {"run": "mirror_tune (ours)", "steps": result.steps, "train_s": result.seconds, "wall_s": wall,
+            "final_loss": result.final_loss, "device": result.device}
+
+
+def run_peer(texts: list[str], config: MirrorConfig, device: str) -> dict:
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    started = time.perf_counter()
+    model = SentenceTransformer(str(bundled_model_path()), device=device)
+    model.max_seq_length = config.max_length
+    dataset = Dataset.from_dict({"anchor": texts, "positive": texts})
+    with tempfile.TemporaryDirectory() as out:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=out,
+            num_train_epochs=config.epochs,
+            per_device_train_batch_size=config.batch_size,
+            learning_rate=config.lr,
+            weight_decay=config.weight_decay,
+            max_grad_norm=config.grad_clip,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            save_strategy="no",
+            report_to="none",
+            logging_steps=1000,
+            seed=config.seed,
+            use_cpu=device == "cpu",
+            bf16=device != "cpu",
+            disable_tqdm=True,
+        )
+        loss = MultipleNegativesRankingLoss(model, scale=1.0 / config.temperature)
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
+        t0 = time.perf_counter()
+        out_state = trainer.train()
+        train_s = time.perf_counter() - t0
+    return {"run": "sentence-transformers trainer + MNRL (peer)", "steps": out_state.global_step, "train_s": train_s,
+            "wall_s": time.perf_counter() - started, "final_loss": out_state.training_loss, "device": device}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=["words", "sentences"], default="words")
+    parser.add_argument("--limit", type=int, default=10000, help="number of strings")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--set", action="append", default=[], help="our config override, e.g. fused_adam=0")
+    args = parser.parse_args()
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    texts = read_texts(WORDS if args.mode == "words" else SENTENCES)[: args.limit]
+    config = MirrorConfig.preset(args.mode, device=device, pooling="mean")
+    rows = [run_ours(texts, config), run_peer(texts, config, device)]
+    ratio = rows[0]["train_s"] / rows[1]["train_s"]
+    rows.append({"run": "ratio ours/peer (train_s)", "train_s": ratio})
+    print_table(rows, ["run", "steps", "train_s", "wall_s", "final_loss", "device"])
+    write_json(f"speed-{args.mode}-{device}.json", {"mode": args.mode, "strings": len(texts), "rows": rows, "ratio": ratio})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv in the repo (once) and install a requirements file into it when it changed.
+# Usage: scripts/bootstrap.sh requirements.txt|requirements-dev.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+req=${1:-requirements.txt}
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv with $($py --version)"
+  "$py" -m venv .venv
+fi
+stamp=.venv/.installed-$(basename "$req" .txt)
+want=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[setup] installing $req into .venv (first run takes a few minutes)"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
+  echo "$want" > "$stamp"
+fi
