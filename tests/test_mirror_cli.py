@@ -1,0 +1,86 @@
+"""The `python -m mirror` command line: train and eval, and exit code 2 with a clear message on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mirror.__main__ import main
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def words_file(tmp_path):
+    path = tmp_path / "words.txt"
+    path.write_text("cat\ndog\ncar\nbus\n\ncat\nred\nblue\n")
+    return path
+
+
+def test_train_writes_a_loadable_model_and_summary(tiny_bert, words_file, tmp_path, capsys):
+    out = tmp_path / "tuned"
+    code = main(["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--epochs", "3", "--pooling", "mean"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "6 strings (8 lines, 1 empty dropped, 1 duplicates removed)" in text
+    assert "-> words preset" in text and "3/3 steps" in text
+    meta = json.loads((out / "mirror_config.json").read_text())
+    assert meta["config"]["epochs"] == 3 and meta["config"]["pooling"] == "mean" and meta["stats"]["steps"] == 3
+
+
+def test_eval_prints_spearman(tiny_bert, tmp_path, capsys):
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("# w1 w2 score\ncat dog 7\ncar bus 6\nred blue 5\ncat car 1\n")
+    assert main(["eval", str(tiny_bert), str(pairs), "--json", "--device", "cpu"]) == 0
+    result = json.loads(capsys.readouterr().out)[0]
+    assert result["n"] == 4 and -1 <= result["spearman"] <= 1 and result["pooling"] == "cls"
+
+
+@pytest.mark.parametrize(
+    "make,args,needle",
+    [
+        (lambda p: p.write_text(""), [], "need at least 2 distinct"),
+        (lambda p: p.write_text("  \n\t\n"), [], "need at least 2 distinct"),
+        (lambda p: p.write_text("solo\nsolo\n"), [], "need at least 2 distinct"),
+        (lambda p: p.write_bytes(b"caf\xe9\nthe\n"), [], "not UTF-8"),
+        (lambda p: p.write_text("a\nb\n"), ["--epochs", "0"], "epochs must be >= 1"),
+        (lambda p: p.write_text("a\nb\n"), ["--batch-size", "1"], "batch size must be >= 2"),
+        (lambda p: p.write_text("a\nb\n"), ["--temperature", "0"], "temperature must be > 0"),
+        (lambda p: p.write_text("a\nb\n"), ["--model", "no-such-org/no-such-model"], "offline"),
+        (lambda p: p.write_text("a\nb\n"), ["--model", "./missing/folder"], "no such model folder"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(tiny_bert, tmp_path, capsys, make, args, needle):
+    path = tmp_path / "in.txt"
+    make(path)
+    argv = ["train", str(path), "--out", str(tmp_path / "out"), "--quiet"]
+    if "--model" not in args:
+        argv += ["--model", str(tiny_bert)]
+    assert main(argv + args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and needle in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_pooling_is_rejected_by_argparse(words_file, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", str(words_file), "--out", str(tmp_path / "o"), "--pooling", "max"])
+    assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_python_dash_m_mirror_runs_as_a_program(tiny_bert, words_file, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run(
+        [sys.executable, "-m", "mirror", "train", str(words_file), "--out", str(tmp_path / "m"), "--model", str(tiny_bert), "--max-steps", "1"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "1/1 steps" in ok.stdout and "step" in ok.stderr  # summary on stdout, progress bar on stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "mirror", "train", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "x")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )
+    assert bad.returncode == 2 and "error: " in bad.stderr and "no such file" in bad.stderr
