@@ -9,6 +9,7 @@ batch size, lr and max length, measured in one process, one after the other.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 
@@ -23,11 +24,11 @@ def run_ours(texts: list[str], config: MirrorConfig) -> dict:
     started = time.perf_counter()
     result = mirror_tune(texts, config)
     wall = time.perf_counter() - started
-    return {"run": "mirror_tune (ours)", "steps": result.steps, "train_s": result.seconds, "wall_s": wall,
+    return {"run": f"ours: mirror_tune, precision={config.precision}", "steps": result.steps, "train_s": result.seconds, "wall_s": wall,
             "final_loss": result.final_loss, "device": result.device}
 
 
-def run_peer(texts: list[str], config: MirrorConfig, device: str) -> dict:
+def run_peer(texts: list[str], config: MirrorConfig, device: str, bf16: bool) -> dict:
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -55,7 +56,7 @@ def run_peer(texts: list[str], config: MirrorConfig, device: str) -> dict:
             logging_steps=1000,
             seed=config.seed,
             use_cpu=device == "cpu",
-            bf16=device != "cpu",
+            bf16=bf16,
             disable_tqdm=True,
         )
         loss = MultipleNegativesRankingLoss(model, scale=1.0 / config.temperature)
@@ -63,7 +64,7 @@ def run_peer(texts: list[str], config: MirrorConfig, device: str) -> dict:
         t0 = time.perf_counter()
         out_state = trainer.train()
         train_s = time.perf_counter() - t0
-    return {"run": "sentence-transformers trainer + MNRL (peer)", "steps": out_state.global_step, "train_s": train_s,
+    return {"run": f"peer: ST trainer + MNRL, {'bf16' if bf16 else 'fp32 (its default)'}", "steps": out_state.global_step, "train_s": train_s,
             "wall_s": time.perf_counter() - started, "final_loss": out_state.training_loss, "device": device}
 
 
@@ -72,18 +73,26 @@ def main() -> None:
     parser.add_argument("--mode", choices=["words", "sentences"], default="words")
     parser.add_argument("--limit", type=int, default=10000, help="number of strings")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--set", action="append", default=[], help="our config override, e.g. fused_adam=0")
+    parser.add_argument("--quick", action="store_true", help="only the default-vs-default pair")
     args = parser.parse_args()
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     texts = read_texts(WORDS if args.mode == "words" else SENTENCES)[: args.limit]
     config = MirrorConfig.preset(args.mode, device=device, pooling="mean")
-    rows = [run_ours(texts, config), run_peer(texts, config, device)]
-    ratio = rows[0]["train_s"] / rows[1]["train_s"]
-    rows.append({"run": "ratio ours/peer (train_s)", "train_s": ratio})
+    ours = run_ours(texts, config)
+    peer = run_peer(texts, config, device, bf16=False)
+    rows = [ours, peer]
+    ratios = {"ours/peer (defaults)": ours["train_s"] / peer["train_s"]}
+    if not args.quick:  # the like-for-like pairs: both fp32, both bf16
+        ours32 = run_ours(texts, dataclasses.replace(config, precision="fp32"))
+        peer16 = run_peer(texts, config, device, bf16=True)
+        rows += [ours32, peer16]
+        ratios["ours/peer (both fp32)"] = ours32["train_s"] / peer["train_s"]
+        ratios["ours/peer (both bf16)"] = ours["train_s"] / peer16["train_s"]
+    rows += [{"run": f"ratio {k}", "train_s": v} for k, v in ratios.items()]
     print_table(rows, ["run", "steps", "train_s", "wall_s", "final_loss", "device"])
-    write_json(f"speed-{args.mode}-{device}.json", {"mode": args.mode, "strings": len(texts), "rows": rows, "ratio": ratio})
+    write_json(f"speed-{args.mode}-{device}.json", {"mode": args.mode, "strings": len(texts), "rows": rows, "ratios": ratios})
 
 
 if __name__ == "__main__":

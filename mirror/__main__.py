@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from mirror.config import BUNDLED_MODEL, POOLINGS, MirrorConfig, detect_mode
+from mirror.config import BUNDLED_MODEL, POOLINGS, MirrorConfig
 from mirror.data import clean_texts, read_texts
 from mirror.errors import MirrorError
 
@@ -49,9 +49,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     texts, stats = clean_texts(read_texts(args.input, args.column))
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
-    mode, reason = (args.mode, "chosen with --mode") if args.mode != "auto" else detect_mode(texts)
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name not in ("mode",)}
-    config = MirrorConfig.preset(mode, **overrides)
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name != "mode"}
+    config, reason = MirrorConfig.for_texts(texts, args.mode, **overrides)
     print(f"input: {stats.summary()}")
     print(f"preset: {reason}")
 

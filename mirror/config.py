@@ -59,6 +59,15 @@ class MirrorConfig:
         clean = {k: v for k, v in overrides.items() if v is not None}
         return dataclasses.replace(PRESETS[mode], **clean).validated()
 
+    @staticmethod
+    def for_texts(texts: Sequence[str], mode: str = "auto", **overrides: Any) -> tuple[MirrorConfig, str]:
+        """The preset for `texts` (`mode="auto"` detects it) with overrides, and the reason it was chosen."""
+        if mode == "auto":
+            detected, reason = detect_mode(texts)
+        else:
+            detected, reason = mode, f"{mode} preset chosen explicitly"
+        return MirrorConfig.preset(detected, **overrides), reason
+
     def validated(self) -> MirrorConfig:
         """Return self, or raise MirrorError naming the first bad field and its allowed range."""
         checks: list[tuple[bool, str]] = [

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from mirror import distributed
 from mirror.augment import make_views
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
@@ -66,22 +67,23 @@ class MirrorResult:
         )
 
 
-def plan_batches(n: int, batch_size: int, rng: random.Random) -> list[list[int]]:
+def plan_batches(n: int, batch_size: int, rng: random.Random, min_size: int = 2) -> list[list[int]]:
     """Shuffled batches covering all n strings once; never drops a partial batch.
 
-    A final batch of one string would have no negatives, so it joins the previous batch.
+    A final batch smaller than `min_size` (one string has no negatives; under torchrun each rank
+    needs a string) joins the previous batch.
     """
     order = list(range(n))
     rng.shuffle(order)
     batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
-    if len(batches) > 1 and len(batches[-1]) == 1:
+    if len(batches) > 1 and len(batches[-1]) < min_size:
         batches[-2].extend(batches.pop())
     return batches
 
 
-def steps_per_epoch(n: int, batch_size: int) -> int:
+def steps_per_epoch(n: int, batch_size: int, min_size: int = 2) -> int:
     full = math.ceil(n / batch_size)
-    return full - 1 if full > 1 and n % batch_size == 1 else full
+    return full - 1 if full > 1 and 0 < n % batch_size < min_size else full
 
 
 def mirror_tune(
@@ -109,13 +111,24 @@ def mirror_tune(
         encoder.to(device)
         _set_dropout(encoder.model, config.dropout)
     config = MirrorConfig.from_dict({**config.to_dict(), "pooling": encoder.pooling})
+    rank, world_size = distributed.world()
+    min_batch = max(2, world_size)
+    if len(texts) < min_batch:
+        raise MirrorError(f"need at least {min_batch} distinct strings for {world_size} processes (got {len(texts)})")
 
     model = encoder.model
+    for name, param in model.named_parameters():
+        if name.startswith("pooler."):  # BERT's pooler head is not used by [CLS]/mean pooling
+            param.requires_grad_(False)
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        encoder.model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
     amp_dtype = resolve_precision(device, config.precision)
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    total = config.epochs * steps_per_epoch(len(texts), config.batch_size)
+    total = config.epochs * steps_per_epoch(len(texts), config.batch_size, min_batch)
     if config.max_steps:
         total = min(total, config.max_steps)
     losses: list[float] = []
@@ -124,10 +137,10 @@ def mirror_tune(
     model.train()  # dropout on in both forward passes: the "feature" augmentation
     try:
         for _ in range(config.epochs):
-            for batch_ids in plan_batches(len(texts), config.batch_size, rng):
+            for batch_ids in plan_batches(len(texts), config.batch_size, rng, min_batch):
                 if step >= total:
                     break
-                if should_stop is not None and should_stop():
+                if distributed.any_rank(should_stop is not None and should_stop()):
                     cancelled = True
                     break
                 loss = _train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device)
@@ -138,6 +151,7 @@ def mirror_tune(
             if cancelled or step >= total:
                 break
     finally:
+        encoder.model = model  # unwrap DDP
         model.eval()
         optimizer.zero_grad(set_to_none=True)
     return MirrorResult(
@@ -163,11 +177,17 @@ def _train_step(
     device: torch.device,
 ) -> float:
     view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
-    batch = {k: v.to(device, non_blocking=True) for k, v in encoder.tokenize(view1 + view2, config.max_length).items()}
+    n = len(strings)
+    rank, world_size = distributed.world()
+    lo, hi = distributed.shard_bounds(n, world_size, rank)  # the whole batch in a single process
+    local = view1[lo:hi] + view2[lo:hi]
+    batch = {k: v.to(device, non_blocking=True) for k, v in encoder.tokenize(local, config.max_length).items()}
     with autocast(device, config.precision):
         emb = encoder.embed(batch)
-    b = len(strings)
-    loss = nt_xent(emb[:b], emb[b:], config.temperature)  # fp32 inside, whatever the autocast
+    b = hi - lo
+    z1 = distributed.gather_with_grad(emb[:b], n)
+    z2 = distributed.gather_with_grad(emb[b:], n)
+    loss = nt_xent(z1, z2, config.temperature)  # fp32 inside, whatever the autocast
     if not torch.isfinite(loss):
         raise MirrorError(f"the loss became {loss.item()}: lower the learning rate or raise the temperature")
     optimizer.zero_grad(set_to_none=True)

@@ -125,6 +125,15 @@ def test_config_round_trips_through_dict():
     assert MirrorConfig.from_dict(c.to_dict()) == c
 
 
+def test_for_texts_detects_or_takes_the_mode():
+    config, reason = MirrorConfig.for_texts(["a man is walking", "two dogs play in snow"], epochs=3)
+    assert (config.mode, config.temperature, config.epochs) == ("sentences", 0.04, 3) and "sentences preset" in reason
+    config, reason = MirrorConfig.for_texts(["a man is walking", "two dogs play"], "words")
+    assert config.mode == "words" and "explicitly" in reason
+    with pytest.raises(MirrorError):
+        MirrorConfig.for_texts(["x"], "paragraphs")
+
+
 def test_detect_mode():
     assert detect_mode(["cat", "dog", "hot dog"])[0] == "words"
     mode, reason = detect_mode(["a man is walking", "two dogs play in snow", "cat"])
