@@ -51,13 +51,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name != "mode"}
     config, reason = MirrorConfig.for_texts(texts, args.mode, **overrides)
-    print(f"input: {stats.summary()}")
-    print(f"preset: {reason}")
-
+    from mirror import distributed
     from mirror.train import mirror_tune, save_result
 
+    rank, world_size = distributed.init_from_env()  # torchrun: one process per GPU (or CPU, gloo)
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(f"input: {stats.summary()}")
+    say(f"preset: {reason}" + (f"; {world_size} processes, global batch {config.batch_size}" if world_size > 1 else ""))
+
     bar = None
-    if not args.quiet:
+    if not args.quiet and rank == 0:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=None, unit="step", dynamic_ncols=True, file=sys.stderr)
@@ -73,9 +76,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    out = save_result(result, args.out)
-    print(result.summary())
-    print(f"saved: {out}  (load with SentenceTransformer({str(out)!r}))")
+    if rank == 0:  # only rank 0 writes; the others wait so the folder is complete when all exit
+        out = save_result(result, args.out)
+        say(result.summary())
+        say(f"saved: {out}  (load with SentenceTransformer({str(out)!r}))")
+    if world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
     return 0
 
 

@@ -49,12 +49,27 @@ def gather_with_grad(local: torch.Tensor, n: int) -> torch.Tensor:
     rank, size = world()
     if size == 1:
         return local
-    from torch.distributed.nn.functional import all_gather
-
     biggest = shard_bounds(n, size, 0)[1]  # rank 0 holds a largest shard
     padded = torch.nn.functional.pad(local, (0, 0, 0, biggest - local.shape[0]))
-    parts = all_gather(padded)
-    return torch.cat([p[: (lambda b: b[1] - b[0])(shard_bounds(n, size, r))] for r, p in enumerate(parts)])
+    parts = _AllGather.apply(padded)
+    sizes = [hi - lo for lo, hi in (shard_bounds(n, size, r) for r in range(size))]
+    return torch.cat([part[:m] for part, m in zip(parts, sizes)])
+
+
+class _AllGather(torch.autograd.Function):
+    """all_gather whose backward hands each rank the sum over ranks of the gradient of its shard."""
+
+    @staticmethod
+    def forward(ctx, local: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, local.contiguous())
+        return tuple(parts)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> torch.Tensor:
+        stacked = torch.stack(grads).contiguous()
+        dist.all_reduce(stacked)  # gloo has no reduce_scatter; the sum, then our slice
+        return stacked[dist.get_rank()]
 
 
 def any_rank(flag: bool) -> bool:
