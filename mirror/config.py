@@ -46,6 +46,11 @@ class MirrorConfig:
     # bf16 (AVX512-BF16/AMX, ~2.8x faster steps, same quality: bench/RESULTS.md); fp32 elsewhere.
     precision: str = "auto"
     max_steps: int | None = None  # stop after this many optimiser steps (None: run all epochs)
+    # Sort strings by length within chunks of 32 batches (batch order stays random) so a batch pads
+    # little; off by default: it changes which strings meet as negatives (bench/RESULTS.md).
+    bucket_by_length: bool = False
+    log_every: int = 10  # on a GPU, read the loss back (a host sync) every this many steps
+    compile: bool = False  # torch.compile the encoder (pays a compile on the first steps)
 
     @staticmethod
     def preset(mode: Mode, **overrides: Any) -> MirrorConfig:
@@ -88,6 +93,7 @@ class MirrorConfig:
             (self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}"),
             (self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}, got {self.precision!r}"),
             (self.max_steps is None or self.max_steps >= 1, f"max steps must be >= 1, got {self.max_steps}"),
+            (self.log_every >= 1, f"log every must be >= 1, got {self.log_every}"),
         ]
         for ok, message in checks:
             if not ok:

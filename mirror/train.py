@@ -67,17 +67,28 @@ class MirrorResult:
         )
 
 
-def plan_batches(n: int, batch_size: int, rng: random.Random, min_size: int = 2) -> list[list[int]]:
+BUCKET_CHUNK = 32  # batches per length-sorting chunk
+
+
+def plan_batches(
+    n: int, batch_size: int, rng: random.Random, min_size: int = 2, lengths: Sequence[int] | None = None
+) -> list[list[int]]:
     """Shuffled batches covering all n strings once; never drops a partial batch.
 
     A final batch smaller than `min_size` (one string has no negatives; under torchrun each rank
-    needs a string) joins the previous batch.
+    needs a string) joins the previous batch. With `lengths`, strings are sorted by length within
+    random chunks of BUCKET_CHUNK batches and the batches are then shuffled: little padding, random order.
     """
     order = list(range(n))
     rng.shuffle(order)
+    if lengths is not None:
+        chunk = batch_size * BUCKET_CHUNK
+        order = [i for c in range(0, n, chunk) for i in sorted(order[c : c + chunk], key=lambda j: lengths[j])]
     batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
     if len(batches) > 1 and len(batches[-1]) < min_size:
         batches[-2].extend(batches.pop())
+    if lengths is not None:
+        rng.shuffle(batches)
     return batches
 
 
@@ -120,10 +131,12 @@ def mirror_tune(
     for name, param in model.named_parameters():
         if name.startswith("pooler."):  # BERT's pooler head is not used by [CLS]/mean pooling
             param.requires_grad_(False)
+    if config.compile:
+        encoder.model = torch.compile(encoder.model, dynamic=True)
     if world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        encoder.model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        encoder.model = DistributedDataParallel(encoder.model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
     amp_dtype = resolve_precision(device, config.precision)
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
@@ -132,24 +145,39 @@ def mirror_tune(
     if config.max_steps:
         total = min(total, config.max_steps)
     losses: list[float] = []
+    pending: list[torch.Tensor] = []  # losses still on the device: read back in one sync every log_every steps
+    sync_every = 1 if device.type == "cpu" else config.log_every
+    lengths = [len(t) for t in texts] if config.bucket_by_length else None
     step, cancelled = 0, False
+
+    def read_back() -> None:
+        first = step - len(pending) + 1
+        values = torch.stack(pending).float().tolist() if pending else []
+        pending.clear()
+        for offset, value in enumerate(values):
+            if not math.isfinite(value):
+                raise MirrorError(f"the loss became {value}: lower the learning rate or raise the temperature")
+            losses.append(value)
+            if on_step is not None:
+                on_step(first + offset, total, value)
+
     started = time.perf_counter()
     model.train()  # dropout on in both forward passes: the "feature" augmentation
     try:
         for _ in range(config.epochs):
-            for batch_ids in plan_batches(len(texts), config.batch_size, rng, min_batch):
+            for batch_ids in plan_batches(len(texts), config.batch_size, rng, min_batch, lengths):
                 if step >= total:
                     break
                 if distributed.any_rank(should_stop is not None and should_stop()):
                     cancelled = True
                     break
-                loss = _train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device)
+                pending.append(_train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device))
                 step += 1
-                losses.append(loss)
-                if on_step is not None:
-                    on_step(step, total, loss)
+                if len(pending) >= sync_every:
+                    read_back()
             if cancelled or step >= total:
                 break
+        read_back()
     finally:
         encoder.model = model  # unwrap DDP
         model.eval()
@@ -181,15 +209,15 @@ def _train_step(
     rank, world_size = distributed.world()
     lo, hi = distributed.shard_bounds(n, world_size, rank)  # the whole batch in a single process
     local = view1[lo:hi] + view2[lo:hi]
-    batch = {k: v.to(device, non_blocking=True) for k, v in encoder.tokenize(local, config.max_length).items()}
+    batch = encoder.tokenize(local, config.max_length)
+    if device.type == "cuda":  # pinned host memory makes the copy truly asynchronous
+        batch = {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
     with autocast(device, config.precision):
         emb = encoder.embed(batch)
     b = hi - lo
     z1 = distributed.gather_with_grad(emb[:b], n)
     z2 = distributed.gather_with_grad(emb[b:], n)
     loss = nt_xent(z1, z2, config.temperature)  # fp32 inside, whatever the autocast
-    if not torch.isfinite(loss):
-        raise MirrorError(f"the loss became {loss.item()}: lower the learning rate or raise the temperature")
     optimizer.zero_grad(set_to_none=True)
     if scaler is None:
         loss.backward()
@@ -203,7 +231,7 @@ def _train_step(
             torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.grad_clip)
         scaler.step(optimizer)
         scaler.update()
-    return float(loss.detach())
+    return loss.detach()
 
 
 def save_result(result: MirrorResult, out_dir: str | Path) -> Path:

@@ -231,3 +231,18 @@ def test_spearman_matches_scipy_with_ties():
     y = [xi + rng.random() * 3 for xi in x]
     assert spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
     assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_length_buckets_cut_padding_but_keep_batches_random():
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 100) for _ in range(20_000)]
+    plain = plan_batches(len(lengths), 200, random.Random(1))
+    bucketed = plan_batches(len(lengths), 200, random.Random(1), lengths=lengths)
+    assert sorted(i for b in bucketed for i in b) == list(range(len(lengths)))
+
+    def padding(batches):
+        return sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in batches)
+
+    assert padding(bucketed) < 0.2 * padding(plain)
+    firsts = [lengths[b[0]] for b in bucketed]
+    assert firsts != sorted(firsts)  # batch order is shuffled, not one global sort
