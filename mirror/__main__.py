@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from mirror.config import BUNDLED_MODEL, POOLINGS, MirrorConfig
+from mirror.config import BUNDLED_MODEL, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
 from mirror.data import clean_texts, read_texts
 from mirror.errors import MirrorError
 
@@ -33,8 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
         kind = {"float": float, "int": int}.get(type(getattr(defaults, f.name)).__name__, str)
         if f.name == "max_steps":
             kind = int
+        default = getattr(defaults, f.name)
+        if isinstance(default, bool):
+            train.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f"(default: {default})")
+            continue
         extra = {"choices": POOLINGS} if f.name == "pooling" else {}
-        train.add_argument(flag, type=kind, default=None, help=f"(preset default: {getattr(defaults, f.name)})", **extra)
+        extra |= {"choices": PRECISIONS} if f.name == "precision" else {}
+        w, snt = getattr(PRESETS["words"], f.name), getattr(PRESETS["sentences"], f.name)
+        note = f"default: {w}" if w == snt else f"default: {w} for words, {snt} for sentences"
+        train.add_argument(flag, type=kind, default=None, help=f"({note})", **extra)
 
     ev = sub.add_parser("eval", help="Spearman correlation of cosine similarity with gold scores")
     ev.add_argument("model", help="'bundled', a tuned model folder or a hub id")
