@@ -1,0 +1,102 @@
+"""`python -m index build|query`: outputs, JSON, and exit code 2 with a clear message on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import faiss
+import pytest
+
+from index.__main__ import main
+
+faiss.omp_set_num_threads(1)
+
+WORDS = ["cat", "dog", "car", "bus", "red", "blue", "big", "small"]
+
+
+@pytest.fixture(scope="module")
+def built(tiny_bert, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    words = folder / "words.txt"
+    words.write_text("\n".join(WORDS + ["", "cat"]) + "\n")  # an empty line and a duplicate to clean
+    out = folder / "idx"
+    assert main(["build", "--encoder", str(tiny_bert), "--input", str(words), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_build_writes_an_index_of_the_cleaned_strings(built):
+    meta = json.loads((built / "meta.json").read_text())
+    assert json.loads((built / "texts.json").read_text()) == WORDS
+    assert meta["count"] == len(WORDS) and meta["index"]["type"] == "flat"
+
+
+def test_build_reads_a_csv_column_and_takes_overrides(tiny_bert, tmp_path, capsys):
+    table = tmp_path / "items.csv"
+    table.write_text("id,name\n" + "".join(f"{i},item {i}\n" for i in range(100)))
+    out = tmp_path / "idx"
+
+    code = main(["build", "--encoder", str(tiny_bert), "--input", str(table), "--column", "name", "--out", str(out),
+                 "--type", "ivf", "--nlist", "2", "--nprobe", "1", "--quiet"])  # fmt: skip
+
+    assert code == 0, capsys.readouterr().err
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["count"] == 100 and meta["index"] | {"type": "ivf", "nlist": 2, "nprobe": 1} == meta["index"]
+    assert "saved:" in capsys.readouterr().out
+
+
+def test_query_json(built, capsys):
+    assert main(["query", str(built), "cat", "big bus", "-k", "3", "--json"]) == 0
+
+    payload = json.loads(capsys.readouterr().out)
+    assert [p["query"] for p in payload] == ["cat", "big bus"]
+    for p in payload:
+        assert [h["rank"] for h in p["hits"]] == [1, 2, 3]
+        assert all(WORDS[h["id"]] == h["text"] for h in p["hits"])
+        scores = [h["score"] for h in p["hits"]]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_query_text_output_and_k_above_size(built, capsys):
+    assert main(["query", str(built), "dog", "-k", "50"]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "query: dog"
+    assert len(lines) == 1 + len(WORDS)  # every indexed string, once
+    assert sorted(line.split()[-1] for line in lines[1:]) == sorted(WORDS)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["query", "{idx}", ""], "query 1 is empty"),
+        (["query", "{idx}", "cat", "-k", "0"], "-k must be a positive integer"),
+        (["query", "{tmp}", "cat"], "not an index folder"),
+        (["query", "{idx}", "cat", "--nprobe", "3"], "nprobe applies to an IVF index"),
+        (["query", "{idx}", "cat", "--encoder", "{roberta}"], "built with the encoder"),
+        (["build", "--encoder", "{bert}", "--input", "{tmp}/missing.txt", "--out", "{tmp}/o"], "no such file"),
+        (["build", "--encoder", "{bert}", "--input", "{tmp}/blank.txt", "--out", "{tmp}/o"], "no non-empty strings"),
+        (["build", "--encoder", "{bert}", "--input", "{tmp}/data.bin", "--out", "{tmp}/o"], "unsupported file type"),
+        (["build", "--encoder", "{tmp}/nope", "--input", "{tmp}/ok.txt", "--out", "{tmp}/o"], "no such model folder"),
+        (["build", "--encoder", "{bert}", "--input", "{tmp}/ok.txt", "--out", "{tmp}"], "not an index folder"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(argv, message, built, tiny_bert, tiny_roberta, tmp_path, capsys):
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    (tmp_path / "data.bin").write_bytes(b"\x00\x01")
+    (tmp_path / "ok.txt").write_text("cat\ndog\n")
+    fill = {"idx": built, "tmp": tmp_path, "bert": tiny_bert, "roberta": tiny_roberta}
+
+    code = main([a.format(**fill) for a in argv])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("error: ") and message in err
+    assert "Traceback" not in err
+
+
+def test_module_entry_point_runs(built):
+    """`python -m index` is wired to main() (the only subprocess test: it costs an interpreter start)."""
+    done = subprocess.run([sys.executable, "-m", "index", "query", str(built), ""], capture_output=True, text=True)
+    assert done.returncode == 2 and "error: query 1 is empty" in done.stderr
