@@ -1,0 +1,104 @@
+"""Training speed at the hardware limit: wall time, tokens/s and achieved TFLOP/s vs the GPU's peak.
+
+Two jobs from issue 6 (weights do not change the speed, so a randomly initialised BERT-base shape
+stands in for bert-base-uncased, with the bundled model's identical uncased WordPiece tokenizer):
+  sentences: BERT-base shape, 10k STS-B train sentences, 1 epoch, sentences preset
+  words:     bundled MiniLM-L6, 10k most frequent words, 2 epochs, words preset
+
+    .venv/bin/python bench/bench_gpu.py                      # on a GPU machine: both jobs, bf16
+    .venv/bin/python bench/bench_gpu.py --compile --bucket   # the optional speed-ups
+    .venv/bin/python bench/bench_gpu.py --device cpu --limit 400   # smoke run anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import SENTENCES, WORDS, print_table, write_json
+
+from mirror import MirrorConfig, read_texts
+from mirror.encoder import Encoder, load_encoder
+from mirror.train import mirror_tune
+
+# dense bf16 tensor-core peaks (TFLOP/s), by substring of the device name
+PEAKS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0, "T4": 65.0}
+
+
+def bert_base_encoder(device: str) -> Encoder:
+    from transformers import BertConfig, BertModel
+
+    tokenizer = load_encoder("bundled").tokenizer
+    config = BertConfig(vocab_size=tokenizer.vocab_size, attn_implementation="sdpa")
+    model = BertModel(config, add_pooling_layer=False)
+    return Encoder(model=model, tokenizer=tokenizer, pooling="cls", max_seq_length=512, source="bert-base shape").to(device)
+
+
+def flops_per_sequence(hidden: int, layers: int, ffn: int, length: int) -> float:
+    """Training FLOPs (3x forward) of one padded sequence through the encoder layers."""
+    per_token = 2 * (4 * hidden * hidden + 2 * hidden * ffn)  # QKV + output projections, FFN
+    attention = 2 * 2 * length * hidden  # scores and weighted sum, per token
+    return 3 * layers * length * (per_token + attention)
+
+
+def run(name: str, encoder: Encoder, texts: list[str], config: MirrorConfig) -> dict:
+    cfg = encoder.model.config
+    stats = {"tokens": 0, "padded": 0, "flops": 0.0}
+    tokenize = encoder.tokenize
+
+    def counting(batch_texts, max_length=None):
+        batch = tokenize(batch_texts, max_length)
+        n, length = batch["input_ids"].shape
+        stats["tokens"] += int(batch["attention_mask"].sum())
+        stats["padded"] += n * length
+        stats["flops"] += n * flops_per_sequence(cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, length)
+        return batch
+
+    encoder.tokenize = counting
+    result = mirror_tune(texts, config, encoder=encoder)
+    device_name = result.device
+    peak = next((v for k, v in PEAKS.items() if k in device_name), None)
+    tflops = stats["flops"] / result.seconds / 1e12
+    return {
+        "job": name,
+        "device": device_name,
+        "steps": result.steps,
+        "train_s": result.seconds,
+        "tokens_per_s": stats["tokens"] / result.seconds,
+        "padding": 1 - stats["tokens"] / max(1, stats["padded"]),
+        "tflops": tflops,
+        "peak_pct": (100 * tflops / peak) if peak else None,
+        "final_loss": result.final_loss,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N strings")
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--bucket", action="store_true", help="length-bucketed batches")
+    parser.add_argument("--jobs", default="sentences,words")
+    args = parser.parse_args()
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    common = {"device": device, "compile": args.compile, "bucket_by_length": args.bucket}
+    rows = []
+    for job in args.jobs.split(","):
+        if job == "sentences":
+            texts = read_texts(SENTENCES)[: args.limit]
+            encoder, config = bert_base_encoder(device), MirrorConfig.preset("sentences", pooling="cls", **common)
+        else:
+            texts = read_texts(WORDS)[: args.limit]
+            encoder, config = load_encoder("bundled", device=device, dropout=0.1), MirrorConfig.preset("words", **common)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        rows.append(run(job, encoder, texts, config) | {"wall_s": time.perf_counter() - t0})
+    print_table(rows, ["job", "device", "steps", "train_s", "wall_s", "tokens_per_s", "padding", "tflops", "peak_pct"])
+    write_json(f"gpu-{device}{'-compile' if args.compile else ''}{'-bucket' if args.bucket else ''}.json", {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()
