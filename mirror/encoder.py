@@ -78,6 +78,10 @@ class Encoder:
             return_tensors="pt",
         )
 
+    def token_lengths(self, texts: Sequence[str]) -> list[int]:
+        """Number of tokens of each string (without special tokens): the key for length bucketing."""
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled (not normalised) embeddings of a tokenized batch already on the model's device."""
         out = self.model(**batch).last_hidden_state

@@ -147,7 +147,7 @@ def mirror_tune(
     losses: list[float] = []
     pending: list[torch.Tensor] = []  # losses still on the device: read back in one sync every log_every steps
     sync_every = 1 if device.type == "cpu" else config.log_every
-    lengths = [len(t) for t in texts] if config.bucket_by_length else None
+    lengths = encoder.token_lengths(texts) if config.bucket_by_length else None
     step, cancelled = 0, False
 
     def read_back() -> None:

@@ -210,3 +210,16 @@ def test_every_precision_trains_with_a_finite_loss(tiny_bert, precision):
     result = mirror_tune(SENTENCES, cfg(tiny_bert, mode="sentences", precision=precision, batch_size=3, epochs=2))
     assert result.steps == 4 and all(np.isfinite(result.losses))
     assert result.device.endswith(precision)
+
+
+def test_length_buckets_train_every_string_with_less_padding(tiny_bert, monkeypatch):
+    texts = [("a " * n).strip() + f" {w}" for n, w in zip([1, 9, 2, 8, 1, 9, 2, 8], WORDS)]
+    enc = load_encoder(tiny_bert)
+    widths = []
+    original = enc.tokenize
+    monkeypatch.setattr(enc, "tokenize", lambda t, max_length=None: (lambda b: widths.append(b["input_ids"].shape) or b)(original(t, max_length)))
+    plain = mirror_tune(texts, cfg(tiny_bert, batch_size=4, epochs=1), encoder=enc)
+    plain_widths, widths[:] = list(widths), []
+    bucketed = mirror_tune(texts, cfg(tiny_bert, batch_size=4, epochs=1, bucket_by_length=True), encoder=enc)
+    assert plain.steps == bucketed.steps == 2
+    assert sum(n * w for n, w in widths) < sum(n * w for n, w in plain_widths)
