@@ -149,6 +149,7 @@ def mirror_tune(
     sync_every = 1 if device.type == "cpu" else config.log_every
     lengths = encoder.token_lengths(texts) if config.bucket_by_length else None
     step, cancelled = 0, False
+    batch_size, notes = config.batch_size, []
 
     def read_back() -> None:
         first = step - len(pending) + 1
@@ -164,14 +165,34 @@ def mirror_tune(
     started = time.perf_counter()
     model.train()  # dropout on in both forward passes: the "feature" augmentation
     try:
-        for _ in range(config.epochs):
-            for batch_ids in plan_batches(len(texts), config.batch_size, rng, min_batch, lengths):
-                if step >= total:
-                    break
+        for epoch in range(config.epochs):
+            queue = plan_batches(len(texts), batch_size, rng, min_batch, lengths)
+            while queue and step < total:
                 if distributed.any_rank(should_stop is not None and should_stop()):
                     cancelled = True
                     break
-                pending.append(_train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device))
+                batch_ids = queue.pop(0)
+                try:
+                    pending.append(_train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device))
+                except torch.OutOfMemoryError:
+                    if world_size > 1:
+                        raise MirrorError(f"out of memory at global batch {batch_size}: rerun with a smaller --batch-size") from None
+                    # Free what the failed step held and go on with half the batch: fewer negatives
+                    # per step, but the run finishes, and the result says so.
+                    optimizer.zero_grad(set_to_none=True)
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    if batch_size // 2 < min_batch:
+                        raise MirrorError(f"out of memory even at batch size {batch_size}: use a smaller model or max length") from None
+                    batch_size //= 2
+                    rest = [i for ids in [batch_ids, *queue] for i in ids]
+                    queue = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
+                    if len(queue) > 1 and len(queue[-1]) < min_batch:
+                        queue[-2].extend(queue.pop())
+                    remaining = len(queue) + (config.epochs - epoch - 1) * steps_per_epoch(len(texts), batch_size, min_batch)
+                    total = min(step + remaining, config.max_steps or step + remaining)
+                    notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
+                    continue
                 step += 1
                 if len(pending) >= sync_every:
                     read_back()
@@ -192,6 +213,7 @@ def mirror_tune(
         device=_device_name(device) + ", " + {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype],
         cancelled=cancelled,
         n_texts=len(texts),
+        notes=notes,
     )
 
 

@@ -223,3 +223,35 @@ def test_length_buckets_train_every_string_with_less_padding(tiny_bert, monkeypa
     bucketed = mirror_tune(texts, cfg(tiny_bert, batch_size=4, epochs=1, bucket_by_length=True), encoder=enc)
     assert plain.steps == bucketed.steps == 2
     assert sum(n * w for n, w in widths) < sum(n * w for n, w in plain_widths)
+
+
+def test_out_of_memory_halves_the_batch_and_says_so(tiny_bert, monkeypatch):
+    enc = load_encoder(tiny_bert)
+    original = enc.embed
+    sizes = []
+
+    def embed(batch):  # a GPU that fits at most 8 sequences (4 strings x 2 views)
+        sizes.append(batch["input_ids"].shape[0])
+        if batch["input_ids"].shape[0] > 8:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return original(batch)
+
+    monkeypatch.setattr(enc, "embed", embed)
+    steps = []
+    result = mirror_tune(WORDS, cfg(tiny_bert, batch_size=14, epochs=2), encoder=enc, on_step=lambda s, t, loss: steps.append((s, t)))
+    assert not result.cancelled and all(np.isfinite(result.losses))
+    assert sizes[:3] == [28, 14, 6]  # 14 strings (x2 views), then 7, then 3
+    assert result.steps == result.total_steps == len(steps) == steps[-1][0] == 10  # 3,3,3,3,2 in each epoch
+    assert [n for n in result.notes if "out of memory" in n] and "batch size 3" in result.notes[-1]
+    assert result.stats()["notes"] == result.notes
+
+
+def test_out_of_memory_at_the_smallest_batch_is_a_clear_error(tiny_bert, monkeypatch):
+    enc = load_encoder(tiny_bert)
+
+    def embed(batch):
+        raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(enc, "embed", embed)
+    with pytest.raises(MirrorError, match="out of memory even at batch size"):
+        mirror_tune(WORDS, cfg(tiny_bert, batch_size=8), encoder=enc)
