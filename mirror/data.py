@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -13,6 +14,10 @@ from mirror.errors import MirrorError
 
 SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl")
 TEXT_COLUMN_HINTS = ("text", "sentence", "string", "word", "term", "name", "query", "phrase")
+# C0/C1 control characters other than tab and newlines: replaced by spaces when cleaning
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+BINARY_MAGIC = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"GIF8": "a GIF image",
+                b"%PDF": "a PDF", b"PK\x03\x04": "a zip archive (or .docx/.xlsx)", b"\x7fELF": "a program"}
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ def clean_texts(texts: Iterable[str]) -> tuple[list[str], CleanStats]:
     lines = empty = dups = 0
     for raw in texts:
         lines += 1
-        text = " ".join(str(raw).split())  # strip and collapse internal whitespace/newlines
+        text = " ".join(CONTROL.sub(" ", str(raw)).split())  # drop control chars, collapse whitespace
         if not text:
             empty += 1
         elif text in seen:
@@ -57,8 +62,12 @@ def decode(data: bytes, name: str) -> str:
             return data.decode("utf-16")
         except UnicodeDecodeError as exc:
             raise MirrorError(f"{name}: starts with a UTF-16 byte-order mark but is not valid UTF-16 ({exc.reason})") from None
-    if b"\x00" in data[:4096]:
-        raise MirrorError(f"{name}: looks like a binary file (NUL bytes), not text; upload UTF-8 text")
+    for magic, what in BINARY_MAGIC.items():
+        if data.startswith(magic):
+            raise MirrorError(f"{name}: is {what}, not a text file; upload UTF-8 text")
+    head = data[:65536]
+    if head and head.count(b"\x00") > 0.01 * len(head):
+        raise MirrorError(f"{name}: looks like a binary file (many NUL bytes), not text; upload UTF-8 text")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -170,7 +170,8 @@ def test_readers(tmp_path):
         ("x.txt", b"caf\xe9\n", "x.txt: is not UTF-8"),
         ("x.pdf", b"%PDF", "unsupported file type"),
         ("x", b"cat", "unsupported file type"),
-        ("x.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+        ("x.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "PNG image, not a text file"),
+        ("x.bin.txt", b"\x00\x01\x02\x00ab" * 300, "binary"),
         ("x.jsonl", b'{"text": "ok"}\n{"text": \n', "line 2 is not valid JSON"),
         ("x.jsonl", b'{"title": "no text"}\n', "no string field 'text'"),
         ("x.csv", b"a,b\n1,2\n3,4\n", "no text column"),
@@ -181,6 +182,12 @@ def test_reader_errors_name_the_file_and_problem(tmp_path, name, content, needle
     (tmp_path / name).write_bytes(content)
     with pytest.raises(MirrorError, match=needle):
         read_texts(tmp_path / name)
+
+
+def test_stray_nul_and_control_characters_are_cleaned_not_fatal(tmp_path):
+    (tmp_path / "x.txt").write_bytes(b"caf\xc3\xa9\x00 au lait\nbell\x07 tower\n\x1b[31mred\x1b[0m\n" + b"plain line\n" * 200)
+    texts, stats = clean_texts(read_texts(tmp_path / "x.txt"))
+    assert texts[:3] == ["caf\u00e9 au lait", "bell tower", "[31mred [0m"] and stats.duplicates == 199
 
 
 def test_missing_file_and_missing_column(tmp_path):
