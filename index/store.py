@@ -38,6 +38,7 @@ RECALL_K = 10
 MIN_POINTS_PER_LIST = 39  # faiss' k-means wants at least 39 training points per centroid
 TRAIN_POINTS_PER_LIST = 64  # k-means sample size per centroid (faiss' default of 256 is 4x slower, same recall)
 TRAIN_ITERATIONS = 10
+NUMPY_BATCH_MIN = 20  # flat searches of this many queries or more go through NumPy's GEMM (see _flat_search_numpy)
 GPU_MAX_K = 2048  # faiss GPU search limits k and nprobe to 2048
 
 ProgressFn = Callable[[int, int], None]
@@ -279,6 +280,8 @@ class VectorIndex:
     def _search(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self._gpu is not None and k <= GPU_MAX_K:
             scores, ids = self._gpu.search(q, k)
+        elif self.kind == "flat" and len(q) >= NUMPY_BATCH_MIN:
+            scores, ids = _flat_search_numpy(self._cpu, q, k)
         else:
             scores, ids = self._cpu.search(q, k)
         short = np.flatnonzero((ids < 0).any(axis=1)) if self.kind == "ivf" else ()
@@ -448,6 +451,27 @@ class VectorIndex:
         return (
             f"VectorIndex({len(self)} texts, {self.dim}-d, {self.kind}{params}, encoder={source!r}, gpu={self.on_gpu})"
         )
+
+
+def _flat_search_numpy(index: faiss.IndexFlat, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k of many queries as NumPy matrix products over the flat index's own storage (no copy).
+
+    faiss 1.15's wheel runs batches of ~20-1000 queries through its bundled BLAS 4-8x slower than NumPy's
+    GEMM on our CPU (bench/RESULTS.md); results are the same up to the order of exactly tied scores.
+    """
+    n, dim = index.ntotal, index.d
+    xb = faiss.rev_swig_ptr(index.get_xb(), n * dim).reshape(n, dim)
+    chunk = max(1, (1 << 24) // max(1, n))  # <= 16M scores (64 MB) per product
+    scores = np.empty((len(q), k), dtype=np.float32)
+    ids = np.empty((len(q), k), dtype=np.int64)
+    for start in range(0, len(q), chunk):
+        sims = q[start : start + chunk] @ xb.T
+        top = np.argpartition(-sims, k - 1, axis=1)[:, :k] if k < n else np.broadcast_to(np.arange(n), sims.shape)
+        top_scores = np.take_along_axis(sims, top, axis=1)
+        order = np.argsort(-top_scores, axis=1, kind="stable")
+        scores[start : start + chunk] = np.take_along_axis(top_scores, order, axis=1)
+        ids[start : start + chunk] = np.take_along_axis(top, order, axis=1)
+    return scores, ids
 
 
 def check_target(folder: str | Path) -> Path:
