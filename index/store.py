@@ -65,6 +65,7 @@ class VectorIndex:
 
     Build with `VectorIndex.build(encoder, texts)` (or `from_vectors`), query with `search`, grow with
     `add`, persist with `save` / `VectorIndex.load`. Ids are row numbers in `texts`, stable across `add`.
+    Searches may run from several threads at once; `add` must not run while another thread searches.
 
         >>> index = VectorIndex.build("bundled", ["cat", "dog", "car"])  # doctest: +SKIP
         >>> index.search("kitten", k=2)[0][0].text  # doctest: +SKIP
@@ -102,6 +103,7 @@ class VectorIndex:
         recall@10 >= 0.95; `kind`, `nlist` and `nprobe` override that. `on_progress(done, total)` follows the
         encoding. `gpu=None` uses a GPU when faiss sees one.
         """
+        _check_options(kind, nlist, nprobe, exact_max)  # before a long encoding, not after
         texts = _unique_texts(texts)
         enc = _as_encoder(encoder, device)
         vectors = enc.encode(texts, batch_size=batch_size, normalize=True, on_progress=on_progress)
@@ -123,6 +125,7 @@ class VectorIndex:
         gpu: bool | None = None,
     ) -> VectorIndex:
         """Index precomputed embeddings (one row per text; normalised here). Without an encoder, search by vector."""
+        _check_options(kind, nlist, nprobe, exact_max)
         unique = _unique_texts(texts)
         texts = list(texts)
         x = _as_matrix(vectors, None, "vectors")
@@ -133,10 +136,6 @@ class VectorIndex:
             x = x[[first[t] for t in unique]]
         if encoder is not None and encoder.dim != x.shape[1]:
             raise MirrorError(f"the encoder makes {encoder.dim}-d vectors but the vectors given are {x.shape[1]}-d")
-        if kind not in KINDS:
-            raise MirrorError(f"index kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        if exact_max < 0:
-            raise MirrorError(f"exact_max must be >= 0, got {exact_max}")
         now = _now()
         meta: dict[str, Any] = {
             "format": FORMAT,
@@ -146,7 +145,13 @@ class VectorIndex:
             "dim": int(x.shape[1]),
             "metric": "inner product of L2-normalised vectors (cosine similarity)",
             "encoder": _encoder_meta(encoder) if encoder is not None else None,
-            "index": {"auto": kind == "auto", "exact_max": int(exact_max), "target_recall": TARGET_RECALL},
+            # "requested": the caller's nlist/nprobe, reused if an auto index later grows from flat to IVF
+            "index": {
+                "auto": kind == "auto",
+                "exact_max": int(exact_max),
+                "target_recall": TARGET_RECALL,
+                "requested": {"nlist": nlist, "nprobe": nprobe},
+            },
             "versions": _versions(encoder is not None),
         }
         self = cls(faiss.IndexFlatIP(x.shape[1]), [], meta, encoder)
@@ -322,7 +327,11 @@ class VectorIndex:
         if info["auto"] and self.kind == "flat" and len(self) + len(new) > info["exact_max"]:
             # Crossed the exact-search threshold: rebuild as IVF over the old rows and the new ones.
             old = self._cpu.reconstruct_n(0, self._cpu.ntotal)
-            self._rebuild(np.vstack([old, x]), self._texts + new, "ivf", nlist=None, nprobe=None, gpu=self.on_gpu)
+            requested = info.get("requested") or {}
+            self._rebuild(
+                np.vstack([old, x]), self._texts + new, "ivf", gpu=self.on_gpu, nlist=requested.get("nlist"),
+                nprobe=requested.get("nprobe"),
+            )  # fmt: skip
         else:
             self._cpu.add(x)
             if self._gpu is not None:
@@ -501,6 +510,18 @@ class _GpuReplica:
     def set_nprobe(self, nprobe: int) -> None:
         with self.lock:
             self.index.nprobe = min(nprobe, GPU_MAX_K)
+
+
+def _check_options(kind: str, nlist: int | None, nprobe: int | None, exact_max: int) -> None:
+    if kind not in KINDS:
+        raise MirrorError(f"index kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    for name, value in (("nlist", nlist), ("nprobe", nprobe), ("exact_max", exact_max)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0):
+            raise MirrorError(f"{name} must be a non-negative integer, got {value!r}")
+    if kind == "flat" and (nlist is not None or nprobe is not None):
+        raise MirrorError("nlist and nprobe apply to an IVF index; drop them or use kind 'ivf' or 'auto'")
+    if nprobe is not None and (nprobe < 1 or (nlist is not None and nprobe > nlist)):
+        raise MirrorError(f"nprobe must be between 1 and nlist ({nlist or 'the number of lists'}), got {nprobe}")
 
 
 def _want_gpu(gpu: bool | None) -> bool:

@@ -247,6 +247,17 @@ def test_small_index_is_exact_and_overrides_are_recorded():
         forced.set_nprobe(17)
     with pytest.raises(MirrorError, match="kind must be one of"):
         VectorIndex.from_vectors(data, texts, kind="hnsw")
+    with pytest.raises(MirrorError, match="apply to an IVF index"):
+        VectorIndex.from_vectors(data, texts, kind="flat", nprobe=4)
+    with pytest.raises(MirrorError, match="nprobe must be between"):
+        VectorIndex.from_vectors(data, texts, kind="ivf", nlist=8, nprobe=9)
+
+
+def test_options_are_checked_before_encoding(tiny_encoder, monkeypatch):
+    monkeypatch.setattr(tiny_encoder, "encode", lambda *a, **kw: pytest.fail("encoded before checking options"))
+    for options in ({"kind": "hnsw"}, {"nlist": -1}, {"kind": "flat", "nlist": 4}, {"exact_max": 1.5}):
+        with pytest.raises(MirrorError):
+            VectorIndex.build(tiny_encoder, WORDS, **options)
 
 
 def test_ivf_fills_k_when_probed_lists_are_short():
@@ -263,12 +274,13 @@ def test_growing_past_the_threshold_rebuilds_as_ivf():
     rng = np.random.default_rng(8)
     data = clustered(3_000, 16, 12, rng)
     texts = [str(i) for i in range(len(data))]
-    index = VectorIndex.from_vectors(data[:1_000], texts[:1_000], exact_max=2_000)
+    index = VectorIndex.from_vectors(data[:1_000], texts[:1_000], exact_max=2_000, nlist=32)
     assert index.kind == "flat"
 
     index.add_vectors(data[1_000:], texts[1_000:])
 
     assert index.kind == "ivf" and len(index) == 3_000 and index.texts == texts
+    assert index.meta["index"]["nlist"] == 32  # the nlist asked for at build time is used when it switches
     assert index.meta["index"]["nprobe_auto"] is True
     for i in (5, 2_500):
         assert index.search_vectors(data[i], k=1)[0][0].id == i
