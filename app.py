@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import queue
+import re
 import shutil
 import tempfile
 import threading
@@ -83,23 +84,23 @@ MODES = [("Auto (from the strings)", "auto"), ("Words", "words"), ("Sentences", 
 # Labels of the engine's settings in the Advanced accordion; a field added to MirrorConfig later still
 # appears there (and in the API's settings), labelled by its name.
 LABELS: dict[str, str] = {
-    "pooling": "Pooling (auto keeps the model's own; [CLS] for plain MLM checkpoints)",
-    "temperature": "Temperature τ of the InfoNCE loss",
+    "pooling": "Pooling",
+    "temperature": "Temperature τ",
     "epochs": "Epochs",
-    "batch_size": "Batch size (each string is contrasted with the other 2B−2 views)",
+    "batch_size": "Batch size",
     "lr": "Learning rate",
     "weight_decay": "Weight decay",
-    "max_length": "Max length in tokens (training only)",
+    "max_length": "Max length (tokens)",
     "mask_span": "Mask span k (characters)",
-    "mask_min_chars": "Mask strings of at least this many characters",
-    "dropout": "Dropout (both views)",
+    "mask_min_chars": "Mask strings from (characters)",
+    "dropout": "Dropout",
     "grad_clip": "Gradient clipping (0 = off)",
     "seed": "Seed",
     "device": "Device",
     "precision": "Precision",
     "max_steps": "Max steps (empty = all epochs)",
-    "bucket_by_length": "Bucket batches by length (less padding)",
-    "log_every": "Read the loss back every N steps (GPU)",
+    "bucket_by_length": "Bucket batches by length",
+    "log_every": "Loss read-back every N steps",
     "compile": "torch.compile the encoder",
 }
 CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS}
@@ -269,9 +270,32 @@ class Loaded:
 
 
 def message(text: str, kind: str = "error") -> str:
-    """A Markdown box for the UI: errors and warnings are quoted with an icon, never a traceback."""
-    icon = {"error": "⚠️", "warning": "⚠️", "info": "ℹ️", "ok": "✅"}[kind]
-    return f"> {icon} {text}"
+    """A Markdown box for the UI: a quoted line that says what happened, never a traceback."""
+    prefix = {"error": "**Error:** ", "warning": "**Note:** ", "info": "", "ok": ""}[kind]
+    return f"> {prefix}{text}"
+
+
+def status_box(text: str, kind: str = "info") -> str:
+    """The run status as HTML (escaped; `code` and **bold** kept): errors in red, done in green."""
+    color = {"error": "#dc2626", "warning": "#d97706", "info": "#6b7280", "ok": "#16a34a"}[kind]
+    body = html.escape(text)
+    body = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", body)
+    body = re.sub(r"`(.+?)`", r"<code>\1</code>", body)
+    prefix = "<b>Error:</b> " if kind == "error" else ""
+    return f'<div class="mx-status-{kind}" style="border-left:4px solid {color};padding:6px 12px">{prefix}{body}</div>'
+
+
+def progress_bar(label: str, done: int, total: int, right: str = "") -> str:
+    """A labelled progress bar (HTML) for the run status; `label` is HTML, `right` plain text."""
+    pct = 100.0 * done / total if total else 0.0
+    return (
+        f'<div class="mx-progress" data-done="{done}" data-total="{total}">'
+        '<div style="display:flex;justify-content:space-between;gap:12px;margin-bottom:4px">'
+        f'<span>{label}</span><span style="opacity:0.8">{html.escape(right)}</span></div>'
+        '<div style="height:12px;border-radius:6px;background:rgba(127,127,127,0.2);overflow:hidden">'
+        f'<div style="height:100%;width:{pct:.1f}%;background:var(--color-accent, #f97316);'
+        'transition:width 0.3s"></div></div></div>'
+    )
 
 
 def display_name(path: str | Path) -> str:
@@ -491,8 +515,8 @@ def render_results(results: list[dict[str, Any]], base_label: str) -> str:
         )
         return (
             f'<div style="flex:1;min-width:260px"><div style="font-weight:600;margin-bottom:4px">{title}</div>'
-            f'<table style="width:100%;border-collapse:collapse"><thead><tr><th style="text-align:left;padding:2px 8px">#</th>'
-            f'<th style="text-align:left;padding:2px 8px">string</th><th style="text-align:right;padding:2px 8px">cosine</th>'
+            f'<table style="width:100%;border-collapse:collapse"><thead><tr><th style="text-align:left;padding:2px 8px;width:2.5em">#</th>'
+            f'<th style="text-align:left;padding:2px 8px">string</th><th style="text-align:right;padding:2px 8px;width:5em">cosine</th>'
             f"</tr></thead><tbody>{body}</tbody></table></div>"
         )
 
@@ -745,6 +769,13 @@ class MirrorApp:
 
     # ---------------------------------------------------------------- encoders and loaded runs
 
+    def warm_up(self) -> None:
+        """Load the bundled base encoder (and torch) ahead of the first request; failures are only logged."""
+        try:
+            self.base_encoder(BUNDLED_MODEL)
+        except Exception:  # the first request will report the problem to the user
+            log.exception("could not pre-load the bundled model")
+
     def check_model(self, model: str) -> str:
         """The model name, or MirrorError when this server does not allow it."""
         model = str(model or "").strip()
@@ -879,9 +910,9 @@ class MirrorApp:
         """Stop the session's run between two steps (or before it starts, while it waits in the queue)."""
         if session.active is not None:
             (session.active / STOP_FILE).touch()
-            return message("Stopping after the current step… the previous model and index stay served.", "info")
+            return "Stopping after the current step… the previous model and index stay served."
         session.cancel_pending = True
-        return message("Cancelled. Nothing is running now; the previous model and index stay served.", "info")
+        return "Cancelled. Nothing is running now; the previous model and index stay served."
 
     def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Tune on the session's strings in a fresh folder; swap it in only on success. Yields events.
@@ -1222,10 +1253,10 @@ def _device_and_threads(device: str) -> tuple[str, int]:
 CSS = """
 #mx-header h1 {margin-bottom: 0}
 .mx-step {font-weight: 600}
-#mx-launch {min-height: 48px}
+#mx-results table td, #mx-results table th {border: none; border-bottom: 1px solid var(--border-color-primary)}
 """
 
-INTRO = """# 🪞 Mirror Explorer
+INTRO = """# Mirror Explorer
 Mirror-fine-tune a sentence encoder on **your own strings** — no labels needed (MirrorBERT) — then see what changed:
 **① Tune** → **② Search** your strings with the tuned and the base encoder side by side → **③ Evaluate** on word and
 sentence similarity benchmarks → **④ Map** the embedding space. Runs on the bundled offline model by default."""
@@ -1237,13 +1268,15 @@ def _loss_frame(losses: Sequence[float]) -> Any:
     return pd.DataFrame({"step": list(range(1, len(losses) + 1)), "loss": [float(x) for x in losses]})
 
 
-def _load_md(info: dict[str, Any], estimate: str) -> str:
+def _load_md(info: dict[str, Any]) -> str:
     stats: CleanStats = info["stats"]
+    p = MirrorConfig.preset(info["mode"])
+    kind = "single words and short terms" if info["mode"] == "words" else "sentences"
     lines = [
-        f"**{info['strings']:,} strings** loaded from `{info['source']}` — {stats.lines:,} lines, "
+        f"**{info['strings']:,} strings** loaded from `{info['source']}`: {stats.lines:,} lines, "
         f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicates removed.",
-        f"**Detected:** {info['mode']} → the *{info['mode']}* preset ({info['reason']}).",
-        estimate,
+        f"**Detected:** {kind} → the **{info['mode']} preset** (τ {p.temperature}, {p.epochs} epoch"
+        f"{'s' if p.epochs != 1 else ''}, max length {p.max_length} tokens). <small>{info['reason']}</small>",
     ]
     lines += [message(n, "warning") for n in info.get("notes", [])]
     return "\n\n".join(lines)
@@ -1265,7 +1298,7 @@ def _run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
     return (
-        f"### ✅ Done — your tuned model is served\n| | |\n|---|---|\n{table}\n\n"
+        f"### Done: your tuned model is served\n| Run | |\n|---|---|\n{table}\n\n"
         f"Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below.{extra}"
     )
 
@@ -1356,7 +1389,10 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                         mode = gr.Radio(MODES, value="auto", label="Preset")
                         with gr.Accordion("Advanced settings", open=False):
                             gr.Markdown(
-                                "Loading strings (with preset *Auto*) or changing the preset resets these to its values."
+                                "Every setting of the engine. *Pooling* auto keeps the model's own ([CLS] for plain "
+                                "BERT checkpoints); each string is contrasted with the other 2B−2 views of its batch; "
+                                "the second view masks k characters of strings at least *mask from* long. Loading "
+                                "strings (preset *Auto*) or changing the preset resets these to the preset's values."
                             )
                             fields: dict[str, gr.components.Component] = {}
                             preset = MirrorConfig.preset("words")
@@ -1365,24 +1401,36 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                                 with gr.Row():
                                     for name in names[i : i + 2]:
                                         fields[name] = setting_component(name, getattr(preset, name))
-                        estimate_md = gr.Markdown("", elem_id="mx-estimate")
                 gr.Markdown("### 3. Tune", elem_classes="mx-step")
+                estimate_md = gr.Markdown(
+                    "Load some strings to see the plan and a time estimate.", elem_id="mx-estimate"
+                )
                 with gr.Row():
-                    launch = gr.Button("🚀 Launch mirror tuning", variant="primary", scale=3, elem_id="mx-launch")
-                    cancel = gr.Button("Cancel", variant="stop", scale=1, elem_id="mx-cancel")
-                status_md = gr.Markdown("", elem_id="mx-status")
+                    launch = gr.Button("Launch mirror tuning", variant="primary", scale=4, elem_id="mx-launch")
+                    cancel = gr.Button("Cancel", variant="secondary", scale=1, elem_id="mx-cancel")
+                status_md = gr.HTML("", elem_id="mx-status")
                 loss_plot = gr.LinePlot(
-                    _loss_frame([]), x="step", y="loss", title="Training loss (InfoNCE)", height=260, elem_id="mx-loss"
+                    _loss_frame([]),
+                    x="step",
+                    y="loss",
+                    title="Training loss (InfoNCE)",
+                    height=260,
+                    visible=False,
+                    elem_id="mx-loss",
                 )
                 result_md = gr.Markdown("", elem_id="mx-result")
                 with gr.Row():
                     model_file = gr.File(
                         label="Tuned model (.zip of a sentence-transformers folder)",
                         interactive=False,
+                        visible=False,
                         elem_id="mx-model-zip",
                     )
                     index_file = gr.File(
-                        label="Search index of your strings (.zip)", interactive=False, elem_id="mx-index-zip"
+                        label="Search index of your strings (.zip)",
+                        interactive=False,
+                        visible=False,
+                        elem_id="mx-index-zip",
                     )
                 with gr.Accordion("Reuse a model you tuned here before", open=False):
                     gr.Markdown(
@@ -1435,7 +1483,14 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 eval_md = gr.Markdown("")
                 eval_table = gr.Dataframe(interactive=False, elem_id="mx-eval-table")
                 eval_plot = gr.BarPlot(
-                    None, x="gold set", y="spearman", color="encoder", title="Spearman ρ (higher is better)", height=300
+                    None,
+                    x="bar",
+                    y="spearman",
+                    color="encoder",
+                    title="Spearman ρ (higher is better)",
+                    x_title="gold set · encoder",
+                    height=320,
+                    elem_id="mx-eval-plot",
                 )
 
             # ---------------------------------------------------------------- tab 4
@@ -1509,7 +1564,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 p = MirrorConfig.preset(info["mode"])
                 overrides = {name: getattr(p, name) for name in fields}
             estimate = app.estimate(session, model_value, mode_value, overrides)
-            return [_load_md(info, estimate), *updates, estimate, session]
+            return [_load_md(info), *updates, estimate, session]
 
         load_outputs = [input_md, *field_list, estimate_md, state]
 
@@ -1594,7 +1649,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         def on_request(s):
             session = app.session(s)
             app.request_run(session)
-            return message("Waiting for a free training slot…", "info"), session
+            return status_box("Waiting for a free training slot…"), session
 
         def on_train(data: dict, progress=gr.Progress()):  # noqa: B008 - gradio's progress idiom
             session = app.session(data[state])
@@ -1603,47 +1658,47 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             losses: list[float] = []
             last = 0.0
             no = gr.update()
-            status = message("Starting…", "info")
+            status = status_box("Starting…")
+
+            def plot(values: Sequence[float]) -> Any:
+                return gr.update(value=_loss_frame(values), visible=bool(values))
+
             for ev in app.train(session, model_value, mode_value, overrides):
                 kind = ev["kind"]
                 if kind == "phase":
-                    status = f"**{ev['text']}…**"
                     total = ev.get("total") or 0
                     if total:
                         progress((ev["done"], total), desc=ev["text"], unit="strings")
+                        right = f"{ev['done']:,} / {total:,} strings"
+                        status = progress_bar(f"<b>{html.escape(ev['text'])}…</b>", ev["done"], total, right)
                     else:
                         progress(None, desc=ev["text"])
+                        status = status_box(f"**{ev['text']}…**")
                 elif kind == "note":
                     gr.Warning(ev["text"])
                 elif kind == "step":
                     losses.append(ev["loss"])
-                    eta = f" · ETA {fmt_seconds(ev['eta'])}" if ev["eta"] is not None else ""
-                    status = f"**Training:** step {ev['step']} / {ev['total']} · loss {ev['loss']:.4f}{eta}"
-                    progress((ev["step"], ev["total"]), desc=f"Training · loss {ev['loss']:.3f}{eta}", unit="steps")
+                    eta = f"ETA {fmt_seconds(ev['eta'])}" if ev["eta"] is not None else "estimating time left…"
+                    label = f"<b>Training</b> · step {ev['step']:,} / {ev['total']:,} · loss {ev['loss']:.4f}"
+                    status = progress_bar(label, ev["step"], ev["total"], eta)
+                    progress((ev["step"], ev["total"]), desc=f"Training · loss {ev['loss']:.3f} · {eta}", unit="steps")
                 elif kind == "error":
                     gr.Warning(ev["text"])
-                    yield message(ev["text"]), _loss_frame(losses), no, no, no, _served_md(session), session
+                    yield status_box(ev["text"], "error"), plot(losses), no, no, no, no, session
                     return
                 elif kind == "cancelled":
                     kept = " Your previous model and index are still served." if session.run else ""
-                    yield (
-                        message(ev["text"] + kept, "info"),
-                        _loss_frame(losses or ev.get("losses", [])),
-                        no,
-                        no,
-                        no,
-                        _served_md(session),
-                        session,
-                    )
+                    box = status_box(ev["text"] + kept, "warning")
+                    yield box, plot(losses or ev.get("losses", [])), no, no, no, no, session
                     return
                 elif kind == "done":
                     run: RunInfo = ev["run"]
                     yield (
-                        message(f"Tuned and indexed in {run.stats.get('wall_seconds', 0):.0f} s.", "ok"),
-                        _loss_frame(run.losses),
+                        status_box(f"Tuned and indexed in {run.stats.get('wall_seconds', 0):.0f} s.", "ok"),
+                        plot(run.losses),
                         _run_md(run),
-                        str(run.model_zip),
-                        str(run.index_zip),
+                        gr.update(value=str(run.model_zip), visible=True),
+                        gr.update(value=str(run.index_zip), visible=True),
                         _served_md(session),
                         session,
                     )
@@ -1651,15 +1706,18 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 now = time.monotonic()
                 if now - last >= 0.5:
                     last = now
-                    yield status, _loss_frame(losses), no, no, no, no, session
+                    yield status, plot(losses) if losses else no, no, no, no, no, session
 
         train_outputs = [status_md, loss_plot, result_md, model_file, index_file, served_md, state]
         launch.click(on_request, [state], [status_md, state], queue=False, **private).then(
-            on_train, set(settings_inputs), train_outputs, show_progress_on=[status_md], **train_queue, **private
+            on_train, set(settings_inputs), train_outputs, show_progress="hidden", **train_queue, **private
         )
-        cancel.click(
-            lambda s: (app.cancel(app.session(s)), app.session(s)), [state], [status_md, state], queue=False, **private
-        )
+
+        def on_cancel(s):
+            session = app.session(s)
+            return status_box(app.cancel(session)), session
+
+        cancel.click(on_cancel, [state], [status_md, state], queue=False, **private)
 
         def on_saved_zip(path, s, progress=gr.Progress()):  # noqa: B008
             session = app.session(s)
@@ -1677,9 +1735,9 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                     return (
                         message(f"Serving `{display_name(path)}`.", "ok"),
                         _run_md(run),
-                        str(run.model_zip),
-                        str(run.index_zip),
-                        _loss_frame(run.losses),
+                        gr.update(value=str(run.model_zip), visible=True),
+                        gr.update(value=str(run.index_zip), visible=True),
+                        gr.update(value=_loss_frame(run.losses), visible=bool(run.losses)),
                         _served_md(session),
                         session,
                     )
@@ -1731,8 +1789,9 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             except MirrorError as exc:
                 gr.Warning(str(exc))
                 return message(str(exc)), gr.update(), gr.update(), session
+            # one bar per (set, encoder), side by side: BarPlot would stack bars that share an x value
             bars = [
-                {"gold set": r["gold set"], "encoder": enc, "spearman": r[enc]}
+                {"bar": f"{r['gold set']} · {enc}", "encoder": enc, "spearman": r[enc]}
                 for r in rows
                 for enc in ("base", "tuned")
                 if enc in r
@@ -1774,9 +1833,18 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         # ---------------------------------------------------------------- named API endpoints
 
         def api_train(
-            texts: str, file: str | None, column: str, model: str, mode: str, settings: dict | None, s: Session | None
+            texts: str = "",
+            file: str | None = None,
+            column: str = "",
+            model: str = BUNDLED_MODEL,
+            mode: str = "auto",
+            settings: dict | None = None,
+            s: Session | None = None,
         ):
-            """Tune on `texts` (one per line) or an uploaded `file`; returns the run summary, model zip and index zip."""
+            """Mirror-tune on `texts` (one string per line) or an uploaded `file` (.txt/.csv/.tsv/.jsonl, text
+            `column` optional); `model` is 'bundled' or a hub id, `mode` auto|words|sentences, `settings` any
+            MirrorConfig fields (e.g. {"max_steps": 20}). Returns the run summary, the model zip and the index zip.
+            The tuned model then serves /search for this client's session."""
             session = app.session(s)
             try:
                 if file:
@@ -1796,8 +1864,9 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                     return summary, str(run.model_zip), str(run.index_zip), session
             raise gr.Error("the run ended without a result")
 
-        def api_search(queries: str, k: float, s: Session | None):
-            """Top-k hits per query (one per line) for the tuned and the base encoder of this client's last run."""
+        def api_search(queries: str, k: float = 10, s: Session | None = None):
+            """Top-k hits (k <= 50) per query (one per line) with the tuned and the base encoder of this client's
+            last /train run: [{query, tuned: [{rank, text, score, only_here}], base: [...]}]."""
             session = app.session(s)
             try:
                 return app.search(session, queries, k), session
@@ -1838,6 +1907,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         app = MirrorApp(Settings.from_env())
     except MirrorError as exc:
@@ -1845,6 +1915,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     app.sweep(force=True)
     demo = build_demo(app)
+    # Warm the bundled model in the background: the page is served at once, the first run starts sooner.
+    threading.Thread(target=app.warm_up, name="mirror-warm-up", daemon=True).start()
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
     demo.launch(server_name=args.host, server_port=args.port, max_file_size=limit, css=CSS, show_error=False)
     return 0

@@ -1,0 +1,85 @@
+"""The named API endpoints (/train, /search) driven with gradio_client against `python app.py` in a subprocess."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import ROOT, serve_app
+
+WORDS = (ROOT / "examples" / "small_words.txt").read_text().split()[:50]
+FAST = {"max_steps": 2, "batch_size": 16}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    with serve_app(tmp_path_factory.mktemp("api_app")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from gradio_client import Client
+
+    return Client(server, verbose=False)
+
+
+def test_api_lists_the_named_endpoints(client):
+    info = client.view_api(return_format="dict", print_info=False)
+    assert {"/train", "/search"} <= set(info["named_endpoints"])
+    params = [p["parameter_name"] for p in info["named_endpoints"]["/train"]["parameters"]]
+    assert params == ["texts", "file", "column", "model", "mode", "settings"]
+
+
+def test_train_then_search_then_a_failed_run_keeps_the_model(client, server, tmp_path):
+    summary, model_zip, index_zip = client.predict(texts="\n".join(WORDS), settings=FAST, api_name="/train")
+    assert summary["steps"] == 2 and summary["strings"] == 50 and summary["base_model"] == "bundled"
+    assert summary["mode"] == "words" and len(summary["losses"]) == 2 and not summary["cancelled"]
+    with zipfile.ZipFile(model_zip) as zf:
+        assert "mirror-model/modules.json" in zf.namelist()
+    with zipfile.ZipFile(index_zip) as zf:
+        assert "mirror-index/texts.json" in zf.namelist()
+
+    results = client.predict(queries="kitten\npuppy", k=3, api_name="/search")
+    assert [r["query"] for r in results] == ["kitten", "puppy"]
+    for r in results:
+        assert len(r["tuned"]) == len(r["base"]) == 3
+        assert {"rank", "text", "score", "only_here"} <= set(r["tuned"][0])
+        assert all(h["text"] in WORDS for h in r["tuned"] + r["base"])
+
+    # bad input: a clear error, and the model trained above is still served
+    with pytest.raises(Exception, match="learning rate must be > 0"):
+        client.predict(texts="\n".join(WORDS), settings={**FAST, "lr": -1}, api_name="/train")
+    with pytest.raises(Exception, match="unknown setting 'learning_rate'"):
+        client.predict(texts="\n".join(WORDS), settings={"learning_rate": 1}, api_name="/train")
+    with pytest.raises(Exception, match="k must be between 1 and 50"):
+        client.predict(queries="kitten", k=500, api_name="/search")
+    assert client.predict(queries="kitten", k=2, api_name="/search")[0]["tuned"]
+
+    # another client is another session: it sees no model
+    from gradio_client import Client
+
+    other = Client(server, verbose=False)
+    with pytest.raises(Exception, match="Nothing to search yet"):
+        other.predict(queries="kitten", k=2, api_name="/search")
+
+
+def test_train_from_an_uploaded_csv_with_a_column(client, tmp_path):
+    from gradio_client import handle_file
+
+    table = tmp_path / "terms.csv"
+    table.write_text("id,term\n" + "".join(f"{i},{w}\n" for i, w in enumerate(WORDS[:30])))
+    summary, _, _ = client.predict(file=handle_file(str(table)), column="term", settings=FAST, api_name="/train")
+    assert summary["strings"] == 30 and summary["steps"] == 2
+    hits = client.predict(queries=WORDS[0], k=1, api_name="/search")[0]["tuned"]
+    assert hits[0]["text"] == WORDS[0]
+    bad = tmp_path / "notes.pdf"
+    bad.write_bytes(b"%PDF-1.4")
+    with pytest.raises(Exception, match="unsupported file type"):
+        client.predict(file=handle_file(str(bad)), settings=FAST, api_name="/train")
+    assert Path(table).exists()
