@@ -275,6 +275,14 @@ def message(text: str, kind: str = "error") -> str:
     return f"> {prefix}{text}"
 
 
+def user_error(exc: BaseException) -> str:
+    """What the user reads: a MirrorError's own message, or a short note for a bug (whose traceback is logged)."""
+    if isinstance(exc, MirrorError):
+        return str(exc)
+    log.error("unexpected error in a handler", exc_info=exc)
+    return f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+
+
 def status_box(text: str, kind: str = "info") -> str:
     """The run status as HTML (escaped; `code` and **bold** kept): errors in red, done in green."""
     color = {"error": "#dc2626", "warning": "#d97706", "info": "#6b7280", "ok": "#16a34a"}[kind]
@@ -1586,12 +1594,12 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                     visible=bool(info["columns"]),
                 )
                 out = after_load(info, session, mode_value, model_value, None, *vals)
-            except MirrorError as exc:
+            except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
                 cols = getattr(exc, "columns", [])
                 col_update = gr.update(
                     choices=[("(detect)", "")] + [(c, c) for c in cols], value="", visible=bool(cols)
                 )
-                out = after_load(None, session, mode_value, model_value, str(exc), *vals)
+                out = after_load(None, session, mode_value, model_value, user_error(exc), *vals)
             return [out[0], col_update, *out[1:]]
 
         def on_column(path, col, mode_value, model_value, s, *vals):
@@ -1601,22 +1609,22 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             try:
                 info = app.load_file(session, path, col or None)
                 return after_load(info, session, mode_value, model_value, None, *vals)
-            except MirrorError as exc:
-                return after_load(None, session, mode_value, model_value, str(exc), *vals)
+            except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
+                return after_load(None, session, mode_value, model_value, user_error(exc), *vals)
 
         def on_paste(text, mode_value, model_value, s, *vals):
             session = app.session(s)
             try:
                 return after_load(app.load_pasted(session, text), session, mode_value, model_value, None, *vals)
-            except MirrorError as exc:
-                return after_load(None, session, mode_value, model_value, str(exc), *vals)
+            except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
+                return after_load(None, session, mode_value, model_value, user_error(exc), *vals)
 
         def on_example(key, mode_value, model_value, s, *vals):
             session = app.session(s)
             try:
                 return after_load(app.load_example(session, key), session, mode_value, model_value, None, *vals)
-            except MirrorError as exc:
-                return after_load(None, session, mode_value, model_value, str(exc), *vals)
+            except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
+                return after_load(None, session, mode_value, model_value, user_error(exc), *vals)
 
         settings_inputs = [mode, model, state, *field_list]
         upload.change(on_upload, [upload, column, *settings_inputs], [input_md, column, *load_outputs[1:]], **private)
@@ -1649,21 +1657,24 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         def on_request(s):
             session = app.session(s)
             app.request_run(session)
-            return status_box("Waiting for a free training slot…"), session
+            return status_box("Waiting for a free training slot…"), gr.update(interactive=False), session
 
         def on_train(data: dict, progress=gr.Progress()):  # noqa: B008 - gradio's progress idiom
+            """Stream the run to the page: progress bar, live loss curve; then summary and downloads."""
             session = app.session(data[state])
-            mode_value, model_value = data[mode], data[model]
             overrides = {name: data[comp] for name, comp in fields.items()}
             losses: list[float] = []
             last = 0.0
-            no = gr.update()
             status = status_box("Starting…")
 
             def plot(values: Sequence[float]) -> Any:
                 return gr.update(value=_loss_frame(values), visible=bool(values))
 
-            for ev in app.train(session, model_value, mode_value, overrides):
+            def final(box: str, curve: Sequence[float], more: dict | None = None) -> dict:
+                done = {status_md: box, loss_plot: plot(curve), launch: gr.update(interactive=True), state: session}
+                return {**done, **(more or {})}
+
+            for ev in app.train(session, data[model], data[mode], overrides):
                 kind = ev["kind"]
                 if kind == "phase":
                     total = ev.get("total") or 0
@@ -1684,32 +1695,35 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                     progress((ev["step"], ev["total"]), desc=f"Training · loss {ev['loss']:.3f} · {eta}", unit="steps")
                 elif kind == "error":
                     gr.Warning(ev["text"])
-                    yield status_box(ev["text"], "error"), plot(losses), no, no, no, no, session
+                    yield final(status_box(ev["text"], "error"), losses)
                     return
                 elif kind == "cancelled":
                     kept = " Your previous model and index are still served." if session.run else ""
-                    box = status_box(ev["text"] + kept, "warning")
-                    yield box, plot(losses or ev.get("losses", [])), no, no, no, no, session
+                    yield final(status_box(ev["text"] + kept, "warning"), losses or ev.get("losses", []))
                     return
                 elif kind == "done":
                     run: RunInfo = ev["run"]
-                    yield (
+                    words = run.stats.get("mode") != "sentences"
+                    yield final(
                         status_box(f"Tuned and indexed in {run.stats.get('wall_seconds', 0):.0f} s.", "ok"),
-                        plot(run.losses),
-                        _run_md(run),
-                        gr.update(value=str(run.model_zip), visible=True),
-                        gr.update(value=str(run.index_zip), visible=True),
-                        _served_md(session),
-                        session,
+                        run.losses,
+                        {
+                            result_md: _run_md(run),
+                            model_file: gr.update(value=str(run.model_zip), visible=True),
+                            index_file: gr.update(value=str(run.index_zip), visible=True),
+                            served_md: _served_md(session),
+                            gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
+                        },
                     )
                     return
                 now = time.monotonic()
                 if now - last >= 0.5:
                     last = now
-                    yield status, plot(losses) if losses else no, no, no, no, no, session
+                    yield {status_md: status, loss_plot: plot(losses)} if losses else {status_md: status}
+            yield final(status_box("The run ended without a result.", "error"), losses)
 
-        train_outputs = [status_md, loss_plot, result_md, model_file, index_file, served_md, state]
-        launch.click(on_request, [state], [status_md, state], queue=False, **private).then(
+        train_outputs = [status_md, loss_plot, result_md, model_file, index_file, served_md, gold, launch, state]
+        launch.click(on_request, [state], [status_md, launch, state], queue=False, **private).then(
             on_train, set(settings_inputs), train_outputs, show_progress="hidden", **train_queue, **private
         )
 
@@ -1755,9 +1769,9 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             session = app.session(s)
             try:
                 found = app.search(session, q, k_value, corpus_value)
-            except MirrorError as exc:
-                gr.Warning(str(exc))
-                return message(str(exc)), session
+            except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
+                gr.Warning(user_error(exc))
+                return message(user_error(exc)), session
             label = session.run.base_model if session.run else BUNDLED_MODEL
             return render_results(found, label), session
 
@@ -1771,9 +1785,9 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 progress(None, desc="Indexing with both encoders")
                 text = app.index_corpus(session, path, (col or "").strip() or None)
                 return message(text, "ok"), gr.update(value="extra"), _served_md(session), session
-            except MirrorError as exc:
-                gr.Warning(str(exc))
-                return message(str(exc)), gr.update(), gr.update(), session
+            except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
+                gr.Warning(user_error(exc))
+                return message(user_error(exc)), gr.update(), gr.update(), session
 
         other_btn.click(
             on_other, [other, other_column, state], [other_md, corpus, served_md, state], **encode_queue, **private
@@ -1786,9 +1800,9 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             try:
                 progress(None, desc="Encoding the pairs")
                 rows = app.evaluate(session, gold_value, pairs_path)
-            except MirrorError as exc:
-                gr.Warning(str(exc))
-                return message(str(exc)), gr.update(), gr.update(), session
+            except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
+                gr.Warning(user_error(exc))
+                return message(user_error(exc)), gr.update(), gr.update(), session
             # one bar per (set, encoder), side by side: BarPlot would stack bars that share an x value
             bars = [
                 {"bar": f"{r['gold set']} · {enc}", "encoder": enc, "spearman": r[enc]}
@@ -1815,9 +1829,9 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             try:
                 progress(None, desc="Embedding and clustering")
                 maps = app.project(session, n_value, k_value)
-            except MirrorError as exc:
-                gr.Warning(str(exc))
-                return message(str(exc)), gr.update(), gr.update(), session
+            except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
+                gr.Warning(user_error(exc))
+                return message(user_error(exc)), gr.update(), gr.update(), session
             n = len(maps["tuned"])
             return (
                 message(f"{n:,} strings, PCA of each space.", "ok"),

@@ -475,3 +475,101 @@ def test_examples_ship_with_licence_notes():
     for path in mx.GOLD_SETS.values():
         assert (mx.EXAMPLES_DIR / path).is_file() and Path(path).name in readme
     assert "CC BY-SA 4.0" in readme and (mx.EXAMPLES_DIR / "STSB_LICENSE.txt").is_file()
+
+
+# ---------------------------------------------------------------------------------------------- gradio adapters, ZeroGPU
+
+
+def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
+    """The Gradio wrappers in build_demo, called as Gradio would (inputs as a {component: value} dict)."""
+    demo = mx.build_demo(app)
+    fns = {f.name: f for f in demo.fns.values()}
+    session = app.session()
+    app.load_pasted(session, "\n".join(WORDS))
+    data = {}
+    for comp in fns["on_train"].inputs:
+        name = (comp.elem_id or "").removeprefix("mx-set-")
+        value = {**TINY, "mx-model": str(tiny_bert)}.get(name, getattr(comp, "value", None))
+        data[comp] = session if comp.__class__.__name__ == "State" else value
+    updates = list(fns["on_train"].fn(data))
+    last = {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in updates[-1].items()}
+    assert "Tuned and indexed" in last["mx-status"] and "Done: your tuned model is served" in last["mx-result"]
+    assert last["mx-model-zip"]["visible"] and last["mx-model-zip"]["value"].endswith("mirror-model.zip")
+    assert last["mx-loss"]["visible"] and len(last["mx-loss"]["value"]) == 3
+    assert last["mx-launch"]["interactive"] is True  # Launch is enabled again
+    page, _ = fns["on_search"].fn("cat\ndog", 5, "main", session)
+    assert page.count('class="mx-query"') == 2 and "Tuned (mirror)" in page
+    # a bad query is a message, not an exception
+    with pytest.warns(UserWarning, match="type a query"):  # gr.Warning, outside a request
+        page, _ = fns["on_search"].fn("  ", 5, "main", session)
+    assert "type a query" in page
+
+
+FAKE_SPACES = '''
+"""A stand-in for the `spaces` package on ZeroGPU: the decorated function runs in a forked worker process."""
+import multiprocessing
+
+calls = []
+
+
+class config:
+    class Config:
+        zero_gpu = True
+
+
+def GPU(duration=60):
+    def decorate(fn):
+        def wrapper(*args, **kwargs):
+            calls.append(duration(*args, **kwargs) if callable(duration) else duration)
+            ctx = multiprocessing.get_context("fork")
+            q = ctx.Queue()
+
+            def target():
+                try:
+                    for item in fn(*args, **kwargs):
+                        q.put(item)
+                finally:
+                    q.put(None)
+
+            worker = ctx.Process(target=target, daemon=True)
+            worker.start()
+            while (item := q.get()) is not None:
+                yield item
+            worker.join()
+
+        return wrapper
+
+    return decorate
+'''
+
+ZERO_GPU_SCRIPT = """
+import os, sys
+from pathlib import Path
+import spaces, app
+assert app.zero_gpu() and app.inference_device() == "cpu"
+a = app.MirrorApp(app.Settings(work_dir=Path(sys.argv[1]), model_roots=(Path(sys.argv[2]),)))
+s = a.session()
+a.load_pasted(s, "\\n".join(sys.argv[3:]))
+events = list(a.train(s, sys.argv[2], "auto", {"batch_size": 8, "max_steps": 3, "device": "cpu"}))
+assert events[-1]["kind"] == "done", events[-1]
+assert sum(e["kind"] == "step" for e in events) == 3
+assert len(spaces.calls) == 1 and 60 <= spaces.calls[0] <= 600, spaces.calls
+assert s.run.model_zip.is_file() and a.search(s, "cat", 2)[0]["tuned"]
+print("ok", os.getpid())
+"""
+
+
+def test_training_runs_inside_spaces_gpu_and_returns_files(tmp_path, tiny_bert):
+    """On ZeroGPU the job runs in another process: only its yielded tuples and files come back."""
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "spaces.py").write_text(FAKE_SPACES)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", ZERO_GPU_SCRIPT, str(tmp_path / "work"), str(tiny_bert), *WORDS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stdout + out.stderr[-3000:]
