@@ -22,6 +22,7 @@ Settings come from environment variables (defaults suit a CPU Space):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import html
@@ -64,7 +65,7 @@ EXAMPLES_DIR = ROOT / "examples"
 EXAMPLES: dict[str, tuple[str, str]] = {
     "small": ("Small demo list: 411 everyday words in 20 themes (tunes in seconds)", "small_words.txt"),
     "words10k": ("10,000 most frequent English words (MirrorBERT's word setting)", "en_top10k.txt"),
-    "sentences10k": ("10,536 STS-B training sentences (MirrorBERT's sentence setting)", "stsb_train_sentences.txt"),
+    "sentences10k": ("10.5k STS-B training sentences (MirrorBERT's sentence setting)", "stsb_train_sentences.txt"),
 }
 GOLD_SETS: dict[str, str] = {
     "SimLex-999": "gold/simlex999.txt",
@@ -279,7 +280,10 @@ def user_error(exc: BaseException) -> str:
     """What the user reads: a MirrorError's own message, or a short note for a bug (whose traceback is logged)."""
     if isinstance(exc, MirrorError):
         return str(exc)
-    log.error("unexpected error in a handler", exc_info=exc)
+    if not getattr(exc, "_mx_logged", False):  # log a bug once, however often its message is shown
+        log.error("unexpected error in a handler", exc_info=exc)
+        with contextlib.suppress(AttributeError):
+            exc._mx_logged = True  # type: ignore[attr-defined]
     return f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
 
 
@@ -726,6 +730,7 @@ class MirrorApp:
         self.settings.work_dir.mkdir(parents=True, exist_ok=True)
         self._base: OrderedDict[tuple[str, str], Encoder] = OrderedDict()
         self._base_lock = threading.Lock()
+        self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._loaded: OrderedDict[str, Loaded] = OrderedDict()
         self._loaded_lock = threading.Lock()
         self._last_sweep = 0.0
@@ -800,17 +805,25 @@ class MirrorApp:
 
         model = self.check_model(model)
         key = (model, pooling)
-        with self._base_lock:  # one load at a time: two users asking for bert-base load it once
+        with self._base_lock:
             if key in self._base:
                 self._base.move_to_end(key)
                 return self._base[key]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        # One load per model (two users asking for bert-base load it once) without blocking other models:
+        # a hub download can take minutes while searches on the cached models go on.
+        with key_lock:
+            with self._base_lock:
+                if key in self._base:
+                    return self._base[key]
             encoder = load_encoder(
                 model, pooling=pooling, device=inference_device(), allowed_roots=list(self.settings.model_roots)
             )
             encoder.model.eval()
-            self._base[key] = encoder
-            while len(self._base) > 3:
-                self._base.popitem(last=False)
+            with self._base_lock:
+                self._base[key] = encoder
+                while len(self._base) > 3:
+                    self._base.popitem(last=False)
             return encoder
 
     def loaded(self, run: RunInfo) -> Loaded:
@@ -936,7 +949,7 @@ class MirrorApp:
             yield {"kind": "error", "text": "A run is already in progress in this session; wait for it or cancel it."}
             return
         if len(session.texts) < 2:
-            yield {"kind": "error", "text": "Load at least 2 strings first (step ① above)."}
+            yield {"kind": "error", "text": "Load at least 2 strings first (step 1 above)."}
             return
         texts, source = list(session.texts), session.source
         try:
@@ -970,6 +983,7 @@ class MirrorApp:
                     yield {"kind": "phase", "text": ev[1], "done": ev[2], "total": ev[3]}
                 elif kind == "step":
                     step, total, loss = ev[1], ev[2], ev[3]
+                    session.touch()  # a long run keeps its session from being swept as idle
                     if t1 is None:
                         t1, first = time.perf_counter(), step
                     rate = (time.perf_counter() - t1) / (step - first) if step > first else None
@@ -1054,7 +1068,7 @@ class MirrorApp:
             yield {"kind": "error", "text": "no model zip uploaded"}
             return
         if len(session.texts) < 2:
-            yield {"kind": "error", "text": "Load the strings to search first (step ①), then upload the model zip."}
+            yield {"kind": "error", "text": "Load the strings to search first (step 1), then upload the model zip."}
             return
         if session.active is not None:
             yield {"kind": "error", "text": "A run is in progress in this session; wait for it or cancel it."}
@@ -1248,6 +1262,14 @@ def pca_2d(x: Any) -> Any:
     return xy
 
 
+def _is_under(path: Path, root: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return False
+    return True
+
+
 def _device_and_threads(device: str) -> tuple[str, int]:
     import torch
 
@@ -1282,7 +1304,7 @@ def _load_md(info: dict[str, Any]) -> str:
     kind = "single words and short terms" if info["mode"] == "words" else "sentences"
     lines = [
         f"**{info['strings']:,} strings** loaded from `{info['source']}`: {stats.lines:,} lines, "
-        f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicates removed.",
+        f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed.",
         f"**Detected:** {kind} → the **{info['mode']} preset** (τ {p.temperature}, {p.epochs} epoch"
         f"{'s' if p.epochs != 1 else ''}, max length {p.max_length} tokens). <small>{info['reason']}</small>",
     ]
@@ -1445,7 +1467,11 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                         "Load your strings in step 1, then upload the model .zip you downloaded: both encoders index them."
                     )
                     saved_zip = gr.File(
-                        label="Tuned model .zip", file_types=[".zip"], type="filepath", elem_id="mx-saved-zip"
+                        label="Tuned model .zip",
+                        file_types=[".zip"],
+                        type="filepath",
+                        height=150,
+                        elem_id="mx-saved-zip",
                     )
                     saved_md = gr.Markdown("")
 
@@ -1469,7 +1495,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 results = gr.HTML("", elem_id="mx-search-results")
                 with gr.Accordion("Search another corpus with your tuned encoder", open=False):
                     other = gr.File(
-                        label="A .txt, .csv/.tsv or .jsonl file", file_types=list(SUFFIXES), type="filepath"
+                        label="A .txt, .csv/.tsv or .jsonl file", file_types=list(SUFFIXES), type="filepath", height=150
                     )
                     other_column = gr.Textbox(label="Text column (for .csv/.tsv/.jsonl; empty = detect)")
                     other_btn = gr.Button("Index it")
@@ -1485,7 +1511,10 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 with gr.Row():
                     gold = gr.CheckboxGroup(list(GOLD_SETS), value=["SimLex-999", "WordSim-353"], label="Gold sets")
                     pairs = gr.File(
-                        label="…or your own pairs file", file_types=[".txt", ".tsv", ".csv"], type="filepath"
+                        label="…or your own pairs file",
+                        file_types=[".txt", ".tsv", ".csv"],
+                        type="filepath",
+                        height=150,
                     )
                 eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn")
                 eval_md = gr.Markdown("")
@@ -1668,7 +1697,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             status = status_box("Starting…")
 
             def plot(values: Sequence[float]) -> Any:
-                return gr.update(value=_loss_frame(values), visible=bool(values))
+                return gr.update(value=_loss_frame(values), visible=len(values) > 1)  # a curve needs two points
 
             def final(box: str, curve: Sequence[float], more: dict | None = None) -> dict:
                 done = {status_md: box, loss_plot: plot(curve), launch: gr.update(interactive=True), state: session}
@@ -1813,7 +1842,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             note = "" if session.run else " (no tuned model yet: showing the bundled base model only)"
             return (
                 message(f"Evaluated {len(rows)} set{'s' if len(rows) != 1 else ''}{note}.", "ok"),
-                pd.DataFrame(rows),
+                pd.DataFrame([{**r, "change": f"{r['change']:+.4f}"} if "change" in r else r for r in rows]),
                 pd.DataFrame(bars),
                 session,
             )
@@ -1932,7 +1961,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Warm the bundled model in the background: the page is served at once, the first run starts sooner.
     threading.Thread(target=app.warm_up, name="mirror-warm-up", daemon=True).start()
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
-    demo.launch(server_name=args.host, server_port=args.port, max_file_size=limit, css=CSS, show_error=False)
+    # Gradio hands out files from the working directory and the temp folder; a work dir elsewhere must be
+    # allowed explicitly (session folders have unguessable names).
+    work = app.settings.work_dir
+    allowed = [] if any(_is_under(work, Path(p)) for p in (os.getcwd(), tempfile.gettempdir())) else [str(work)]
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        max_file_size=limit,
+        allowed_paths=allowed,
+        css=CSS,
+        show_error=False,
+    )
     return 0
 
 

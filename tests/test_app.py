@@ -308,7 +308,7 @@ def test_cancel_while_queued_cancels_that_run_only(app, tiny_bert):
 
 def test_train_without_strings_or_with_an_unreachable_hub_model(app, monkeypatch):
     s = app.session()
-    assert train(app, s, "bundled")[-1] == {"kind": "error", "text": "Load at least 2 strings first (step ① above)."}
+    assert train(app, s, "bundled")[-1] == {"kind": "error", "text": "Load at least 2 strings first (step 1 above)."}
     app.load_pasted(s, "\n".join(WORDS))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     last = train(app, s, "some-org/not-downloaded-model")[-1]

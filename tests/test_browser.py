@@ -136,7 +136,7 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         summary = page.locator("#mx-input")
         expect(summary).to_contain_text("50 strings loaded")
         text = summary.inner_text()
-        assert "1 empty dropped" in text and "1 duplicates removed" in text and "words preset" in text
+        assert "1 empty dropped" in text and "1 duplicate removed" in text and "words preset" in text
         expect(page.locator("#mx-estimate")).to_contain_text("Plan:")
 
         # 2. a few steps: batch 16, max 3 steps (set in the Advanced accordion)
