@@ -60,14 +60,14 @@ def tuned(app, tiny_bert) -> mx.Session:
 # ---------------------------------------------------------------------------------------------- import, settings
 
 
-def test_import_loads_nothing_heavy():
+def test_import_loads_nothing_heavy(tmp_path):
     code = "import sys, app; app.build_demo(app.MirrorApp(app.Settings(work_dir=app.Path(sys.argv[1]))));"
     code += (
         "heavy = [m for m in ('torch', 'faiss', 'transformers', 'mirror.train', 'index.store') if m in sys.modules];"
     )
     code += "print(heavy); sys.exit(1 if heavy else 0)"
     out = subprocess.run(
-        [sys.executable, "-c", code, str(ROOT / ".pytest_cache" / "mx-import")],
+        [sys.executable, "-c", code, str(tmp_path / "work")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -573,3 +573,38 @@ def test_training_runs_inside_spaces_gpu_and_returns_files(tmp_path, tiny_bert):
         timeout=300,
     )
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stdout + out.stderr[-3000:]
+
+
+def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned, tmp_path):
+    demo = mx.build_demo(app)
+    fns = {f.name: f for f in demo.fns.values()}
+    defaults = [c.value for c in fns["on_upload"].inputs[5:]]  # the Advanced fields, as the page holds them
+    csv = tmp_path / "terms.csv"
+    csv.write_text("id,term\n1,cat\n2,dog\n3,kitten\n")
+    out = fns["on_upload"].fn(str(csv), None, "auto", "bundled", None, *defaults)
+    summary, column, session = out[0], out[1], out[-1]
+    assert "3 strings" in summary and "words preset" in summary
+    assert column["visible"] and [c[1] for c in column["choices"]] == ["", "id", "term"]
+    out = fns["on_column"].fn(str(csv), "id", "auto", "bundled", session, *defaults)
+    assert "3 strings" in out[0] and session.texts == ["1", "2", "3"]
+    with pytest.warns(UserWarning, match="no column 'nope'"):
+        out = fns["on_column"].fn(str(csv), "nope", "auto", "bundled", session, *defaults)
+    assert "Error" in out[0] and session.texts == ["1", "2", "3"]
+
+    # a zip downloaded from an earlier run, uploaded in a session that has strings loaded
+    app.load_pasted(session, "\n".join(WORDS))
+    saved_md, result_md, model_file, *_ = fns["on_saved_zip"].fn(str(tuned.run.model_zip), session)
+    assert "Serving" in saved_md and "Done" in result_md and model_file["visible"]
+    assert session.run is not None and session.run is not tuned.run
+
+
+def test_browser_test_skips_without_chromium_but_fails_on_ci(monkeypatch):
+    import tests.test_browser as tb
+
+    monkeypatch.setattr(tb, "CHROMIUM_PATHS", ("/nonexistent/chromium",))
+    monkeypatch.setattr(tb, "ON_CI", False)
+    with pytest.raises(pytest.skip.Exception, match="no chromium executable"):
+        tb.chromium_or_skip()
+    monkeypatch.setattr(tb, "ON_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="required on CI"):
+        tb.chromium_or_skip()
