@@ -1170,7 +1170,10 @@ class MirrorApp:
             loaded.indexes["extra:base"] = VectorIndex.load(run.folder / "extra_base", loaded.base, gpu=False)
             loaded.indexes["extra:tuned"] = VectorIndex.load(run.folder / "extra_tuned", loaded.tuned, gpu=False)
             run.extra_corpus = display_name(path)
-        return f"Indexed {len(texts):,} strings of `{display_name(path)}` ({stats.summary()})."
+        return (
+            f"Indexed {len(texts):,} strings of `{display_name(path)}` with both encoders ({stats.lines:,} lines, "
+            f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicates removed). Searching it now."
+        )
 
     # ---------------------------------------------------------------- tab 3: evaluate
 
@@ -1495,10 +1498,14 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 results = gr.HTML("", elem_id="mx-search-results")
                 with gr.Accordion("Search another corpus with your tuned encoder", open=False):
                     other = gr.File(
-                        label="A .txt, .csv/.tsv or .jsonl file", file_types=list(SUFFIXES), type="filepath", height=150
+                        label="A .txt, .csv/.tsv or .jsonl file",
+                        file_types=list(SUFFIXES),
+                        type="filepath",
+                        height=150,
+                        elem_id="mx-other",
                     )
                     other_column = gr.Textbox(label="Text column (for .csv/.tsv/.jsonl; empty = detect)")
-                    other_btn = gr.Button("Index it")
+                    other_btn = gr.Button("Index it", elem_id="mx-other-btn")
                     other_md = gr.Markdown("")
 
             # ---------------------------------------------------------------- tab 3
