@@ -32,6 +32,7 @@ import os
 import queue
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -1961,7 +1962,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         app = MirrorApp(Settings.from_env())
     except MirrorError as exc:
-        print(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     app.sweep(force=True)
     demo = build_demo(app)
