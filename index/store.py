@@ -466,21 +466,36 @@ def _flat_search_numpy(index: faiss.IndexFlat, q: np.ndarray, k: int) -> tuple[n
     """Exact top-k of many queries as NumPy matrix products over the flat index's own storage (no copy).
 
     faiss 1.15's wheel runs batches of ~20-1000 queries through its bundled BLAS 4-8x slower than NumPy's
-    GEMM on our CPU (bench/RESULTS.md); results are the same up to the order of exactly tied scores.
+    GEMM on our CPU (bench/RESULTS.md). Queries go in chunks of 256 and the rows in blocks of <= 16M scores
+    (64 MB), so the vectors are read once per chunk; ties may come out in another order than faiss'.
     """
     n, dim = index.ntotal, index.d
     xb = faiss.rev_swig_ptr(index.get_xb(), n * dim).reshape(n, dim)
-    chunk = max(1, (1 << 24) // max(1, n))  # <= 16M scores (64 MB) per product
     scores = np.empty((len(q), k), dtype=np.float32)
     ids = np.empty((len(q), k), dtype=np.int64)
-    for start in range(0, len(q), chunk):
-        sims = q[start : start + chunk] @ xb.T
-        top = np.argpartition(-sims, k - 1, axis=1)[:, :k] if k < n else np.broadcast_to(np.arange(n), sims.shape)
-        top_scores = np.take_along_axis(sims, top, axis=1)
-        order = np.argsort(-top_scores, axis=1, kind="stable")
-        scores[start : start + chunk] = np.take_along_axis(top_scores, order, axis=1)
-        ids[start : start + chunk] = np.take_along_axis(top, order, axis=1)
+    for qs in range(0, len(q), 256):
+        chunk = q[qs : qs + 256]
+        rows = max(k, (1 << 24) // len(chunk))
+        best_s, best_i = [], []
+        for start in range(0, n, rows):
+            sims = chunk @ xb[start : start + rows].T
+            top = _top_k(sims, k)
+            best_s.append(np.take_along_axis(sims, top, axis=1))
+            best_i.append(top + start)
+        cand_s, cand_i = np.hstack(best_s), np.hstack(best_i)
+        top = _top_k(cand_s, k)
+        top_s = np.take_along_axis(cand_s, top, axis=1)
+        order = np.argsort(-top_s, axis=1, kind="stable")
+        scores[qs : qs + 256] = np.take_along_axis(top_s, order, axis=1)
+        ids[qs : qs + 256] = np.take_along_axis(np.take_along_axis(cand_i, top, axis=1), order, axis=1)
     return scores, ids
+
+
+def _top_k(sims: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of the k largest values of each row (unordered); all columns if there are <= k."""
+    if sims.shape[1] <= k:
+        return np.broadcast_to(np.arange(sims.shape[1]), sims.shape)
+    return np.argpartition(-sims, k - 1, axis=1)[:, :k]
 
 
 def check_target(folder: str | Path) -> Path:
