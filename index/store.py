@@ -104,6 +104,8 @@ class VectorIndex:
         encoding. `gpu=None` uses a GPU when faiss sees one.
         """
         _check_options(kind, nlist, nprobe, exact_max)  # before a long encoding, not after
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise MirrorError(f"batch size must be a positive integer, got {batch_size!r}")
         texts = _unique_texts(texts)
         enc = _as_encoder(encoder, device)
         vectors = enc.encode(texts, batch_size=batch_size, normalize=True, on_progress=on_progress)

@@ -80,6 +80,14 @@ def test_query_text_output_and_k_above_size(built, capsys):
         (["build", "--encoder", "{bert}", "--input", "{tmp}/data.bin", "--out", "{tmp}/o"], "unsupported file type"),
         (["build", "--encoder", "{tmp}/nope", "--input", "{tmp}/ok.txt", "--out", "{tmp}/o"], "no such model folder"),
         (["build", "--encoder", "{bert}", "--input", "{tmp}/ok.txt", "--out", "{tmp}"], "not an index folder"),
+        (
+            ["build", "--encoder", "{bert}", "--input", "{tmp}/ok.txt", "--out", "{tmp}/o", "--batch-size", "0"],
+            "batch size",
+        ),
+        (
+            ["build", "--encoder", "{bert}", "--input", "{tmp}/ok.txt", "--out", "{tmp}/o", "--nlist", "-2"],
+            "nlist must be",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_a_message(argv, message, built, tiny_bert, tiny_roberta, tmp_path, capsys):
