@@ -31,7 +31,9 @@ def bert_base_encoder(device: str) -> Encoder:
     tokenizer = load_encoder("bundled").tokenizer
     config = BertConfig(vocab_size=tokenizer.vocab_size, attn_implementation="sdpa")
     model = BertModel(config, add_pooling_layer=False)
-    return Encoder(model=model, tokenizer=tokenizer, pooling="cls", max_seq_length=512, source="bert-base shape").to(device)
+    return Encoder(model=model, tokenizer=tokenizer, pooling="cls", max_seq_length=512, source="bert-base shape").to(
+        device
+    )
 
 
 def flops_per_sequence(hidden: int, layers: int, ffn: int, length: int) -> float:
@@ -91,13 +93,18 @@ def main() -> None:
             encoder, config = bert_base_encoder(device), MirrorConfig.preset("sentences", pooling="cls", **common)
         else:
             texts = read_texts(WORDS)[: args.limit]
-            encoder, config = load_encoder("bundled", device=device, dropout=0.1), MirrorConfig.preset("words", **common)
+            encoder, config = (
+                load_encoder("bundled", device=device, dropout=0.1),
+                MirrorConfig.preset("words", **common),
+            )
         if device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         rows.append(run(job, encoder, texts, config) | {"wall_s": time.perf_counter() - t0})
     print_table(rows, ["job", "device", "steps", "train_s", "wall_s", "tokens_per_s", "padding", "tflops", "peak_pct"])
-    write_json(f"gpu-{device}{'-compile' if args.compile else ''}{'-bucket' if args.bucket else ''}.json", {"rows": rows})
+    write_json(
+        f"gpu-{device}{'-compile' if args.compile else ''}{'-bucket' if args.bucket else ''}.json", {"rows": rows}
+    )
 
 
 if __name__ == "__main__":

@@ -66,7 +66,13 @@ def main() -> None:
         result = mirror_tune(read_texts(corpus), config)
         label = f"tuned ({result.config.pooling})" + (f" {args.set}" if args.set else "")
         rows.append(
-            {"run": label, "mode": mode, "steps": result.steps, "train_s": result.seconds, **evaluate(result.encoder, gold)}
+            {
+                "run": label,
+                "mode": mode,
+                "steps": result.steps,
+                "train_s": result.seconds,
+                **evaluate(result.encoder, gold),
+            }
         )
         print(result.summary(), flush=True)
     columns = ["run", "mode", "steps", "train_s", "simlex", "ws353", "simlex_dev", "ws353_dev", "sts_dev", "sts_test"]

@@ -24,8 +24,14 @@ def run_ours(texts: list[str], config: MirrorConfig) -> dict:
     started = time.perf_counter()
     result = mirror_tune(texts, config)
     wall = time.perf_counter() - started
-    return {"run": f"ours: mirror_tune, precision={config.precision}", "steps": result.steps, "train_s": result.seconds, "wall_s": wall,
-            "final_loss": result.final_loss, "device": result.device}
+    return {
+        "run": f"ours: mirror_tune, precision={config.precision}",
+        "steps": result.steps,
+        "train_s": result.seconds,
+        "wall_s": wall,
+        "final_loss": result.final_loss,
+        "device": result.device,
+    }
 
 
 def run_peer(texts: list[str], config: MirrorConfig, device: str, bf16: bool) -> dict:
@@ -64,8 +70,14 @@ def run_peer(texts: list[str], config: MirrorConfig, device: str, bf16: bool) ->
         t0 = time.perf_counter()
         out_state = trainer.train()
         train_s = time.perf_counter() - t0
-    return {"run": f"peer: ST trainer + MNRL, {'bf16' if bf16 else 'fp32 (its default)'}", "steps": out_state.global_step, "train_s": train_s,
-            "wall_s": time.perf_counter() - started, "final_loss": out_state.training_loss, "device": device}
+    return {
+        "run": f"peer: ST trainer + MNRL, {'bf16' if bf16 else 'fp32 (its default)'}",
+        "steps": out_state.global_step,
+        "train_s": train_s,
+        "wall_s": time.perf_counter() - started,
+        "final_loss": out_state.training_loss,
+        "device": device,
+    }
 
 
 def main() -> None:
@@ -92,7 +104,9 @@ def main() -> None:
         ratios["ours/peer (both bf16)"] = ours["train_s"] / peer16["train_s"]
     rows += [{"run": f"ratio {k}", "train_s": v} for k, v in ratios.items()]
     print_table(rows, ["run", "steps", "train_s", "wall_s", "final_loss", "device"])
-    write_json(f"speed-{args.mode}-{device}.json", {"mode": args.mode, "strings": len(texts), "rows": rows, "ratios": ratios})
+    write_json(
+        f"speed-{args.mode}-{device}.json", {"mode": args.mode, "strings": len(texts), "rows": rows, "ratios": ratios}
+    )
 
 
 if __name__ == "__main__":

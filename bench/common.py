@@ -6,8 +6,9 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MIRROR_DATA", ROOT.parent / "shared" / "data"))
@@ -37,10 +38,10 @@ def machine() -> dict[str, Any]:
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |")
+    print("| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=False)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in cells:
-        print("| " + " | ".join(v.ljust(w) for v, w in zip(row, widths)) + " |")
+        print("| " + " | ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) + " |")
 
 
 def write_json(name: str, payload: dict[str, Any]) -> Path:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from mirror.config import BUNDLED_MODEL
 from mirror.data import clean_texts, read_texts
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,15 +123,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return {"build": cmd_build, "query": cmd_query}[args.command](args)
-    except MirrorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: nothing was saved", file=sys.stderr)
-        return 130
+    return run_cli(build_parser(), {"build": cmd_build, "query": cmd_query}, argv)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,12 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from mirror.config import BUNDLED_MODEL, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
 from mirror.data import clean_texts, read_texts
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,15 +111,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return {"train": cmd_train, "eval": cmd_eval}[args.command](args)
-    except MirrorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: nothing was saved", file=sys.stderr)
-        return 130
+    return run_cli(build_parser(), {"train": cmd_train, "eval": cmd_eval}, argv)
 
 
 if __name__ == "__main__":

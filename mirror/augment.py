@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def mask_span(text: str, mask_token: str, k: int, rng: random.Random, min_chars: int = 30) -> str:

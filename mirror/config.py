@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from mirror.errors import MirrorError
 
@@ -128,4 +129,7 @@ def detect_mode(texts: Sequence[str], threshold: float = 0.5) -> tuple[Mode, str
     multi = sum(1 for t in texts if len(t.split()) > 2)
     share = multi / len(texts)
     mode: Mode = "sentences" if share >= threshold else "words"
-    return mode, f"{share:.0%} of {len(texts)} strings have more than two words (threshold {threshold:.0%}) -> {mode} preset"
+    return (
+        mode,
+        f"{share:.0%} of {len(texts)} strings have more than two words (threshold {threshold:.0%}) -> {mode} preset",
+    )

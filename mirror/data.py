@@ -6,9 +6,9 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from mirror.errors import MirrorError
 
@@ -16,8 +16,14 @@ SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl")
 TEXT_COLUMN_HINTS = ("text", "sentence", "string", "word", "term", "name", "query", "phrase")
 # C0/C1 control characters other than tab and newlines: replaced by spaces when cleaning
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-BINARY_MAGIC = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"GIF8": "a GIF image",
-                b"%PDF": "a PDF", b"PK\x03\x04": "a zip archive (or .docx/.xlsx)", b"\x7fELF": "a program"}
+BINARY_MAGIC = {
+    b"\x89PNG": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"GIF8": "a GIF image",
+    b"%PDF": "a PDF",
+    b"PK\x03\x04": "a zip archive (or .docx/.xlsx)",
+    b"\x7fELF": "a program",
+}
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,9 @@ def decode(data: bytes, name: str) -> str:
         try:
             return data.decode("utf-16")
         except UnicodeDecodeError as exc:
-            raise MirrorError(f"{name}: starts with a UTF-16 byte-order mark but is not valid UTF-16 ({exc.reason})") from None
+            raise MirrorError(
+                f"{name}: starts with a UTF-16 byte-order mark but is not valid UTF-16 ({exc.reason})"
+            ) from None
     for magic, what in BINARY_MAGIC.items():
         if data.startswith(magic):
             raise MirrorError(f"{name}: is {what}, not a text file; upload UTF-8 text")
@@ -161,5 +169,5 @@ def _parse_jsonl(text: str, name: str, field: str) -> list[str]:
         elif isinstance(record, dict) and isinstance(record.get(field), str):
             out.append(record[field])
         else:
-            raise MirrorError(f"{name}: line {lineno} has no string field {field!r} (expected {{\"{field}\": \"...\"}})")
+            raise MirrorError(f'{name}: line {lineno} has no string field {field!r} (expected {{"{field}": "..."}})')
     return out

@@ -53,7 +53,7 @@ def gather_with_grad(local: torch.Tensor, n: int) -> torch.Tensor:
     padded = torch.nn.functional.pad(local, (0, 0, 0, biggest - local.shape[0]))
     parts = _AllGather.apply(padded)
     sizes = [hi - lo for lo, hi in (shard_bounds(n, size, r) for r in range(size))]
-    return torch.cat([part[:m] for part, m in zip(parts, sizes)])
+    return torch.cat([part[:m] for part, m in zip(parts, sizes, strict=False)])
 
 
 class _AllGather(torch.autograd.Function):

@@ -13,9 +13,10 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -207,9 +208,9 @@ def load_encoder(
     model, tokenizer = _load_hf(transformer_dir, source, dropout)
     max_len = int(st_max_len or _model_max_length(model, tokenizer))
     info = _read_json(folder / MIRROR_CONFIG_FILE) or {}
-    return Encoder(model=model, tokenizer=tokenizer, pooling=pooling, max_seq_length=max_len, source=source, info=info).to(
-        resolve_device(device)
-    )
+    return Encoder(
+        model=model, tokenizer=tokenizer, pooling=pooling, max_seq_length=max_len, source=source, info=info
+    ).to(resolve_device(device))
 
 
 def save_encoder(encoder: Encoder, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
@@ -239,7 +240,9 @@ def write_st_files(folder: Path, dim: int, pooling: str, max_seq_length: int) ->
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]
     (folder / "modules.json").write_text(json.dumps(modules, indent=2))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False}))
+    (folder / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False})
+    )
     (folder / "1_Pooling").mkdir(exist_ok=True)
     pool_cfg = {
         "word_embedding_dimension": dim,
@@ -284,7 +287,9 @@ def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None) -> Path:
             raise MirrorError(f"{source}: not a model folder (no config.json or modules.json)")
         return path
     if not HUB_ID.match(source) or ".." in source:
-        raise MirrorError(f"{source!r} is neither a local folder nor a valid Hugging Face model id (like 'bert-base-uncased')")
+        raise MirrorError(
+            f"{source!r} is neither a local folder nor a valid Hugging Face model id (like 'bert-base-uncased')"
+        )
     return _download(source)
 
 

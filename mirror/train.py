@@ -6,9 +6,10 @@ import math
 import platform
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -136,7 +137,9 @@ def mirror_tune(
     if world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        encoder.model = DistributedDataParallel(encoder.model, device_ids=[device.index] if device.type == "cuda" else None)
+        encoder.model = DistributedDataParallel(
+            encoder.model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
     amp_dtype = resolve_precision(device, config.precision)
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
@@ -173,23 +176,31 @@ def mirror_tune(
                     break
                 batch_ids = queue.pop(0)
                 try:
-                    pending.append(_train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device))
+                    pending.append(
+                        _train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device)
+                    )
                 except torch.OutOfMemoryError:
                     if world_size > 1:
-                        raise MirrorError(f"out of memory at global batch {batch_size}: rerun with a smaller --batch-size") from None
+                        raise MirrorError(
+                            f"out of memory at global batch {batch_size}: rerun with a smaller --batch-size"
+                        ) from None
                     # Free what the failed step held and go on with half the batch: fewer negatives
                     # per step, but the run finishes, and the result says so.
                     optimizer.zero_grad(set_to_none=True)
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
                     if batch_size // 2 < min_batch:
-                        raise MirrorError(f"out of memory even at batch size {batch_size}: use a smaller model or max length") from None
+                        raise MirrorError(
+                            f"out of memory even at batch size {batch_size}: use a smaller model or max length"
+                        ) from None
                     batch_size //= 2
                     rest = [i for ids in [batch_ids, *queue] for i in ids]
                     queue = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
                     if len(queue) > 1 and len(queue[-1]) < min_batch:
                         queue[-2].extend(queue.pop())
-                    remaining = len(queue) + (config.epochs - epoch - 1) * steps_per_epoch(len(texts), batch_size, min_batch)
+                    remaining = len(queue) + (config.epochs - epoch - 1) * steps_per_epoch(
+                        len(texts), batch_size, min_batch
+                    )
                     total = min(step + remaining, config.max_steps or step + remaining)
                     notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
                     continue

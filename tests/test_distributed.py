@@ -28,8 +28,18 @@ STRINGS = [
 
 def config(model: str) -> MirrorConfig:
     # dropout 0: the two runs must see identical forward passes; fp32 for exact comparison
-    return MirrorConfig.preset("sentences", model=model, dropout=0.0, precision="fp32", lr=0.5, batch_size=7,
-                               epochs=2, device="cpu", pooling="mean", grad_clip=0)
+    return MirrorConfig.preset(
+        "sentences",
+        model=model,
+        dropout=0.0,
+        precision="fp32",
+        lr=0.5,
+        batch_size=7,
+        epochs=2,
+        device="cpu",
+        pooling="mean",
+        grad_clip=0,
+    )
 
 
 def plain_sgd(params, lr, **_):
@@ -61,8 +71,8 @@ def test_shard_bounds_cover_the_batch():
         for w in range(1, 4):
             spans = [shard_bounds(n, w, r) for r in range(w)]
             assert spans[0][0] == 0 and spans[-1][1] == n
-            assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
-            assert max(h - l for l, h in spans) - min(h - l for l, h in spans) <= 1
+            assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+            assert max(hi - lo for lo, hi in spans) - min(hi - lo for lo, hi in spans) <= 1
 
 
 def test_two_gloo_processes_match_one_process(tiny_bert, tmp_path, monkeypatch):

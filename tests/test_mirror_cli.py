@@ -22,7 +22,21 @@ def words_file(tmp_path):
 
 def test_train_writes_a_loadable_model_and_summary(tiny_bert, words_file, tmp_path, capsys):
     out = tmp_path / "tuned"
-    code = main(["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--epochs", "3", "--pooling", "mean"])
+    code = main(
+        [
+            "train",
+            str(words_file),
+            "--out",
+            str(out),
+            "--model",
+            str(tiny_bert),
+            "--quiet",
+            "--epochs",
+            "3",
+            "--pooling",
+            "mean",
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "6 strings (8 lines, 1 empty dropped, 1 duplicates removed)" in text
@@ -74,13 +88,33 @@ def test_unknown_pooling_is_rejected_by_argparse(words_file, tmp_path, capsys):
 def test_python_dash_m_mirror_runs_as_a_program(tiny_bert, words_file, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     ok = subprocess.run(
-        [sys.executable, "-m", "mirror", "train", str(words_file), "--out", str(tmp_path / "m"), "--model", str(tiny_bert), "--max-steps", "1"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "mirror",
+            "train",
+            str(words_file),
+            "--out",
+            str(tmp_path / "m"),
+            "--model",
+            str(tiny_bert),
+            "--max-steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert ok.returncode == 0, ok.stderr
     assert "1/1 steps" in ok.stdout and "step" in ok.stderr  # summary on stdout, progress bar on stderr
     bad = subprocess.run(
         [sys.executable, "-m", "mirror", "train", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "x")],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert bad.returncode == 2 and "error: " in bad.stderr and "no such file" in bad.stderr

@@ -131,7 +131,9 @@ def test_roberta_uses_its_own_mask_token(tiny_roberta, monkeypatch):
     assert enc.mask_token == "<mask>"
     seen = []
     original = enc.tokenize
-    monkeypatch.setattr(enc, "tokenize", lambda texts, max_length=None: seen.extend(texts) or original(texts, max_length))
+    monkeypatch.setattr(
+        enc, "tokenize", lambda texts, max_length=None: seen.extend(texts) or original(texts, max_length)
+    )
     result = mirror_tune(SENTENCES, cfg(tiny_roberta, mode="sentences", epochs=1), encoder=enc)
     assert result.steps == 1 and np.isfinite(result.losses[0])
     second_views = seen[len(SENTENCES) :]
@@ -195,7 +197,11 @@ def test_encode_keeps_input_order_and_normalises(tiny_bert):
     np.testing.assert_allclose(together, apart, atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
     assert enc.encode([]).shape == (0, 32)
-    assert enc.fingerprint() == load_encoder(tiny_bert).fingerprint() != load_encoder(tiny_bert, pooling="mean").fingerprint()
+    assert (
+        enc.fingerprint()
+        == load_encoder(tiny_bert).fingerprint()
+        != load_encoder(tiny_bert, pooling="mean").fingerprint()
+    )
 
 
 def test_tiny_tokenizers_really_tokenize(tiny_bert, tiny_roberta):
@@ -213,11 +219,15 @@ def test_every_precision_trains_with_a_finite_loss(tiny_bert, precision):
 
 
 def test_length_buckets_train_every_string_with_less_padding(tiny_bert, monkeypatch):
-    texts = [("a " * n).strip() + f" {w}" for n, w in zip([1, 9, 2, 8, 1, 9, 2, 8], WORDS)]
+    texts = [("a " * n).strip() + f" {w}" for n, w in zip([1, 9, 2, 8, 1, 9, 2, 8], WORDS, strict=False)]
     enc = load_encoder(tiny_bert)
     widths = []
     original = enc.tokenize
-    monkeypatch.setattr(enc, "tokenize", lambda t, max_length=None: (lambda b: widths.append(b["input_ids"].shape) or b)(original(t, max_length)))
+    monkeypatch.setattr(
+        enc,
+        "tokenize",
+        lambda t, max_length=None: (lambda b: widths.append(b["input_ids"].shape) or b)(original(t, max_length)),
+    )
     plain = mirror_tune(texts, cfg(tiny_bert, batch_size=4, epochs=1, bucket_by_length=False), encoder=enc)
     plain_widths, widths[:] = list(widths), []
     bucketed = mirror_tune(texts, cfg(tiny_bert, batch_size=4, epochs=1, bucket_by_length=True), encoder=enc)
@@ -238,7 +248,9 @@ def test_out_of_memory_halves_the_batch_and_says_so(tiny_bert, monkeypatch):
 
     monkeypatch.setattr(enc, "embed", embed)
     steps = []
-    result = mirror_tune(WORDS, cfg(tiny_bert, batch_size=14, epochs=2), encoder=enc, on_step=lambda s, t, loss: steps.append((s, t)))
+    result = mirror_tune(
+        WORDS, cfg(tiny_bert, batch_size=14, epochs=2), encoder=enc, on_step=lambda s, t, loss: steps.append((s, t))
+    )
     assert not result.cancelled and all(np.isfinite(result.losses))
     assert sizes[:3] == [28, 14, 6]  # 14 strings (x2 views), then 7, then 3
     assert result.steps == result.total_steps == len(steps) == steps[-1][0] == 10  # 3,3,3,3,2 in each epoch

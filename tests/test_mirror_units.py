@@ -185,7 +185,9 @@ def test_reader_errors_name_the_file_and_problem(tmp_path, name, content, needle
 
 
 def test_stray_nul_and_control_characters_are_cleaned_not_fatal(tmp_path):
-    (tmp_path / "x.txt").write_bytes(b"caf\xc3\xa9\x00 au lait\nbell\x07 tower\n\x1b[31mred\x1b[0m\n" + b"plain line\n" * 200)
+    (tmp_path / "x.txt").write_bytes(
+        b"caf\xc3\xa9\x00 au lait\nbell\x07 tower\n\x1b[31mred\x1b[0m\n" + b"plain line\n" * 200
+    )
     texts, stats = clean_texts(read_texts(tmp_path / "x.txt"))
     assert texts[:3] == ["caf\u00e9 au lait", "bell tower", "[31mred [0m"] and stats.duplicates == 199
 
