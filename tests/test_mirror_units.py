@@ -86,13 +86,30 @@ def test_make_views_without_mask_token_gives_dropout_only_views():
 # ---------------------------------------------------------------- config
 
 
-def test_presets_follow_the_paper():
-    words, sents = MirrorConfig.preset("words"), MirrorConfig.preset("sentences")
+def test_presets_follow_the_paper_for_a_plain_mlm():
+    words = MirrorConfig.preset("words", model="bert-base-uncased")
+    sents = MirrorConfig.preset("sentences", model="roberta-base")
     assert (words.temperature, words.epochs, words.max_length) == (0.2, 2, 25)
     assert (sents.temperature, sents.epochs, sents.max_length) == (0.04, 1, 50)
     for c in (words, sents):
         assert (c.lr, c.batch_size, c.dropout, c.mask_span, c.weight_decay) == (2e-5, 200, 0.1, 5, 0.01)
     assert MirrorConfig.preset("words", epochs=3, lr=None).epochs == 3
+
+
+def test_sentences_on_a_sentence_encoder_use_the_dev_chosen_settings(tmp_path):
+    st_folder, mlm_folder = tmp_path / "st", tmp_path / "mlm"
+    st_folder.mkdir()
+    mlm_folder.mkdir()
+    (st_folder / "modules.json").write_text("[]")
+    for model in ("bundled", "sentence-transformers/all-mpnet-base-v2", str(st_folder)):
+        sents = MirrorConfig.preset("sentences", model=model)
+        assert (sents.temperature, sents.lr, sents.epochs) == (0.1, 1e-5, 1)
+        words = MirrorConfig.preset("words", model=model)  # words keep the paper's settings
+        assert (words.temperature, words.lr) == (0.2, 2e-5)
+    assert MirrorConfig.preset("sentences", model=str(mlm_folder)).temperature == 0.04
+    # explicit values always win over the adjustment
+    assert MirrorConfig.preset("sentences", temperature=0.05).temperature == 0.05
+    assert MirrorConfig.preset("sentences", lr=3e-5).lr == 3e-5
 
 
 @pytest.mark.parametrize(
@@ -127,7 +144,7 @@ def test_config_round_trips_through_dict():
 
 def test_for_texts_detects_or_takes_the_mode():
     config, reason = MirrorConfig.for_texts(["a man is walking", "two dogs play in snow"], epochs=3)
-    assert (config.mode, config.temperature, config.epochs) == ("sentences", 0.04, 3) and "sentences preset" in reason
+    assert (config.mode, config.temperature, config.epochs) == ("sentences", 0.1, 3) and "sentences preset" in reason
     config, reason = MirrorConfig.for_texts(["a man is walking", "two dogs play"], "words")
     assert config.mode == "words" and "explicitly" in reason
     with pytest.raises(MirrorError):
