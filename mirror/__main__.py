@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,7 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_out(path: str) -> Path:
+    """Fail before training, not after it: --out must be a folder (or not exist yet) in a writable place."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise MirrorError(f"--out {path}: exists and is not a folder; choose a folder for the tuned model")
+    parent = out if out.exists() else out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise MirrorError(f"--out {path}: cannot create or write there ({parent} is not a writable folder)")
+    return out
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    check_out(args.out)
     texts, stats = clean_texts(read_texts(args.input, args.column))
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
@@ -84,7 +99,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     if rank == 0:  # only rank 0 writes; the others wait so the folder is complete when all exit
-        out = save_result(result, args.out)
+        try:
+            out = save_result(result, args.out)
+        except OSError as exc:  # disk full, permissions: save_result wrote to a temp folder, now removed
+            raise MirrorError(
+                f"could not save the model to {args.out} ({exc.strerror or exc}); nothing was changed there"
+            ) from None
         say(result.summary())
         say(f"saved: {out}  (load with SentenceTransformer({str(out)!r}))")
     if world_size > 1:

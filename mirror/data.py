@@ -14,8 +14,11 @@ from mirror.errors import MirrorError
 
 SUFFIXES = (".txt", ".csv", ".tsv", ".jsonl")
 TEXT_COLUMN_HINTS = ("text", "sentence", "string", "word", "term", "name", "query", "phrase")
-# C0/C1 control characters other than tab and newlines: replaced by spaces when cleaning
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# C0/C1 control characters other than tab and newlines, and stray byte-order marks (U+FEFF): replaced
+# by spaces when cleaning. Lone UTF-16 surrogates (a JSON "\\ud800" escape from an API client) cannot be
+# encoded or tokenized: they become U+FFFD.
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff]")
+SURROGATE = re.compile(r"[\ud800-\udfff]")
 BINARY_MAGIC = {
     b"\x89PNG": "a PNG image",
     b"\xff\xd8\xff": "a JPEG image",
@@ -50,7 +53,7 @@ def clean_texts(texts: Iterable[str]) -> tuple[list[str], CleanStats]:
     lines = empty = dups = 0
     for raw in texts:
         lines += 1
-        text = " ".join(CONTROL.sub(" ", str(raw)).split())  # drop control chars, collapse whitespace
+        text = " ".join(CONTROL.sub(" ", SURROGATE.sub("\ufffd", str(raw))).split())  # no control chars, one space
         if not text:
             empty += 1
         elif text in seen:
@@ -62,20 +65,33 @@ def clean_texts(texts: Iterable[str]) -> tuple[list[str], CleanStats]:
 
 
 def decode(data: bytes, name: str) -> str:
-    """UTF-8 (BOM or not) or UTF-16 with a BOM; anything else is a clear error naming the file."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        try:
-            return data.decode("utf-16")
-        except UnicodeDecodeError as exc:
-            raise MirrorError(
-                f"{name}: starts with a UTF-16 byte-order mark but is not valid UTF-16 ({exc.reason})"
-            ) from None
+    """UTF-8 (BOM or not), UTF-16/UTF-32 with a BOM, or BOM-less UTF-16 of mostly ASCII text (unmistakable:
+    every other byte is NUL); anything else is a clear error naming the file."""
+    for boms, codec in (((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"), "utf-32"), ((b"\xff\xfe", b"\xfe\xff"), "utf-16")):
+        if data.startswith(boms):
+            try:
+                return data.decode(codec)
+            except UnicodeDecodeError as exc:
+                if codec == "utf-32" and data.startswith(b"\xff\xfe"):
+                    continue  # FF FE 00 00 may also be UTF-16 (LE) text starting with a NUL
+                raise MirrorError(
+                    f"{name}: starts with a {codec.upper()} byte-order mark but is not valid {codec.upper()} "
+                    f"({exc.reason} at byte {exc.start}); re-save it as UTF-8"
+                ) from None
     for magic, what in BINARY_MAGIC.items():
         if data.startswith(magic):
             raise MirrorError(f"{name}: is {what}, not a text file; upload UTF-8 text")
     head = data[:65536]
     if head and head.count(b"\x00") > 0.01 * len(head):
-        raise MirrorError(f"{name}: looks like a binary file (many NUL bytes), not text; upload UTF-8 text")
+        codec = _bomless_utf16(head)
+        if codec is None:
+            raise MirrorError(f"{name}: looks like a binary file (many NUL bytes), not text; upload UTF-8 text")
+        try:
+            return data.decode(codec)
+        except UnicodeDecodeError:
+            raise MirrorError(
+                f"{name}: looks like UTF-16 without a byte-order mark but does not decode as {codec}; re-save it as UTF-8"
+            ) from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -85,11 +101,24 @@ def decode(data: bytes, name: str) -> str:
         ) from None
 
 
+def _bomless_utf16(head: bytes) -> str | None:
+    """'utf-16-le'/'utf-16-be' when NULs sit in (nearly) every odd/even byte and (almost) never in the other."""
+    if len(head) < 4:
+        return None
+    even, odd = head[0::2], head[1::2]
+    zeros_even, zeros_odd = even.count(0) / len(even), odd.count(0) / len(odd)
+    if zeros_odd > 0.9 and zeros_even < 0.05:
+        return "utf-16-le"
+    if zeros_even > 0.9 and zeros_odd < 0.05:
+        return "utf-16-be"
+    return None
+
+
 def parse_text(text: str, kind: str, name: str, column: str | None = None) -> list[str]:
     """Parse decoded content of a given kind ('.txt', '.csv', '.tsv', '.jsonl') into raw strings."""
     if kind == ".txt":
         if column:
-            raise MirrorError(f"{name}: --column applies to .csv/.tsv/.jsonl files, not .txt")
+            raise MirrorError(f"{name}: a text column (--column) applies to .csv/.tsv/.jsonl files, not .txt")
         return text.splitlines()
     if kind in (".csv", ".tsv"):
         return _parse_table(text, "\t" if kind == ".tsv" else ",", name, column)
@@ -105,19 +134,37 @@ def read_texts(path: str | Path, column: str | None = None) -> list[str]:
     kind = path.suffix.lower()
     if kind not in SUFFIXES:
         raise MirrorError(f"{name}: unsupported file type {kind or '(none)'!r}; use one of {', '.join(SUFFIXES)}")
+    if path.is_dir():
+        raise MirrorError(f"{path}: is a folder; give a file")
     if not path.is_file():
         raise MirrorError(f"{path}: no such file")
-    return parse_text(decode(path.read_bytes(), name), kind, name, column)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise MirrorError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return parse_text(decode(data, name), kind, name, column)
 
 
 def table_columns(text: str, kind: str) -> list[str]:
     """Header names of a CSV/TSV (for the app's column picker)."""
     reader = csv.reader(io.StringIO(text), delimiter="\t" if kind == ".tsv" else ",")
-    return [h.strip() for h in next(reader, [])]
+    try:
+        return [h.strip() for h in next(reader, [])]
+    except csv.Error:  # the parse reports it, with the line
+        return []
+
+
+def _read_rows(text: str, delimiter: str, name: str) -> list[list[str]]:
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    try:
+        return list(reader)
+    except csv.Error as exc:  # e.g. a field over csv's 131,072-character limit
+        kind = "TSV" if delimiter == "\t" else "CSV"
+        raise MirrorError(f"{name}: not a readable {kind} file (line {reader.line_num}: {exc})") from None
 
 
 def _parse_table(text: str, delimiter: str, name: str, column: str | None) -> list[str]:
-    rows = list(csv.reader(io.StringIO(text), delimiter=delimiter))
+    rows = _read_rows(text, delimiter, name)
     if not rows:
         raise MirrorError(f"{name}: the file is empty")
     header = [h.strip() for h in rows[0]]
@@ -164,6 +211,8 @@ def _parse_jsonl(text: str, name: str, field: str) -> list[str]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise MirrorError(f"{name}: line {lineno} is not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, [[[[...]]]] nested past the stack
+            raise MirrorError(f"{name}: line {lineno} is not usable JSON ({type(exc).__name__}: {exc})"[:300]) from None
         if isinstance(record, str):
             out.append(record)
         elif isinstance(record, dict) and isinstance(record.get(field), str):

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from mirror.config import BUNDLED_MODEL
+from mirror.data import SURROGATE
 from mirror.errors import MirrorError
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
@@ -29,6 +30,10 @@ HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "sent
 # Attribute names that hold dropout probabilities across BERT-family configs.
 DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
 MIRROR_CONFIG_FILE = "mirror_config.json"
+# Strings are cut to this many characters per token of the length limit before tokenizing: tokenization
+# cost grows with the whole string (a 10 MB line takes ~20 s), truncation only happens after it. No token
+# of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first tokens are kept as they were.
+CHARS_PER_TOKEN = 100
 
 ProgressFn = Callable[[int, int], None]
 
@@ -69,19 +74,32 @@ class Encoder:
         self.model.to(device)
         return self
 
+    @property
+    def token_limit(self) -> int:
+        """The most tokens the model's position embeddings take (512 for BERT, 514 - 2 for RoBERTa)."""
+        return _model_max_length(self.model, self.tokenizer)
+
     def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
-        """Tokenize with padding to the longest string of this batch (never to max length)."""
+        """Tokenize with padding to the longest string of this batch (never to max length).
+
+        `max_length` (default: the inference length) is capped at what the model's positions take, so a
+        long string is truncated, never an index error; strings are cut before tokenizing (CHARS_PER_TOKEN).
+        """
+        limit = min(max_length or self.max_seq_length, self.token_limit)
         return self.tokenizer(
-            list(texts),
+            _cut(texts, limit),
             padding=True,
             truncation=True,
-            max_length=max_length or self.max_seq_length,
+            max_length=limit,
             return_tensors="pt",
         )
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
-        """Number of tokens of each string (without special tokens): the key for length bucketing."""
-        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        """Number of tokens of each string (without special tokens, up to the length of its cut): the key for
+        length bucketing."""
+        return [
+            len(ids) for ids in self.tokenizer(_cut(texts, self.token_limit), add_special_tokens=False)["input_ids"]
+        ]
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled (not normalised) embeddings of a tokenized batch already on the model's device."""
@@ -133,6 +151,13 @@ class Encoder:
             h.update(str(tuple(tensor.shape)).encode())
             h.update(flat[::step].float().cpu().numpy().tobytes())
         return h.hexdigest()[:16]
+
+
+def _cut(texts: Sequence[str], max_tokens: int) -> list[str]:
+    """Strings cut to `max_tokens * CHARS_PER_TOKEN` characters, lone surrogates (which the tokenizer
+    cannot encode: an API client's "\\ud800", an undecodable command-line byte) made U+FFFD."""
+    most = max_tokens * CHARS_PER_TOKEN
+    return [SURROGATE.sub("\ufffd", t[:most]) for t in texts]
 
 
 def autocast(device: torch.device, precision: str = "auto"):
@@ -277,18 +302,25 @@ def load_sentence_transformer(path: str | Path, device: str = "cpu"):
 def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None) -> Path:
     if source == BUNDLED_MODEL:
         return bundled_model_path()
+    if "\x00" in source or len(source) > 4096:
+        raise MirrorError(f"{source[:80]!r}...: not a model name or folder")
     path = Path(source).expanduser()
-    if path.exists() or source.startswith((".", "/", "~")) or os.sep in source.replace("/", "", 1):
-        if allowed_roots is not None and not any(_is_under(path, root) for root in allowed_roots):
-            raise MirrorError(f"{source}: local model folders are only accepted under the allowed directories")
-        if not path.is_dir():
-            raise MirrorError(f"{source}: no such model folder")
-        if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
-            raise MirrorError(f"{source}: not a model folder (no config.json or modules.json)")
-        return path
-    if not HUB_ID.match(source) or ".." in source:
+    try:
+        local = path.exists() or source.startswith((".", "/", "~")) or os.sep in source.replace("/", "", 1)
+        if local:
+            if allowed_roots is not None and not any(_is_under(path, root) for root in allowed_roots):
+                raise MirrorError(f"{source}: local model folders are only accepted under the allowed directories")
+            if not path.is_dir():
+                raise MirrorError(f"{source}: no such model folder")
+            if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+                raise MirrorError(f"{source}: not a model folder (no config.json or modules.json)")
+            return path
+    except OSError as exc:  # a name too long for the file system, a folder it may not read
+        raise MirrorError(f"{source[:200]}: cannot read this model folder ({exc.strerror or exc})") from None
+    if not HUB_ID.match(source) or ".." in source or len(source) > 200:
+        shown = repr(source) if len(source) <= 100 else repr(source[:100]) + "..."
         raise MirrorError(
-            f"{source!r} is neither a local folder nor a valid Hugging Face model id (like 'bert-base-uncased')"
+            f"{shown} is neither a local folder nor a valid Hugging Face model id (like 'bert-base-uncased')"
         )
     return _download(source)
 
@@ -359,6 +391,6 @@ def _read_json(path: Path) -> Any:
 def _is_under(path: Path, root: Path) -> bool:
     try:
         path.resolve().relative_to(Path(root).resolve())
-    except ValueError:
+    except (ValueError, OSError):
         return False
     return True
