@@ -28,6 +28,7 @@ import hashlib
 import html
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -129,6 +130,9 @@ MAX_QUERIES = 20
 MAX_QUERY_CHARS = 500
 MAX_K = 50
 STOP_FILE = "STOP"
+# A Hugging Face model id: "name" or "org/name", each part up to 96 of [A-Za-z0-9_.-], starting alphanumeric.
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
+TERMINAL = ("done", "error", "cancelled")
 SWEEP_EVERY_S = 60.0
 # Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
 # on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
@@ -242,6 +246,7 @@ class Session:
     run: RunInfo | None = None
     active: Path | None = None  # run folder being trained right now
     cancel_pending: bool = False
+    closed: bool = False  # the tab went away (or the state expired) while a run was going: clean up after it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __deepcopy__(self, memo: dict) -> Session:  # gradio deep-copies state values; share, don't clone
@@ -288,6 +293,17 @@ def user_error(exc: BaseException) -> str:
     return f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A CUDA or CPU allocation failure (torch raises OutOfMemoryError or a RuntimeError that says so)."""
+    text = str(exc).lower()
+    return (
+        isinstance(exc, MemoryError)
+        or type(exc).__name__ == "OutOfMemoryError"
+        or "out of memory" in text
+        or "can't allocate memory" in text
+    )
+
+
 def status_box(text: str, kind: str = "info") -> str:
     """The run status as HTML (escaped; `code` and **bold** kept): errors in red, done in green."""
     color = {"error": "#dc2626", "warning": "#d97706", "info": "#6b7280", "ok": "#16a34a"}[kind]
@@ -321,7 +337,7 @@ def jsonl_fields(text: str) -> list[str]:
         if line.strip():
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # the parse names the line and the problem
                 return []
             return [k for k, v in record.items() if isinstance(v, str)] if isinstance(record, dict) else []
     return []
@@ -342,7 +358,11 @@ def read_upload(path: str | Path, column: str | None, max_bytes: int) -> tuple[l
     size = p.stat().st_size
     if size > max_bytes:
         raise MirrorError(f"`{name}` is {fmt_bytes(size)}; this app accepts files up to {fmt_bytes(max_bytes)}")
-    text = decode(p.read_bytes(), name)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise MirrorError(f"`{name}` could not be read ({exc.strerror or exc}); upload it again") from None
+    text = decode(data, name)
     columns = table_columns(text, kind) if kind in (".csv", ".tsv") else jsonl_fields(text) if kind == ".jsonl" else []
     try:
         return parse_text(text, kind, name, column or None), columns
@@ -381,8 +401,10 @@ def coerce_overrides(values: dict[str, Any]) -> dict[str, Any]:
             continue
         try:
             number = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise MirrorError(f"{title}: {value!r} is not a number") from None
+        if not math.isfinite(number):
+            raise MirrorError(f"{title} must be a finite number, got {value!r}")
         if kind == "int":
             if number != int(number):
                 raise MirrorError(f"{title} must be a whole number, got {value}")
@@ -489,7 +511,7 @@ def split_queries(text: str) -> list[str]:
 def clamp_k(k: Any) -> int:
     try:
         value = int(float(k))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise MirrorError(f"k must be a whole number between 1 and {MAX_K}, got {k!r}") from None
     if not 1 <= value <= MAX_K:
         raise MirrorError(f"k must be between 1 and {MAX_K}, got {value}")
@@ -646,7 +668,15 @@ def train_job(
             events.put(("error", str(exc)))
         except Exception as exc:  # a bug or an OOM: report it, keep the server alive
             log.exception("training job failed")
-            events.put(("error", f"training failed unexpectedly ({type(exc).__name__}: {exc})"))
+            if is_out_of_memory(exc):
+                events.put(
+                    (
+                        "error",
+                        f"out of memory ({type(exc).__name__}); try fewer strings, a smaller batch size or max length, or a smaller model",
+                    )
+                )
+            else:
+                events.put(("error", f"training failed unexpectedly ({type(exc).__name__}: {exc})"))
         finally:
             events.put(None)
 
@@ -734,7 +764,12 @@ class MirrorApp:
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._loaded: OrderedDict[str, Loaded] = OrderedDict()
         self._loaded_lock = threading.Lock()
+        self._run_locks: dict[str, threading.Lock] = {}
         self._last_sweep = 0.0
+        # Training slots, enforced here as well as by the Gradio queue (which makes users wait for one):
+        # a caller that bypasses the queue gets a clear "busy" error instead of an extra training.
+        self._train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)
+        self._running: set[Path] = set()  # session folders with a job in progress: never swept
 
     # ---------------------------------------------------------------- sessions
 
@@ -750,10 +785,19 @@ class MirrorApp:
         return s
 
     def close_session(self, state: Session | None) -> None:
-        """gr.State's delete callback (tab closed, or idle past the TTL): drop the folder and cached models."""
-        if isinstance(state, Session) and state.active is None:
-            self._forget(state)
-            shutil.rmtree(state.folder, ignore_errors=True)
+        """gr.State's delete callback (tab closed, or idle past the TTL): drop the folder and cached models.
+
+        A session closed during a run is cleaned up when that run ends.
+        """
+        if not isinstance(state, Session):
+            return
+        state.closed = True
+        if state.active is None and state.folder not in self._running:
+            self._discard(state)
+
+    def _discard(self, session: Session) -> None:
+        self._forget(session)
+        shutil.rmtree(session.folder, ignore_errors=True)
 
     def sweep(self, force: bool = False) -> list[Path]:
         """Delete session folders idle for longer than the TTL (at most once a minute unless forced)."""
@@ -768,18 +812,23 @@ class MirrorApp:
                 last = marker.stat().st_mtime if marker.exists() else folder.stat().st_mtime
             except OSError:
                 continue
-            if folder.is_dir() and now - last > self.settings.session_ttl:
-                with self._loaded_lock:
-                    for key in [k for k in self._loaded if k.startswith(str(folder))]:
-                        del self._loaded[key]
+            if folder.is_dir() and now - last > self.settings.session_ttl and folder not in self._running:
+                self._forget_folder(folder)
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
         return removed
 
     def _forget(self, session: Session) -> None:
+        self._forget_folder(session.folder)
+
+    def _forget_folder(self, folder: Path) -> None:
+        """Drop the loaded runs (and their load locks) of one session folder."""
+        prefix = str(folder) + os.sep
         with self._loaded_lock:
-            for key in [k for k in self._loaded if k.startswith(str(session.folder))]:
+            for key in [k for k in self._loaded if k.startswith(prefix)]:
                 del self._loaded[key]
+            for key in [k for k in self._run_locks if k.startswith(prefix)]:
+                del self._run_locks[key]
 
     # ---------------------------------------------------------------- encoders and loaded runs
 
@@ -791,12 +840,40 @@ class MirrorApp:
             log.exception("could not pre-load the bundled model")
 
     def check_model(self, model: str) -> str:
-        """The model name, or MirrorError when this server does not allow it."""
+        """The model name, or MirrorError when this server does not allow it.
+
+        Allowed: the bundled model; a Hugging Face id (`name` or `org/name`, when MIRROR_ALLOW_HUB is on);
+        a local folder only under a directory listed in MIRROR_MODEL_ROOTS. URLs, `..`, control characters
+        and anything else are refused before any file or network access.
+        """
         model = str(model or "").strip()
         if not model:
             raise MirrorError("choose a base model (or type a Hugging Face model id)")
-        looks_local = model.startswith((".", "/", "~")) or Path(model).expanduser().exists()
-        if model != BUNDLED_MODEL and not looks_local and not self.settings.allow_hub:
+        if model == BUNDLED_MODEL:
+            return model
+        shown = model if len(model) <= 80 else model[:80] + "…"
+        if len(model) > 1000 or "://" in model or any(ord(c) < 32 or ord(c) == 127 for c in model):
+            raise MirrorError(
+                f"`{shown}` is not a model name: use '{BUNDLED_MODEL}' or a Hugging Face id such as "
+                "`bert-base-uncased` or `org/name`"
+            )
+        if _looks_local(model):
+            if not self.settings.model_roots:
+                raise MirrorError(
+                    f"`{shown}`: this server does not load models from local folders; use '{BUNDLED_MODEL}' "
+                    "or a Hugging Face model id"
+                )
+            if not any(_is_under(Path(model).expanduser(), root) for root in self.settings.model_roots):
+                raise MirrorError(
+                    f"`{shown}`: local model folders are only accepted under the allowed directories (MIRROR_MODEL_ROOTS)"
+                )
+            return model
+        if not HUB_ID.match(model) or ".." in model:
+            raise MirrorError(
+                f"`{shown}` is not a valid Hugging Face model id (letters, digits, `-`, `_`, `.`, as `name` or "
+                "`org/name`)"
+            )
+        if not self.settings.allow_hub:
             raise MirrorError(f"{model!r}: this server only offers the bundled model (MIRROR_ALLOW_HUB=0)")
         return model
 
@@ -834,6 +911,14 @@ class MirrorApp:
             if key in self._loaded:
                 self._loaded.move_to_end(key)
                 return self._loaded[key]
+            run_lock = self._run_locks.setdefault(key, threading.Lock())
+        with run_lock:  # parallel searches of an evicted run load it once
+            with self._loaded_lock:
+                if key in self._loaded:
+                    return self._loaded[key]
+            return self._load_run(run, key)
+
+    def _load_run(self, run: RunInfo, key: str) -> Loaded:
         from index.store import VectorIndex
         from mirror.encoder import load_encoder
 
@@ -930,8 +1015,10 @@ class MirrorApp:
 
     def cancel(self, session: Session) -> str:
         """Stop the session's run between two steps (or before it starts, while it waits in the queue)."""
-        if session.active is not None:
-            (session.active / STOP_FILE).touch()
+        active = session.active  # read once: the run may end (and reset it) at any moment
+        if active is not None:
+            with contextlib.suppress(OSError):  # the run just ended and removed its folder
+                (active / STOP_FILE).touch()
             return "Stopping after the current step… the previous model and index stay served."
         session.cancel_pending = True
         return "Cancelled. Nothing is running now; the previous model and index stay served."
@@ -939,8 +1026,10 @@ class MirrorApp:
     def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Tune on the session's strings in a fresh folder; swap it in only on success. Yields events.
 
-        Events are dicts with "kind": phase (text, done, total), step (step, total, loss, eta),
-        done (run), cancelled (text) or error (text). Never raises for bad input: it yields an error.
+        Events are dicts with "kind": phase (text, done, total), step (step, total, loss, eta), note (text),
+        tick, then one of done (run), cancelled (text) or error (text). Never raises for bad input: it yields
+        an error. The run holds one of the server's training slots; the last event comes after the slot is
+        released and the run's folder cleaned up.
         """
         if session.cancel_pending:
             session.cancel_pending = False
@@ -952,13 +1041,43 @@ class MirrorApp:
         if len(session.texts) < 2:
             yield {"kind": "error", "text": "Load at least 2 strings first (step 1 above)."}
             return
+        yield from self._exclusive(session, self._train(session, model, mode, overrides))
+
+    def _exclusive(self, session: Session, events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """Run a job's events holding a training slot; its final event is yielded after the job cleaned up."""
+        if not self._train_slots.acquire(blocking=False):
+            n = self.settings.train_concurrency
+            yield {
+                "kind": "error",
+                "text": f"this server runs at most {n} training{'s' if n != 1 else ''} at a time "
+                "(MIRROR_TRAIN_CONCURRENCY) and all slots are busy; try again when a run finishes",
+            }
+            return
+        terminal = None
+        self._running.add(session.folder)
+        try:
+            with contextlib.closing(events) as job:
+                for ev in job:
+                    if ev["kind"] in TERMINAL:
+                        terminal = ev
+                        break
+                    yield ev
+        finally:
+            self._running.discard(session.folder)
+            self._train_slots.release()
+            if session.closed:  # the tab went away during the run: nobody will use its folder again
+                self._discard(session)
+        if terminal is not None:
+            yield terminal
+
+    def _train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[dict[str, Any]]:
         texts, source = list(session.texts), session.source
         try:
             config, notes = build_config(texts, self.check_model(model), mode, overrides, self.settings.max_steps)
             yield {"kind": "phase", "text": f"Checking the base model {config.model}", "done": 0, "total": 0}
             base = self.base_encoder(config.model, config.pooling)
-        except MirrorError as exc:
-            yield {"kind": "error", "text": str(exc)}
+        except Exception as exc:  # MirrorError, or a bug: a message either way
+            yield {"kind": "error", "text": user_error(exc)}
             return
         for note in notes:
             yield {"kind": "note", "text": note}
@@ -973,7 +1092,7 @@ class MirrorApp:
                 build_base = False
         session.active = run
         ok = False
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()
         t1: float | None = None
         try:
             for ev in train_job(
@@ -992,7 +1111,7 @@ class MirrorApp:
                     yield {"kind": "step", "step": step, "total": total, "loss": float(loss), "eta": eta}
                 elif kind == "tick":
                     yield {"kind": "tick"}
-                elif kind == "cancelled":
+                elif kind == "cancelled" or (kind == "done" and (run / STOP_FILE).exists()):
                     s = ev[1]
                     yield {
                         "kind": "cancelled",
@@ -1007,10 +1126,15 @@ class MirrorApp:
                     stats = ev[1]
                     yield {"kind": "phase", "text": "Preparing downloads", "done": 0, "total": 0}
                     info = self._finish_run(session, run, config, stats, texts, source, key, build_base, prev)
-                    info.stats["wall_seconds"] = round(time.perf_counter() - started, 1)
+                    info.stats.update(
+                        wall_seconds=round(time.perf_counter() - started, 1),
+                        started_at=round(started_at, 3),
+                        finished_at=round(time.time(), 3),
+                    )
                     ok = True
                     yield {"kind": "done", "run": info}
                     return
+            yield {"kind": "error", "text": "the run ended without a result; the previous model stays served"}
         except MirrorError as exc:
             yield {"kind": "error", "text": str(exc)}
         except Exception as exc:
@@ -1060,6 +1184,7 @@ class MirrorApp:
         if prev is not None and prev.folder != run:
             with self._loaded_lock:
                 self._loaded.pop(str(prev.folder), None)
+                self._run_locks.pop(str(prev.folder), None)
             shutil.rmtree(prev.folder, ignore_errors=True)
         return info
 
@@ -1074,6 +1199,9 @@ class MirrorApp:
         if session.active is not None:
             yield {"kind": "error", "text": "A run is in progress in this session; wait for it or cancel it."}
             return
+        yield from self._exclusive(session, self._use_saved(session, zip_path))
+
+    def _use_saved(self, session: Session, zip_path: str) -> Iterator[dict[str, Any]]:
         from index.store import VectorIndex
         from mirror.encoder import load_encoder
 
@@ -1156,6 +1284,7 @@ class MirrorApp:
             raise MirrorError("upload a corpus file first")
         raw, _ = read_upload(path, column, self.settings.max_upload_bytes)
         texts, stats = clean_texts(raw)
+        dropped = max(0, len(texts) - self.settings.max_strings)
         texts = texts[: self.settings.max_strings]
         if not texts:
             raise MirrorError(f"`{display_name(path)}` has no non-empty strings")
@@ -1173,7 +1302,9 @@ class MirrorApp:
             run.extra_corpus = display_name(path)
         return (
             f"Indexed {len(texts):,} strings of `{display_name(path)}` with both encoders ({stats.lines:,} lines, "
-            f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicates removed). Searching it now."
+            f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicates removed"
+            + (f"; {dropped:,} more dropped: this server's limit is {self.settings.max_strings:,}" if dropped else "")
+            + "). Searching it now."
         )
 
     # ---------------------------------------------------------------- tab 3: evaluate
@@ -1225,7 +1356,7 @@ class MirrorApp:
             raise MirrorError("Nothing to map yet: tune a model in tab ① first.")
         try:
             n, k = int(float(n_points)), int(float(n_clusters))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise MirrorError("points and clusters must be whole numbers") from None
         if not 10 <= n <= self.settings.max_map_points:
             raise MirrorError(f"points must be between 10 and {self.settings.max_map_points}")
@@ -1269,9 +1400,19 @@ def pca_2d(x: Any) -> Any:
 def _is_under(path: Path, root: Path) -> bool:
     try:
         Path(path).resolve().relative_to(Path(root).resolve())
-    except ValueError:
+    except (ValueError, OSError):
         return False
     return True
+
+
+def _looks_local(model: str) -> bool:
+    """Whether a model name is a file-system path rather than a hub id (or the bundled name)."""
+    if model.startswith(("/", ".", "~", "\\")) or "\\" in model or model.count("/") > 1:
+        return True
+    try:
+        return Path(model).expanduser().exists()
+    except (OSError, ValueError):  # too long for the file system: not a usable path either way
+        return True
 
 
 def _device_and_threads(device: str) -> tuple[str, int]:
@@ -1897,23 +2038,33 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             MirrorConfig fields (e.g. {"max_steps": 20}). Returns the run summary, the model zip and the index zip.
             The tuned model then serves /search for this client's session."""
             session = app.session(s)
+
+            def fail(text: str) -> gr.Error:
+                if session is not s:  # a client's first call failed: its new session folder is never reused
+                    app.close_session(session)
+                return gr.Error(text)
+
             try:
                 if file:
-                    app.load_file(session, file, (column or "").strip() or None)
+                    info = app.load_file(session, file, (column or "").strip() or None)
                 else:
-                    app.load_pasted(session, texts)
+                    info = app.load_pasted(session, texts)
                 if settings is not None and not isinstance(settings, dict):
                     raise MirrorError('settings must be a JSON object such as {"max_steps": 20}')
-            except MirrorError as exc:
-                raise gr.Error(str(exc)) from None
+            except Exception as exc:  # MirrorError, or a bug: a message either way
+                raise fail(user_error(exc)) from None
+            notes = list(info.get("notes", []))
             for ev in app.train(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {})):
                 if ev["kind"] in ("error", "cancelled"):
-                    raise gr.Error(ev["text"])
+                    raise fail(ev["text"])
+                if ev["kind"] == "note":
+                    notes.append(ev["text"])
                 if ev["kind"] == "done":
                     run: RunInfo = ev["run"]
                     summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
+                    summary["notes"] = notes + list(run.stats.get("notes") or [])
                     return summary, str(run.model_zip), str(run.index_zip), session
-            raise gr.Error("the run ended without a result")
+            raise fail("the run ended without a result")
 
         def api_search(queries: str, k: float = 10, s: Session | None = None):
             """Top-k hits (k <= 50) per query (one per line) with the tuned and the base encoder of this client's
@@ -1921,8 +2072,10 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             session = app.session(s)
             try:
                 return app.search(session, queries, k), session
-            except MirrorError as exc:
-                raise gr.Error(str(exc)) from None
+            except Exception as exc:  # MirrorError, or a bug: a message either way
+                if session is not s:
+                    app.close_session(session)
+                raise gr.Error(user_error(exc)) from None
 
         api_train_btn.click(
             api_train,
