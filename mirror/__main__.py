@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from mirror.config import BUNDLED_MODEL, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
 from mirror.data import clean_texts, read_texts
-from mirror.errors import MirrorError, run_cli
+from mirror.errors import MirrorError, check_out_dir, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,21 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_out(path: str) -> Path:
-    """Fail before training, not after it: --out must be a folder (or not exist yet) in a writable place."""
-    out = Path(path).expanduser()
-    if out.exists() and not out.is_dir():
-        raise MirrorError(f"--out {path}: exists and is not a folder; choose a folder for the tuned model")
-    parent = out if out.exists() else out.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise MirrorError(f"--out {path}: cannot create or write there ({parent} is not a writable folder)")
-    return out
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    check_out(args.out)
+    check_out_dir(args.out)
     texts, stats = clean_texts(read_texts(args.input, args.column))
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")

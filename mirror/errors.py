@@ -10,6 +10,22 @@ class MirrorError(Exception):
     """
 
 
+def check_out_dir(path, flag: str = "--out"):
+    """Fail before the work, not after it: `path` must be a folder (or not exist yet) in a writable place."""
+    import os
+    from pathlib import Path
+
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise MirrorError(f"{flag} {path}: exists and is not a folder; choose a folder")
+    parent = out if out.exists() else out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise MirrorError(f"{flag} {path}: cannot create or write there ({parent} is not a writable folder)")
+    return out
+
+
 def run_cli(parser, commands, argv=None) -> int:
     """Parse argv and run `commands[args.command](args)`; a MirrorError becomes `error: ...` and exit 2."""
     import sys
