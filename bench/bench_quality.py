@@ -3,16 +3,19 @@ dev/test (sentences preset on the STS-B train sentences), base model (CLS and me
 
     .venv/bin/python bench/bench_quality.py                 # both presets, default settings
     .venv/bin/python bench/bench_quality.py --only words --set epochs=3 --set temperature=0.3
+    .venv/bin/python bench/bench_quality.py --paper         # add rows with the paper's exact settings
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from common import SENTENCES, SIMLEX, STS_DEV, STS_TEST, WORDS, WS353, print_table, write_json
 
 from mirror import MirrorConfig, read_texts
+from mirror.config import PRESETS
 from mirror.encoder import load_encoder
 from mirror.evaluate import evaluate_pairs, read_pairs
 from mirror.train import mirror_tune
@@ -52,6 +55,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="config override, e.g. epochs=3")
     parser.add_argument("--model", default="bundled")
     parser.add_argument("--no-base", action="store_true", help="skip the base-model rows")
+    parser.add_argument("--paper", action="store_true", help="also tune with the paper's exact preset")
     args = parser.parse_args()
     overrides = parse_overrides(args.set)
     rows = []
@@ -62,19 +66,24 @@ def main() -> None:
             for pooling in ("cls", "mean"):
                 base = load_encoder(args.model, pooling=pooling)
                 rows.append({"run": f"base ({pooling})", "mode": mode, **evaluate(base, gold)})
-        config = MirrorConfig.preset(mode, model=args.model, **overrides)
-        result = mirror_tune(read_texts(corpus), config)
-        label = f"tuned ({result.config.pooling})" + (f" {args.set}" if args.set else "")
-        rows.append(
-            {
-                "run": label,
-                "mode": mode,
-                "steps": result.steps,
-                "train_s": result.seconds,
-                **evaluate(result.encoder, gold),
-            }
-        )
-        print(result.summary(), flush=True)
+        runs = [("default", MirrorConfig.preset(mode, model=args.model, **overrides))]
+        if args.paper:
+            paper = dataclasses.replace(PRESETS[mode], model=args.model, **overrides).validated()
+            runs.append(("paper", paper))
+        for name, config in runs:
+            result = mirror_tune(read_texts(corpus), config)
+            c = result.config
+            label = f"tuned {name} ({c.pooling}, τ {c.temperature}, lr {c.lr:g})" + (f" {args.set}" if args.set else "")
+            rows.append(
+                {
+                    "run": label,
+                    "mode": mode,
+                    "steps": result.steps,
+                    "train_s": result.seconds,
+                    **evaluate(result.encoder, gold),
+                }
+            )
+            print(result.summary(), flush=True)
     columns = ["run", "mode", "steps", "train_s", "simlex", "ws353", "simlex_dev", "ws353_dev", "sts_dev", "sts_test"]
     print_table(rows, columns)
     write_json(f"quality-{int(time.time())}.json", {"overrides": overrides, "rows": rows})
