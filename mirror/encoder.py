@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,9 @@ MIRROR_CONFIG_FILE = "mirror_config.json"
 CHARS_PER_TOKEN = 100
 
 ProgressFn = Callable[[int, int], None]
+# transformers' lazy top-level module is not thread-safe on first use: two threads importing AutoConfig at
+# once (the web app warming up its model while the first request loads another) can get an ImportError.
+_HF_IMPORT_LOCK = threading.Lock()
 
 
 def bundled_model_path() -> Path:
@@ -302,23 +306,26 @@ def load_sentence_transformer(path: str | Path, device: str = "cpu"):
 def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None) -> Path:
     if source == BUNDLED_MODEL:
         return bundled_model_path()
+    shown = repr(source) if len(source) <= 100 else repr(source[:100]) + "..."
     if "\x00" in source or len(source) > 4096:
-        raise MirrorError(f"{source[:80]!r}...: not a model name or folder")
+        raise MirrorError(f"{shown} is neither a local folder nor a valid Hugging Face model id")
     path = Path(source).expanduser()
     try:
-        local = path.exists() or source.startswith((".", "/", "~")) or os.sep in source.replace("/", "", 1)
-        if local:
+        exists = path.exists()
+    except OSError:  # e.g. a name longer than the file system allows: not a folder, maybe not an id either
+        exists = False
+    if exists or source.startswith((".", "/", "~")) or os.sep in source.replace("/", "", 1):
+        try:
             if allowed_roots is not None and not any(_is_under(path, root) for root in allowed_roots):
                 raise MirrorError(f"{source}: local model folders are only accepted under the allowed directories")
             if not path.is_dir():
                 raise MirrorError(f"{source}: no such model folder")
             if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
                 raise MirrorError(f"{source}: not a model folder (no config.json or modules.json)")
-            return path
-    except OSError as exc:  # a name too long for the file system, a folder it may not read
-        raise MirrorError(f"{source[:200]}: cannot read this model folder ({exc.strerror or exc})") from None
+        except OSError as exc:  # a folder it may not read
+            raise MirrorError(f"{source[:200]}: cannot read this model folder ({exc.strerror or exc})") from None
+        return path
     if not HUB_ID.match(source) or ".." in source or len(source) > 200:
-        shown = repr(source) if len(source) <= 100 else repr(source[:100]) + "..."
         raise MirrorError(
             f"{shown} is neither a local folder nor a valid Hugging Face model id (like 'bert-base-uncased')"
         )
@@ -326,8 +333,9 @@ def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None) -> Path:
 
 
 def _download(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    with _HF_IMPORT_LOCK:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
     try:
         return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
@@ -342,8 +350,9 @@ def _download(repo_id: str) -> Path:
 
 
 def _load_hf(folder: Path, source: str, dropout: float | None):
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    with _HF_IMPORT_LOCK:
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our callers draw their own progress
     try:
