@@ -81,7 +81,10 @@ class Encoder:
     @property
     def token_limit(self) -> int:
         """The most tokens the model's position embeddings take (512 for BERT, 514 - 2 for RoBERTa)."""
-        return _model_max_length(self.model, self.tokenizer)
+        model = self.model
+        while not hasattr(model, "config") and hasattr(model, "module"):  # wrapped by DistributedDataParallel
+            model = model.module
+        return _model_max_length(model, self.tokenizer)
 
     def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         """Tokenize with padding to the longest string of this batch (never to max length).
