@@ -1,4 +1,7 @@
-"""`python -m index build|query ...`: the command line over VectorIndex."""
+"""`python -m index build|query ...`: the command line over VectorIndex.
+
+`torchrun --nproc_per_node N -m index build ...` splits the encoding over N processes (index/distributed.py).
+"""
 
 from __future__ import annotations
 
@@ -23,13 +26,20 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--out", required=True, help="folder to write the index to (replaced atomically)")
     build.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
     build.add_argument(
-        "--type", default="auto", choices=["auto", "flat", "ivf"], help="index type (default: auto by size)"
+        "--type",
+        default="auto",
+        choices=["auto", "flat", "ivf", "ivfpq"],
+        help="index type (default: auto by size: flat, then ivf; ivfpq: compressed codes for corpora past memory)",
     )
     build.add_argument("--nlist", type=int, help="IVF lists (default: ~2*sqrt(n))")
     build.add_argument(
         "--nprobe", type=int, help="IVF lists scanned per query (default: calibrated for recall@10 >= 0.95)"
     )
     build.add_argument("--exact-max", type=int, help="with --type auto: largest index kept exact (default: 30000)")
+    build.add_argument("--pq-m", type=int, help="ivfpq: code bytes per vector, a divisor of the dim (default: dim/8)")
+    build.add_argument(
+        "--rerank", type=int, help="ivfpq: candidates per hit re-ranked exactly (default: calibrated with nprobe)"
+    )
     build.add_argument("--batch-size", type=int, default=128, help="encoding batch size (default: 128)")
     build.add_argument("--device", default="auto", help="encoder device: auto, cpu or cuda (default: auto)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -46,45 +56,78 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from index.store import EXACT_MAX, VectorIndex, check_target
+    from mirror import distributed
+
+    rank, world_size = distributed.init_from_env()  # torchrun: one process per GPU (or CPU, gloo)
+    if world_size == 1:
+        return _build(args, rank, world_size)
+    _exit_on_sigterm()  # torchrun stops the other ranks with SIGTERM when one fails: clean up on the way out
+    try:
+        return _build(args, rank, world_size)
+    finally:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+def _build(args: argparse.Namespace, rank: int, world_size: int) -> int:
+    from index.distributed import build_index
+    from index.store import EXACT_MAX, check_target
+    from mirror.distributed import shard_bounds
 
     check_target(args.out)  # fail before a long encoding, not after
     texts, stats = clean_texts(read_texts(args.input, args.column))
     if not texts:
         raise MirrorError(f"{args.input}: no non-empty strings to index")
-    print(f"input: {stats.summary()}", file=sys.stderr)
-    from mirror.encoder import load_encoder
-
+    lo, hi = shard_bounds(len(texts), world_size, rank)
+    if rank == 0:
+        split = f"; encoding split over {world_size} processes ({hi - lo} texts on rank 0)" if world_size > 1 else ""
+        print(f"input: {stats.summary()}{split}", file=sys.stderr)
     started = time.perf_counter()
-    encoder = load_encoder(args.encoder, device=args.device)
     bar = None
-    if not args.quiet:
+    if not args.quiet and rank == 0:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(texts), unit="text", desc="encoding", dynamic_ncols=True, file=sys.stderr)
+        bar = tqdm(total=hi - lo, unit="text", desc="encoding", dynamic_ncols=True, file=sys.stderr)
 
     def on_progress(done: int, total: int) -> None:
         if bar is not None:
             bar.update(done - bar.n)
 
     try:
-        index = VectorIndex.build(
-            encoder,
+        index = build_index(
+            args.encoder,
             texts,
+            args.out,
             kind=args.type,
             nlist=args.nlist,
             nprobe=args.nprobe,
             exact_max=EXACT_MAX if args.exact_max is None else args.exact_max,
+            pq_m=args.pq_m,
+            rerank=args.rerank,
             batch_size=args.batch_size,
             on_progress=on_progress,
+            device=args.device,
         )
     finally:
         if bar is not None:
             bar.close()
-    out = index.save(args.out)
-    print(f"built {index!r} in {time.perf_counter() - started:.1f}s")
-    print(f"saved: {out}")
+    if index is not None:  # rank 0
+        print(f"built {index!r} in {time.perf_counter() - started:.1f}s")
+        print(f"saved: {check_target(args.out)}")
     return 0
+
+
+def _exit_on_sigterm() -> None:
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: keep the default
+        pass
 
 
 def cmd_query(args: argparse.Namespace) -> int:
