@@ -4,6 +4,8 @@ FAISS HNSW measured in the same run; then the bundled encoder end to end on the 
 
     .venv/bin/python bench/bench_index.py                          # 10k + 100k, sweeps, end to end (~3 min)
     .venv/bin/python bench/bench_index.py --sizes 1000000 --no-e2e --no-sweep   # the 1M size (~10 min, ~8 GB)
+    .venv/bin/python bench/bench_index.py --sizes 1000000 --kinds ivf,ivfpq --hnsw-max 0 --no-sweep --no-e2e \
+        --out bench/index_scale_results.json                       # IVF-PQ next to IVF at 1M (~6 min, ~6 GB)
 
 Results are merged into bench/index_results.json (rows of a size and method not re-run are kept, each row
 naming its run) and printed as tables.
@@ -29,6 +31,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=100, help="queries per batch")
     parser.add_argument("--batches", type=int, default=10, help="batches timed per method")
     parser.add_argument("--hnsw-max", type=int, default=100_000, help="largest size with the HNSW comparison")
+    parser.add_argument(
+        "--kinds", default="flat,ivf", help="our index types to build: flat, ivf, ivfpq (default: flat,ivf)"
+    )
     parser.add_argument("--no-sweep", action="store_true", help="skip the flat-vs-IVF threshold sweep")
     parser.add_argument("--nlist-sweep", action="store_true", help="also build IVF with nlist/2 and 2*nlist")
     parser.add_argument("--no-e2e", action="store_true", help="skip the bundled-encoder end-to-end run")
@@ -193,7 +198,7 @@ def bench_size(n: int, args: argparse.Namespace) -> list[dict]:
     )
 
     ours: dict[str, VectorIndex] = {}
-    for kind in ("flat", "ivf"):
+    for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
         gc.collect()
         index, build_s = timed(lambda kind=kind: VectorIndex.from_vectors(x, texts, kind=kind, gpu=False))
         with tempfile.TemporaryDirectory() as tmp:
@@ -202,12 +207,18 @@ def bench_size(n: int, args: argparse.Namespace) -> list[dict]:
             disk = folder_mb(folder)
             _, load_s = timed(lambda folder=folder: VectorIndex.load(folder, gpu=False))
         info = index.meta["index"]
-        params = (
-            "IndexFlatIP (exact)" if kind == "flat" else f"IVF{info['nlist']},Flat nprobe={info['nprobe']} (calibrated)"
-        )
-        extra = {"disk_mb": disk, "save_s": save_s, "load_s": load_s}
-        if kind == "ivf":
+        params = {
+            "flat": "IndexFlatIP (exact)",
+            "ivf": f"IVF{info.get('nlist')},Flat nprobe={info.get('nprobe')} (calibrated)",
+            "ivfpq": f"IVF{info.get('nlist')},PQ{info.get('pq_m')}x{info.get('pq_bits')} nprobe={info.get('nprobe')} "
+            f"rerank={info.get('rerank')} (calibrated)",
+        }[kind]
+        extra = {"disk_mb": disk, "save_s": save_s, "load_s": load_s, "ram_bytes_per_vector":
+                 info["bytes_per_vector"]["ram"], "disk_bytes_per_vector": info["bytes_per_vector"]["disk"]}  # fmt: skip
+        if kind != "flat":
             extra.update(nlist=info["nlist"], nprobe=info["nprobe"], calibrated_recall=info["calibrated_recall_at_10"])
+        if kind == "ivfpq":
+            extra.update(rerank=info["rerank"], pq_m=info["pq_m"], pq_bits=info["pq_bits"])
         add(f"ours: {kind}", params, build_s, index_mb(index._cpu), hit_ids(index.search_vectors(q, K)),
             index_searcher(index), **extra)  # fmt: skip
         ours[kind] = index
@@ -235,7 +246,11 @@ def bench_size(n: int, args: argparse.Namespace) -> list[dict]:
               f"p50 {r['batch_p50_ms']:8.2f} ms  ({r['single_vs_numpy']:.3f}x / {r['batch_vs_numpy']:.3f}x numpy)",
               flush=True)  # fmt: skip
 
-    out = list(rows.values()) + nprobe_sweep(ours["ivf"], q, truth, n, args)
+    out = list(rows.values())
+    if "ivf" in ours:
+        out += nprobe_sweep(ours["ivf"], q, truth, n, args)
+    if "ivfpq" in ours:
+        out += rerank_sweep(ours["ivfpq"], q, truth, n, args)
     searchers.clear()
     ours.clear()
     gc.collect()
@@ -261,6 +276,28 @@ def nprobe_sweep(index: VectorIndex, q: np.ndarray, truth: np.ndarray, n: int, a
                      "nprobe": nprobe, "recall@10": recall(hit_ids(index.search_vectors(q, K)), truth),
                      "single_p50_ms": lat["single_p50_ms"], "chosen": nprobe == chosen})  # fmt: skip
     index.set_nprobe(chosen)
+    return rows
+
+
+def rerank_sweep(index: VectorIndex, q: np.ndarray, truth: np.ndarray, n: int, args) -> list[dict]:
+    """Recall and latency of the same IVF-PQ at other re-ranking depths (rerank * k candidates re-scored exactly
+    from the float16 rows; rerank=1: the PQ codes alone) and, at the calibrated depth, other nprobe values."""
+    info = index.meta["index"]
+    nprobe, rerank, nlist = info["nprobe"], info["rerank"], info["nlist"]
+    settings = [(nprobe, r) for r in sorted({1, 4, 16, 64, 128, rerank})]
+    settings += [(p, rerank) for p in sorted({1, 2, 4, 8, 16, 32, 64} - {nprobe}) if p <= nlist]
+    rows = []
+    for p, r in settings:
+        index.set_nprobe(p)
+        index.set_rerank(r)
+        lat = latencies({"pq": index_searcher(index)}, q, min(100, args.single), args.batch, 2)["pq"]
+        rows.append({"size": n, "method": "ours: ivfpq rerank/nprobe sweep", "params": f"nprobe={p} rerank={r}",
+                     "nprobe": p, "rerank": r, "recall@10": recall(hit_ids(index.search_vectors(q, K)), truth),
+                     "single_p50_ms": lat["single_p50_ms"], "chosen": (p, r) == (nprobe, rerank)})  # fmt: skip
+        print(f"  ivfpq nprobe={p:<3} rerank={r:<3} recall {rows[-1]['recall@10']:.4f} "
+              f"single p50 {lat['single_p50_ms']:.3f} ms", flush=True)  # fmt: skip
+    index.set_nprobe(nprobe)
+    index.set_rerank(rerank)
     return rows
 
 
@@ -369,6 +406,12 @@ def bench_e2e(args: argparse.Namespace) -> dict:
 # ---------------------------------------------------------------- output
 
 
+def peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -394,8 +437,9 @@ def table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-MAIN_COLUMNS = ["size", "method", "params", "build_s", "index_mb", "disk_mb", "single_p50_ms", "single_p99_ms",
-                "batch_p50_ms", "batch_per_query_ms", "recall@10", "single_vs_numpy", "batch_vs_numpy"]  # fmt: skip
+MAIN_COLUMNS = ["size", "method", "params", "build_s", "index_mb", "disk_mb", "ram_bytes_per_vector",
+                "disk_bytes_per_vector", "single_p50_ms", "single_p99_ms", "batch_p50_ms", "batch_per_query_ms",
+                "recall@10", "single_vs_numpy", "batch_vs_numpy"]  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> None:
@@ -432,6 +476,7 @@ def main(args: argparse.Namespace) -> None:
     sweeps = [r for r in payload["synthetic"] if "sweep" in r["method"]]
     if sweeps:
         print("\n" + table(sweeps, ["size", "method", "params", "build_s", "recall@10", "single_p50_ms", "chosen"]))
+    print("\n" + json.dumps({"run": run, "peak_rss_mb": peak_rss_mb()}, default=str))
     if payload["threshold_sweep"]:
         cols = ["size", "flat_single_p50_ms", "ivf_single_p50_ms", "flat_batch_per_query_ms", "ivf_batch_per_query_ms",
                 "ivf_params", "ivf_build_s"]  # fmt: skip
