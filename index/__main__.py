@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 
 from mirror.config import BUNDLED_MODEL
-from mirror.data import clean_texts, read_texts
-from mirror.errors import MirrorError, run_cli
+from mirror.data import SURROGATE, clean_texts, read_texts
+from mirror.errors import MirrorError, check_out_dir, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +76,7 @@ def _build(args: argparse.Namespace, rank: int, world_size: int) -> int:
     from mirror.distributed import shard_bounds
 
     check_target(args.out)  # fail before a long encoding, not after
+    check_out_dir(args.out)  # ... and the place is writable (a read-only or missing mount fails here, not at save)
     texts, stats = clean_texts(read_texts(args.input, args.column))
     if not texts:
         raise MirrorError(f"{args.input}: no non-empty strings to index")
@@ -132,6 +133,8 @@ def _exit_on_sigterm() -> None:
 
 def cmd_query(args: argparse.Namespace) -> int:
     # Check what costs nothing before loading the index and its encoder (seconds).
+    # A byte the locale cannot decode reaches argv as a lone surrogate: shown and searched as U+FFFD.
+    args.text = [SURROGATE.sub("\ufffd", t) for t in args.text]
     if args.k < 1:
         raise MirrorError(f"-k must be a positive integer, got {args.k}")
     for i, text in enumerate(args.text):

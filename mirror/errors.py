@@ -13,6 +13,7 @@ class MirrorError(Exception):
 def check_out_dir(path, flag: str = "--out"):
     """Fail before the work, not after it: `path` must be a folder (or not exist yet) in a writable place."""
     import os
+    import tempfile
     from pathlib import Path
 
     out = Path(path).expanduser()
@@ -21,8 +22,12 @@ def check_out_dir(path, flag: str = "--out"):
     parent = out if out.exists() else out.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise MirrorError(f"{flag} {path}: cannot create or write there ({parent} is not a writable folder)")
+    try:  # really try: permission bits do not tell (root, read-only mounts, /proc)
+        if not parent.is_dir():
+            raise OSError(f"{parent} is not a folder")
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=parent))
+    except OSError:
+        raise MirrorError(f"{flag} {path}: cannot create or write there ({parent} is not a writable folder)") from None
     return out
 
 

@@ -317,6 +317,7 @@ def test_cli_bad_settings_exit_2_and_a_long_max_length_works(tiny_bert, tmp_path
         (["--model", "a" * 300], "nor a valid Hugging Face model id"),
         (["--model", "/" + "a" * 300], "cannot read this model folder (File name too long)"),
         (["--out", str(words)], "exists and is not a folder"),
+        (["--out", "/proc/no-model-here"], "cannot create or write there"),
     ]:
         assert mirror_main(base + flags) == 2, flags
         err = capsys.readouterr().err
@@ -367,12 +368,13 @@ def test_index_cli_bad_input(tiny_bert, tmp_path, capsys):
         (["query", str(folder), "cat", "-k", "0"], "-k must be a positive integer"),
         (["query", str(tmp_path), "cat"], "not an index folder"),
         (["build", "--input", str(write(tmp_path, "e.txt", b"\n \n")), "--out", str(tmp_path / "x")], "no non-empty"),
+        (["build", "--input", str(words), "--out", "/proc/no-index-here"], "cannot create or write there"),
     ]:
         assert index_main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and says in err and "Traceback" not in err, err
-    # a 100k-character query is truncated by the tokenizer
-    assert index_main(["query", str(folder), "x" * 100_000, "cat", "-k", "2", "--json"]) == 0
+    # a 100k-character query is truncated by the tokenizer; an undecodable argv byte (a lone surrogate) is replaced
+    assert index_main(["query", str(folder), "x" * 100_000, "caf\udce9", "-k", "2", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)
     assert [len(q["hits"]) for q in hits] == [2, 2]
 
