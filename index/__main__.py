@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 
 from mirror.config import BUNDLED_MODEL
-from mirror.data import SURROGATE, clean_texts, read_texts
+from mirror.data import SURROGATE, add_limit_flags, load_input
 from mirror.errors import MirrorError, check_out_dir, run_cli
 
 
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--batch-size", type=int, default=128, help="encoding batch size (default: 128)")
     build.add_argument("--device", default="auto", help="encoder device: auto, cpu or cuda (default: auto)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_limit_flags(build)
 
     query = sub.add_parser("query", help="print the nearest indexed strings of one or more queries")
     query.add_argument("index", help="an index folder made by `build`")
@@ -77,7 +78,7 @@ def _build(args: argparse.Namespace, rank: int, world_size: int) -> int:
 
     check_target(args.out)  # fail before a long encoding, not after
     check_out_dir(args.out)  # ... and the place is writable (a read-only or missing mount fails here, not at save)
-    texts, stats = clean_texts(read_texts(args.input, args.column))
+    texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if not texts:
         raise MirrorError(f"{args.input}: no non-empty strings to index")
     lo, hi = shard_bounds(len(texts), world_size, rank)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mirror.config import BUNDLED_MODEL, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
-from mirror.data import clean_texts, read_texts
+from mirror.data import add_limit_flags, load_input
 from mirror.errors import MirrorError, check_out_dir, run_cli
 
 
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--model", default=BUNDLED_MODEL, help="'bundled' (default), a hub id or a local folder")
     train.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_limit_flags(train)
     defaults = MirrorConfig()
     for f in dataclasses.fields(MirrorConfig):
         if f.name in ("mode", "model"):
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_train(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
-    texts, stats = clean_texts(read_texts(args.input, args.column))
+    texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name != "mode"}

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mirror.errors import MirrorError
 
@@ -127,8 +128,11 @@ def parse_text(text: str, kind: str, name: str, column: str | None = None) -> li
     raise MirrorError(f"{name}: unsupported file type {kind!r}; use one of {', '.join(SUFFIXES)}")
 
 
-def read_texts(path: str | Path, column: str | None = None) -> list[str]:
-    """Read raw strings from a .txt (one per line), .csv/.tsv (a named or detected column) or .jsonl file."""
+def read_texts(path: str | Path, column: str | None = None, max_bytes: float | None = None) -> list[str]:
+    """Read raw strings from a .txt (one per line), .csv/.tsv (a named or detected column) or .jsonl file.
+
+    `max_bytes` refuses a larger file before reading it (the CLIs' `--max-mb`).
+    """
     path = Path(path)
     name = path.name
     kind = path.suffix.lower()
@@ -139,10 +143,41 @@ def read_texts(path: str | Path, column: str | None = None) -> list[str]:
     if not path.is_file():
         raise MirrorError(f"{path}: no such file")
     try:
+        size = path.stat().st_size
+        if max_bytes is not None and size > max_bytes:
+            raise MirrorError(f"{name}: {_mb(size)} MB is over the limit of {_mb(max_bytes)} MB")
         data = path.read_bytes()
     except OSError as exc:
         raise MirrorError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     return parse_text(decode(data, name), kind, name, column)
+
+
+def _mb(n_bytes: float) -> str:
+    mb = n_bytes / 2**20
+    return f"{mb:,.0f}" if mb >= 100 else f"{mb:.3g}"
+
+
+def load_input(
+    path: str | Path, column: str | None = None, max_mb: float | None = None, max_strings: int | None = None
+) -> tuple[list[str], CleanStats]:
+    """Read and clean an input file for the CLIs, refusing one over `max_mb` or `max_strings` (None: no limit)."""
+    if max_mb is not None and not max_mb > 0:
+        raise MirrorError(f"--max-mb must be > 0, got {max_mb}")
+    if max_strings is not None and max_strings < 1:
+        raise MirrorError(f"--max-strings must be >= 1, got {max_strings}")
+    max_bytes = None if max_mb is None else max_mb * 2**20
+    texts, stats = clean_texts(read_texts(path, column, max_bytes=max_bytes))
+    if max_strings is not None and len(texts) > max_strings:
+        raise MirrorError(f"{Path(path).name}: {len(texts):,} distinct strings is over the limit of {max_strings:,}")
+    return texts, stats
+
+
+def add_limit_flags(parser: Any) -> None:
+    """`--max-mb` / `--max-strings` on an argparse parser (no limit unless given: the CLI runs on your machine)."""
+    parser.add_argument(
+        "--max-mb", type=float, help="refuse an input file larger than this many MB (default: no limit)"
+    )
+    parser.add_argument("--max-strings", type=int, help="refuse more distinct strings than this (default: no limit)")
 
 
 def table_columns(text: str, kind: str) -> list[str]:
