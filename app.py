@@ -16,7 +16,8 @@ Settings come from environment variables (defaults suit a CPU Space):
   MIRROR_MODEL_ROOTS        folders (os.pathsep-separated) from which local models may be loaded (default: none)
   MIRROR_ALLOW_HUB          1/0: allow Hugging Face Hub model ids (default: 1)
   MIRROR_TRAIN_CONCURRENCY  training runs at once (default: 1, one per GPU)
-  MIRROR_LOADED_RUNS        tuned models kept in memory across sessions, LRU (default: 4)
+  MIRROR_LOADED_RUNS        tuned models kept in memory across sessions, LRU (default: 32)
+  MIRROR_LOADED_MB          ... and at most this much memory for them: weights + vectors (default: 3072)
   MIRROR_SEARCH_CONCURRENCY searches encoding at once, the others wait in arrival order (default: 4; on 2 cores
                             20 parallel searches ran ~1.3x faster with p99 -30% than unlimited, bench/RESULTS.md)
 """
@@ -160,7 +161,8 @@ class Settings:
     model_roots: tuple[Path, ...] = ()
     allow_hub: bool = True
     train_concurrency: int = 1
-    loaded_runs: int = 4
+    loaded_runs: int = 32  # 20 active sessions on the bundled model (~95 MB each) stay loaded (bench/RESULTS.md)
+    loaded_bytes: int = 3072 * 1024 * 1024  # ... but only ~6 runs of a bert-base-sized model
     search_concurrency: int = 4
 
     @staticmethod
@@ -196,6 +198,7 @@ class Settings:
             allow_hub=env.get("MIRROR_ALLOW_HUB", "1").strip().lower() not in ("0", "false", "no", "off"),
             train_concurrency=number("MIRROR_TRAIN_CONCURRENCY", d.train_concurrency, 1),
             loaded_runs=number("MIRROR_LOADED_RUNS", d.loaded_runs, 1),
+            loaded_bytes=int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20),
             search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
         )
 
@@ -276,6 +279,14 @@ class Loaded:
     tuned: Encoder
     base: Encoder
     indexes: dict[str, VectorIndex] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory this run holds on its own (the base encoder is shared): tuned weights and index vectors."""
+        weights = sum(
+            t.numel() * t.element_size() for t in [*self.tuned.model.parameters(), *self.tuned.model.buffers()]
+        )
+        return weights + sum(len(index) * index.dim * 4 for index in self.indexes.values())
 
 
 # ----------------------------------------------------------------------------------------------- plain helpers
@@ -977,7 +988,12 @@ class MirrorApp:
             item.indexes["extra:tuned"] = VectorIndex.load(run.folder / "extra_tuned", tuned, gpu=False)
         with self._loaded_lock:
             self._loaded[key] = item
-            evicted = [self._loaded.popitem(last=False) for _ in range(len(self._loaded) - self.settings.loaded_runs)]
+            evicted = []  # least recently used first, down to the count and memory limits; the new run stays
+            while len(self._loaded) > 1 and (
+                len(self._loaded) > self.settings.loaded_runs
+                or sum(x.nbytes for x in self._loaded.values()) > self.settings.loaded_bytes
+            ):
+                evicted.append(self._loaded.popitem(last=False))
         if evicted:
             del evicted
             release_memory(collect=False)

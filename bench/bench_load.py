@@ -165,6 +165,12 @@ def client_worker(url: str, ids: list[int], searches: int, rounds: int, barrier,
         barrier.wait()  # round end
 
 
+def default_loaded_runs() -> int:
+    import app as mx
+
+    return mx.Settings.from_env().loaded_runs
+
+
 def in_process(values: list[int], searches: int = 30) -> None:
     """Searches straight into MirrorApp.search from 20 threads, for each search_concurrency value."""
     import app as mx
@@ -216,7 +222,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--procs", type=int, default=4, help="worker processes the clients are spread over")
     parser.add_argument("--train-steps", type=int, default=10, help="steps of the training during a round (0: none)")
-    parser.add_argument("--loaded-runs", type=int, default=None, help="MIRROR_LOADED_RUNS (default: the app's, 4)")
+    parser.add_argument("--loaded-runs", type=int, default=None, help="MIRROR_LOADED_RUNS (default: the app's, 32)")
     parser.add_argument("--out", default="load.json")
     parser.add_argument("--in-process", action="store_true", help="the app's search path alone (see above)")
     parser.add_argument("--search-concurrency", default="0,4,0,4,0,4", help="with --in-process: values to try")
@@ -323,7 +329,7 @@ def main() -> None:
             "procs": args.procs,
             "searches_per_client": args.searches,
             "train_steps": args.train_steps,
-            "loaded_runs": args.loaded_runs or 4,
+            "loaded_runs": args.loaded_runs or default_loaded_runs(),
             "setup_s": setup_s,
             "rss_idle_mb": rss_idle,
             "rss_ready_mb": rss_ready,

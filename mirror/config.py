@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from mirror.errors import MirrorError

@@ -221,6 +221,29 @@ def test_odd_but_valid_uploads_train_from_the_cli(tiny_bert, tmp_path, capsys, c
     assert (out / "model.safetensors").is_file() and json.loads((out / "mirror_config.json").read_text())["stats"]
 
 
+def test_cli_size_and_count_limits_exit_2_and_are_off_by_default(tiny_bert, tmp_path, capsys):
+    from index.__main__ import main as index_main
+
+    big = write(tmp_path, "big.txt", "\n".join(f"word{i}" for i in range(300)).encode())  # 2,289 bytes
+    out = tmp_path / "out"
+    train = ["train", str(big), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--device", "cpu"]
+    build = ["build", "--encoder", str(tiny_bert), "--input", str(big), "--out", str(tmp_path / "idx"), "--quiet"]
+    for main, argv in [(mirror_main, train), (index_main, build)]:
+        for limit, says in [
+            (["--max-strings", "299"], "big.txt: 300 distinct strings is over the limit of 299"),
+            (["--max-mb", "0.001"], "big.txt: 0.00218 MB is over the limit of 0.001 MB"),
+            (["--max-mb", "0"], "--max-mb must be > 0"),
+            (["--max-strings", "0"], "--max-strings must be >= 1"),
+        ]:
+            assert main([*argv, *limit]) == 2, limit
+            err = capsys.readouterr().err
+            assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
+        assert not out.exists() and not (tmp_path / "idx").exists()
+    assert mirror_main([*train, "--max-steps", "1", "--batch-size", "8", "--max-strings", "300"]) == 0
+    assert index_main(build) == 0  # no limit unless given
+    assert (out / "model.safetensors").is_file() and (tmp_path / "idx").is_dir()
+
+
 def test_the_cli_as_a_program_exits_2_with_one_line_for_a_bad_file(tmp_path):
     path = write(tmp_path, "deep.jsonl", BAD_UPLOADS["jsonl-nested-past-the-stack"][1])
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -257,7 +280,33 @@ def test_upload_size_and_string_limits(tmp_path, tiny_bert):
 def test_settings_default_to_limits_suited_to_a_cpu_space():
     s = mx.Settings.from_env({})
     assert s.max_upload_bytes == 20 * 1024**2 and s.max_strings == 20_000 and s.train_concurrency == 1
-    assert s.max_model_bytes == 600 * 1024**2 and s.model_roots == () and s.loaded_runs == 4
+    assert s.max_model_bytes == 600 * 1024**2 and s.model_roots == () and s.loaded_runs == 32
+    assert s.loaded_bytes == 3 * 1024**3 and mx.Settings.from_env({"MIRROR_LOADED_MB": "1.5"}).loaded_bytes == 1572864
+
+
+def test_tuned_models_kept_in_memory_stay_within_the_count_and_memory_limits(tmp_path, tiny_bert):
+    def app_with(**limits) -> mx.MirrorApp:
+        work = tmp_path / "-".join(f"{k}{v}" for k, v in limits.items())
+        return mx.MirrorApp(mx.Settings(work_dir=work, model_roots=(Path(tiny_bert).resolve(),), **limits))
+
+    app = app_with(loaded_runs=2)
+    sessions = [tuned_session(app, tiny_bert) for _ in range(3)]
+    first = [app.search(s, "cat", k=3)[0]["tuned"] for s in sessions]
+    assert list(app._loaded) == [str(s.run.folder) for s in sessions[1:]]  # least recently used went first
+    one = app._loaded[str(sessions[2].run.folder)]
+    weights = sum(p.numel() * 4 for p in one.tuned.model.parameters())
+    assert one.nbytes >= weights + 2 * len(WORDS) * one.tuned.dim * 4  # tuned weights + base and tuned vectors
+    assert app.search(sessions[0], "cat", k=3)[0]["tuned"] == first[0]  # an evicted run reloads from disk
+    assert list(app._loaded) == [str(s.run.folder) for s in (sessions[2], sessions[0])]
+
+    app = app_with(loaded_runs=10, loaded_bytes=int(one.nbytes * 2.5))  # memory for two runs, count for ten
+    sessions = [tuned_session(app, tiny_bert) for _ in range(3)]
+    for s in sessions:
+        app.search(s, "cat", k=3)
+    assert list(app._loaded) == [str(s.run.folder) for s in sessions[1:]]
+    app = app_with(loaded_runs=10, loaded_bytes=1)  # too small for any: the run being searched still loads
+    s = tuned_session(app, tiny_bert)
+    assert app.search(s, "cat", k=3)[0]["tuned"] and len(app._loaded) == 1
 
 
 BAD_SETTINGS = [
