@@ -10,14 +10,11 @@ import pytest
 
 from index.store import VectorIndex, default_nlist
 from mirror.errors import MirrorError
+from tests.synthetic import clustered, recall_at_10, unit
 
 faiss.omp_set_num_threads(1)
 
 WORDS = ["cat", "dog", "car", "bus", "red", "blue", "big", "small", "man", "woman"]
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
 
 def fan(query: np.ndarray, cosines: list[float], rng: np.random.Generator) -> np.ndarray:
@@ -28,21 +25,6 @@ def fan(query: np.ndarray, cosines: list[float], rng: np.random.Generator) -> np
         u -= (u @ query) * query
         rows.append(c * query + np.sqrt(1 - c * c) * unit(u))
     return np.asarray(rows, dtype=np.float32)
-
-
-def clustered(n: int, dim: int, clusters: int, rng: np.random.Generator) -> np.ndarray:
-    """Unit vectors around random cluster centres (cosine ~0.7 to their centre)."""
-    centres = unit(rng.standard_normal((clusters, dim)))
-    labels = rng.integers(0, clusters, n)
-    return unit(centres[labels] + rng.standard_normal((n, dim)) / np.sqrt(dim))
-
-
-def recall_at_10(index: VectorIndex, data: np.ndarray, queries: np.ndarray) -> float:
-    exact = faiss.IndexFlatIP(data.shape[1])
-    exact.add(data)
-    _, truth = exact.search(queries, 10)
-    got = [[h.id for h in hits] for hits in index.search_vectors(queries, 10)]
-    return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)]))
 
 
 @pytest.fixture(scope="module")

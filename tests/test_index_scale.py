@@ -23,6 +23,7 @@ from index.distributed import build_from_shards, build_index, encode_shard, shar
 from index.store import RERANK_MAX, VectorIndex, bytes_per_vector, default_pq_m, pq_bits
 from mirror.distributed import shard_bounds
 from mirror.errors import MirrorError
+from tests.synthetic import clustered, recall_at_10
 
 faiss.omp_set_num_threads(1)
 
@@ -34,25 +35,6 @@ def corpus(n: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 7)))) + f" {i}" for i in range(n)]
     return texts + texts[:5]  # duplicates: dropped before the split, so they must not shift the ids
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
-
-
-def clustered(n: int, dim: int, clusters: int, rng: np.random.Generator) -> np.ndarray:
-    """Unit vectors around random cluster centres (cosine ~0.7 to their centre), as in tests/test_index.py."""
-    centres = unit(rng.standard_normal((clusters, dim)))
-    labels = rng.integers(0, clusters, n)
-    return unit(centres[labels] + rng.standard_normal((n, dim)) / np.sqrt(dim))
-
-
-def recall_at_10(index: VectorIndex, data: np.ndarray, queries: np.ndarray) -> float:
-    exact = faiss.IndexFlatIP(data.shape[1])
-    exact.add(data)
-    _, truth = exact.search(queries, 10)
-    got = [[h.id for h in hits] for hits in index.search_vectors(queries, 10)]
-    return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)]))
 
 
 def same_hits(a: VectorIndex, b: VectorIndex, queries: np.ndarray, k: int = 10, atol: float = 1e-5) -> None:
