@@ -9,6 +9,14 @@ stands in for bert-base-uncased, with the bundled model's identical uncased Word
     .venv/bin/python bench/bench_gpu.py --variants default,no-bucket,compile   # each speed-up on and off
     .venv/bin/python bench/bench_gpu.py --device cpu --limit 400   # smoke run anywhere
 
+On a bare GPU machine without this project's requirements (the lent `device` machine has torch and
+transformers but not the bundled model package, whose weights are too big to carry): export the model's
+config and tokenizer here, carry that folder, and run with random weights of the same shapes (the text
+data falls back to the copies in examples/ when ../shared/data is not there):
+
+    .venv/bin/python bench/bench_gpu.py --export-shapes .gpu-shapes      # ~1 MB, no weights
+    python3 bench/bench_gpu.py --shapes .gpu-shapes --variants default,no-bucket,compile   # there
+
 Each timed run is preceded by an untimed 3-step warm-up on the same shapes (CUDA context, cuBLAS
 handles, autotuning, compilation caches) so the figure is the steady training time a user sees
 on a warm Space; the warm-up's own time is reported too.
@@ -18,13 +26,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import time
+from pathlib import Path
 
-from common import SENTENCES, WORDS, print_table, write_json
+from common import ROOT, SENTENCES, WORDS, print_table, write_json
 
 from mirror import MirrorConfig, read_texts
-from mirror.encoder import Encoder, load_encoder
+from mirror.encoder import Encoder, bundled_model_path, load_encoder
 from mirror.train import mirror_tune
+
+SHAPE_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
 VARIANTS = {
     "default": {},  # length buckets on, bf16 autocast on CUDA, loss read back every 10 steps
@@ -37,15 +49,37 @@ VARIANTS = {
 PEAKS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0, "T4": 65.0}
 
 
-def bert_base_encoder(device: str) -> Encoder:
-    from transformers import BertConfig, BertModel
-
-    tokenizer = load_encoder("bundled").tokenizer
-    config = BertConfig(vocab_size=tokenizer.vocab_size, attn_implementation="sdpa")
-    model = BertModel(config, add_pooling_layer=False)
-    return Encoder(model=model, tokenizer=tokenizer, pooling="cls", max_seq_length=512, source="bert-base shape").to(
-        device
+def export_shapes(dest: Path) -> None:
+    """The bundled model's config and tokenizer without its weights: all a bare GPU machine needs."""
+    src = bundled_model_path()
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in SHAPE_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dest / name)
+    print(
+        f"wrote {dest} ({sum(f.stat().st_size for f in dest.iterdir()) / 1e6:.1f} MB): carry it and pass --shapes {dest}"
     )
+
+
+def random_encoder(shapes: Path | None, device: str, bert_base: bool, pooling: str) -> Encoder:
+    """Random weights in the bundled MiniLM's shape, or BERT-base's, with the bundled uncased tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = shapes or bundled_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    dropout = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "attn_implementation": "sdpa"}
+    if bert_base:
+        config = BertConfig(vocab_size=tokenizer.vocab_size, **dropout)
+    else:
+        config = BertConfig.from_pretrained(folder, **dropout)
+    model = BertModel(config, add_pooling_layer=False)
+    name = "bert-base shape" if bert_base else "MiniLM-L6 shape"
+    return Encoder(model=model, tokenizer=tokenizer, pooling=pooling, max_seq_length=512, source=name).to(device)
+
+
+def corpus(path: Path) -> Path:
+    """The shared data file, or the project's own copy of it (examples/) on a machine without ../shared."""
+    return path if path.is_file() else ROOT / "examples" / path.name
 
 
 def flops_per_sequence(hidden: int, layers: int, ffn: int, length: int) -> float:
@@ -93,7 +127,12 @@ def main() -> None:
     parser.add_argument("--variants", default="default", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--jobs", default="sentences,words")
     parser.add_argument("--no-warmup", action="store_true")
+    parser.add_argument("--shapes", type=Path, help="folder from --export-shapes: random weights for both jobs")
+    parser.add_argument("--export-shapes", type=Path, metavar="DIR", help="write the shapes folder and exit")
     args = parser.parse_args()
+    if args.export_shapes:
+        export_shapes(args.export_shapes)
+        return
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -104,13 +143,16 @@ def main() -> None:
         for job in args.jobs.split(","):
             common = {"device": device, **VARIANTS[variant]}
             if job == "sentences":  # a plain MLM shape: the paper's sentences preset, [CLS] pooling
-                texts = read_texts(SENTENCES)[: args.limit]
+                texts = read_texts(corpus(SENTENCES))[: args.limit]
                 config = MirrorConfig.preset("sentences", model="bert-base-uncased", pooling="cls", **common)
-                make = lambda: bert_base_encoder(device)  # noqa: E731
+                make = lambda: random_encoder(args.shapes, device, bert_base=True, pooling="cls")  # noqa: E731
             else:
-                texts = read_texts(WORDS)[: args.limit]
+                texts = read_texts(corpus(WORDS))[: args.limit]
                 config = MirrorConfig.preset("words", **common)
-                make = lambda: load_encoder("bundled", device=device, dropout=0.1)  # noqa: E731
+                if args.shapes:
+                    make = lambda: random_encoder(args.shapes, device, bert_base=False, pooling="mean")  # noqa: E731
+                else:
+                    make = lambda: load_encoder("bundled", device=device, dropout=0.1)  # noqa: E731
             warmup_s = None
             if not args.no_warmup:
                 t0 = time.perf_counter()
