@@ -15,6 +15,7 @@ Settings come from environment variables (defaults suit a CPU Space):
   MIRROR_MAX_MAP_POINTS     most strings drawn in the Map tab (default: 3000)
   MIRROR_MODEL_ROOTS        folders (os.pathsep-separated) from which local models may be loaded (default: none)
   MIRROR_ALLOW_HUB          1/0: allow Hugging Face Hub model ids (default: 1)
+  MIRROR_MAX_HUB_MB         largest hub model download, asked of the hub before downloading (default: 2048)
   MIRROR_TRAIN_CONCURRENCY  training runs at once (default: 1, one per GPU)
   MIRROR_LOADED_RUNS        tuned models kept in memory across sessions, LRU (default: 32)
   MIRROR_LOADED_MB          ... and at most this much memory for them: weights + vectors (default: 3072)
@@ -160,6 +161,7 @@ class Settings:
     max_map_points: int = 3000
     model_roots: tuple[Path, ...] = ()
     allow_hub: bool = True
+    max_hub_bytes: int = 2048 * 1024 * 1024  # bert-large (1.3 GB) fits; a 7B checkpoint does not
     train_concurrency: int = 1
     loaded_runs: int = 32  # 20 active sessions on the bundled model (~95 MB each) stay loaded (bench/RESULTS.md)
     loaded_bytes: int = 3072 * 1024 * 1024  # ... but only ~6 runs of a bert-base-sized model
@@ -196,6 +198,7 @@ class Settings:
             max_map_points=number("MIRROR_MAX_MAP_POINTS", d.max_map_points, 10),
             model_roots=roots,
             allow_hub=env.get("MIRROR_ALLOW_HUB", "1").strip().lower() not in ("0", "false", "no", "off"),
+            max_hub_bytes=int(number("MIRROR_MAX_HUB_MB", d.max_hub_bytes / 2**20, 1, float) * 2**20),
             train_concurrency=number("MIRROR_TRAIN_CONCURRENCY", d.train_concurrency, 1),
             loaded_runs=number("MIRROR_LOADED_RUNS", d.loaded_runs, 1),
             loaded_bytes=int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20),
@@ -816,6 +819,7 @@ class MirrorApp:
         self._base_lock = threading.Lock()
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._loaded: OrderedDict[str, Loaded] = OrderedDict()
+        self._hub_sizes: dict[str, int] = {}  # hub id -> download bytes, asked once per id
         self._loaded_lock = threading.Lock()
         self._run_locks: dict[str, threading.Lock] = {}
         self._last_sweep = 0.0
@@ -930,6 +934,25 @@ class MirrorApp:
             )
         if not self.settings.allow_hub:
             raise MirrorError(f"{model!r}: this server only offers the bundled model (MIRROR_ALLOW_HUB=0)")
+        return model
+
+    def check_download(self, model: str) -> str:
+        """The (checked) model name, or MirrorError when it is a hub model over MIRROR_MAX_HUB_MB to download."""
+        model = self.check_model(model)
+        if model == BUNDLED_MODEL or _looks_local(model):
+            return model
+        size = self._hub_sizes.get(model)
+        if size is None:
+            from mirror.encoder import hub_download_bytes
+
+            size = hub_download_bytes(model)  # None offline: the load then says the hub is unreachable
+            if size is not None:
+                self._hub_sizes[model] = size
+        if size is not None and size > self.settings.max_hub_bytes:
+            raise MirrorError(
+                f"`{model}` is a {fmt_bytes(size)} download; this server loads hub models up to "
+                f"{fmt_bytes(self.settings.max_hub_bytes)} (MIRROR_MAX_HUB_MB)"
+            )
         return model
 
     def base_encoder(self, model: str, pooling: str = "auto") -> Encoder:
@@ -1136,7 +1159,7 @@ class MirrorApp:
     def _train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[dict[str, Any]]:
         texts, source = list(session.texts), session.source
         try:
-            config, notes = build_config(texts, self.check_model(model), mode, overrides, self.settings.max_steps)
+            config, notes = build_config(texts, self.check_download(model), mode, overrides, self.settings.max_steps)
             yield {"kind": "phase", "text": f"Checking the base model {config.model}", "done": 0, "total": 0}
             base = self.base_encoder(config.model, config.pooling)
         except Exception as exc:  # MirrorError, or a bug: a message either way

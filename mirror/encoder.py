@@ -335,6 +335,21 @@ def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None) -> Path:
     return _download(source)
 
 
+def hub_download_bytes(repo_id: str) -> int | None:
+    """Bytes that loading this hub id downloads (the files `load_encoder` fetches), or None when the hub
+    cannot say (offline, unknown or gated id: loading then gives the clear error)."""
+    with _HF_IMPORT_LOCK:
+        from huggingface_hub import HfApi
+        from huggingface_hub.utils import filter_repo_objects
+
+    try:
+        info = HfApi().model_info(repo_id, files_metadata=True, timeout=10)
+    except Exception:  # offline mode, DNS failure, timeouts, no such repo
+        return None
+    files = filter_repo_objects(info.siblings or [], allow_patterns=HUB_FILES, key=lambda f: f.rfilename)
+    return sum(int(f.size or 0) for f in files)
+
+
 def _download(repo_id: str) -> Path:
     with _HF_IMPORT_LOCK:
         from huggingface_hub import snapshot_download

@@ -22,6 +22,7 @@ import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -281,7 +282,11 @@ def test_settings_default_to_limits_suited_to_a_cpu_space():
     s = mx.Settings.from_env({})
     assert s.max_upload_bytes == 20 * 1024**2 and s.max_strings == 20_000 and s.train_concurrency == 1
     assert s.max_model_bytes == 600 * 1024**2 and s.model_roots == () and s.loaded_runs == 32
-    assert s.loaded_bytes == 3 * 1024**3 and mx.Settings.from_env({"MIRROR_LOADED_MB": "1.5"}).loaded_bytes == 1572864
+    assert (
+        s.max_hub_bytes == 2 * 1024**3
+        and s.loaded_bytes == 3 * 1024**3
+        and mx.Settings.from_env({"MIRROR_LOADED_MB": "1.5"}).loaded_bytes == 1572864
+    )
 
 
 def test_tuned_models_kept_in_memory_stay_within_the_count_and_memory_limits(tmp_path, tiny_bert):
@@ -1068,6 +1073,52 @@ def test_valid_model_ids_and_allowed_folders_pass(roots):
     with pytest.raises(MirrorError, match="does not load models from local folders"):
         no_hub.check_model(str(root / "team" / "tiny"))
     assert no_hub.check_model("bundled") == "bundled"
+
+
+def test_hub_models_over_the_download_limit_are_refused_before_downloading(app, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.hf_api import RepoSibling
+
+    from mirror.encoder import hub_download_bytes
+
+    GB = 1024**3
+    repos = {  # what the hub would answer (model_info with files_metadata): file names and sizes
+        "org/huge": [("model.safetensors", 3 * GB), ("config.json", 700), ("vocab.txt", 230_000)],
+        "org/fits": [("model.safetensors", GB), ("pytorch_model.bin", GB), ("onnx/model.onnx", GB), ("README.md", 9)],
+    }
+    asked = []
+
+    def model_info(self, repo_id, files_metadata=False, timeout=None):
+        asked.append(repo_id)
+        if repo_id not in repos:
+            raise huggingface_hub.errors.RepositoryNotFoundError("no such repo")
+        return SimpleNamespace(siblings=[RepoSibling(rfilename=n, size=b) for n, b in repos[repo_id]])
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("downloaded before the size check")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    assert hub_download_bytes("org/huge") == 3 * GB + 230_700
+    assert hub_download_bytes("org/fits") == GB  # only the files a load fetches: not .bin, .onnx or README
+    assert hub_download_bytes("org/missing") is None  # unknown or offline: loading gives the clear error
+
+    with pytest.raises(
+        MirrorError,
+        match=re.escape("`org/huge` is a 3 GB download; this server loads hub models up to 2 GB (MIRROR_MAX_HUB_MB)"),
+    ):
+        app.check_download("org/huge")
+    assert app.check_download("org/fits") == "org/fits" and app.check_download("org/fits") == "org/fits"
+    assert asked.count("org/fits") == 2  # once by hub_download_bytes above, once by the app (then cached)
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    events = list(app.train(s, "org/huge", "auto", dict(TINY)))
+    assert events[-1]["kind"] == "error" and "MIRROR_MAX_HUB_MB" in events[-1]["text"], events[-1]
+    assert s.run is None and s.texts == WORDS  # nothing started, nothing lost
+    small = mx.MirrorApp(dataclasses.replace(app.settings, max_hub_bytes=512 * 1024**2))
+    with pytest.raises(MirrorError, match="is a 1 GB download; this server loads hub models up to 512 MB"):
+        small.check_download("org/fits")
+    assert small.check_download("bundled") == "bundled" and asked.count("bundled") == 0
 
 
 def test_uploaded_file_names_never_become_paths(app, tiny_bert, tmp_path):
