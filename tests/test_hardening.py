@@ -726,7 +726,15 @@ def test_memory_is_handed_back_after_each_run(app, tiny_bert, monkeypatch):
 
 
 def du(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    """Bytes under `folder`; files that a running job renames or removes during the walk are skipped."""
+    total = 0
+    for root, _, files in os.walk(folder):  # os.walk skips folders that vanish; Path.rglob raises
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
 
 
 def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_bert):
