@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_words_ablation.py --alphas 0.5,0.75,1.25,1.5,2      # weight interpolation
     .venv/bin/python bench/bench_words_ablation.py --set mask_min_chars=5 --set mask_span=2
     .venv/bin/python bench/bench_words_ablation.py --freeze embeddings.
+    .venv/bin/python bench/bench_words_ablation.py --linear-decay --set lr=4e-5      # lr decayed to 0
 
 Prints one JSON line per model: SimLex-999 / WS353 Spearman ×100, whole and even-pair dev halves.
 """
@@ -39,7 +40,20 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="config override, e.g. temperature=0.15")
     parser.add_argument("--freeze", action="append", default=[], help="parameter name prefix kept frozen")
     parser.add_argument("--alphas", default="", help="also score base + α·(tuned − base) for these α")
+    parser.add_argument("--linear-decay", action="store_true", help="lr decays linearly to 0 over the run")
     args = parser.parse_args()
+    config = MirrorConfig.preset("words", **parse_overrides(args.set))
+    if args.linear_decay:  # mirror_tune keeps lr constant (the paper's recipe): scale it inside AdamW.step
+        total = config.max_steps or config.epochs * -(-len(read_texts(WORDS)) // config.batch_size)
+        step, done = torch.optim.AdamW.step, [0]
+
+        def decayed(self, *a, **k):
+            for group in self.param_groups:
+                group["lr"] = config.lr * max(0.0, 1 - done[0] / total)
+            done[0] += 1
+            return step(self, *a, **k)
+
+        torch.optim.AdamW.step = decayed
     if args.freeze:  # mirror_tune loads its own encoder: freeze on the way out of the loader
         load = train.load_encoder
 
@@ -50,11 +64,16 @@ def main() -> None:
             return encoder
 
         train.load_encoder = load_frozen
-    config = MirrorConfig.preset("words", **parse_overrides(args.set))
     result = train.mirror_tune(read_texts(WORDS), config)
     print(
         json.dumps(
-            {"set": args.set, "freeze": args.freeze, "seconds": round(result.seconds, 1), **scores(result.encoder)}
+            {
+                "set": args.set,
+                "freeze": args.freeze,
+                "decay": args.linear_decay,
+                "seconds": round(result.seconds, 1),
+                **scores(result.encoder),
+            }
         )
     )
     if args.alphas:
