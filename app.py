@@ -1012,11 +1012,12 @@ class MirrorApp:
         with self._loaded_lock:
             self._loaded[key] = item
             evicted = []  # least recently used first, down to the count and memory limits; the new run stays
+            held = sum(x.nbytes for x in self._loaded.values())
             while len(self._loaded) > 1 and (
-                len(self._loaded) > self.settings.loaded_runs
-                or sum(x.nbytes for x in self._loaded.values()) > self.settings.loaded_bytes
+                len(self._loaded) > self.settings.loaded_runs or held > self.settings.loaded_bytes
             ):
                 evicted.append(self._loaded.popitem(last=False))
+                held -= evicted[-1][1].nbytes
         if evicted:
             del evicted
             release_memory(collect=False)
