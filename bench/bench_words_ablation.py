@@ -1,10 +1,17 @@
 """Words-preset ablations behind the "Choosing the defaults" table (bench/RESULTS.md): one tuning run on the
-10k words with config overrides, optionally with frozen parameters, then the base→tuned weight line.
+10k words with config overrides, optionally with frozen parameters, other batch plans, pooling or a prompt
+template, then scores of the tuned model (and of variants of it: weight line, post-processing, pooling).
 
     .venv/bin/python bench/bench_words_ablation.py --alphas 0.5,0.75,1.25,1.5,2      # weight interpolation
     .venv/bin/python bench/bench_words_ablation.py --set mask_min_chars=5 --set mask_span=2
     .venv/bin/python bench/bench_words_ablation.py --freeze embeddings.
     .venv/bin/python bench/bench_words_ablation.py --linear-decay --set lr=4e-5      # lr decayed to 0
+    .venv/bin/python bench/bench_words_ablation.py --batches diverse:400             # k-means-spread batches
+    .venv/bin/python bench/bench_words_ablation.py --batches hard:50:0.5             # half the words in same-cluster batches
+    .venv/bin/python bench/bench_words_ablation.py --pool max                        # train (and score) with max pooling
+    .venv/bin/python bench/bench_words_ablation.py --abtt 2,3,5 --eval-pool max,mean+max,cls+mean
+    .venv/bin/python bench/bench_words_ablation.py --prompt 'This word : "' --prompt-views both
+    .venv/bin/python bench/bench_words_ablation.py --prompt 'This word : "' --prompt-views second
 
 Prints one JSON line per model: SimLex-999 / WS353 Spearman ×100, whole and even-pair dev halves.
 """
@@ -13,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
+from collections.abc import Callable
 
+import numpy as np
 import torch
 from bench_quality import parse_overrides
 from common import SIMLEX, WORDS, WS353
@@ -21,18 +31,124 @@ from common import SIMLEX, WORDS, WS353
 import mirror.train as train
 from mirror import MirrorConfig, read_texts
 from mirror.encoder import Encoder, load_encoder
-from mirror.evaluate import evaluate_pairs, read_pairs
+from mirror.evaluate import read_pairs, spearman
 
 GOLD = {"simlex": read_pairs(SIMLEX), "ws353": read_pairs(WS353)}
+ORIGINAL = Encoder.tokenize, Encoder.embed, Encoder.dim
+POOLS = ("mean", "cls", "mean_inner", "max", "mean+max", "cls+mean")
+Transform = Callable[[np.ndarray], np.ndarray]
 
 
-def scores(encoder: Encoder) -> dict[str, float]:
+def scores(encoder: Encoder, transform: Transform | None = None) -> dict[str, float]:
+    """Spearman ×100 on SimLex/WS353 and their even-pair dev halves, optionally post-processing the vectors."""
     encoder.model.eval()
     out = {}
     for name, pairs in GOLD.items():
-        out[name] = round(100 * evaluate_pairs(encoder, pairs).spearman, 1)
-        out[name + "_dev"] = round(100 * evaluate_pairs(encoder, pairs[::2]).spearman, 1)
+        vocab = sorted({p[0] for p in pairs} | {p[1] for p in pairs})
+        emb = encoder.encode(vocab, normalize=False).astype(np.float64)
+        if transform is not None:
+            emb = transform(emb)
+        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+        row = {t: i for i, t in enumerate(vocab)}
+        for suffix, subset in (("", pairs), ("_dev", pairs[::2])):
+            cos = (emb[[row[p[0]] for p in subset]] * emb[[row[p[1]] for p in subset]]).sum(1)
+            out[name + suffix] = round(100 * spearman(cos, [p[2] for p in subset]), 1)
     return out
+
+
+def abtt(fit_on: np.ndarray, drop: int) -> Transform:
+    """All-but-the-top (Mu & Viswanath 2018): remove the mean and the top `drop` principal directions."""
+    mean = fit_on.mean(0)
+    top = np.linalg.svd(fit_on - mean, full_matrices=False)[2][:drop].T
+    return lambda x: (x - mean) - ((x - mean) @ top) @ top.T
+
+
+class Variant:
+    """Monkeypatches Encoder.tokenize/embed for a pooling and an optional prompt template.
+
+    The prompt is put before every string (`views="both"`, also at scoring) or only before the second view
+    of a training batch (`views="second"`: the plain word learns to match the word in context); pooling
+    skips [CLS] and the prompt's tokens of prompted rows.
+    """
+
+    def __init__(self, pool: str, prompt: str, views: str) -> None:
+        self.pool, self.prompt, self.views = pool, prompt, views
+        self.training, self.prompt_tokens, self.split = False, 0, 0
+        Encoder.tokenize = lambda enc, texts, max_length=None: self._tokenize(enc, texts, max_length)
+        Encoder.embed = lambda enc, batch: self._embed(enc, batch)
+        if "+" in pool:  # concatenated poolings: twice the width
+            Encoder.dim = property(lambda enc: 2 * int(enc.model.config.hidden_size))
+        else:
+            Encoder.dim = ORIGINAL[2]
+
+    def _tokenize(self, encoder: Encoder, texts, max_length=None):
+        if self.prompt and not self.prompt_tokens:
+            self.prompt_tokens = len(encoder.tokenizer(self.prompt)["input_ids"]) - 1  # [CLS] + prompt
+        # rows [split:] carry the prompt
+        self.split = 0 if self.views == "both" or not self.training else len(texts) // 2
+        if self.prompt and (self.views == "both" or self.training):
+            texts = list(texts[: self.split]) + [self.prompt + t for t in texts[self.split :]]
+            max_length = (max_length or encoder.max_seq_length) + self.prompt_tokens
+        return ORIGINAL[0](encoder, texts, max_length)
+
+    def _embed(self, encoder: Encoder, batch):
+        prompted = self.prompt and (self.views == "both" or self.training)
+        if self.pool == "mean" and not prompted:  # the encoder's own pooling
+            return ORIGINAL[1](encoder, batch)
+        out = encoder.model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(out.dtype)
+        if self.pool == "mean_inner" or prompted:
+            mask = mask.clone()
+            if prompted:
+                mask[self.split :, : self.prompt_tokens] = 0
+            if self.pool == "mean_inner":  # drop [CLS] and the closing [SEP]
+                mask[:, 0] = 0
+                mask[torch.arange(len(mask)), batch["attention_mask"].sum(1) - 1] = 0
+        mean = (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        parts = {
+            "mean": mean,
+            "mean_inner": mean,
+            "cls": out[:, 0],
+            "max": out.masked_fill(mask == 0, -1e4).max(1).values,
+        }
+        return torch.cat([parts[p] for p in self.pool.split("+")], 1)
+
+
+def cluster_plan(words: list[str], model: str, spec: str, seed: int) -> Callable:
+    """A `plan_batches` replacement from k-means clusters of the base embeddings. `diverse:K`: batches take
+    one word per cluster in turn; `hard:K[:FRACTION]`: that share of the words in same-cluster batches."""
+    import faiss
+
+    kind, clusters, *rest = spec.split(":")
+    share = float(rest[0]) if rest else 1.0
+    x = load_encoder(model, pooling="mean").encode(words, batch_size=256)
+    kmeans = faiss.Kmeans(x.shape[1], int(clusters), niter=20, seed=seed, spherical=True)
+    kmeans.train(x)
+    label = kmeans.index.search(x, 1)[1][:, 0]
+
+    def plan(n: int, batch_size: int, rng: random.Random, min_size: int = 2, lengths=None) -> list[list[int]]:
+        order = list(range(n))
+        rng.shuffle(order)
+        if kind == "diverse":
+            groups: dict[int, list[int]] = {}
+            for i in order:
+                groups.setdefault(int(label[i]), []).append(i)
+            spread = []
+            while groups:
+                for key in list(groups):
+                    spread.append(groups[key].pop())
+                    if not groups[key]:
+                        del groups[key]
+            runs = [spread]
+        else:
+            hard = sorted(order[: int(share * n)], key=lambda i: label[i])
+            runs = [hard, order[int(share * n) :]]
+        batches = [run[i : i + batch_size] for run in runs for i in range(0, len(run), batch_size)]
+        batches = [b for b in batches if len(b) >= min_size]
+        rng.shuffle(batches)
+        return batches
+
+    return plan
 
 
 def main() -> None:
@@ -41,10 +157,18 @@ def main() -> None:
     parser.add_argument("--freeze", action="append", default=[], help="parameter name prefix kept frozen")
     parser.add_argument("--alphas", default="", help="also score base + α·(tuned − base) for these α")
     parser.add_argument("--linear-decay", action="store_true", help="lr decays linearly to 0 over the run")
+    parser.add_argument("--batches", default="", help="diverse:K or hard:K[:FRACTION] (k-means on base vectors)")
+    parser.add_argument("--pool", default="mean", choices=POOLS, help="pooling for training and scoring")
+    parser.add_argument("--eval-pool", default="", help="also score the tuned model with these poolings")
+    parser.add_argument("--abtt", default="", help="also score after removing the mean and top D components")
+    parser.add_argument("--prompt", default="", help="template put before the strings, e.g. 'This word : \"'")
+    parser.add_argument("--prompt-views", default="both", choices=("both", "second"))
     args = parser.parse_args()
     config = MirrorConfig.preset("words", **parse_overrides(args.set))
+    words = read_texts(WORDS)
+    variant = Variant(args.pool, args.prompt, args.prompt_views)
     if args.linear_decay:  # mirror_tune keeps lr constant (the paper's recipe): scale it inside AdamW.step
-        total = config.max_steps or config.epochs * -(-len(read_texts(WORDS)) // config.batch_size)
+        total = config.max_steps or config.epochs * -(-len(words) // config.batch_size)
         step, done = torch.optim.AdamW.step, [0]
 
         def decayed(self, *a, **k):
@@ -64,19 +188,27 @@ def main() -> None:
             return encoder
 
         train.load_encoder = load_frozen
-    result = train.mirror_tune(read_texts(WORDS), config)
-    print(
-        json.dumps(
-            {
-                "set": args.set,
-                "freeze": args.freeze,
-                "decay": args.linear_decay,
-                "seconds": round(result.seconds, 1),
-                **scores(result.encoder),
-            }
-        )
-    )
+    if args.batches:
+        train.plan_batches = cluster_plan(words, config.model, args.batches, config.seed)
+    if args.prompt:
+        base = load_encoder(config.model, pooling="mean")
+        if args.prompt_views == "both":
+            print(json.dumps({"model": "base", "prompt": args.prompt, **scores(base)}))
+    variant.training = True
+    result = train.mirror_tune(words, config)
+    variant.training = False
+    skip = {"alphas", "abtt", "eval_pool"} | (set() if args.prompt else {"prompt_views"})
+    tag = {k: v for k, v in vars(args).items() if v and k not in skip}
+    print(json.dumps({**tag, "seconds": round(result.seconds, 1), **scores(result.encoder)}))
+    if args.abtt:
+        fit_on = result.encoder.encode(words, batch_size=256, normalize=False).astype(np.float64)
+        for drop in (int(d) for d in args.abtt.split(",")):
+            print(json.dumps({**tag, "abtt": drop, **scores(result.encoder, abtt(fit_on, drop))}))
+    for pool in filter(None, args.eval_pool.split(",")):
+        Variant(pool, args.prompt, args.prompt_views)
+        print(json.dumps({**tag, "eval_pool": pool, **scores(result.encoder)}))
     if args.alphas:
+        Variant(args.pool, args.prompt, args.prompt_views)
         base = load_encoder(config.model, pooling=result.encoder.pooling)
         start = {k: v.clone() for k, v in base.model.state_dict().items()}
         tuned = result.encoder.model.state_dict()
@@ -88,7 +220,7 @@ def main() -> None:
                         for k in start
                     }
                 )
-            print(json.dumps({"set": args.set, "alpha": alpha, **scores(base)}))
+            print(json.dumps({**tag, "alpha": alpha, **scores(base)}))
 
 
 if __name__ == "__main__":
