@@ -31,29 +31,32 @@ from common import SIMLEX, WORDS, WS353
 import mirror.train as train
 from mirror import MirrorConfig, read_texts
 from mirror.encoder import Encoder, load_encoder
-from mirror.evaluate import read_pairs, spearman
+from mirror.evaluate import evaluate_pairs, read_pairs
 
 GOLD = {"simlex": read_pairs(SIMLEX), "ws353": read_pairs(WS353)}
-ORIGINAL = Encoder.tokenize, Encoder.embed, Encoder.dim
+ORIGINAL = Encoder.tokenize, Encoder.embed
 POOLS = ("mean", "cls", "mean_inner", "max", "mean+max", "cls+mean")
 Transform = Callable[[np.ndarray], np.ndarray]
 
 
-def scores(encoder: Encoder, transform: Transform | None = None) -> dict[str, float]:
-    """Spearman ×100 on SimLex/WS353 and their even-pair dev halves, optionally post-processing the vectors."""
+def scores(encoder: Encoder) -> dict[str, float]:
     encoder.model.eval()
     out = {}
     for name, pairs in GOLD.items():
-        vocab = sorted({p[0] for p in pairs} | {p[1] for p in pairs})
-        emb = encoder.encode(vocab, normalize=False).astype(np.float64)
-        if transform is not None:
-            emb = transform(emb)
-        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-        row = {t: i for i, t in enumerate(vocab)}
-        for suffix, subset in (("", pairs), ("_dev", pairs[::2])):
-            cos = (emb[[row[p[0]] for p in subset]] * emb[[row[p[1]] for p in subset]]).sum(1)
-            out[name + suffix] = round(100 * spearman(cos, [p[2] for p in subset]), 1)
+        out[name] = round(100 * evaluate_pairs(encoder, pairs).spearman, 1)
+        out[name + "_dev"] = round(100 * evaluate_pairs(encoder, pairs[::2]).spearman, 1)
     return out
+
+
+class PostProcessed:
+    """An encoder whose vectors go through `transform` before they are normalised (for `evaluate_pairs`)."""
+
+    def __init__(self, encoder: Encoder, transform: Transform) -> None:
+        self.encoder, self.model, self.transform = encoder, encoder.model, transform
+
+    def encode(self, texts, batch_size: int = 128, normalize: bool = True) -> np.ndarray:
+        x = self.transform(self.encoder.encode(texts, batch_size, normalize=False).astype(np.float64))
+        return (x / np.linalg.norm(x, axis=1, keepdims=True) if normalize else x).astype(np.float32)
 
 
 def abtt(fit_on: np.ndarray, drop: int) -> Transform:
@@ -68,7 +71,7 @@ class Variant:
 
     The prompt is put before every string (`views="both"`, also at scoring) or only before the second view
     of a training batch (`views="second"`: the plain word learns to match the word in context); pooling
-    skips [CLS] and the prompt's tokens of prompted rows.
+    skips [CLS] and the prompt's tokens of prompted rows. Set `pool` to score with another pooling.
     """
 
     def __init__(self, pool: str, prompt: str, views: str) -> None:
@@ -76,23 +79,25 @@ class Variant:
         self.training, self.prompt_tokens, self.split = False, 0, 0
         Encoder.tokenize = lambda enc, texts, max_length=None: self._tokenize(enc, texts, max_length)
         Encoder.embed = lambda enc, batch: self._embed(enc, batch)
-        if "+" in pool:  # concatenated poolings: twice the width
-            Encoder.dim = property(lambda enc: 2 * int(enc.model.config.hidden_size))
-        else:
-            Encoder.dim = ORIGINAL[2]
+        # concatenated poolings (mean+max) are twice as wide
+        Encoder.dim = property(lambda enc: int(enc.model.config.hidden_size) * len(self.pool.split("+")))
+
+    @property
+    def prompting(self) -> bool:
+        return bool(self.prompt) and (self.views == "both" or self.training)
 
     def _tokenize(self, encoder: Encoder, texts, max_length=None):
         if self.prompt and not self.prompt_tokens:
             self.prompt_tokens = len(encoder.tokenizer(self.prompt)["input_ids"]) - 1  # [CLS] + prompt
-        # rows [split:] carry the prompt
-        self.split = 0 if self.views == "both" or not self.training else len(texts) // 2
-        if self.prompt and (self.views == "both" or self.training):
+        # rows [split:] carry the prompt: all of them, or the second views of a training batch
+        self.split = len(texts) // 2 if self.views == "second" else 0
+        if self.prompting:
             texts = list(texts[: self.split]) + [self.prompt + t for t in texts[self.split :]]
             max_length = (max_length or encoder.max_seq_length) + self.prompt_tokens
         return ORIGINAL[0](encoder, texts, max_length)
 
     def _embed(self, encoder: Encoder, batch):
-        prompted = self.prompt and (self.views == "both" or self.training)
+        prompted = self.prompting
         if self.pool == "mean" and not prompted:  # the encoder's own pooling
             return ORIGINAL[1](encoder, batch)
         out = encoder.model(**batch).last_hidden_state
@@ -190,10 +195,9 @@ def main() -> None:
         train.load_encoder = load_frozen
     if args.batches:
         train.plan_batches = cluster_plan(words, config.model, args.batches, config.seed)
-    if args.prompt:
+    if args.prompt and args.prompt_views == "both":
         base = load_encoder(config.model, pooling="mean")
-        if args.prompt_views == "both":
-            print(json.dumps({"model": "base", "prompt": args.prompt, **scores(base)}))
+        print(json.dumps({"model": "base", "prompt": args.prompt, **scores(base)}))
     variant.training = True
     result = train.mirror_tune(words, config)
     variant.training = False
@@ -203,12 +207,12 @@ def main() -> None:
     if args.abtt:
         fit_on = result.encoder.encode(words, batch_size=256, normalize=False).astype(np.float64)
         for drop in (int(d) for d in args.abtt.split(",")):
-            print(json.dumps({**tag, "abtt": drop, **scores(result.encoder, abtt(fit_on, drop))}))
+            print(json.dumps({**tag, "abtt": drop, **scores(PostProcessed(result.encoder, abtt(fit_on, drop)))}))
     for pool in filter(None, args.eval_pool.split(",")):
-        Variant(pool, args.prompt, args.prompt_views)
+        variant.pool = pool
         print(json.dumps({**tag, "eval_pool": pool, **scores(result.encoder)}))
     if args.alphas:
-        Variant(args.pool, args.prompt, args.prompt_views)
+        variant.pool = args.pool
         base = load_encoder(config.model, pooling=result.encoder.pooling)
         start = {k: v.clone() for k, v in base.model.state_dict().items()}
         tuned = result.encoder.model.state_dict()
