@@ -12,6 +12,7 @@ template, then scores of the tuned model (and of variants of it: weight line, po
     .venv/bin/python bench/bench_words_ablation.py --abtt 2,3,5 --eval-pool max,mean+max,cls+mean
     .venv/bin/python bench/bench_words_ablation.py --prompt 'This word : "' --prompt-views both
     .venv/bin/python bench/bench_words_ablation.py --prompt 'This word : "' --prompt-views second
+    .venv/bin/python bench/bench_words_ablation.py --eval-layers 0-6,5-6,4-6,0-4 --eval-prompt '"' --eval-prompt 'the word '
 
 Prints one JSON line per model: SimLex-999 / WS353 Spearman ×100, whole and even-pair dev halves.
 """
@@ -71,11 +72,13 @@ class Variant:
 
     The prompt is put before every string (`views="both"`, also at scoring) or only before the second view
     of a training batch (`views="second"`: the plain word learns to match the word in context); pooling
-    skips [CLS] and the prompt's tokens of prompted rows. Set `pool` to score with another pooling.
+    skips [CLS] and the prompt's tokens of prompted rows. Set `pool` to score with another pooling, `layers`
+    (first, last) to pool the mean of those hidden layers (0 = the embedding layer) instead of the last one.
     """
 
     def __init__(self, pool: str, prompt: str, views: str) -> None:
         self.pool, self.prompt, self.views = pool, prompt, views
+        self.layers: tuple[int, int] | None = None
         self.training, self.prompt_tokens, self.split = False, 0, 0
         Encoder.tokenize = lambda enc, texts, max_length=None: self._tokenize(enc, texts, max_length)
         Encoder.embed = lambda enc, batch: self._embed(enc, batch)
@@ -98,9 +101,13 @@ class Variant:
 
     def _embed(self, encoder: Encoder, batch):
         prompted = self.prompting
-        if self.pool == "mean" and not prompted:  # the encoder's own pooling
+        if self.pool == "mean" and not prompted and not self.layers:  # the encoder's own pooling
             return ORIGINAL[1](encoder, batch)
-        out = encoder.model(**batch).last_hidden_state
+        if self.layers:
+            hidden = encoder.model(**batch, output_hidden_states=True).hidden_states
+            out = torch.stack(hidden[self.layers[0] : self.layers[1] + 1]).mean(0)
+        else:
+            out = encoder.model(**batch).last_hidden_state
         mask = batch["attention_mask"].unsqueeze(-1).to(out.dtype)
         if self.pool == "mean_inner" or prompted:
             mask = mask.clone()
@@ -168,6 +175,8 @@ def main() -> None:
     parser.add_argument("--abtt", default="", help="also score after removing the mean and top D components")
     parser.add_argument("--prompt", default="", help="template put before the strings, e.g. 'This word : \"'")
     parser.add_argument("--prompt-views", default="both", choices=("both", "second"))
+    parser.add_argument("--eval-layers", default="", help="also score with the mean of hidden layers A-B, e.g. 0-6")
+    parser.add_argument("--eval-prompt", action="append", default=[], help="also score with this template")
     args = parser.parse_args()
     config = MirrorConfig.preset("words", **parse_overrides(args.set))
     words = read_texts(WORDS)
@@ -201,7 +210,7 @@ def main() -> None:
     variant.training = True
     result = train.mirror_tune(words, config)
     variant.training = False
-    skip = {"alphas", "abtt", "eval_pool"} | (set() if args.prompt else {"prompt_views"})
+    skip = {"alphas", "abtt", "eval_pool", "eval_layers", "eval_prompt"} | (set() if args.prompt else {"prompt_views"})
     tag = {k: v for k, v in vars(args).items() if v and k not in skip}
     print(json.dumps({**tag, "seconds": round(result.seconds, 1), **scores(result.encoder)}))
     if args.abtt:
@@ -211,8 +220,17 @@ def main() -> None:
     for pool in filter(None, args.eval_pool.split(",")):
         variant.pool = pool
         print(json.dumps({**tag, "eval_pool": pool, **scores(result.encoder)}))
+    variant.pool = args.pool
+    for span in filter(None, args.eval_layers.split(",")):
+        first, last = (int(x) for x in span.split("-"))
+        variant.layers = (first, last)
+        print(json.dumps({**tag, "eval_layers": span, **scores(result.encoder)}))
+    variant.layers = None
+    for prompt in args.eval_prompt:  # a plain-trained model scored with a template (pooled over the word)
+        variant.prompt, variant.views, variant.prompt_tokens = prompt, "both", 0
+        print(json.dumps({**tag, "eval_prompt": prompt, **scores(result.encoder)}))
+    variant.prompt, variant.views, variant.prompt_tokens = args.prompt, args.prompt_views, 0
     if args.alphas:
-        variant.pool = args.pool
         base = load_encoder(config.model, pooling=result.encoder.pooling)
         start = {k: v.clone() for k, v in base.model.state_dict().items()}
         tuned = result.encoder.model.state_dict()
