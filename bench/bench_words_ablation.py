@@ -13,6 +13,7 @@ template, then scores of the tuned model (and of variants of it: weight line, po
     .venv/bin/python bench/bench_words_ablation.py --prompt 'This word : "' --prompt-views both
     .venv/bin/python bench/bench_words_ablation.py --prompt 'This word : "' --prompt-views second
     .venv/bin/python bench/bench_words_ablation.py --eval-layers 0-6,5-6,4-6,0-4 --eval-prompt '"' --eval-prompt 'the word '
+    .venv/bin/python bench/bench_words_ablation.py --ensemble 'This word : "'          # tuned ‖ base with template
 
 Prints one JSON line per model: SimLex-999 / WS353 Spearman ×100, whole and even-pair dev halves.
 """
@@ -58,6 +59,25 @@ class PostProcessed:
     def encode(self, texts, batch_size: int = 128, normalize: bool = True) -> np.ndarray:
         x = self.transform(self.encoder.encode(texts, batch_size, normalize=False).astype(np.float64))
         return (x / np.linalg.norm(x, axis=1, keepdims=True) if normalize else x).astype(np.float32)
+
+
+class Ensemble:
+    """Several (encoder, template) members scored as one: their normalised vectors concatenated, so a pair's
+    cosine is the mean of the members' cosines. `use(prompt)` switches the template before each member."""
+
+    def __init__(self, members: list[tuple[Encoder, str]], use: Callable[[str], None]) -> None:
+        self.members, self.use, self.model = members, use, members[0][0].model
+        for encoder, _ in members:
+            encoder.model.eval()
+
+    def encode(self, texts, batch_size: int = 128, normalize: bool = True) -> np.ndarray:
+        parts = []
+        for encoder, prompt in self.members:
+            self.use(prompt)
+            parts.append(encoder.encode(texts, batch_size, normalize=True))
+        self.use("")
+        x = np.concatenate(parts, 1)
+        return x / np.linalg.norm(x, axis=1, keepdims=True) if normalize else x
 
 
 def abtt(fit_on: np.ndarray, drop: int) -> Transform:
@@ -177,6 +197,7 @@ def main() -> None:
     parser.add_argument("--prompt-views", default="both", choices=("both", "second"))
     parser.add_argument("--eval-layers", default="", help="also score with the mean of hidden layers A-B, e.g. 0-6")
     parser.add_argument("--eval-prompt", action="append", default=[], help="also score with this template")
+    parser.add_argument("--ensemble", action="append", default=[], help="also score tuned ‖ base with this template")
     args = parser.parse_args()
     config = MirrorConfig.preset("words", **parse_overrides(args.set))
     words = read_texts(WORDS)
@@ -210,7 +231,9 @@ def main() -> None:
     variant.training = True
     result = train.mirror_tune(words, config)
     variant.training = False
-    skip = {"alphas", "abtt", "eval_pool", "eval_layers", "eval_prompt"} | (set() if args.prompt else {"prompt_views"})
+    skip = {"alphas", "abtt", "eval_pool", "eval_layers", "eval_prompt", "ensemble"} | (
+        set() if args.prompt else {"prompt_views"}
+    )
     tag = {k: v for k, v in vars(args).items() if v and k not in skip}
     print(json.dumps({**tag, "seconds": round(result.seconds, 1), **scores(result.encoder)}))
     if args.abtt:
@@ -230,6 +253,15 @@ def main() -> None:
         variant.prompt, variant.views, variant.prompt_tokens = prompt, "both", 0
         print(json.dumps({**tag, "eval_prompt": prompt, **scores(result.encoder)}))
     variant.prompt, variant.views, variant.prompt_tokens = args.prompt, args.prompt_views, 0
+    if args.ensemble and not args.prompt:  # two encoders at search time: a measure of the headroom, not a default
+
+        def use(prompt: str) -> None:
+            variant.prompt, variant.views, variant.prompt_tokens = prompt, "both", 0
+
+        base = load_encoder(config.model, pooling=result.encoder.pooling)
+        for prompt in args.ensemble:
+            both = Ensemble([(result.encoder, ""), (base, prompt)], use)
+            print(json.dumps({**tag, "ensemble": f"tuned + base with {prompt!r}", **scores(both)}))
     if args.alphas:
         base = load_encoder(config.model, pooling=result.encoder.pooling)
         start = {k: v.clone() for k, v in base.model.state_dict().items()}
