@@ -97,13 +97,17 @@ class Variant:
     """
 
     def __init__(self, pool: str, prompt: str, views: str) -> None:
-        self.pool, self.prompt, self.views = pool, prompt, views
-        self.layers: tuple[int, int] | None = None
-        self.training, self.prompt_tokens, self.split = False, 0, 0
+        self.pool, self.layers = pool, None
+        self.training, self.split = False, 0
+        self.use(prompt, views)
         Encoder.tokenize = lambda enc, texts, max_length=None: self._tokenize(enc, texts, max_length)
         Encoder.embed = lambda enc, batch: self._embed(enc, batch)
         # concatenated poolings (mean+max) are twice as wide
         Encoder.dim = property(lambda enc: int(enc.model.config.hidden_size) * len(self.pool.split("+")))
+
+    def use(self, prompt: str, views: str = "both") -> None:
+        """Switch the template (its token count is measured again on the next batch)."""
+        self.prompt, self.views, self.prompt_tokens = prompt, views, 0
 
     @property
     def prompting(self) -> bool:
@@ -199,6 +203,8 @@ def main() -> None:
     parser.add_argument("--eval-prompt", action="append", default=[], help="also score with this template")
     parser.add_argument("--ensemble", action="append", default=[], help="also score tuned ‖ base with this template")
     args = parser.parse_args()
+    if args.ensemble and args.prompt:
+        parser.error("--ensemble scores a plain-trained model: leave out --prompt")
     config = MirrorConfig.preset("words", **parse_overrides(args.set))
     words = read_texts(WORDS)
     variant = Variant(args.pool, args.prompt, args.prompt_views)
@@ -250,20 +256,15 @@ def main() -> None:
         print(json.dumps({**tag, "eval_layers": span, **scores(result.encoder)}))
     variant.layers = None
     for prompt in args.eval_prompt:  # a plain-trained model scored with a template (pooled over the word)
-        variant.prompt, variant.views, variant.prompt_tokens = prompt, "both", 0
+        variant.use(prompt)
         print(json.dumps({**tag, "eval_prompt": prompt, **scores(result.encoder)}))
-    variant.prompt, variant.views, variant.prompt_tokens = args.prompt, args.prompt_views, 0
-    if args.ensemble and not args.prompt:  # two encoders at search time: a measure of the headroom, not a default
-
-        def use(prompt: str) -> None:
-            variant.prompt, variant.views, variant.prompt_tokens = prompt, "both", 0
-
+    variant.use(args.prompt, args.prompt_views)
+    if args.ensemble or args.alphas:
         base = load_encoder(config.model, pooling=result.encoder.pooling)
-        for prompt in args.ensemble:
-            both = Ensemble([(result.encoder, ""), (base, prompt)], use)
-            print(json.dumps({**tag, "ensemble": f"tuned + base with {prompt!r}", **scores(both)}))
-    if args.alphas:
-        base = load_encoder(config.model, pooling=result.encoder.pooling)
+    for prompt in args.ensemble:  # two encoders at search time: a measure of the headroom, not a default
+        both = Ensemble([(result.encoder, ""), (base, prompt)], variant.use)
+        print(json.dumps({**tag, "ensemble": f"tuned + base with {prompt!r}", **scores(both)}))
+    if args.alphas:  # last: it overwrites the base weights
         start = {k: v.clone() for k, v in base.model.state_dict().items()}
         tuned = result.encoder.model.state_dict()
         for alpha in (float(a) for a in args.alphas.split(",")):
