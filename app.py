@@ -6,12 +6,17 @@ module loads neither torch nor faiss. Handlers are plain methods of `MirrorApp` 
 plain values (tests call them directly); `build_demo` only wires them to components.
 
 Settings come from environment variables (defaults suit a CPU Space):
-  MIRROR_WORK_DIR           per-session folders (default: <tmp>/mirror-explorer)
+  MIRROR_WORK_DIR           per-session folders (default: $GRADIO_TEMP_DIR/mirror-explorer, i.e. <tmp>/gradio/...)
   MIRROR_SESSION_TTL        seconds an idle session's folder and state are kept (default: 7200)
   MIRROR_MAX_UPLOAD_MB      largest text/pairs upload or paste (default: 20)
   MIRROR_MAX_MODEL_MB       largest model zip upload (default: 600)
   MIRROR_MAX_STRINGS        strings kept from one input (default: 20000)
-  MIRROR_MAX_STEPS          cap on training steps per run, 0 = none (default: 0)
+  MIRROR_MAX_STEPS          cap on training steps per run, 0 = none (default: 1000)
+  MIRROR_MAX_RUN_SECONDS    a run still training after this long is stopped, nothing saved, 0 = none (default: 1800)
+  MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for (default: auto, from the memory available)
+  MIRROR_DISK_MB            disk for all sessions; idle sessions are removed oldest first past it (default: 10240)
+  MIRROR_SESSION_DISK_MB    disk for one session (default: 2048)
+  MIRROR_UPLOAD_QUOTA_MB    bytes one client may upload per hour (default: 2048)
   MIRROR_MAX_MAP_POINTS     most strings drawn in the Map tab (default: 3000)
   MIRROR_MODEL_ROOTS        folders (os.pathsep-separated) from which local models may be loaded (default: none)
   MIRROR_ALLOW_HUB          1/0: allow Hugging Face Hub model ids (default: 1)
@@ -135,10 +140,15 @@ MAX_QUERIES = 20
 MAX_QUERY_CHARS = 500
 MAX_K = 50
 STOP_FILE = "STOP"
+MAX_ZIP_RATIO = 20
+# A training job whose consumer (the page's or the API client's event stream) has not asked for an event in this
+# long is stopped: the tab was closed or the client disconnected, and nobody will see its result.
+ABANDONED_S = 20.0
 # A Hugging Face model id: "name" or "org/name", each part up to 96 of [A-Za-z0-9_.-], starting alphanumeric.
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$")
 TERMINAL = ("done", "error", "cancelled")
 SWEEP_EVERY_S = 60.0
+EVICT_MIN_IDLE_S = 300.0  # a session used this recently is never evicted for disk space
 # Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
 # on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
 CPU_STEP_COST = 3.3e-4
@@ -152,12 +162,17 @@ GPU_SPEEDUP = 20.0
 class Settings:
     """Server-side limits and folders, from MIRROR_* environment variables (see the module docstring)."""
 
-    work_dir: Path = Path(tempfile.gettempdir()) / "mirror-explorer"
+    work_dir: Path = Path(tempfile.gettempdir()) / "gradio" / "mirror-explorer"
     session_ttl: float = 7200.0
     max_upload_bytes: int = 20 * 1024 * 1024
     max_model_bytes: int = 600 * 1024 * 1024
     max_strings: int = 20_000
-    max_steps: int | None = None
+    max_steps: int | None = 1000  # 10k words take 100 steps; a public Space should not train for hours
+    max_run_seconds: float | None = 1800.0
+    train_memory_bytes: int | None = None  # None: planned from the memory available when the run starts
+    disk_bytes: int = 10 * 1024**3
+    session_disk_bytes: int = 2 * 1024**3
+    upload_quota_bytes: int = 2 * 1024**3  # per client and hour, through Gradio's upload route
     max_map_points: int = 3000
     model_roots: tuple[Path, ...] = ()
     allow_hub: bool = True
@@ -187,14 +202,21 @@ class Settings:
         roots = tuple(
             Path(p).expanduser().resolve() for p in env.get("MIRROR_MODEL_ROOTS", "").split(os.pathsep) if p.strip()
         )
-        max_steps = number("MIRROR_MAX_STEPS", 0, 0)
+        max_steps = number("MIRROR_MAX_STEPS", d.max_steps, 0)
+        max_run_s = number("MIRROR_MAX_RUN_SECONDS", d.max_run_seconds, 0, float)
+        train_mb = number("MIRROR_TRAIN_MEMORY_MB", 0, 64, float) if env.get("MIRROR_TRAIN_MEMORY_MB") else 0
         return Settings(
-            work_dir=Path(env.get("MIRROR_WORK_DIR") or d.work_dir).expanduser().resolve(),
+            work_dir=Path(env.get("MIRROR_WORK_DIR") or default_work_dir(env)).expanduser().resolve(),
             session_ttl=number("MIRROR_SESSION_TTL", d.session_ttl, 60, float),
             max_upload_bytes=int(number("MIRROR_MAX_UPLOAD_MB", 20, 0.001, float) * 1024 * 1024),
             max_model_bytes=int(number("MIRROR_MAX_MODEL_MB", 600, 1, float) * 1024 * 1024),
             max_strings=number("MIRROR_MAX_STRINGS", d.max_strings, 2),
             max_steps=max_steps or None,
+            max_run_seconds=max_run_s or None,
+            train_memory_bytes=int(train_mb * 2**20) or None,
+            disk_bytes=int(number("MIRROR_DISK_MB", d.disk_bytes / 2**20, 100, float) * 2**20),
+            session_disk_bytes=int(number("MIRROR_SESSION_DISK_MB", d.session_disk_bytes / 2**20, 10, float) * 2**20),
+            upload_quota_bytes=int(number("MIRROR_UPLOAD_QUOTA_MB", d.upload_quota_bytes / 2**20, 1, float) * 2**20),
             max_map_points=number("MIRROR_MAX_MAP_POINTS", d.max_map_points, 10),
             model_roots=roots,
             allow_hub=env.get("MIRROR_ALLOW_HUB", "1").strip().lower() not in ("0", "false", "no", "off"),
@@ -204,6 +226,13 @@ class Settings:
             loaded_bytes=int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20),
             search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
         )
+
+
+def default_work_dir(env: dict[str, str]) -> Path:
+    """Inside Gradio's upload folder (its GRADIO_TEMP_DIR rule), so the zips handed out are served in place
+    instead of copied into Gradio's cache: one copy on disk, not two. Gradio serves only the files a handler
+    returned, never the rest of the folder."""
+    return Path(env.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio") / "mirror-explorer"
 
 
 def zero_gpu() -> bool:
@@ -244,6 +273,29 @@ class RunInfo:
 
 
 @dataclass(eq=False)
+class RunHandle:
+    """One run from the moment it is asked for, whoever asked (the page's Launch or an API call): its id and
+    its stop flag. A stop reaches the job through a file in its folder, across the ZeroGPU process boundary."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    stop: threading.Event = field(default_factory=threading.Event)
+    started: bool = False  # holds the session's run: a second Launch is refused
+    folder: Path | None = None
+
+    def request_stop(self, why: str = "cancel") -> None:
+        self.stop.set()
+        if self.folder is not None:
+            write_stop(self.folder, why)
+
+
+def write_stop(folder: Path, why: str) -> None:
+    """Ask the job in `folder` to stop between two steps; the first reason given is kept."""
+    with contextlib.suppress(OSError):  # the run just ended and removed its folder
+        with open(folder / STOP_FILE, "x", encoding="utf-8") as f:
+            f.write(why)
+
+
+@dataclass(eq=False)
 class Session:
     """One browser (or API client) session: its folder, loaded strings and served run. Lives in gr.State."""
 
@@ -255,8 +307,7 @@ class Session:
     detected_mode: str = "words"
     mode_reason: str = ""
     run: RunInfo | None = None
-    active: Path | None = None  # run folder being trained right now
-    cancel_pending: bool = False
+    active: RunHandle | None = None  # the run asked for or in progress
     closed: bool = False  # the tab went away (or the state expired) while a run was going: clean up after it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -293,6 +344,16 @@ class Loaded:
 
 
 # ----------------------------------------------------------------------------------------------- plain helpers
+
+
+def disk_usage(folder: Path) -> int:
+    """Bytes under `folder`; files that a running job renames or removes during the walk are skipped."""
+    total = 0
+    for root, _, files in os.walk(folder):  # os.walk skips folders that vanish; Path.rglob raises
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
 
 
 def release_memory(collect: bool = True) -> None:
@@ -659,8 +720,15 @@ def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int) -> Path:
         infos = zf.infolist()
         if len(infos) > 500:
             raise MirrorError(f"`{name}` holds {len(infos)} files; a model folder has a handful")
-        if sum(i.file_size for i in infos) > 2 * max_bytes:
-            raise MirrorError(f"`{name}` unpacks to more than {fmt_bytes(2 * max_bytes)}")
+        unpacked = sum(i.file_size for i in infos)
+        if unpacked > max_bytes:
+            raise MirrorError(
+                f"`{name}` unpacks to {fmt_bytes(unpacked)}; models up to {fmt_bytes(max_bytes)} are accepted"
+            )
+        packed = sum(i.compress_size for i in infos)
+        if unpacked > MAX_ZIP_RATIO * max(packed, 1) and unpacked > 2**20:
+            # Weights barely compress (~1.1x); a zip that inflates 20x holds padding, not a model.
+            raise MirrorError(f"`{name}` inflates {unpacked / max(packed, 1):.0f}x; a model zip does not: refusing it")
         for info in infos:
             parts = Path(info.filename).parts
             is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
@@ -670,7 +738,8 @@ def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int) -> Path:
         try:
             zf.extractall(dest)
         except (zipfile.BadZipFile, OSError, RuntimeError) as exc:
-            raise MirrorError(f"`{name}` could not be unpacked ({exc})") from None
+            log.warning("model zip %s could not be unpacked: %s", name, exc)  # the server's paths stay in the log
+            raise MirrorError(f"`{name}` could not be unpacked (a damaged zip, or the server's disk is full)") from None
     for candidate in [dest, *sorted(p for p in dest.iterdir() if p.is_dir())]:
         if (candidate / "config.json").is_file() or (candidate / "modules.json").is_file():
             return candidate
@@ -680,7 +749,9 @@ def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int) -> Path:
 # ----------------------------------------------------------------------------------------------- training job
 
 
-def job_duration(texts: list[str], config: dict[str, Any], run_dir: str, roots: list[str], build_base: bool) -> int:
+def job_duration(
+    texts: list[str], config: dict[str, Any], run_dir: str, roots: list[str], build_base: bool, limits: dict
+) -> int:
     """ZeroGPU reservation in seconds for a training job: its GPU estimate plus loading, with a margin."""
     cfg = MirrorConfig.from_dict(config)
     _, train_s, index_s = estimate_seconds(texts, cfg, "cuda")
@@ -694,20 +765,54 @@ def _gpu(fn: Callable) -> Callable:
     return spaces.GPU(duration=job_duration)(fn)
 
 
+def read_stop(run: Path) -> str:
+    """Why the job in `run` was asked to stop ("cancel", "time", "abandoned"), or "" when it was not."""
+    try:
+        return (run / STOP_FILE).read_text(encoding="utf-8").strip() or "cancel"
+    except OSError:
+        return ""
+
+
+def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:
+    """What the user reads when a run stopped before its end."""
+    done = f"after {stats.get('steps', 0)} of {stats.get('total_steps', 0)} steps"
+    if why == "time":
+        limit = fmt_seconds(settings.max_run_seconds or 0)
+        return (
+            f"Stopped {done}: this server stops a run after {limit} (MIRROR_MAX_RUN_SECONDS); nothing was saved. "
+            "Try fewer strings, fewer epochs or a smaller model."
+        )
+    if why == "abandoned":
+        return f"Stopped {done}: the page or API client that started it went away; nothing was saved."
+    return f"Cancelled {done}; nothing was saved."
+
+
 @_gpu
 def train_job(
-    texts: list[str], config: dict[str, Any], run_dir: str, roots: list[str], build_base: bool
+    texts: list[str], config: dict[str, Any], run_dir: str, roots: list[str], build_base: bool, limits: dict
 ) -> Iterator[tuple]:
     """Tune and index in `run_dir`; yields plain tuples, so it can run inside a ZeroGPU worker process.
 
     Events: ("phase", text, done, total), ("step", step, total, loss), ("tick",), then one of
     ("done", stats), ("cancelled", stats) or ("error", message). Results are files in run_dir:
     model/ (sentence-transformers), base_index/ (unless build_base is False) and tuned_index/.
-    A file named STOP in run_dir stops the run between steps (the UI's Cancel, across processes).
+    The run stops between steps when a file named STOP appears in run_dir (Cancel, across processes), when
+    `limits["max_seconds"]` have passed, or when nobody has asked for an event for ABANDONED_S (the consumer
+    went away: a closed tab, a disconnected or cancelled API client). `limits["memory"]` bounds a step.
     """
     run = Path(run_dir)
     stop = run / STOP_FILE
     events: queue.Queue = queue.Queue()
+    deadline = time.monotonic() + limits["max_seconds"] if limits.get("max_seconds") else math.inf
+    last_pull = [time.monotonic()]
+
+    def should_stop() -> bool:
+        now = time.monotonic()
+        if now > deadline:
+            write_stop(run, "time")
+        elif now - last_pull[0] > ABANDONED_S:
+            write_stop(run, "abandoned")
+        return stop.exists()
 
     def work() -> None:
         try:
@@ -718,7 +823,8 @@ def train_job(
                 [Path(r) for r in roots],
                 build_base,
                 events.put,
-                stop.exists,
+                should_stop,
+                limits.get("memory"),
             )
         except MirrorError as exc:
             events.put(("error", str(exc)))
@@ -740,6 +846,7 @@ def train_job(
     thread.start()
     try:
         while True:
+            last_pull[0] = time.monotonic()
             try:
                 item = events.get(timeout=0.5)
             except queue.Empty:
@@ -749,8 +856,8 @@ def train_job(
                 break
             yield item
     finally:
-        if thread.is_alive():  # the consumer went away (tab closed): stop at the next step, then return
-            stop.touch()
+        if thread.is_alive():  # the consumer closed us (tab closed, client cancelled): stop at the next step
+            write_stop(run, "abandoned")
             thread.join()
 
 
@@ -762,6 +869,7 @@ def _tune_and_index(
     build_base: bool,
     emit: Callable[[tuple], None],
     should_stop: Callable[[], bool],
+    memory: int | None = None,
 ) -> None:
     from index.store import VectorIndex
     from mirror.encoder import load_encoder
@@ -829,6 +937,9 @@ class MirrorApp:
         self._running: set[Path] = set()  # session folders with a job in progress: never swept
         self._search_slots = FairSlots(self.settings.search_concurrency)
 
+    def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
+        return self
+
     # ---------------------------------------------------------------- sessions
 
     def session(self, state: Session | None = None) -> Session:
@@ -859,23 +970,44 @@ class MirrorApp:
         release_memory(collect=False)  # no gc pass: Gradio calls this on its event loop, once per expired session
 
     def sweep(self, force: bool = False) -> list[Path]:
-        """Delete session folders idle for longer than the TTL (at most once a minute unless forced)."""
+        """Delete session folders idle past the TTL, then the least recently used idle ones while all sessions
+        together hold more than MIRROR_DISK_MB. A session with a job running, or used in the last
+        EVICT_MIN_IDLE_S, is never removed. Runs at most once a minute unless forced."""
         now = time.time()
         if not force and now - self._last_sweep < SWEEP_EVERY_S:
             return []
         self._last_sweep = now
-        removed = []
+        folders = []
         for folder in self.settings.work_dir.iterdir() if self.settings.work_dir.is_dir() else []:
             marker = folder / ".last_used"
             try:
                 last = marker.stat().st_mtime if marker.exists() else folder.stat().st_mtime
             except OSError:
                 continue
-            if folder.is_dir() and now - last > self.settings.session_ttl and folder not in self._running:
-                self._forget_folder(folder)
-                shutil.rmtree(folder, ignore_errors=True)
-                removed.append(folder)
+            if folder.is_dir() and folder not in self._running:
+                folders.append((last, folder))
+        removed = [f for last, f in folders if now - last > self.settings.session_ttl]
+        idle = sorted((last, f) for last, f in folders if f not in removed and now - last > EVICT_MIN_IDLE_S)
+        held = disk_usage(self.settings.work_dir) - sum(disk_usage(f) for f in removed)
+        for _, folder in idle:  # oldest first
+            if held <= self.settings.disk_bytes:
+                break
+            held -= disk_usage(folder)
+            removed.append(folder)
+        for folder in removed:
+            self._forget_folder(folder)
+            shutil.rmtree(folder, ignore_errors=True)
         return removed
+
+    def check_disk(self, session: Session) -> None:
+        """Before a job writes: room in the session's own budget, and idle sessions evicted past the global one."""
+        used = disk_usage(session.folder)
+        if used > self.settings.session_disk_bytes:
+            raise MirrorError(
+                f"this session already holds {fmt_bytes(used)} on the server (its limit is "
+                f"{fmt_bytes(self.settings.session_disk_bytes)}, MIRROR_SESSION_DISK_MB); reload the page to start afresh"
+            )
+        self.sweep(force=True)
 
     def _forget(self, session: Session) -> None:
         self._forget_folder(session.folder)
@@ -1095,39 +1227,50 @@ class MirrorApp:
 
     # ---------------------------------------------------------------- tab 1: training
 
-    def request_run(self, session: Session) -> None:
-        """Called when Launch is clicked, before the run waits in the queue: clears an old cancel request."""
-        session.cancel_pending = False
+    def request_run(self, session: Session) -> RunHandle:
+        """Launch was clicked: the run exists (and can be cancelled) while it still waits in the queue."""
+        if session.active is None or not session.active.started:
+            session.active = RunHandle()
+        return session.active
 
     def cancel(self, session: Session) -> str:
-        """Stop the session's run between two steps (or before it starts, while it waits in the queue)."""
-        active = session.active  # read once: the run may end (and reset it) at any moment
-        if active is not None:
-            with contextlib.suppress(OSError):  # the run just ended and removed its folder
-                (active / STOP_FILE).touch()
+        """Stop the session's run between two steps, or before it starts (while it waits in the queue)."""
+        handle = session.active  # read once: the run may end (and reset it) at any moment
+        if handle is None:
+            return "Nothing is running. Your model and index (if any) stay served."
+        handle.request_stop("cancel")
+        if handle.started:
             return "Stopping after the current step… the previous model and index stay served."
-        session.cancel_pending = True
-        return "Cancelled. Nothing is running now; the previous model and index stay served."
+        return "Cancelled before it started. The previous model and index stay served."
 
     def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Tune on the session's strings in a fresh folder; swap it in only on success. Yields events.
 
-        Events are dicts with "kind": phase (text, done, total), step (step, total, loss, eta), note (text),
-        tick, then one of done (run), cancelled (text) or error (text). Never raises for bad input: it yields
-        an error. The run holds one of the server's training slots; the last event comes after the slot is
-        released and the run's folder cleaned up.
+        Events are dicts with "kind": phase (text, done, total), step (step, total, loss, eta), note (text), tick,
+        then one of done (run), cancelled (text) or error (text). Never raises for bad input: it yields an error.
+        The run is cancellable (session.active, its id and stop flag) before the first event, by `cancel` or by
+        the consumer going away;
+        it holds one of the server's training slots; the last event comes after the slot is released and the
+        run's folder cleaned up.
         """
-        if session.cancel_pending:
-            session.cancel_pending = False
-            yield {"kind": "cancelled", "text": "Cancelled before it started."}
-            return
-        if session.active is not None:
+        handle = session.active
+        if handle is not None and handle.started:
             yield {"kind": "error", "text": "A run is already in progress in this session; wait for it or cancel it."}
             return
-        if len(session.texts) < 2:
-            yield {"kind": "error", "text": "Load at least 2 strings first (step 1 above)."}
-            return
-        yield from self._exclusive(session, self._train(session, model, mode, overrides))
+        handle = handle or RunHandle()  # an API call: no Launch click made one
+        session.active = handle
+        try:
+            if handle.stop.is_set():
+                yield {"kind": "cancelled", "text": "Cancelled before it started."}
+                return
+            if len(session.texts) < 2:
+                yield {"kind": "error", "text": "Load at least 2 strings first (step 1 above)."}
+                return
+            handle.started = True
+            yield from self._exclusive(session, self._train(session, handle, model, mode, overrides))
+        finally:
+            if session.active is handle:
+                session.active = None
 
     def _exclusive(self, session: Session, events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """Run a job's events holding a training slot; its final event is yielded after the job cleaned up."""
@@ -1157,9 +1300,12 @@ class MirrorApp:
         if terminal is not None:
             yield terminal
 
-    def _train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def _train(
+        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
+    ) -> Iterator[dict[str, Any]]:
         texts, source = list(session.texts), session.source
         try:
+            self.check_disk(session)
             config, notes = build_config(texts, self.check_download(model), mode, overrides, self.settings.max_steps)
             yield {"kind": "phase", "text": f"Checking the base model {config.model}", "done": 0, "total": 0}
             base = self.base_encoder(config.model, config.pooling)
@@ -1168,8 +1314,11 @@ class MirrorApp:
             return
         for note in notes:
             yield {"kind": "note", "text": note}
-        run = session.folder / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        run = session.folder / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{handle.id}"
         run.mkdir(parents=True)
+        handle.folder = run
+        if handle.stop.is_set():  # cancelled while the base model loaded
+            write_stop(run, "cancel")
         key = texts_key(texts)
         prev = session.run
         build_base = True
@@ -1177,14 +1326,13 @@ class MirrorApp:
             if (prev.folder / "base_index").is_dir():  # same strings, same base: reuse its index
                 shutil.copytree(prev.folder / "base_index", run / "base_index")
                 build_base = False
-        session.active = run
         ok = False
         started, started_at = time.perf_counter(), time.time()
         t1: float | None = None
         try:
-            for ev in train_job(
-                texts, config.to_dict(), str(run), [str(run)] + [str(r) for r in self.settings.model_roots], build_base
-            ):
+            limits = {"max_seconds": self.settings.max_run_seconds, "memory": self.settings.train_memory_bytes}
+            roots = [str(run)] + [str(r) for r in self.settings.model_roots]
+            for ev in train_job(texts, config.to_dict(), str(run), roots, build_base, limits):
                 kind = ev[0]
                 if kind == "phase":
                     yield {"kind": "phase", "text": ev[1], "done": ev[2], "total": ev[3]}
@@ -1199,12 +1347,7 @@ class MirrorApp:
                 elif kind == "tick":
                     yield {"kind": "tick"}
                 elif kind == "cancelled" or (kind == "done" and (run / STOP_FILE).exists()):
-                    s = ev[1]
-                    yield {
-                        "kind": "cancelled",
-                        "text": f"Cancelled after {s.get('steps', 0)} of {s.get('total_steps', 0)} steps; nothing was saved.",
-                        "losses": s.get("losses", []),
-                    }
+                    yield {**ev[1], "kind": "cancelled", "text": stopped_text(ev[1], read_stop(run), self.settings)}
                     return
                 elif kind == "error":
                     yield {"kind": "error", "text": ev[1]}
@@ -1231,7 +1374,6 @@ class MirrorApp:
                 "text": f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served",
             }
         finally:
-            session.active = None
             if not ok:
                 shutil.rmtree(run, ignore_errors=True)
 
@@ -1283,7 +1425,7 @@ class MirrorApp:
         if len(session.texts) < 2:
             yield {"kind": "error", "text": "Load the strings to search first (step 1), then upload the model zip."}
             return
-        if session.active is not None:
+        if session.active is not None and session.active.started:
             yield {"kind": "error", "text": "A run is in progress in this session; wait for it or cancel it."}
             return
         yield from self._exclusive(session, self._use_saved(session, zip_path))
@@ -1294,9 +1436,10 @@ class MirrorApp:
 
         run = session.folder / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-upload-{uuid.uuid4().hex[:8]}"
         prev, texts, source = session.run, list(session.texts), session.source
-        session.active = run
+        handle = session.active = RunHandle(started=True, folder=run)
         ok = False
         try:
+            self.check_disk(session)
             yield {"kind": "phase", "text": "Unpacking the model", "done": 0, "total": 0}
             folder = extract_model_zip(Path(zip_path), run / "unpacked", self.settings.max_model_bytes)
             os.replace(folder, run / "model")
@@ -1304,14 +1447,14 @@ class MirrorApp:
             tuned = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
             notes = []
             base_model = str((tuned.info.get("config") or {}).get("model") or BUNDLED_MODEL)
-            try:
-                base = self.base_encoder(base_model, tuned.pooling)
+            try:  # a name read from an uploaded file: the same checks as one typed by a user, hub size included
+                base = self.base_encoder(self.check_download(base_model), tuned.pooling)
             except MirrorError as exc:
                 notes.append(
                     f"its base model {base_model!r} is not available here ({exc}); comparing with the bundled model"
                 )
-                base_model = BUNDLED_MODEL
-                base = self.base_encoder(base_model, "auto")
+                base_model = BUNDLED_MODEL  # with the tuned model's pooling: the served run reloads it that way
+                base = self.base_encoder(base_model, tuned.pooling)
             for name, enc in (("base", base), ("tuned", tuned)):
                 msg = f"Indexing your strings with the {name} encoder"
                 yield {"kind": "phase", "text": msg, "done": 0, "total": len(texts)}
@@ -1333,10 +1476,14 @@ class MirrorApp:
         except MirrorError as exc:
             yield {"kind": "error", "text": str(exc)}
         except Exception as exc:
-            log.exception("model upload failed")
-            yield {"kind": "error", "text": f"could not use this model ({type(exc).__name__}: {exc})"}
+            log.exception("model upload failed")  # details (which may name server paths) stay in the log
+            yield {
+                "kind": "error",
+                "text": f"could not use this model ({type(exc).__name__}); is it a zip saved by this app?",
+            }
         finally:
-            session.active = None
+            if session.active is handle:
+                session.active = None
             if not ok:
                 shutil.rmtree(run, ignore_errors=True)
 
@@ -1376,6 +1523,7 @@ class MirrorApp:
         texts = texts[: self.settings.max_strings]
         if not texts:
             raise MirrorError(f"`{display_name(path)}` has no non-empty strings")
+        self.check_disk(session)
         loaded = self.loaded(run)
         tmp_b, tmp_t = run.folder / ".extra_base.new", run.folder / ".extra_tuned.new"
         VectorIndex.build(loaded.base, texts, gpu=False).save(tmp_b)
@@ -1511,6 +1659,45 @@ def _device_and_threads(device: str) -> tuple[str, int]:
     return "cpu", torch.get_num_threads()
 
 
+class UploadQuota:
+    """ASGI middleware: each client (first X-Forwarded-For address, else the peer) may send at most `quota` bytes
+    per `window` seconds to Gradio's upload route. Gradio has one global upload size limit, which must admit a
+    model zip; this bounds what one anonymous visitor can park on the server's disk with it."""
+
+    def __init__(self, app: Callable, quota: int, window: float = 3600.0):
+        self.app, self.quota, self.window = app, quota, window
+        self.sent: dict[str, collections.deque[tuple[float, int]]] = {}
+        self.lock = threading.Lock()
+
+    def used(self, client: str, now: float) -> int:
+        log_ = self.sent.setdefault(client, collections.deque())
+        while log_ and now - log_[0][0] > self.window:
+            log_.popleft()
+        if not log_:
+            del self.sent[client]
+            return 0
+        return sum(n for _, n in log_)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST" or not scope["path"].endswith("/upload"):
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        forwarded = headers.get(b"x-forwarded-for", b"").decode("latin-1").split(",")[0].strip()
+        client = forwarded or (scope.get("client") or ("?",))[0]
+        length = int(headers.get(b"content-length", b"0") or 0) if headers.get(b"content-length", b"").isdigit() else 0
+        now = time.monotonic()
+        with self.lock:
+            over = self.used(client, now) + length > self.quota
+            if not over:
+                self.sent.setdefault(client, collections.deque()).append((now, length))
+        if over:
+            body = f"upload quota reached: at most {fmt_bytes(self.quota)} per hour (MIRROR_UPLOAD_QUOTA_MB)".encode()
+            await send({"type": "http.response.start", "status": 429, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": body})
+            return None
+        return await self.app(scope, receive, send)
+
+
 # ----------------------------------------------------------------------------------------------- gradio wiring
 
 CSS = """
@@ -1588,7 +1775,12 @@ def setting_component(name: str, value: Any) -> gr.components.Component:
         return gr.Checkbox(value=bool(value), label=label(name), elem_id=f"mx-set-{name}")
     if kind == "str":
         return gr.Textbox(value=value, label=label(name), elem_id=f"mx-set-{name}")
-    return gr.Number(value=value, label=label(name), precision=0 if kind == "int" else None, elem_id=f"mx-set-{name}")
+    # max length: no BERT-family model offered here takes more than 512 positions; the engine caps it further
+    # at the chosen model's own limit (with a note), for API callers too.
+    limit = {"maximum": 512, "minimum": 4} if name == "max_length" else {}
+    return gr.Number(
+        value=value, label=label(name), precision=0 if kind == "int" else None, elem_id=f"mx-set-{name}", **limit
+    )
 
 
 def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
@@ -1600,7 +1792,9 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
     encode_queue = {"concurrency_id": "encode", "concurrency_limit": 2}
 
     with gr.Blocks(title="Mirror Explorer", delete_cache=(3600, int(settings.session_ttl))) as demo:
-        state = gr.State(None, time_to_live=settings.session_ttl, delete_callback=app.close_session)
+        # A plain function, not the bound method: Gradio deep-copies the config (on every /config request), and a
+        # bound method's copy walks into the app and its loaded models (0.7 s and +100 MB per request).
+        state = gr.State(None, time_to_live=settings.session_ttl, delete_callback=lambda s: app.close_session(s))
         gr.Markdown(INTRO, elem_id="mx-header")
 
         with gr.Tabs():
@@ -1816,6 +2010,8 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             api_search_out = gr.JSON(label="results")
             api_train_btn = gr.Button()
             api_search_btn = gr.Button()
+            api_cancel_out = gr.Textbox(label="cancelled")
+            api_cancel_btn = gr.Button()
 
         field_list = list(fields.values())
 
@@ -2142,17 +2338,39 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             except Exception as exc:  # MirrorError, or a bug: a message either way
                 raise fail(user_error(exc)) from None
             notes = list(info.get("notes", []))
+            progress: dict[str, Any] = {"status": "queued"}
+            last, first = 0.0, True
+            # A generator: the client gets the session state (and the run id) at once, so its /cancel reaches the
+            # run, and a disconnected or cancelled client stops pulling events, which stops the run.
             for ev in app.train(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {})):
-                if ev["kind"] in ("error", "cancelled"):
+                kind = ev["kind"]
+                if kind in ("error", "cancelled"):
                     raise fail(ev["text"])
-                if ev["kind"] == "note":
+                if kind == "note":
                     notes.append(ev["text"])
-                if ev["kind"] == "done":
+                elif first and session.active is not None:  # the state goes out now: /cancel can reach the run
+                    progress = {"status": "running", "run_id": session.active.id}
+                    first = False
+                    yield progress, None, None, session
+                if kind == "step":
+                    progress.update(step=ev["step"], total_steps=ev["total"], loss=ev["loss"])
+                elif kind == "done":
                     run: RunInfo = ev["run"]
                     summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
                     summary["notes"] = notes + list(run.stats.get("notes") or [])
-                    return summary, str(run.model_zip), str(run.index_zip), session
+                    summary["run_id"] = progress.get("run_id")
+                    yield summary, str(run.model_zip), str(run.index_zip), session
+                    return
+                if time.monotonic() - last >= 1.0:
+                    last = time.monotonic()
+                    yield progress, None, None, session
             raise fail("the run ended without a result")
+
+        def api_cancel(s: Session | None = None):
+            """Stop this client's run (from another call of the same Client while /train runs)."""
+            if not isinstance(s, Session):
+                return "Nothing is running.", s
+            return app.cancel(s), s
 
         def api_search(queries: str, k: float = 10, s: Session | None = None):
             """Top-k hits (k <= 50) per query (one per line) with the tuned and the base encoder of this client's
@@ -2175,6 +2393,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         api_search_btn.click(
             api_search, [api_queries, api_k, state], [api_search_out, state], api_name="search", concurrency_limit=None
         )
+        api_cancel_btn.click(api_cancel, [state], [api_cancel_out, state], api_name="cancel", queue=False)
 
     demo.queue(default_concurrency_limit=2)
     return demo
@@ -2209,18 +2428,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = build_demo(app)
     # Warm the bundled model in the background: the page is served at once, the first run starts sooner.
     threading.Thread(target=app.warm_up, name="mirror-warm-up", daemon=True).start()
+    from starlette.middleware import Middleware
+
+    # Gradio has one upload size limit for every input; it must admit a model zip, so what one client may send
+    # in an hour is bounded separately (UploadQuota). The files handlers return are served by Gradio; nothing
+    # else of the work folder is (no allowed_paths).
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
-    # Gradio hands out files from the working directory and the temp folder; a work dir elsewhere must be
-    # allowed explicitly (session folders have unguessable names).
-    work = app.settings.work_dir
-    allowed = [] if any(_is_under(work, Path(p)) for p in (os.getcwd(), tempfile.gettempdir())) else [str(work)]
+    quota = Middleware(UploadQuota, quota=app.settings.upload_quota_bytes)
     demo.launch(
         server_name=args.host,
         server_port=args.port,
         max_file_size=limit,
-        allowed_paths=allowed,
         css=CSS,
         show_error=False,
+        app_kwargs={"middleware": [quota]},
     )
     return 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import ROOT, serve_app
+from tests.server import ROOT, serve_app
 
 WORDS = (ROOT / "examples" / "small_words.txt").read_text().split()[:50]
 FAST = {"max_steps": 2, "batch_size": 16}

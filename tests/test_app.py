@@ -77,7 +77,9 @@ def test_import_loads_nothing_heavy(tmp_path):
 
 def test_settings_from_env(tmp_path):
     s = mx.Settings.from_env({})
-    assert s.max_upload_bytes == 20 * 1024 * 1024 and s.max_strings == 20_000 and s.max_steps is None
+    assert s.max_upload_bytes == 20 * 1024 * 1024 and s.max_strings == 20_000
+    assert s.max_steps == 1000 and s.max_run_seconds == 1800 and s.train_memory_bytes is None  # public-Space caps
+    assert mx.Settings.from_env({"MIRROR_MAX_STEPS": "0", "MIRROR_MAX_RUN_SECONDS": "0"}).max_steps is None
     assert s.train_concurrency == 1 and s.allow_hub and s.model_roots == ()
     env = {
         "MIRROR_WORK_DIR": str(tmp_path),
@@ -113,7 +115,7 @@ def test_cli_flags_default_to_gradio_env(monkeypatch):
 def test_demo_wires_named_api_endpoints_and_every_config_field(app):
     demo = mx.build_demo(app)
     info = demo.get_api_info()
-    assert set(info["named_endpoints"]) == {"/train", "/search"}  # UI events are private
+    assert set(info["named_endpoints"]) == {"/train", "/search", "/cancel"}  # UI events are private
     params = {p["parameter_name"]: p for p in info["named_endpoints"]["/train"]["parameters"]}
     assert list(params) == ["texts", "file", "column", "model", "mode", "settings"]
     assert params["model"]["parameter_default"] == "bundled"
@@ -300,9 +302,19 @@ def test_cancel_while_queued_cancels_that_run_only(app, tiny_bert):
     s = app.session()
     app.load_pasted(s, "\n".join(WORDS))
     app.request_run(s)
-    assert "Nothing is running" in app.cancel(s)
+    assert "Cancelled before it started" in app.cancel(s)
     assert [e["kind"] for e in train(app, s, tiny_bert)] == ["cancelled"]
     app.request_run(s)  # the next Launch click starts normally
+    assert train(app, s, tiny_bert)[-1]["kind"] == "done"
+
+
+def test_a_cancel_while_idle_does_not_poison_the_next_run(app, tiny_bert):
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    assert "Nothing is running" in app.cancel(s)
+    assert train(app, s, tiny_bert)[-1]["kind"] == "done"  # an API call: no Launch click, no stale cancel
+    assert "Nothing is running" in app.cancel(s)
+    app.request_run(s)
     assert train(app, s, tiny_bert)[-1]["kind"] == "done"
 
 
@@ -464,8 +476,8 @@ def test_map_projects_both_spaces_with_shared_clusters(app, tuned):
 def test_job_duration_for_zerogpu_is_bounded():
     texts = [f"word{i}" for i in range(10_000)]
     config = MirrorConfig.preset("words").to_dict()
-    assert 60 <= mx.job_duration(texts, config, "/tmp/x", [], True) <= 600
-    assert mx.job_duration(texts[:50], config, "/tmp/x", [], True) == 60
+    assert 60 <= mx.job_duration(texts, config, "/tmp/x", [], True, {}) <= 600
+    assert mx.job_duration(texts[:50], config, "/tmp/x", [], True, {}) == 60
 
 
 def test_examples_ship_with_licence_notes():

@@ -6,20 +6,14 @@ Screenshots go to tests/artifacts/. Without a chromium executable the test skips
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.server import ROOT, serve_app
+
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 CHROMIUM_ARGS = [
@@ -34,56 +28,6 @@ ON_CI = os.environ.get("CI", "").lower() == "true"
 WORDS = (ROOT / "examples" / "small_words.txt").read_text().split()[:50]
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve_app(workdir: Path, timeout: float = 180.0) -> Iterator[str]:
-    """Run `python app.py --port N` with its own session folder; yield its URL once it answers."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "GRADIO_ANALYTICS_ENABLED": "False",
-        "PYTHONUNBUFFERED": "1",
-        "MIRROR_WORK_DIR": str(workdir / "sessions"),
-    }
-    log_path = workdir / "server.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"app.py did not answer on {url} within {timeout:.0f} s:\n{log_path.read_text()[-4000:]}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def chromium_or_skip() -> str:
