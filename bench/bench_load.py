@@ -1,5 +1,6 @@
 """Load: the running app under parallel clients. `python app.py` is started on a free port (bundled model),
-then 20 gradio_client sessions issue searches in parallel while one more session runs a training.
+then 20 gradio_client sessions issue searches in parallel while one more session runs a training, and each
+client also connects anew (`Client(url)`: /config, /info) at the start of every round.
 
     .venv/bin/python bench/bench_load.py [--clients 20] [--searches 50] [--rounds 3] [--procs 4]
 
@@ -10,7 +11,9 @@ the 411-word example (`--train-steps` steps). The clients live in `--procs` work
 each): gradio_client costs about as much CPU per call as the server does, and one process of 20 client
 threads is held to one core by the GIL. The rounds reuse the same sessions, so the server's memory should
 not grow from one round to the next. Reported per round: errors, p50/p99 search latency, searches per
-second, the server's CPU seconds, and its RSS (with its child processes, from /proc) before and after.
+second, connect time (a new `Client()` per client, all at once at round start, while the searches and the
+training run: each fetches /config, which Gradio deep-copies), the server's CPU seconds, and its RSS (with its
+child processes, from /proc) before, at its peak during the round (sampled every 0.25 s), and after.
 Everything runs on one machine: the clients' CPU is taken from the server's. JSON: bench/out/load.json.
 
     .venv/bin/python bench/bench_load.py --in-process [--search-concurrency 0,4,0,4]
@@ -109,8 +112,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
-def search_loop(i: int, client, searches: int, latencies: list[float], errors: list[str]) -> None:
-    """One client's searches, back to back (list.append is atomic: the threads share the lists)."""
+def search_loop(
+    i: int, client, searches: int, latencies: list[float], errors: list[str], connects: list[float]
+) -> None:
+    """One client connects anew, then searches back to back (list.append is atomic: the threads share the lists)."""
+    from gradio_client import Client
+
+    t0 = time.perf_counter()
+    try:
+        Client(client.src, verbose=False, download_files=False)
+        connects.append(time.perf_counter() - t0)
+    except Exception as exc:
+        errors.append(f"connect {type(exc).__name__}: {exc}"[:200])
     for n in range(searches):
         t0 = time.perf_counter()
         try:
@@ -151,8 +164,9 @@ def client_worker(url: str, ids: list[int], searches: int, rounds: int, barrier,
     for _ in range(rounds):
         latencies: list[float] = []
         errors: list[str] = []
+        connects: list[float] = []
         threads = [
-            threading.Thread(target=search_loop, args=(i, c, searches, latencies, errors))
+            threading.Thread(target=search_loop, args=(i, c, searches, latencies, errors, connects))
             for i, c in zip(ids, clients, strict=True)
         ]
         barrier.wait()  # round start
@@ -161,7 +175,7 @@ def client_worker(url: str, ids: list[int], searches: int, rounds: int, barrier,
             t.start()
         for t in threads:
             t.join()
-        results.put((latencies, errors, sum(os.times()[:2]) - cpu0))
+        results.put((latencies, errors, sum(os.times()[:2]) - cpu0, connects))
         barrier.wait()  # round end
 
 
@@ -261,16 +275,28 @@ def main() -> None:
                 before = rss_mb(server.pid)
                 training: dict = {}
                 trainer_thread = threading.Thread(target=train_once, args=(trainer, args.train_steps, training))
+                peak = [before]
+                sampling = threading.Event()
+
+                def sample(peak=peak, sampling=sampling) -> None:
+                    while not sampling.wait(0.25):
+                        peak[0] = max(peak[0], rss_mb(server.pid))
+
+                sampler = threading.Thread(target=sample, daemon=True)
                 barrier.wait()  # round start
                 t_round, cpu0 = time.perf_counter(), cpu_seconds(server.pid)
                 trainer_thread.start()
+                sampler.start()
                 parts = [results.get(timeout=1800) for _ in range(args.procs)]
                 search_wall, server_cpu = time.perf_counter() - t_round, cpu_seconds(server.pid) - cpu0
+                sampling.set()
+                sampler.join()
                 barrier.wait()  # round end
                 trainer_thread.join()
                 time.sleep(2)  # let the training's clean-up settle
-                latencies = [x for lat, _, _ in parts for x in lat]
-                errors = [e for _, errs, _ in parts for e in errs]
+                latencies = [x for lat, _, _, _ in parts for x in lat]
+                errors = [e for _, errs, _, _ in parts for e in errs]
+                connects = [x for *_, con in parts for x in con]
                 result = {
                     "round": r,
                     "searches": len(latencies) + len(errors),
@@ -282,7 +308,11 @@ def main() -> None:
                     "searches_per_s": len(latencies) / search_wall,
                     "search_wall_s": search_wall,
                     "server_cpu_s": server_cpu,  # while the searches ran, the training's share included
-                    "clients_cpu_s": sum(c for _, _, c in parts),
+                    "clients_cpu_s": sum(c for _, _, c, _ in parts),
+                    "connects": len(connects),
+                    "connect_p50_ms": 1000 * percentile(connects, 0.50),
+                    "connect_max_ms": 1000 * max(connects, default=float("nan")),
+                    "rss_peak_mb": peak[0],
                     "training": training,
                     "rss_before_mb": before,
                     "rss_after_mb": rss_mb(server.pid),
@@ -292,8 +322,9 @@ def main() -> None:
                     f"round {r}: {result['searches']} searches, {result['errors']} errors, p50 {result['p50_ms']:.0f} ms, "
                     f"p99 {result['p99_ms']:.0f} ms, {result['searches_per_s']:.1f}/s over {search_wall:.1f} s; training "
                     f"{training.get('steps', '-')} steps in {training.get('wall_s', 0):.1f} s {training.get('error', '')}; "
-                    f"CPU s server {server_cpu:.1f} clients {result['clients_cpu_s']:.1f}; "
-                    f"RSS {before:.0f} -> {result['rss_after_mb']:.0f} MB"
+                    f"CPU s server {server_cpu:.1f} clients {result['clients_cpu_s']:.1f}; connect p50 "
+                    f"{result['connect_p50_ms']:.0f} ms max {result['connect_max_ms']:.0f} ms; "
+                    f"RSS {before:.0f} -> peak {peak[0]:.0f} -> {result['rss_after_mb']:.0f} MB"
                 )
         finally:
             for w in workers:
@@ -315,7 +346,10 @@ def main() -> None:
             "searches/s": round(r["searches_per_s"], 1),
             "server CPU ms/search": round(1000 * r["server_cpu_s"] / max(1, r["searches"])),
             "training": f"{r['training'].get('steps', '-')} steps, {r['training'].get('wall_s', 0):.1f} s",
+            "connect p50 ms": round(r["connect_p50_ms"]),
+            "connect max ms": round(r["connect_max_ms"]),
             "RSS before MB": round(r["rss_before_mb"]),
+            "RSS peak MB": round(r["rss_peak_mb"]),
             "RSS after MB": round(r["rss_after_mb"]),
         }
         for r in rounds
