@@ -37,8 +37,9 @@ def data_path(name: str) -> Path:
     for path in places:
         if path.is_file():
             return path
+    shipped_note = "" if shipped else " (examples/ does not ship it)"
     raise SystemExit(
-        f"bench data {name!r} not found: no {' or '.join(str(p) for p in places)}. "
+        f"bench data {name!r}{shipped_note} not found: no {' or '.join(str(p) for p in places)}. "
         f"Set MIRROR_DATA to a folder holding {shared}."
     )
 
