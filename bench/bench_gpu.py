@@ -12,7 +12,7 @@ stands in for bert-base-uncased, with the bundled model's identical uncased Word
 On a bare GPU machine without this project's requirements (the lent `device` machine has torch and
 transformers but not the bundled model package, whose weights are too big to carry): export the model's
 config and tokenizer here, carry that folder, and run with random weights of the same shapes (the text
-data falls back to the copies in examples/ when ../shared/data is not there):
+data is the project's own copy in examples/, see bench/common.py):
 
     .venv/bin/python bench/bench_gpu.py --export-shapes .gpu-shapes      # ~1 MB, no weights
     python3 bench/bench_gpu.py --shapes .gpu-shapes --variants default,no-bucket,compile   # there
@@ -30,7 +30,7 @@ import shutil
 import time
 from pathlib import Path
 
-from common import ROOT, SENTENCES, WORDS, print_table, write_json
+from common import data_path, print_table, write_json
 
 from mirror import MirrorConfig, read_texts
 from mirror.encoder import Encoder, bundled_model_path, load_encoder
@@ -75,11 +75,6 @@ def random_encoder(shapes: Path | None, device: str, bert_base: bool, pooling: s
     model = BertModel(config, add_pooling_layer=False)
     name = "bert-base shape" if bert_base else "MiniLM-L6 shape"
     return Encoder(model=model, tokenizer=tokenizer, pooling=pooling, max_seq_length=512, source=name).to(device)
-
-
-def corpus(path: Path) -> Path:
-    """The shared data file, or the project's own copy of it (examples/) on a machine without ../shared."""
-    return path if path.is_file() else ROOT / "examples" / path.name
 
 
 def flops_per_sequence(hidden: int, layers: int, ffn: int, length: int) -> float:
@@ -143,11 +138,11 @@ def main() -> None:
         for job in args.jobs.split(","):
             common = {"device": device, **VARIANTS[variant]}
             if job == "sentences":  # a plain MLM shape: the paper's sentences preset, [CLS] pooling
-                texts = read_texts(corpus(SENTENCES))[: args.limit]
+                texts = read_texts(data_path("sentences"))[: args.limit]
                 config = MirrorConfig.preset("sentences", model="bert-base-uncased", pooling="cls", **common)
                 make = lambda: random_encoder(args.shapes, device, bert_base=True, pooling="cls")  # noqa: E731
             else:
-                texts = read_texts(corpus(WORDS))[: args.limit]
+                texts = read_texts(data_path("words"))[: args.limit]
                 config = MirrorConfig.preset("words", **common)
                 if args.shapes:
                     make = lambda: random_encoder(args.shapes, device, bert_base=False, pooling="mean")  # noqa: E731

@@ -57,17 +57,10 @@ from typing import Any  # noqa: E402
 
 import faiss  # noqa: E402
 import numpy as np  # noqa: E402
+from common import ROOT, data_path  # noqa: E402  (puts the project on sys.path)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from index import EXACT_MAX, IndexOptions, VectorIndex, default_nlist  # noqa: E402
 
-from index.store import EXACT_MAX, VectorIndex, default_nlist  # noqa: E402
-
-DATA = Path(os.environ.get("MIRROR_DATA", ROOT.parent / "shared" / "data"))
-WORDS = DATA / "words" / "en_top10k.txt"
-STS_DEV = DATA / "stsb" / "sts-dev.csv"
 K = 10
 
 
@@ -200,7 +193,7 @@ def bench_size(n: int, args: argparse.Namespace) -> list[dict]:
     ours: dict[str, VectorIndex] = {}
     for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
         gc.collect()
-        index, build_s = timed(lambda kind=kind: VectorIndex.from_vectors(x, texts, kind=kind, gpu=False))
+        index, build_s = timed(lambda kind=kind: VectorIndex.from_vectors(x, texts, IndexOptions(kind=kind), gpu=False))
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "idx"
             _, save_s = timed(lambda index=index, folder=folder: index.save(folder))
@@ -305,7 +298,7 @@ def nlist_sweep(x: np.ndarray, texts: list[str], q, truth, n: int, args) -> list
     rows = []
     for nlist in [v for v in (default_nlist(n) // 2, default_nlist(n) * 2) if v <= n // 39]:  # k-means needs 39/list
         index, build_s = timed(
-            lambda nlist=nlist: VectorIndex.from_vectors(x, texts, kind="ivf", nlist=nlist, gpu=False)
+            lambda nlist=nlist: VectorIndex.from_vectors(x, texts, IndexOptions(kind="ivf", nlist=nlist), gpu=False)
         )
         info = index.meta["index"]
         lat = latencies({"ivf": index_searcher(index)}, q, min(100, args.single), args.batch, 2)["ivf"]
@@ -332,7 +325,9 @@ def threshold_sweep(args: argparse.Namespace) -> list[dict]:
         searchers = {}
         for kind in ("flat", "ivf"):
             index, row[f"{kind}_build_s"] = timed(
-                lambda kind=kind, x=x, texts=texts: VectorIndex.from_vectors(x, texts, kind=kind, gpu=False)
+                lambda kind=kind, x=x, texts=texts: VectorIndex.from_vectors(
+                    x, texts, IndexOptions(kind=kind), gpu=False
+                )
             )
             searchers[kind] = index_searcher(index)
             if kind == "ivf":
@@ -357,7 +352,7 @@ def bench_e2e(args: argparse.Namespace) -> dict:
 
     print("\n== end to end: bundled encoder, 10k words ==", flush=True)
     torch.set_num_threads(args.threads)
-    words = [w.strip() for w in read_texts(WORDS) if w.strip()]
+    words = [w.strip() for w in read_texts(data_path("words")) if w.strip()]
     encoder, load_s = timed(lambda: load_encoder("bundled", device="cpu"))
     index, build_s = timed(lambda: VectorIndex.build(encoder, words))
     rng = np.random.default_rng(0)
@@ -389,9 +384,9 @@ def bench_e2e(args: argparse.Namespace) -> dict:
     # Recall of a calibrated IVF on real embeddings: 9,000 words indexed; queries are the 1,000 held-out words
     # (like the indexed texts) and STS-dev sentences (unlike them: short words indexed, sentences asked).
     x = index._cpu.reconstruct_n(0, len(index))
-    sentences = list(dict.fromkeys(s for p in read_pairs(STS_DEV) for s in p[:2]))[:500]
+    sentences = list(dict.fromkeys(s for p in read_pairs(data_path("sts_dev")) for s in p[:2]))[:500]
     held, sents = x[9_000:], encoder.encode(sentences)
-    ivf = VectorIndex.from_vectors(x[:9_000], index.texts[:9_000], kind="ivf", gpu=False)
+    ivf = VectorIndex.from_vectors(x[:9_000], index.texts[:9_000], IndexOptions(kind="ivf"), gpu=False)
     exact = faiss.IndexFlatIP(x.shape[1])
     exact.add(x[:9_000])
     info = ivf.meta["index"]

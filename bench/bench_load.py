@@ -336,6 +336,11 @@ def main() -> None:
                 server.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 server.kill()
+    report(args, rounds, setup_s, rss_idle, rss_ready)
+
+
+def report(args: argparse.Namespace, rounds: list[dict], setup_s: float, rss_idle: float, rss_ready: float) -> None:
+    """Print the rounds as a table and write them, with the run's settings and setup figures, to JSON."""
     rows = [
         {
             "round": r["round"],

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import time
 
-from common import SENTENCES, SIMLEX, STS_DEV, STS_TEST, WORDS, WS353, print_table, write_json
+from common import data_path, print_table, write_json
 
 from mirror import MirrorConfig, read_texts
 from mirror.config import PRESETS
@@ -20,10 +20,7 @@ from mirror.encoder import load_encoder
 from mirror.evaluate import evaluate_pairs, read_pairs
 from mirror.train import mirror_tune
 
-SETS = {
-    "words": (WORDS, {"simlex": SIMLEX, "ws353": WS353}),
-    "sentences": (SENTENCES, {"sts_dev": STS_DEV, "sts_test": STS_TEST}),
-}
+SETS = {"words": ("simlex", "ws353"), "sentences": ("sts_dev", "sts_test")}  # corpus (data set): its gold sets
 
 
 def evaluate(encoder, gold: dict[str, list]) -> dict[str, float]:
@@ -60,8 +57,8 @@ def main() -> None:
     overrides = parse_overrides(args.set)
     rows = []
     for mode in args.only or list(SETS):
-        corpus, gold_paths = SETS[mode]
-        gold = {name: read_pairs(path) for name, path in gold_paths.items()}
+        corpus = data_path(mode)
+        gold = {name: read_pairs(data_path(name)) for name in SETS[mode]}
         if not args.no_base:
             for pooling in ("cls", "mean"):
                 base = load_encoder(args.model, pooling=pooling)

@@ -13,7 +13,7 @@ import dataclasses
 import tempfile
 import time
 
-from common import SENTENCES, WORDS, print_table, write_json
+from common import data_path, print_table, write_json
 
 from mirror import MirrorConfig, read_texts
 from mirror.encoder import bundled_model_path
@@ -90,7 +90,7 @@ def main() -> None:
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    texts = read_texts(WORDS if args.mode == "words" else SENTENCES)[: args.limit]
+    texts = read_texts(data_path(args.mode))[: args.limit]
     config = MirrorConfig.preset(args.mode, device=device, pooling="mean")
     ours = run_ours(texts, config)
     peer = run_peer(texts, config, device, bf16=False)

@@ -28,14 +28,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from bench_quality import parse_overrides
-from common import SIMLEX, WORDS, WS353
+from common import data_path
 
 import mirror.train as train
 from mirror import MirrorConfig, read_texts
 from mirror.encoder import Encoder, load_encoder
 from mirror.evaluate import evaluate_pairs, read_pairs
 
-GOLD = {"simlex": read_pairs(SIMLEX), "ws353": read_pairs(WS353)}
+GOLD = {name: read_pairs(data_path(name)) for name in ("simlex", "ws353")}
 ORIGINAL = Encoder.tokenize, Encoder.embed
 POOLS = ("mean", "cls", "mean_inner", "max", "mean+max", "cls+mean")
 Transform = Callable[[np.ndarray], np.ndarray]
@@ -206,7 +206,7 @@ def main() -> None:
     if args.ensemble and args.prompt:
         parser.error("--ensemble scores a plain-trained model: leave out --prompt")
     config = MirrorConfig.preset("words", **parse_overrides(args.set))
-    words = read_texts(WORDS)
+    words = read_texts(data_path("words"))
     variant = Variant(args.pool, args.prompt, args.prompt_views)
     if args.linear_decay:  # mirror_tune keeps lr constant (the paper's recipe): scale it inside AdamW.step
         total = config.max_steps or config.epochs * -(-len(words) // config.batch_size)

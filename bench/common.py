@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmark scripts: data paths, timing, table printing, JSON output."""
+"""Shared helpers for the benchmark scripts: data files (data_path), machine info, table printing, JSON output."""
 
 from __future__ import annotations
 
@@ -11,18 +11,37 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("MIRROR_DATA", ROOT.parent / "shared" / "data"))
+EXAMPLES = ROOT / "examples"  # the data sets the project ships
+SHARED = Path(os.environ.get("MIRROR_DATA", ROOT.parent / "shared" / "data"))  # the rest (not in a fresh clone)
 OUT = ROOT / "bench" / "out"
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-WORDS = DATA / "words" / "en_top10k.txt"
-SENTENCES = DATA / "sentences" / "stsb_train_sentences.txt"
-SIMLEX = DATA / "wordsim" / "simlex999.txt"
-WS353 = DATA / "wordsim" / "wordsim353.tsv"
-STS_DEV = DATA / "stsb" / "sts-dev.csv"
-STS_TEST = DATA / "stsb" / "sts-test.csv"
+# data set: (its copy under examples/, or None where the project does not ship it; its path under SHARED)
+DATASETS = {
+    "words": ("en_top10k.txt", "words/en_top10k.txt"),
+    "sentences": ("stsb_train_sentences.txt", "sentences/stsb_train_sentences.txt"),
+    "simlex": ("gold/simlex999.txt", "wordsim/simlex999.txt"),
+    "ws353": ("gold/wordsim353.tsv", "wordsim/wordsim353.tsv"),
+    "sts_dev": ("gold/sts-dev.csv", "stsb/sts-dev.csv"),
+    "sts_test": (None, "stsb/sts-test.csv"),
+}
+
+
+def data_path(name: str) -> Path:
+    """The file of data set `name` (a DATASETS key): the copy in examples/, else the one under $MIRROR_DATA
+    (default ../shared/data); exits naming both places when neither holds it."""
+    shipped, shared = DATASETS[name]
+    places = ([EXAMPLES / shipped] if shipped else []) + [SHARED / shared]
+    for path in places:
+        if path.is_file():
+            return path
+    shipped_note = "" if shipped else " (examples/ does not ship it)"
+    raise SystemExit(
+        f"bench data {name!r}{shipped_note} not found: no {' or '.join(str(p) for p in places)}. "
+        f"Set MIRROR_DATA to a folder holding {shared}."
+    )
 
 
 def machine() -> dict[str, Any]:

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from index.options import EXACT_MAX, KINDS, IndexOptions
 from mirror.config import BUNDLED_MODEL
 from mirror.data import SURROGATE, add_limit_flags, load_input
 from mirror.errors import MirrorError, check_out_dir, run_cli
@@ -28,14 +29,19 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--type",
         default="auto",
-        choices=["auto", "flat", "ivf", "ivfpq"],
+        choices=KINDS,
         help="index type (default: auto by size: flat, then ivf; ivfpq: compressed codes for corpora past memory)",
     )
     build.add_argument("--nlist", type=int, help="IVF lists (default: ~2*sqrt(n))")
     build.add_argument(
         "--nprobe", type=int, help="IVF lists scanned per query (default: calibrated for recall@10 >= 0.95)"
     )
-    build.add_argument("--exact-max", type=int, help="with --type auto: largest index kept exact (default: 30000)")
+    build.add_argument(
+        "--exact-max",
+        type=int,
+        default=EXACT_MAX,
+        help=f"with --type auto: largest index kept exact (default: {EXACT_MAX})",
+    )
     build.add_argument("--pq-m", type=int, help="ivfpq: code bytes per vector, a divisor of the dim (default: dim/8)")
     build.add_argument(
         "--rerank", type=int, help="ivfpq: candidates per hit re-ranked exactly (default: calibrated with nprobe)"
@@ -73,9 +79,17 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace, rank: int, world_size: int) -> int:
     from index.distributed import build_index
-    from index.store import EXACT_MAX, check_target
+    from index.folder import check_target
     from mirror.distributed import shard_bounds
 
+    options = IndexOptions(
+        kind=args.type,
+        nlist=args.nlist,
+        nprobe=args.nprobe,
+        exact_max=args.exact_max,
+        pq_m=args.pq_m,
+        rerank=args.rerank,
+    )  # checked here: before reading the input and encoding it
     check_target(args.out)  # fail before a long encoding, not after
     check_out_dir(args.out)  # ... and the place is writable (a read-only or missing mount fails here, not at save)
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
@@ -101,12 +115,7 @@ def _build(args: argparse.Namespace, rank: int, world_size: int) -> int:
             args.encoder,
             texts,
             args.out,
-            kind=args.type,
-            nlist=args.nlist,
-            nprobe=args.nprobe,
-            exact_max=EXACT_MAX if args.exact_max is None else args.exact_max,
-            pq_m=args.pq_m,
-            rerank=args.rerank,
+            options,
             batch_size=args.batch_size,
             on_progress=on_progress,
             device=args.device,

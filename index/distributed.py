@@ -25,16 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from index.store import (
-    EXACT_MAX,
-    ProgressFn,
-    VectorIndex,
-    _as_encoder,
-    _check_options,
-    _Rows,
-    _unique_texts,
-    check_target,
-)
+from index.folder import check_target
+from index.inputs import as_encoder, unique_texts
+from index.options import DEFAULT_OPTIONS, IndexOptions, check_positive
+from index.rows import Rows
+from index.store import ProgressFn, VectorIndex
 from mirror.distributed import shard_bounds, world
 from mirror.errors import MirrorError
 
@@ -67,11 +62,10 @@ def encode_shard(
     """
     if not 0 <= rank < world_size:
         raise MirrorError(f"rank must be in [0, {world_size}), got {rank}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise MirrorError(f"batch size must be a positive integer, got {batch_size!r}")
-    texts = _unique_texts(texts)
+    check_positive("batch size", batch_size)
+    texts = unique_texts(texts)
     lo, hi = shard_bounds(len(texts), world_size, rank)
-    enc = _as_encoder(encoder, device)
+    enc = as_encoder(encoder, device)
     rows = enc.encode(texts[lo:hi], batch_size=batch_size, normalize=True, on_progress=on_progress)
     path = shard_path(folder, rank, world_size)
     partial = path.with_name(f".{path.stem}.partial.npy")
@@ -88,14 +82,9 @@ def build_from_shards(
     folder: str | Path,
     texts: Sequence[str],
     world_size: int,
+    options: IndexOptions = DEFAULT_OPTIONS,
     *,
     encoder: Encoder | None = None,
-    kind: str = "auto",
-    nlist: int | None = None,
-    nprobe: int | None = None,
-    exact_max: int = EXACT_MAX,
-    pq_m: int | None = None,
-    rerank: int | None = None,
     gpu: bool | None = None,
 ) -> VectorIndex:
     """The index of the `world_size` shards `encode_shard` wrote to `folder` for `texts`, rows in rank order.
@@ -103,8 +92,7 @@ def build_from_shards(
     Shards are memory-mapped and handed to FAISS a block at a time; an ivfpq index writes its float16
     re-ranking rows into `folder` too (they move into the index folder on `save`).
     """
-    _check_options(kind, nlist, nprobe, exact_max, pq_m, rerank)
-    texts = _unique_texts(texts)
+    texts = unique_texts(texts)
     chunks = []
     for rank in range(world_size):
         lo, hi = shard_bounds(len(texts), world_size, rank)
@@ -119,23 +107,15 @@ def build_from_shards(
                 "the shards were made from other texts or another world size"
             )
         chunks.append(rows)
-    return VectorIndex._from_rows(
-        _Rows(chunks), texts, encoder=encoder, kind=kind, nlist=nlist, nprobe=nprobe, exact_max=exact_max,
-        gpu=gpu, pq_m=pq_m, rerank=rerank, spill_dir=Path(folder),
-    )  # fmt: skip
+    return VectorIndex.from_rows(Rows(chunks), texts, options, encoder=encoder, gpu=gpu, spill_dir=Path(folder))
 
 
 def build_index(
     encoder: Encoder | str | Path,
     texts: Sequence[str],
     out: str | Path,
+    options: IndexOptions = DEFAULT_OPTIONS,
     *,
-    kind: str = "auto",
-    nlist: int | None = None,
-    nprobe: int | None = None,
-    exact_max: int = EXACT_MAX,
-    pq_m: int | None = None,
-    rerank: int | None = None,
     batch_size: int = 128,
     on_progress: ProgressFn | None = None,
     device: str = "auto",
@@ -148,13 +128,11 @@ def build_index(
     already at `out` stays as it was, and the shard folder is removed. Outside a process group this is
     `VectorIndex.build(...)` followed by `save(out)`.
     """
-    _check_options(kind, nlist, nprobe, exact_max, pq_m, rerank)
     rank, world_size = world()
-    options: dict[str, Any] = dict(kind=kind, nlist=nlist, nprobe=nprobe, exact_max=exact_max, pq_m=pq_m, rerank=rerank)
     target = check_target(out)  # every rank, before encoding
     if world_size == 1:
         index = VectorIndex.build(
-            encoder, texts, batch_size=batch_size, on_progress=on_progress, device=device, gpu=gpu, **options
+            encoder, texts, options, batch_size=batch_size, on_progress=on_progress, device=device, gpu=gpu
         )
         index.save(target)
         return index
@@ -167,7 +145,7 @@ def build_index(
     failure: BaseException | None = None
     try:
         folder = _shared_folder(target, rank)  # a collective: every rank gets here
-        enc = _as_encoder(encoder, rank_device(device))
+        enc = as_encoder(encoder, rank_device(device))
         encode_shard(enc, texts, folder, rank, world_size, batch_size=batch_size, on_progress=on_progress)
     except Exception as exc:  # written down for the other ranks, raised below
         failure = exc
@@ -198,7 +176,7 @@ def build_index(
             raise MirrorError(f"rank 0 failed to build or save the index ({verdict}); nothing was saved")
         return None
     try:
-        index = build_from_shards(folder, texts, world_size, encoder=enc, gpu=gpu, **options)
+        index = build_from_shards(folder, texts, world_size, options, encoder=enc, gpu=gpu)
         index.save(target)
     except Exception as exc:
         failure = exc

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import faiss
 import numpy as np
 import pytest
 
-from index.store import VectorIndex, default_nlist
+from index import EXACT_MAX, IndexOptions
+from index.options import DEFAULT_OPTIONS, default_nlist
+from index.store import VectorIndex
 from mirror.errors import MirrorError
 from tests.synthetic import clustered, recall_at_10, unit
 
@@ -194,7 +197,7 @@ def test_auto_switches_to_ivf_with_recall_at_least_0_95():
     points = clustered(12_200, 32, 40, np.random.default_rng(4))
     data, queries = points[:12_000], points[12_000:]  # queries: unseen points of the same clusters
 
-    index = VectorIndex.from_vectors(data, [str(i) for i in range(len(data))], exact_max=5_000)
+    index = VectorIndex.from_vectors(data, [str(i) for i in range(len(data))], IndexOptions(exact_max=5_000))
 
     info = index.meta["index"]
     assert index.kind == "ivf" and info["auto"] is True
@@ -212,8 +215,8 @@ def test_small_index_is_exact_and_overrides_are_recorded():
     texts = [str(i) for i in range(len(data))]
 
     assert VectorIndex.from_vectors(data, texts).kind == "flat"
-    assert VectorIndex.from_vectors(data, texts, kind="flat", exact_max=10).kind == "flat"
-    forced = VectorIndex.from_vectors(data, texts, kind="ivf", nlist=16, nprobe=3)
+    assert VectorIndex.from_vectors(data, texts, IndexOptions(kind="flat", exact_max=10)).kind == "flat"
+    forced = VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivf", nlist=16, nprobe=3))
     info = forced.meta["index"]
     assert (forced.kind, info["nlist"], info["nprobe"], info["nprobe_auto"], info["auto"]) == (
         "ivf",
@@ -224,28 +227,50 @@ def test_small_index_is_exact_and_overrides_are_recorded():
     )
     assert forced._cpu.nprobe == 3
     with pytest.raises(MirrorError, match="nlist"):
-        VectorIndex.from_vectors(data, texts, kind="ivf", nlist=5_000)
+        VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivf", nlist=5_000))
     with pytest.raises(MirrorError, match="nprobe must be between"):
         forced.set_nprobe(17)
     with pytest.raises(MirrorError, match="kind must be one of"):
-        VectorIndex.from_vectors(data, texts, kind="hnsw")
+        VectorIndex.from_vectors(data, texts, IndexOptions(kind="hnsw"))
     with pytest.raises(MirrorError, match="apply to an IVF index"):
-        VectorIndex.from_vectors(data, texts, kind="flat", nprobe=4)
+        VectorIndex.from_vectors(data, texts, IndexOptions(kind="flat", nprobe=4))
     with pytest.raises(MirrorError, match="nprobe must be between"):
-        VectorIndex.from_vectors(data, texts, kind="ivf", nlist=8, nprobe=9)
+        VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivf", nlist=8, nprobe=9))
 
 
 def test_options_are_checked_before_encoding(tiny_encoder, monkeypatch):
     monkeypatch.setattr(tiny_encoder, "encode", lambda *a, **kw: pytest.fail("encoded before checking options"))
     for options in ({"kind": "hnsw"}, {"nlist": -1}, {"kind": "flat", "nlist": 4}, {"exact_max": 1.5}):
         with pytest.raises(MirrorError):
-            VectorIndex.build(tiny_encoder, WORDS, **options)
+            VectorIndex.build(tiny_encoder, WORDS, IndexOptions(**options))
+    with pytest.raises(MirrorError, match="batch size must be a positive integer"):
+        VectorIndex.build(tiny_encoder, WORDS, batch_size=0)
+
+
+def test_index_options_are_one_checked_value():
+    options = IndexOptions(kind="ivf", nlist=np.int64(16), nprobe=4)  # NumPy integers are integers
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.kind = "flat"  # type: ignore[misc]
+    with pytest.raises(MirrorError, match="nprobe must be between 1 and nlist \\(8\\)"):
+        dataclasses.replace(options, nlist=8, nprobe=9)  # a changed copy is checked again
+    with pytest.raises(MirrorError, match="nlist must be a non-negative integer, got True"):
+        IndexOptions(nlist=True)
+    assert [IndexOptions(exact_max=100).kind_for(n) for n in (100, 101)] == ["flat", "ivf"]
+    assert IndexOptions(kind="ivfpq").kind_for(10) == "ivfpq"
+    assert options.requested() == {"nlist": 16, "nprobe": 4}
+    assert IndexOptions(kind="ivfpq", rerank=8).requested() == {
+        "nlist": None,
+        "nprobe": None,
+        "pq_m": None,
+        "rerank": 8,
+    }
+    assert IndexOptions() == DEFAULT_OPTIONS and DEFAULT_OPTIONS.exact_max == EXACT_MAX
 
 
 def test_ivf_fills_k_when_probed_lists_are_short():
     rng = np.random.default_rng(7)
     data = clustered(800, 16, 8, rng)
-    index = VectorIndex.from_vectors(data, [str(i) for i in range(800)], kind="ivf", nlist=16, nprobe=1)
+    index = VectorIndex.from_vectors(data, [str(i) for i in range(800)], IndexOptions(kind="ivf", nlist=16, nprobe=1))
 
     (hits,) = index.search_vectors(data[0], k=800)
 
@@ -256,7 +281,7 @@ def test_growing_past_the_threshold_rebuilds_as_ivf():
     rng = np.random.default_rng(8)
     data = clustered(3_000, 16, 12, rng)
     texts = [str(i) for i in range(len(data))]
-    index = VectorIndex.from_vectors(data[:1_000], texts[:1_000], exact_max=2_000, nlist=32)
+    index = VectorIndex.from_vectors(data[:1_000], texts[:1_000], IndexOptions(exact_max=2_000, nlist=32))
     assert index.kind == "flat"
 
     index.add_vectors(data[1_000:], texts[1_000:])
@@ -295,7 +320,7 @@ def test_save_load_round_trip_with_the_stored_encoder(tiny_encoder, tiny_bert, t
 def test_ivf_round_trip_keeps_its_parameters(tmp_path):
     rng = np.random.default_rng(10)
     data = clustered(1_000, 16, 8, rng)
-    index = VectorIndex.from_vectors(data, [str(i) for i in range(1_000)], kind="ivf", nlist=8, nprobe=2)
+    index = VectorIndex.from_vectors(data, [str(i) for i in range(1_000)], IndexOptions(kind="ivf", nlist=8, nprobe=2))
 
     loaded = VectorIndex.load(index.save(tmp_path / "ivf"))
 
@@ -402,11 +427,11 @@ def test_gpu_path_builds_searches_and_saves_a_cpu_copy(tmp_path, monkeypatch):
     rng = np.random.default_rng(11)
     data = clustered(2_000, 16, 10, rng)
     texts = [str(i) for i in range(2_000)]
-    cpu_only = VectorIndex.from_vectors(data, texts, kind="ivf", nlist=16)
+    cpu_only = VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivf", nlist=16))
     fake = FakeGpu()
     fake.install(monkeypatch)
 
-    index = VectorIndex.from_vectors(data, texts, kind="ivf", nlist=16)
+    index = VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivf", nlist=16))
 
     assert index.on_gpu and fake.calls == ["resources", "to_gpu", "to_cpu"]
     assert index.meta["index"]["gpu"] is True

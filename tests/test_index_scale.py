@@ -19,8 +19,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from index.calibrate import RERANK_MAX
 from index.distributed import build_from_shards, build_index, encode_shard, shard_path
-from index.store import RERANK_MAX, VectorIndex, bytes_per_vector, default_pq_m, pq_bits
+from index.options import IndexOptions, default_pq_m, pq_bits
+from index.store import VectorIndex, bytes_per_vector
 from mirror.distributed import shard_bounds
 from mirror.errors import MirrorError
 from tests.synthetic import clustered, recall_at_10
@@ -28,6 +30,7 @@ from tests.synthetic import clustered, recall_at_10
 faiss.omp_set_num_threads(1)
 
 WORDS = ["cat", "dog", "car", "bus", "the", "a", "is", "on", "red", "blue", "big", "small", "man", "woman"]
+FLAT = IndexOptions(kind="flat")
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -138,7 +141,7 @@ def test_two_ranks_build_the_index_one_process_builds(sharded_run, tiny_encoder)
     assert codes == [0, 0]
     assert state["left"] == ["idx"]  # the shard folder is gone
     index = VectorIndex.load(sharded_run["out"])  # the stored encoder loads and its fingerprint matches
-    single = VectorIndex.build(tiny_encoder, sharded_run["texts"], kind="flat")
+    single = VectorIndex.build(tiny_encoder, sharded_run["texts"], FLAT)
 
     assert index.texts == single.texts and len(index) == 3_000  # ids = input order, duplicates dropped
     assert index.kind == "flat" and index.meta["encoder"]["fingerprint"] == tiny_encoder.fingerprint()
@@ -160,11 +163,11 @@ def test_a_failing_rank_leaves_the_previous_index(sharded_run, fail):
 
 def test_build_index_without_a_process_group_is_the_plain_build(tiny_encoder, tmp_path):
     texts = corpus(300)
-    index = build_index(tiny_encoder, texts, tmp_path / "idx", kind="flat")
+    index = build_index(tiny_encoder, texts, tmp_path / "idx", FLAT)
 
     assert leftovers(tmp_path, set()) == ["idx"]
     loaded = VectorIndex.load(tmp_path / "idx")
-    single = VectorIndex.build(tiny_encoder, texts, kind="flat")
+    single = VectorIndex.build(tiny_encoder, texts, FLAT)
     assert loaded.texts == single.texts == index.texts
     same_hits(loaded, single, single._cpu.reconstruct_n(0, 300)[::10], atol=1e-6)
 
@@ -181,8 +184,8 @@ def test_encode_shard_by_rank_then_build_from_shards(tiny_encoder, tmp_path):
 
     assert sorted(p.name for p in folder.iterdir()) == [shard_path(folder, r, 3).name for r in range(3)]
     assert [len(np.load(shard_path(folder, r, 3))) for r in range(3)] == [167, 167, 166]
-    index = build_from_shards(folder, texts, 3, encoder=tiny_encoder, kind="flat")
-    single = VectorIndex.build(tiny_encoder, texts, kind="flat")
+    index = build_from_shards(folder, texts, 3, FLAT, encoder=tiny_encoder)
+    single = VectorIndex.build(tiny_encoder, texts, FLAT)
     assert index.texts == single.texts
     same_hits(index, single, single._cpu.reconstruct_n(0, 500)[::25])
 
@@ -207,8 +210,8 @@ def test_shards_train_and_add_exactly_like_one_array(kind, tmp_path):
         lo, hi = shard_bounds(len(data), 3, rank)  # 2,001 + 2,000 + 2,000 rows
         np.save(shard_path(folder, rank, 3), data[lo:hi])
 
-    sharded = build_from_shards(folder, texts, 3, kind=kind)
-    whole = VectorIndex.from_vectors(data, texts, kind=kind)
+    sharded = build_from_shards(folder, texts, 3, IndexOptions(kind=kind))
+    whole = VectorIndex.from_vectors(data, texts, IndexOptions(kind=kind))
 
     for key in ("nlist", "nprobe", "rerank", "calibrated_recall_at_10", "bytes_per_vector"):
         assert sharded.meta["index"].get(key) == whole.meta["index"].get(key), key
@@ -226,7 +229,7 @@ def test_ivfpq_recall_memory_and_round_trip(tmp_path):
     points = clustered(20_300, 64, 40, rng)
     data, queries = points[:20_000], points[20_000:]  # queries: unseen points of the same clusters
 
-    index = VectorIndex.from_vectors(data, [str(i) for i in range(len(data))], kind="ivfpq")
+    index = VectorIndex.from_vectors(data, [str(i) for i in range(len(data))], IndexOptions(kind="ivfpq"))
 
     info = index.meta["index"]
     assert (info["pq_m"], info["pq_bits"], info["nlist"]) == (8, 8, 256)  # 64-d: 8 sub-quantizers of 8 dims
@@ -239,8 +242,8 @@ def test_ivfpq_recall_memory_and_round_trip(tmp_path):
     assert [h.rank for h in hits] == [1, 2, 3, 4, 5]
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
-    codes_only = VectorIndex.from_vectors(data, [str(i) for i in range(len(data))], kind="ivfpq", rerank=1,
-                                          nprobe=info["nprobe"])  # fmt: skip
+    codes_only = VectorIndex.from_vectors(data, [str(i) for i in range(len(data))],
+                                          IndexOptions(kind="ivfpq", rerank=1, nprobe=info["nprobe"]))  # fmt: skip
     assert recall_at_10(codes_only, data, queries) < 0.9  # why the float16 rows are kept
 
     out = index.save(tmp_path / "pq")
@@ -259,7 +262,7 @@ def test_ivfpq_options_and_damage():
     data = clustered(3_000, 48, 10, rng)
     texts = [str(i) for i in range(len(data))]
 
-    index = VectorIndex.from_vectors(data, texts, kind="ivfpq", pq_m=12, nlist=16, nprobe=4, rerank=8)
+    index = VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivfpq", pq_m=12, nlist=16, nprobe=4, rerank=8))
     info = index.meta["index"]
     assert (info["pq_m"], info["pq_bits"], info["nprobe"], info["rerank"]) == (12, 6, 4, 8)  # 3,000 rows: 6 bits
     assert not info["nprobe_auto"] and not info["rerank_auto"] and "calibrated_recall_at_10" not in info
@@ -267,18 +270,20 @@ def test_ivfpq_options_and_damage():
     index.set_rerank(3)
     assert index.meta["index"]["rerank"] == 3
     with pytest.raises(MirrorError, match="pq_m must divide"):
-        VectorIndex.from_vectors(data, texts, kind="ivfpq", pq_m=7)
+        VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivfpq", pq_m=7))
     with pytest.raises(MirrorError, match="applies to an ivfpq index"):
-        VectorIndex.from_vectors(data, texts, kind="ivf", rerank=4)
+        VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivf", rerank=4))
     with pytest.raises(MirrorError, match="rerank must be a positive integer"):
-        VectorIndex.from_vectors(data, texts, kind="ivfpq", rerank=0)
+        VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivfpq", rerank=0))
     with pytest.raises(MirrorError, match="rerank applies"):
-        VectorIndex.from_vectors(data, texts, kind="ivf").set_rerank(2)
+        VectorIndex.from_vectors(data, texts, IndexOptions(kind="ivf")).set_rerank(2)
 
 
 def test_ivfpq_folder_without_its_rows_is_refused(tmp_path):
     data = clustered(2_000, 16, 8, np.random.default_rng(6))
-    out = VectorIndex.from_vectors(data, [str(i) for i in range(2_000)], kind="ivfpq").save(tmp_path / "pq")
+    out = VectorIndex.from_vectors(data, [str(i) for i in range(2_000)], IndexOptions(kind="ivfpq")).save(
+        tmp_path / "pq"
+    )
     np.save(out / "vectors.f16.npy", np.zeros((10, 16), dtype=np.float16))
     with pytest.raises(MirrorError, match="inconsistent"):
         VectorIndex.load(out)
@@ -387,11 +392,11 @@ def test_several_gpus_shard_the_index(kind, tmp_path, monkeypatch):
     rng = np.random.default_rng(7)
     data = clustered(4_000, 32, 12, rng)
     texts = [str(i) for i in range(len(data))]
-    options = {"nlist": 32} if kind != "flat" else {}
-    cpu_only = VectorIndex.from_vectors(data, texts, kind=kind, gpu=False, **options)
+    options = IndexOptions(kind=kind, nlist=32 if kind != "flat" else None)
+    cpu_only = VectorIndex.from_vectors(data, texts, options, gpu=False)
     fake = FakeGpus(2).install(monkeypatch)
 
-    index = VectorIndex.from_vectors(data, texts, kind=kind, **options)
+    index = VectorIndex.from_vectors(data, texts, options)
 
     assert index.on_gpu and index.meta["index"]["gpu"] is True and index.meta["index"]["gpu_shards"] == 2
     assert fake.single == []  # the one-GPU path (StandardGpuResources + index_cpu_to_gpu) was not taken
@@ -422,9 +427,13 @@ def test_one_gpu_gets_float16_lookup_tables_for_ivfpq_and_unsupported_codes_stay
     texts = [str(i) for i in range(len(data))]
     fake = FakeGpus(1).install(monkeypatch)
 
-    index = VectorIndex.from_vectors(data, texts, kind="ivfpq", nlist=16)  # 40-d: 4 sub-quantizers (supported)
+    index = VectorIndex.from_vectors(
+        data, texts, IndexOptions(kind="ivfpq", nlist=16)
+    )  # 40-d: 4 sub-quantizers (supported)
     assert index.on_gpu and "gpu_shards" not in index.meta["index"] and fake.clones == []
     assert len(fake.single) == 1 and fake.single[0].useFloat16 is True
 
-    odd = VectorIndex.from_vectors(data, texts, kind="ivfpq", nlist=16, pq_m=5)  # 5-byte codes: no GPU IVF-PQ
+    odd = VectorIndex.from_vectors(
+        data, texts, IndexOptions(kind="ivfpq", nlist=16, pq_m=5)
+    )  # 5-byte codes: no GPU IVF-PQ
     assert not odd.on_gpu and odd.meta["index"]["gpu"] is False and len(fake.single) == 1
