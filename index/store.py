@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import faiss
 import numpy as np
 
+from mirror.cli import check_out_dir
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -735,10 +736,7 @@ def _top_k(sims: np.ndarray, k: int) -> np.ndarray:
 
 def check_target(folder: str | Path) -> Path:
     """The absolute save path; an existing folder is only replaced if it is an index (or empty)."""
-    out = Path(folder).expanduser().resolve()
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / META_FILE).is_file())):
-        raise MirrorError(f"{out}: exists and is not an index folder; refusing to replace it (pick a new --out)")
-    return out
+    return check_out_dir(folder, (META_FILE,), "an index folder").resolve()
 
 
 class _GpuReplica:

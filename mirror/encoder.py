@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mirror.config import BUNDLED_MODEL
+from mirror.cli import check_out_dir
+from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER
 from mirror.data import SURROGATE
 from mirror.errors import MirrorError
 
@@ -30,7 +31,6 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "sentencepiece*"]
 # Attribute names that hold dropout probabilities across BERT-family configs.
 DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
-MIRROR_CONFIG_FILE = "mirror_config.json"
 # Strings are cut to this many characters per token of the length limit before tokenizing: tokenization
 # cost grows with the whole string (a 10 MB line takes ~20 s), truncation only happens after it. No token
 # of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first tokens are kept as they were.
@@ -248,9 +248,10 @@ def load_encoder(
 def save_encoder(encoder: Encoder, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
     """Write a sentence-transformers folder (+ mirror_config.json) atomically: temp folder, then rename.
 
-    A crash at any point leaves either the old folder or the new one, never a half-written one.
+    A crash at any point leaves either the old folder or the new one, never a half-written one. An existing
+    folder is only replaced if mirror wrote it (it holds mirror_config.json) or it is empty.
     """
-    out = Path(out_dir).resolve()
+    out = check_out_dir(out_dir, (MIRROR_CONFIG_FILE,), MODEL_FOLDER).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:

@@ -118,3 +118,71 @@ def test_python_dash_m_mirror_runs_as_a_program(tiny_bert, words_file, tmp_path)
         timeout=120,
     )
     assert bad.returncode == 2 and "error: " in bad.stderr and "no such file" in bad.stderr
+
+
+def snapshot(folder) -> dict[str, bytes]:
+    """Every file under `folder` and its bytes: to check a refused --out was left exactly as it was."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda d: (d / "notes.md").write_text("my notes\n"), id="notes"),
+        pytest.param(lambda d: (d / "meta.json").write_text("{}"), id="an-index"),
+        pytest.param(lambda d: (d / "sub").mkdir() or (d / "sub" / "x.bin").write_bytes(b"\0\1"), id="a-subfolder"),
+    ],
+)
+def test_train_refuses_an_out_folder_it_did_not_write_and_leaves_it_as_it_was(tiny_bert, words_file, tmp_path, make):
+    out = tmp_path / "foreign"
+    out.mkdir()
+    make(out)
+    before = snapshot(out)
+    argv = ["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--max-steps", "1"]
+    result = subprocess.run(
+        [sys.executable, "-m", "mirror", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"error: --out {out}: exists and is not a model folder written by mirror; choose a new or empty folder\n"
+    )
+    assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "words.txt"]
+
+
+def test_train_refuses_the_input_files_own_folder(tiny_bert, words_file, tmp_path, capsys):
+    before = snapshot(tmp_path)
+    argv = ["train", str(words_file), "--out", str(tmp_path), "--model", str(tiny_bert), "--quiet"]
+    assert main(argv) == 2
+    assert "is not a model folder written by mirror" in capsys.readouterr().err
+    assert snapshot(tmp_path) == before and [p.name for p in tmp_path.iterdir()] == ["words.txt"]
+
+
+def test_train_refuses_an_input_file_as_out(tiny_bert, words_file, tmp_path, capsys):
+    before = words_file.read_bytes()
+    assert main(["train", str(words_file), "--out", str(words_file), "--model", str(tiny_bert), "--quiet"]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err and words_file.read_bytes() == before
+
+
+def test_train_writes_into_an_empty_folder_and_replaces_its_own_model(tiny_bert, words_file, tmp_path, capsys):
+    out = tmp_path / "m"
+    out.mkdir()
+    argv = ["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--max-steps", "1"]
+    assert main(argv) == 0
+    first = json.loads((out / "mirror_config.json").read_text())
+    assert main([*argv, "--seed", "7"]) == 0  # a folder mirror wrote: replaced
+    second = json.loads((out / "mirror_config.json").read_text())
+    assert (first["config"]["seed"], second["config"]["seed"]) == (42, 7)
+
+
+def test_save_encoder_refuses_a_foreign_folder(tiny_bert, tmp_path):
+    from mirror.encoder import load_encoder, save_encoder
+    from mirror.errors import MirrorError
+
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(MirrorError, match="is not a model folder written by mirror"):
+        save_encoder(load_encoder(tiny_bert), tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
