@@ -24,7 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="embed a list of strings and save a searchable index folder")
     build.add_argument("--encoder", default=BUNDLED_MODEL, help="a tuned model folder, a hub id or 'bundled' (default)")
     build.add_argument("--input", required=True, help="a .txt (one string per line), .csv/.tsv or .jsonl file")
-    build.add_argument("--out", required=True, help="folder for the index: new, empty, or an index (replaced atomically)")
+    build.add_argument(
+        "--out", required=True, help="folder for the index: new, empty, or an index (replaced atomically)"
+    )
     build.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
     build.add_argument(
         "--type",
