@@ -215,12 +215,13 @@ def _pick_text_column(header: Sequence[str], body: Sequence[Sequence[str]], name
     sample = body[:200]
     for idx in range(len(header)):
         values = [row[idx].strip() for row in sample if idx < len(row) and row[idx].strip()]
-        if values and sum(not _is_number(v) for v in values) / len(values) > 0.5:
+        if values and sum(not is_number(v) for v in values) / len(values) > 0.5:
             return idx
     raise MirrorError(f"{name}: no text column found among {list(header)}; name one with --column")
 
 
-def _is_number(value: str) -> bool:
+def is_number(value: str) -> bool:
+    """Whether `value` parses as a float (a score, an id column): the one test the readers use."""
     try:
         float(value)
     except ValueError:
