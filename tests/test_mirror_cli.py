@@ -62,7 +62,14 @@ def test_eval_prints_spearman(tiny_bert, tmp_path, capsys):
         (lambda p: p.write_bytes(b"caf\xe9\nthe\n"), [], "not UTF-8"),
         (lambda p: p.write_text("a\nb\n"), ["--epochs", "0"], "epochs must be >= 1"),
         (lambda p: p.write_text("a\nb\n"), ["--batch-size", "1"], "batch size must be >= 2"),
-        (lambda p: p.write_text("a\nb\n"), ["--temperature", "0"], "temperature must be > 0"),
+        (lambda p: p.write_text("a\nb\n"), ["--temperature", "0"], "temperature must be >= 0.001"),
+        (lambda p: p.write_text("a\nb\n"), ["--temperature", "1e-30"], "temperature must be >= 0.001"),
+        (lambda p: p.write_text("a\nb\n"), ["--lr", "inf"], "learning rate must be a finite number, got inf"),
+        (lambda p: p.write_text("a\nb\n"), ["--lr", "nan"], "learning rate must be a finite number, got nan"),
+        (lambda p: p.write_text("a\nb\n"), ["--lr", "1e30"], "learning rate must be <= 1, got 1e+30"),
+        (lambda p: p.write_text("a\nb\n"), ["--seed", str(10**20)], "seed must be <= 4294967295"),
+        (lambda p: p.write_text("a\nb\n"), ["--epochs", "1000000000"], "epochs must be <= 1000"),
+        (lambda p: p.write_text("a\nb\n"), ["--max-length", "100000"], "max length must be <= 8192"),
         (lambda p: p.write_text("a\nb\n"), ["--model", "no-such-org/no-such-model"], "offline"),
         (lambda p: p.write_text("a\nb\n"), ["--model", "./missing/folder"], "no such model folder"),
     ],
@@ -186,3 +193,34 @@ def test_save_encoder_refuses_a_foreign_folder(tiny_bert, tmp_path):
     with pytest.raises(MirrorError, match="is not a model folder written by mirror"):
         save_encoder(load_encoder(tiny_bert), tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize("flag,value", [("--seed", "1e20"), ("--epochs", "two"), ("--lr", "fast")])
+def test_a_flag_value_of_the_wrong_type_is_exit_2_with_a_message(words_file, tmp_path, flag, value):
+    result = subprocess.run(
+        [sys.executable, "-m", "mirror", "train", str(words_file), "--out", str(tmp_path / "o"), flag, value],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: argument {flag}: invalid" in result.stderr and repr(value) in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_run_whose_last_step_breaks_the_weights_exits_2_and_saves_nothing(
+    tiny_bert, words_file, tmp_path, capsys, monkeypatch
+):
+    """`--lr inf` used to pass: the one step's loss is computed before the update, which then writes nan into
+    every weight, and that model was saved. The range check now refuses it; with the check switched off, the
+    check after the last step still does."""
+    from mirror.config import MirrorConfig
+
+    monkeypatch.setattr(MirrorConfig, "validated", lambda self: self)
+    out = tmp_path / "out"
+    argv = ["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--lr", "inf"]
+    assert main([*argv, "--max-steps", "1", "--precision", "fp32"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the loss became nan: the weights are no longer finite after step 1;"), err
+    assert not out.exists()

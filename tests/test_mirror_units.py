@@ -130,6 +130,46 @@ def test_bad_settings_are_clear_errors(field, value, needle):
         MirrorConfig.preset("words", **{field: value})
 
 
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("lr", float("inf"), "learning rate must be a finite number, got inf"),
+        ("lr", float("nan"), "learning rate must be a finite number, got nan"),
+        ("lr", 1e30, "learning rate must be <= 1, got 1e+30"),
+        ("lr", 0.0, "learning rate must be > 0, got 0.0"),
+        ("temperature", 1e-30, "temperature must be >= 0.001, got 1e-30"),
+        ("temperature", 11.0, "temperature must be <= 10, got 11.0"),
+        ("weight_decay", float("inf"), "weight decay must be a finite number, got inf"),
+        ("dropout", float("nan"), "dropout must be a finite number, got nan"),
+        ("grad_clip", float("-inf"), "grad clip must be a finite number, got -inf"),
+        ("seed", 10**20, "seed must be <= 4294967295, got 100000000000000000000"),
+        ("seed", 1e20, "seed must be a whole number, got 1e+20"),
+        ("seed", -1, "seed must be >= 0, got -1"),
+        pytest.param("seed", 10**5000, "seed must be <= 4294967295, got a number too large to print", id="huge"),
+        ("epochs", 10**9, "epochs must be <= 1000, got 1000000000"),
+        ("epochs", 2.5, "epochs must be a whole number, got 2.5"),
+        ("epochs", "3", "epochs must be a number, got '3'"),
+        ("epochs", True, "epochs must be a number, got True"),
+        ("batch_size", 100_001, "batch size must be <= 100000, got 100001"),
+        ("max_length", 3, "max length must be >= 4, got 3"),
+        ("max_length", 8193, "max length must be <= 8192, got 8193"),
+        ("max_steps", 0, "max steps must be >= 1, got 0"),
+        ("mask_span", 1001, "mask span must be <= 1000, got 1001"),
+    ],
+)
+def test_numeric_settings_must_be_finite_and_in_range(field, value, message):
+    with pytest.raises(MirrorError) as exc:
+        MirrorConfig.preset("words", **{field: value})
+    assert str(exc.value) == message
+
+
+def test_numeric_settings_at_their_bounds_are_accepted():
+    edge = dict(lr=1.0, temperature=1e-3, epochs=1000, batch_size=100_000, max_length=8192, seed=2**32 - 1)
+    assert MirrorConfig.preset("words", **edge, mask_span=1000, max_steps=1).seed == 2**32 - 1
+    assert MirrorConfig.preset("words", temperature=10.0, epochs=1, batch_size=2, max_length=4, seed=0).seed == 0
+    assert MirrorConfig.preset("words").max_steps is None  # unset: run all epochs
+
+
 def test_unknown_field_and_mode():
     with pytest.raises(MirrorError, match="unknown config field"):
         MirrorConfig.preset("words", colour="red")
