@@ -59,7 +59,7 @@ def test_eval_prints_spearman(tiny_bert, tmp_path, capsys):
         (lambda p: p.write_text(""), [], "need at least 2 distinct"),
         (lambda p: p.write_text("  \n\t\n"), [], "need at least 2 distinct"),
         (lambda p: p.write_text("solo\nsolo\n"), [], "need at least 2 distinct"),
-        (lambda p: p.write_bytes(b"caf\xe9\nthe\n"), [], "not UTF-8"),
+        (lambda p: p.write_bytes("日本語\nテスト\n".encode("shift_jis")), [], "not UTF-8"),
         (lambda p: p.write_text("a\nb\n"), ["--epochs", "0"], "epochs must be >= 1"),
         (lambda p: p.write_text("a\nb\n"), ["--batch-size", "1"], "batch size must be >= 2"),
         (lambda p: p.write_text("a\nb\n"), ["--temperature", "0"], "temperature must be >= 0.001"),

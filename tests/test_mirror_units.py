@@ -224,7 +224,7 @@ def test_readers(tmp_path):
 @pytest.mark.parametrize(
     "name,content,needle",
     [
-        ("x.txt", b"caf\xe9\n", "x.txt: is not UTF-8"),
+        ("x.txt", "日本語\nテスト\n".encode("shift_jis"), "x.txt: is not UTF-8"),
         ("x.pdf", b"%PDF", "unsupported file type"),
         ("x", b"cat", "unsupported file type"),
         ("x.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "PNG image, not a text file"),
