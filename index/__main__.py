@@ -12,9 +12,10 @@ import time
 from collections.abc import Sequence
 
 from index.options import EXACT_MAX, KINDS, IndexOptions
+from mirror.cli import add_limit_flags, run_cli
 from mirror.config import BUNDLED_MODEL
-from mirror.data import SURROGATE, add_limit_flags, load_input
-from mirror.errors import MirrorError, check_out_dir, run_cli
+from mirror.data import SURROGATE, load_input
+from mirror.errors import MirrorError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="embed a list of strings and save a searchable index folder")
     build.add_argument("--encoder", default=BUNDLED_MODEL, help="a tuned model folder, a hub id or 'bundled' (default)")
     build.add_argument("--input", required=True, help="a .txt (one string per line), .csv/.tsv or .jsonl file")
-    build.add_argument("--out", required=True, help="folder to write the index to (replaced atomically)")
+    build.add_argument(
+        "--out", required=True, help="folder for the index: new, empty, or an index (replaced atomically)"
+    )
     build.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
     build.add_argument(
         "--type",
@@ -90,8 +93,7 @@ def _build(args: argparse.Namespace, rank: int, world_size: int) -> int:
         pq_m=args.pq_m,
         rerank=args.rerank,
     )  # checked here: before reading the input and encoding it
-    check_target(args.out)  # fail before a long encoding, not after
-    check_out_dir(args.out)  # ... and the place is writable (a read-only or missing mount fails here, not at save)
+    check_target(args.out)  # fail before a long encoding, not after: an index folder (or new or empty), writable
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if not texts:
         raise MirrorError(f"{args.input}: no non-empty strings to index")

@@ -18,6 +18,7 @@ import numpy as np
 from index.calibrate import TARGET_RECALL
 from index.options import IndexOptions
 from index.rows import Rows
+from mirror.cli import check_out_dir
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -30,10 +31,7 @@ VECTORS_FILE = "vectors.f16.npy"  # ivfpq: the float16 rows re-ranking reads, me
 
 def check_target(folder: str | Path) -> Path:
     """The absolute save path; an existing folder is only replaced if it is an index (or empty)."""
-    out = Path(folder).expanduser().resolve()
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / META_FILE).is_file())):
-        raise MirrorError(f"{out}: exists and is not an index folder; refusing to replace it (pick a new --out)")
-    return out
+    return check_out_dir(folder, (META_FILE,), "an index folder").resolve()
 
 
 def new_meta(dim: int, encoder: Encoder | None, options: IndexOptions) -> dict[str, Any]:

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mirror.config import BUNDLED_MODEL, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
-from mirror.data import add_limit_flags, load_input
-from mirror.errors import MirrorError, check_out_dir, run_cli
+from mirror.cli import add_limit_flags, check_out_dir, run_cli
+from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
+from mirror.data import load_input
+from mirror.errors import MirrorError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="mirror-fine-tune an encoder on a list of strings")
     train.add_argument("input", help="a .txt (one string per line), .csv/.tsv or .jsonl file")
-    train.add_argument("--out", required=True, help="folder for the tuned sentence-transformers model")
+    train.add_argument(
+        "--out", required=True, help="folder for the tuned model: new, empty, or a model mirror wrote (replaced)"
+    )
     train.add_argument("--mode", default="auto", choices=["auto", "words", "sentences"], help="preset (default: auto)")
     train.add_argument("--model", default=BUNDLED_MODEL, help="'bundled' (default), a hub id or a local folder")
     train.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
@@ -54,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    check_out_dir(args.out)
+    check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)  # before the input and the training, not after
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")

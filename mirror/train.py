@@ -21,6 +21,7 @@ from mirror.encoder import Encoder, autocast, load_encoder, resolve_device, reso
 from mirror.errors import MirrorError
 from mirror.loss import nt_xent
 
+LOWER_LR = "lower the learning rate or raise the temperature"
 StepFn = Callable[[int, int, float], None]
 StopFn = Callable[[], bool]
 
@@ -128,18 +129,7 @@ def mirror_tune(
     if len(texts) < min_batch:
         raise MirrorError(f"need at least {min_batch} distinct strings for {world_size} processes (got {len(texts)})")
 
-    model = encoder.model
-    for name, param in model.named_parameters():
-        if name.startswith("pooler."):  # BERT's pooler head is not used by [CLS]/mean pooling
-            param.requires_grad_(False)
-    if config.compile:
-        encoder.model = torch.compile(encoder.model, dynamic=True)
-    if world_size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        encoder.model = DistributedDataParallel(
-            encoder.model, device_ids=[device.index] if device.type == "cuda" else None
-        )
+    model = _wrap_for_training(encoder, config, device, world_size)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
     amp_dtype = resolve_precision(device, config.precision)
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
@@ -156,11 +146,15 @@ def mirror_tune(
 
     def read_back() -> None:
         first = step - len(pending) + 1
-        values = torch.stack(pending).float().tolist() if pending else []
+        values = torch.stack(pending).tolist() if pending else []
         pending.clear()
-        for offset, value in enumerate(values):
+        for offset, (value, grad_norm) in enumerate(values):
             if not math.isfinite(value):
-                raise MirrorError(f"the loss became {value}: lower the learning rate or raise the temperature")
+                raise MirrorError(f"the loss became {value}: {LOWER_LR}")
+            if not math.isfinite(grad_norm):  # the step wrote it into the weights: the next loss would be nan
+                raise MirrorError(
+                    f"the loss became nan: the gradient norm was {grad_norm} at step {first + offset}; {LOWER_LR}"
+                )
             losses.append(value)
             if on_step is not None:
                 on_step(first + offset, total, value)
@@ -189,15 +183,7 @@ def mirror_tune(
                     optimizer.zero_grad(set_to_none=True)
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
-                    if batch_size // 2 < min_batch:
-                        raise MirrorError(
-                            f"out of memory even at batch size {batch_size}: use a smaller model or max length"
-                        ) from None
-                    batch_size //= 2
-                    rest = [i for ids in [batch_ids, *queue] for i in ids]
-                    queue = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
-                    if len(queue) > 1 and len(queue[-1]) < min_batch:
-                        queue[-2].extend(queue.pop())
+                    batch_size, queue = _halve_batches([batch_ids, *queue], batch_size, min_batch)
                     remaining = len(queue) + (config.epochs - epoch - 1) * steps_per_epoch(
                         len(texts), batch_size, min_batch
                     )
@@ -214,6 +200,8 @@ def mirror_tune(
         encoder.model = model  # unwrap DDP
         model.eval()
         optimizer.zero_grad(set_to_none=True)
+    if step:
+        _check_finite(encoder, step)
     return MirrorResult(
         encoder=encoder,
         config=config,
@@ -236,7 +224,8 @@ def _train_step(
     config: MirrorConfig,
     rng: random.Random,
     device: torch.device,
-) -> float:
+) -> torch.Tensor:
+    """One optimiser step; returns [loss, gradient norm] on the device (norm 0 when not clipping or with fp16)."""
     view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
     n = len(strings)
     rank, world_size = distributed.world()
@@ -252,19 +241,57 @@ def _train_step(
     z2 = distributed.gather_with_grad(emb[b:], n)
     loss = nt_xent(z1, z2, config.temperature)  # fp32 inside, whatever the autocast
     optimizer.zero_grad(set_to_none=True)
+    grad_norm = torch.zeros((), device=loss.device)
     if scaler is None:
         loss.backward()
         if config.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.grad_clip)
         optimizer.step()
-    else:
+    else:  # fp16: the scaler skips a step whose gradients overflowed and lowers its scale, so no norm is checked
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
         if config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), config.grad_clip)
         scaler.step(optimizer)
         scaler.update()
-    return loss.detach()
+    return torch.stack([loss.detach().float(), grad_norm.detach().float()])  # read back later: no host sync here
+
+
+def _wrap_for_training(encoder: Encoder, config: MirrorConfig, device: torch.device, world_size: int) -> Any:
+    """Freeze the unused pooler head, compile and wrap for DDP as asked; returns the bare model (for the optimiser
+    and to unwrap into after the run)."""
+    model = encoder.model
+    for name, param in model.named_parameters():
+        if name.startswith("pooler."):  # BERT's pooler head is not used by [CLS]/mean pooling
+            param.requires_grad_(False)
+    if config.compile:
+        encoder.model = torch.compile(encoder.model, dynamic=True)
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        encoder.model = DistributedDataParallel(
+            encoder.model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    return model
+
+
+def _halve_batches(batches: list[list[int]], batch_size: int, min_batch: int) -> tuple[int, list[list[int]]]:
+    """After an out-of-memory step: the strings of `batches` re-planned at half the batch size, in order."""
+    if batch_size // 2 < min_batch:
+        raise MirrorError(f"out of memory even at batch size {batch_size}: use a smaller model or max length")
+    batch_size //= 2
+    rest = [i for ids in batches for i in ids]
+    queue = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
+    if len(queue) > 1 and len(queue[-1]) < min_batch:
+        queue[-2].extend(queue.pop())
+    return batch_size, queue
+
+
+def _check_finite(encoder: Encoder, step: int) -> None:
+    """Refuse a model whose last step broke it: every loss read back was finite, but the update after the last
+    one is only seen here (`--lr inf` once wrote nan into every weight of a 1-step run, and it was saved)."""
+    if not torch.stack([torch.isfinite(p).all() for p in encoder.model.parameters()]).all().item():
+        raise MirrorError(f"the loss became nan: the weights are no longer finite after step {step}; {LOWER_LR}")
 
 
 def save_result(result: MirrorResult, out_dir: str | Path) -> Path:

@@ -59,10 +59,17 @@ def test_eval_prints_spearman(tiny_bert, tmp_path, capsys):
         (lambda p: p.write_text(""), [], "need at least 2 distinct"),
         (lambda p: p.write_text("  \n\t\n"), [], "need at least 2 distinct"),
         (lambda p: p.write_text("solo\nsolo\n"), [], "need at least 2 distinct"),
-        (lambda p: p.write_bytes(b"caf\xe9\nthe\n"), [], "not UTF-8"),
+        (lambda p: p.write_bytes("日本語\nテスト\n".encode("shift_jis")), [], "not UTF-8"),
         (lambda p: p.write_text("a\nb\n"), ["--epochs", "0"], "epochs must be >= 1"),
         (lambda p: p.write_text("a\nb\n"), ["--batch-size", "1"], "batch size must be >= 2"),
-        (lambda p: p.write_text("a\nb\n"), ["--temperature", "0"], "temperature must be > 0"),
+        (lambda p: p.write_text("a\nb\n"), ["--temperature", "0"], "temperature must be >= 0.001"),
+        (lambda p: p.write_text("a\nb\n"), ["--temperature", "1e-30"], "temperature must be >= 0.001"),
+        (lambda p: p.write_text("a\nb\n"), ["--lr", "inf"], "learning rate must be a finite number, got inf"),
+        (lambda p: p.write_text("a\nb\n"), ["--lr", "nan"], "learning rate must be a finite number, got nan"),
+        (lambda p: p.write_text("a\nb\n"), ["--lr", "1e30"], "learning rate must be <= 1, got 1e+30"),
+        (lambda p: p.write_text("a\nb\n"), ["--seed", str(10**20)], "seed must be <= 4294967295"),
+        (lambda p: p.write_text("a\nb\n"), ["--epochs", "1000000000"], "epochs must be <= 1000"),
+        (lambda p: p.write_text("a\nb\n"), ["--max-length", "100000"], "max length must be <= 8192"),
         (lambda p: p.write_text("a\nb\n"), ["--model", "no-such-org/no-such-model"], "offline"),
         (lambda p: p.write_text("a\nb\n"), ["--model", "./missing/folder"], "no such model folder"),
     ],
@@ -118,3 +125,102 @@ def test_python_dash_m_mirror_runs_as_a_program(tiny_bert, words_file, tmp_path)
         timeout=120,
     )
     assert bad.returncode == 2 and "error: " in bad.stderr and "no such file" in bad.stderr
+
+
+def snapshot(folder) -> dict[str, bytes]:
+    """Every file under `folder` and its bytes: to check a refused --out was left exactly as it was."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda d: (d / "notes.md").write_text("my notes\n"), id="notes"),
+        pytest.param(lambda d: (d / "meta.json").write_text("{}"), id="an-index"),
+        pytest.param(lambda d: (d / "sub").mkdir() or (d / "sub" / "x.bin").write_bytes(b"\0\1"), id="a-subfolder"),
+    ],
+)
+def test_train_refuses_an_out_folder_it_did_not_write_and_leaves_it_as_it_was(tiny_bert, words_file, tmp_path, make):
+    out = tmp_path / "foreign"
+    out.mkdir()
+    make(out)
+    before = snapshot(out)
+    argv = ["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--max-steps", "1"]
+    result = subprocess.run(
+        [sys.executable, "-m", "mirror", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"error: --out {out}: exists and is not a model folder written by mirror; choose a new or empty folder\n"
+    )
+    assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "words.txt"]
+
+
+def test_train_refuses_the_input_files_own_folder(tiny_bert, words_file, tmp_path, capsys):
+    before = snapshot(tmp_path)
+    argv = ["train", str(words_file), "--out", str(tmp_path), "--model", str(tiny_bert), "--quiet"]
+    assert main(argv) == 2
+    assert "is not a model folder written by mirror" in capsys.readouterr().err
+    assert snapshot(tmp_path) == before and [p.name for p in tmp_path.iterdir()] == ["words.txt"]
+
+
+def test_train_refuses_an_input_file_as_out(tiny_bert, words_file, tmp_path, capsys):
+    before = words_file.read_bytes()
+    assert main(["train", str(words_file), "--out", str(words_file), "--model", str(tiny_bert), "--quiet"]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err and words_file.read_bytes() == before
+
+
+def test_train_writes_into_an_empty_folder_and_replaces_its_own_model(tiny_bert, words_file, tmp_path, capsys):
+    out = tmp_path / "m"
+    out.mkdir()
+    argv = ["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--max-steps", "1"]
+    assert main(argv) == 0
+    first = json.loads((out / "mirror_config.json").read_text())
+    assert main([*argv, "--seed", "7"]) == 0  # a folder mirror wrote: replaced
+    second = json.loads((out / "mirror_config.json").read_text())
+    assert (first["config"]["seed"], second["config"]["seed"]) == (42, 7)
+
+
+def test_save_encoder_refuses_a_foreign_folder(tiny_bert, tmp_path):
+    from mirror.encoder import load_encoder, save_encoder
+    from mirror.errors import MirrorError
+
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(MirrorError, match="is not a model folder written by mirror"):
+        save_encoder(load_encoder(tiny_bert), tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize("flag,value", [("--seed", "1e20"), ("--epochs", "two"), ("--lr", "fast")])
+def test_a_flag_value_of_the_wrong_type_is_exit_2_with_a_message(words_file, tmp_path, flag, value):
+    result = subprocess.run(
+        [sys.executable, "-m", "mirror", "train", str(words_file), "--out", str(tmp_path / "o"), flag, value],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: argument {flag}: invalid" in result.stderr and repr(value) in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_run_whose_last_step_breaks_the_weights_exits_2_and_saves_nothing(
+    tiny_bert, words_file, tmp_path, capsys, monkeypatch
+):
+    """`--lr inf` used to pass: the one step's loss is computed before the update, which then writes nan into
+    every weight, and that model was saved. The range check now refuses it; with the check switched off, the
+    check after the last step still does."""
+    from mirror.config import MirrorConfig
+
+    monkeypatch.setattr(MirrorConfig, "validated", lambda self: self)
+    out = tmp_path / "out"
+    argv = ["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--quiet", "--lr", "inf"]
+    assert main([*argv, "--max-steps", "1", "--precision", "fp32"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the loss became nan: the weights are no longer finite after step 1;"), err
+    assert not out.exists()

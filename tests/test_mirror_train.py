@@ -267,3 +267,36 @@ def test_out_of_memory_at_the_smallest_batch_is_a_clear_error(tiny_bert, monkeyp
     monkeypatch.setattr(enc, "embed", embed)
     with pytest.raises(MirrorError, match="out of memory even at batch size"):
         mirror_tune(WORDS, cfg(tiny_bert, batch_size=8), encoder=enc)
+
+
+class _NanGrad(torch.autograd.Function):
+    """Identity forward, nan gradient backward: a finite loss whose update would break every weight."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.full_like(grad, float("nan"))
+
+
+def test_a_nan_gradient_stops_the_run_even_when_the_loss_is_finite(tiny_bert, monkeypatch):
+    import mirror.train
+
+    real = mirror.train.nt_xent
+    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t: real(_NanGrad.apply(z1), z2, t))
+    steps = []
+    with pytest.raises(MirrorError, match=r"^the loss became nan: the gradient norm was nan at step 1; lower"):
+        mirror_tune(WORDS, cfg(tiny_bert, precision="fp32"), on_step=lambda *a: steps.append(a))
+    assert steps == []  # the broken step is not reported as progress
+
+
+def test_weights_broken_by_the_last_step_are_refused(tiny_bert, monkeypatch):
+    """With clipping off no norm is computed: the check after the last step catches the broken weights."""
+    import mirror.train
+
+    real = mirror.train.nt_xent
+    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t: real(_NanGrad.apply(z1), z2, t))
+    with pytest.raises(MirrorError, match=r"^the loss became nan: the weights are no longer finite after step 1;"):
+        mirror_tune(WORDS, cfg(tiny_bert, precision="fp32", grad_clip=0.0, max_steps=1))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,6 +132,46 @@ def test_bad_settings_are_clear_errors(field, value, needle):
         MirrorConfig.preset("words", **{field: value})
 
 
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("lr", float("inf"), "learning rate must be a finite number, got inf"),
+        ("lr", float("nan"), "learning rate must be a finite number, got nan"),
+        ("lr", 1e30, "learning rate must be <= 1, got 1e+30"),
+        ("lr", 0.0, "learning rate must be > 0, got 0.0"),
+        ("temperature", 1e-30, "temperature must be >= 0.001, got 1e-30"),
+        ("temperature", 11.0, "temperature must be <= 10, got 11.0"),
+        ("weight_decay", float("inf"), "weight decay must be a finite number, got inf"),
+        ("dropout", float("nan"), "dropout must be a finite number, got nan"),
+        ("grad_clip", float("-inf"), "grad clip must be a finite number, got -inf"),
+        ("seed", 10**20, "seed must be <= 4294967295, got 100000000000000000000"),
+        ("seed", 1e20, "seed must be a whole number, got 1e+20"),
+        ("seed", -1, "seed must be >= 0, got -1"),
+        pytest.param("seed", 10**5000, "seed must be <= 4294967295, got a number too large to print", id="huge"),
+        ("epochs", 10**9, "epochs must be <= 1000, got 1000000000"),
+        ("epochs", 2.5, "epochs must be a whole number, got 2.5"),
+        ("epochs", "3", "epochs must be a number, got '3'"),
+        ("epochs", True, "epochs must be a number, got True"),
+        ("batch_size", 100_001, "batch size must be <= 100000, got 100001"),
+        ("max_length", 3, "max length must be >= 4, got 3"),
+        ("max_length", 8193, "max length must be <= 8192, got 8193"),
+        ("max_steps", 0, "max steps must be >= 1, got 0"),
+        ("mask_span", 1001, "mask span must be <= 1000, got 1001"),
+    ],
+)
+def test_numeric_settings_must_be_finite_and_in_range(field, value, message):
+    with pytest.raises(MirrorError) as exc:
+        MirrorConfig.preset("words", **{field: value})
+    assert str(exc.value) == message
+
+
+def test_numeric_settings_at_their_bounds_are_accepted():
+    edge = dict(lr=1.0, temperature=1e-3, epochs=1000, batch_size=100_000, max_length=8192, seed=2**32 - 1)
+    assert MirrorConfig.preset("words", **edge, mask_span=1000, max_steps=1).seed == 2**32 - 1
+    assert MirrorConfig.preset("words", temperature=10.0, epochs=1, batch_size=2, max_length=4, seed=0).seed == 0
+    assert MirrorConfig.preset("words").max_steps is None  # unset: run all epochs
+
+
 def test_unknown_field_and_mode():
     with pytest.raises(MirrorError, match="unknown config field"):
         MirrorConfig.preset("words", colour="red")
@@ -184,7 +226,7 @@ def test_readers(tmp_path):
 @pytest.mark.parametrize(
     "name,content,needle",
     [
-        ("x.txt", b"caf\xe9\n", "x.txt: is not UTF-8"),
+        ("x.txt", "日本語\nテスト\n".encode("shift_jis"), "x.txt: is not UTF-8"),
         ("x.pdf", b"%PDF", "unsupported file type"),
         ("x", b"cat", "unsupported file type"),
         ("x.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "PNG image, not a text file"),
@@ -272,3 +314,174 @@ def test_length_buckets_cut_padding_but_keep_batches_random():
     assert padding(bucketed) < 0.2 * padding(plain)
     firsts = [lengths[b[0]] for b in bucketed]
     assert firsts != sorted(firsts)  # batch order is shuffled, not one global sort
+
+
+# ---------------------------------------------------------------- model names
+
+
+@pytest.fixture
+def model_roots(tmp_path, tiny_bert) -> Path:
+    """An allowed root holding a copy of the tiny model, a symlink out of it and a folder beside it."""
+    import shutil
+
+    root = tmp_path / "allowed"
+    shutil.copytree(tiny_bert, root / "team" / "tiny")
+    (tmp_path / "outside").mkdir()
+    (root / "escape").symlink_to(tmp_path / "outside")
+    return root
+
+
+@pytest.mark.parametrize(
+    "model,says",
+    [
+        ("", "choose a base model"),
+        ("https://huggingface.co/bert-base-uncased", "is not a model name"),
+        ("bad\nid", "is not a model name"),
+        ("a" * 1001, f"`{'a' * 80}…` is not a model name"),
+        ("bert base uncased", "is not a valid Hugging Face model id"),
+        ("org/..", "is not a valid Hugging Face model id"),
+        ("org/na..me", "is not a valid Hugging Face model id"),
+        ("a" * 97, "is not a valid Hugging Face model id"),  # the stricter id: at most 96 characters a part
+        ("-rf", "is not a valid Hugging Face model id"),
+        ("/etc", "only accepted under the allowed directories"),
+        ("../../etc", "only accepted under the allowed directories"),
+        ("org/name/extra", "only accepted under the allowed directories"),  # a path, not an id
+        ("C:\\models\\bert", "only accepted under the allowed directories"),
+        ("{root}/escape", "only accepted under the allowed directories"),  # a symlink out of the root
+        ("{root}/../outside", "only accepted under the allowed directories"),
+    ],
+)
+def test_check_model_name_refuses(model_roots, model, says):
+    from mirror.names import check_model_name
+
+    with pytest.raises(MirrorError, match=re.escape(says)):
+        check_model_name(model.replace("{root}", str(model_roots)), roots=[model_roots])
+
+
+def test_check_model_name_roots_and_hub_switches(model_roots):
+    from mirror.names import check_model_name
+
+    inside = str(model_roots / "team" / "tiny")
+    assert check_model_name(f"  {inside} ", roots=[model_roots]) == inside
+    assert check_model_name("/etc") == "/etc"  # roots=None: the CLI takes folders anywhere (not loaded here)
+    with pytest.raises(MirrorError, match="this server does not load models from local folders"):
+        check_model_name(inside, roots=())
+    assert check_model_name("org/name.v2") == "org/name.v2" and check_model_name("bert-base-uncased", roots=())
+    with pytest.raises(MirrorError, match=r"'bert-base-uncased': this server only offers the bundled model"):
+        check_model_name("bert-base-uncased", allow_hub=False)
+    assert check_model_name("bundled", allow_hub=False, roots=()) == "bundled"
+
+
+def test_looks_local_and_is_under(model_roots, tmp_path, monkeypatch):
+    from mirror.names import HUB_ID, is_under, looks_local
+
+    monkeypatch.chdir(tmp_path)
+    assert looks_local("./m") and looks_local("~/m") and looks_local("a/b/c") and looks_local("allowed")
+    assert not looks_local("org/name") and not looks_local("bert-base-uncased") and looks_local("a" * 300)
+    assert is_under(model_roots / "team" / "tiny", model_roots) and is_under(model_roots, model_roots)
+    assert not is_under(model_roots / "escape", model_roots) and not is_under(model_roots / "..", model_roots)
+    assert HUB_ID.match("a" * 96 + "/" + "b" * 96) and not HUB_ID.match("a/b/c")
+
+
+def test_load_encoder_takes_the_same_roots(tiny_bert, model_roots):
+    from mirror.encoder import load_encoder
+
+    inside = model_roots / "team" / "tiny"
+    assert load_encoder(inside, allowed_roots=[model_roots]).dim == 32
+    with pytest.raises(MirrorError, match="only accepted under the allowed directories"):
+        load_encoder(tiny_bert, allowed_roots=[model_roots])
+    with pytest.raises(MirrorError, match="does not load models from local folders"):
+        load_encoder(inside, allowed_roots=[])
+
+
+def test_only_mirror_names_defines_the_model_id_pattern():
+    from tests.conftest import ROOT
+
+    for path in [*ROOT.glob("mirror/*.py"), *ROOT.glob("index/*.py")]:
+        if path.name != "names.py":
+            assert "HUB_ID = " not in path.read_text() and "def _is_under" not in path.read_text(), path
+
+
+# ---------------------------------------------------------------- loading a model folder safely
+
+
+def st_copy(tiny_bert: Path, folder: Path, modules: list) -> Path:
+    """A copy of the tiny model with the given modules.json."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_bert, folder)
+    (folder / "modules.json").write_text(json.dumps(modules))
+    return folder
+
+
+@pytest.mark.parametrize("escape", ["absolute", "dotdot", "symlink"])
+def test_a_modules_json_naming_a_folder_outside_the_model_is_refused(tiny_bert, tmp_path, escape):
+    """An uploaded model whose modules.json names another model on the machine must not load that one."""
+    from mirror.encoder import load_encoder
+
+    other = st_copy(tiny_bert, tmp_path / "sessions" / "other" / "model", [])
+    upload = tmp_path / "sessions" / "mine" / "upload"
+    path = {"absolute": str(other), "dotdot": "../../other/model", "symlink": "0_Transformer"}[escape]
+    st_copy(
+        tiny_bert, upload, [{"idx": 0, "name": "0", "path": path, "type": "sentence_transformers.models.Transformer"}]
+    )
+    if escape == "symlink":
+        (upload / "0_Transformer").symlink_to(other)
+    with pytest.raises(MirrorError) as exc:
+        load_encoder(upload)
+    message = str(exc.value)
+    assert message == "upload: the model's modules.json names a module outside its folder; refusing to load it"
+    assert str(tmp_path) not in message
+
+
+def test_a_module_inside_the_folder_loads(tiny_bert, tmp_path):
+    from mirror.encoder import load_encoder
+
+    folder = st_copy(tiny_bert, tmp_path / "m", [{"path": "", "type": "sentence_transformers.models.Transformer"}])
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    modules = [{"path": "", "type": "x.Transformer"}, {"path": "1_Pooling", "type": "x.Pooling"}]
+    st_copy(folder, tmp_path / "n", modules)
+    assert load_encoder(tmp_path / "n").pooling == "mean"
+    st_copy(folder, tmp_path / "bad", ["0_Transformer"])
+    with pytest.raises(MirrorError, match="^bad: the model's modules.json is malformed; refusing to load it$"):
+        load_encoder(tmp_path / "bad")
+
+
+def test_load_errors_never_show_a_server_path(tiny_bert, tmp_path):
+    import shutil
+
+    from mirror.encoder import load_encoder
+
+    broken = tmp_path / "srv" / "runs" / "broken"
+    shutil.copytree(tiny_bert, broken)
+    (broken / "config.json").write_text("{}")  # transformers names the folder in its error
+    no_weights = tmp_path / "srv" / "runs" / "no_weights"
+    shutil.copytree(tiny_bert, no_weights)
+    (no_weights / "model.safetensors").unlink()
+    cases = [
+        (tmp_path / "srv" / "missing", "missing: no such model folder"),
+        (tmp_path / "srv", "srv: not a model folder (no config.json or modules.json)"),
+        (broken, "broken: could not load the model ("),
+        (no_weights, "no_weights: could not load the model ("),
+    ]
+    for folder, says in cases:
+        with pytest.raises(MirrorError) as exc:
+            load_encoder(str(folder))
+        assert str(exc.value).startswith(says) and str(tmp_path) not in str(exc.value), exc.value
+
+
+def test_the_base_model_a_tuned_folder_names_is_only_a_string(tiny_bert, tmp_path):
+    import json
+
+    from mirror.encoder import load_encoder, save_encoder
+    from mirror.names import check_model_name
+
+    saved = save_encoder(load_encoder(tiny_bert), tmp_path / "tuned", extra={"config": {"model": "/etc/secret"}})
+    encoder = load_encoder(saved)  # loads the tuned weights only: the base named in the file is not touched
+    assert encoder.base_model == "/etc/secret" and encoder.dim == 32
+    with pytest.raises(MirrorError, match="does not load models from local folders"):
+        check_model_name(encoder.base_model, roots=())
+    (saved / "mirror_config.json").write_text(json.dumps({"config": ["not", "a", "dict"]}))
+    assert load_encoder(saved).base_model is None

@@ -1,0 +1,69 @@
+"""Helpers shared by the command lines (`python -m mirror`, `python -m index`): limits, output folders, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from mirror.errors import MirrorError
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """`--max-mb` / `--max-strings` on an argparse parser (no limit unless given: the CLI runs on your machine)."""
+    parser.add_argument(
+        "--max-mb", type=float, help="refuse an input file larger than this many MiB (default: no limit)"
+    )
+    parser.add_argument("--max-strings", type=int, help="refuse more distinct strings than this (default: no limit)")
+
+
+def check_out_dir(path: str | Path, markers: Sequence[str], what: str, flag: str = "--out") -> Path:
+    """Fail before the work, not after it: `path` (the user's `flag`) must be a missing path, an empty folder
+    or a folder holding one of `markers` (a folder this tool wrote, which a save replaces), in a writable place.
+
+    Anything else (notes, the input file, another tool's folder) is refused and left untouched; `what` names
+    the folders we do replace, e.g. "a model folder written by mirror". Returns the path, user-expanded.
+    """
+    out = Path(path).expanduser()
+    refuse = f"{flag} {path}: exists and is not"
+    try:
+        if out.exists() or out.is_symlink():
+            if not out.is_dir():
+                raise MirrorError(f"{refuse} a folder; choose a new or empty folder")
+            if any(out.iterdir()) and not any((out / marker).is_file() for marker in markers):
+                raise MirrorError(f"{refuse} {what}; choose a new or empty folder")
+    except OSError as exc:
+        raise MirrorError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+    parent = out if out.exists() else out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:  # really try: permission bits do not tell (root, read-only mounts, /proc)
+        if not parent.is_dir():
+            raise OSError(f"{parent} is not a folder")
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=parent))
+    except OSError:
+        raise MirrorError(f"{flag} {path}: cannot create or write there ({parent} is not a writable folder)") from None
+    return out
+
+
+def run_cli(
+    parser: argparse.ArgumentParser,
+    commands: Mapping[str, Callable[[argparse.Namespace], int]],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse argv and run `commands[args.command](args)`; a MirrorError becomes `error: ...` and exit 2.
+
+    argparse itself reports a bad flag value (`--seed 1e20` for an integer) as `error: ...` and exit 2.
+    """
+    args = parser.parse_args(argv)
+    try:
+        return commands[args.command](args)
+    except MirrorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing was saved", file=sys.stderr)
+        return 130
