@@ -1,0 +1,157 @@
+"""What a user can ask for, checked: the examples and gold sets on offer, run settings, queries and k.
+
+Plain values in, plain values (or MirrorError) out; the UI and the API build their inputs from these tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from explorer.estimate import planned_steps
+from mirror.config import BUNDLED_MODEL, DEVICES, POOLINGS, PRECISIONS, MirrorConfig
+from mirror.errors import MirrorError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES_DIR = ROOT / "examples"
+EXAMPLES: dict[str, tuple[str, str]] = {
+    "small": ("Small demo list: 411 everyday words in 20 themes (tunes in seconds)", "small_words.txt"),
+    "words10k": ("10,000 most frequent English words (MirrorBERT's word setting)", "en_top10k.txt"),
+    "sentences10k": ("10.5k STS-B training sentences (MirrorBERT's sentence setting)", "stsb_train_sentences.txt"),
+}
+GOLD_SETS: dict[str, str] = {
+    "SimLex-999": "gold/simlex999.txt",
+    "WordSim-353": "gold/wordsim353.tsv",
+    "STS-B dev": "gold/sts-dev.csv",
+}
+HUB_MODELS = [
+    (f"{BUNDLED_MODEL} · all-MiniLM-L6-v2 (offline default)", BUNDLED_MODEL),
+    ("bert-base-uncased", "bert-base-uncased"),
+    ("bert-base-cased", "bert-base-cased"),
+    ("roberta-base", "roberta-base"),
+    ("distilbert-base-uncased", "distilbert-base-uncased"),
+    ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
+    ("sentence-transformers/all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2"),
+]
+MODES = [("Auto (from the strings)", "auto"), ("Words", "words"), ("Sentences", "sentences")]
+# Labels of the engine's settings in the Advanced accordion; a field added to MirrorConfig later still
+# appears there (and in the API's settings), labelled by its name.
+LABELS: dict[str, str] = {
+    "pooling": "Pooling",
+    "temperature": "Temperature τ",
+    "epochs": "Epochs",
+    "batch_size": "Batch size",
+    "lr": "Learning rate",
+    "weight_decay": "Weight decay",
+    "max_length": "Max length (tokens)",
+    "mask_span": "Mask span k (characters)",
+    "mask_min_chars": "Mask strings from (characters)",
+    "dropout": "Dropout",
+    "grad_clip": "Gradient clipping (0 = off)",
+    "seed": "Seed",
+    "device": "Device",
+    "precision": "Precision",
+    "max_steps": "Max steps (empty = all epochs)",
+    "bucket_by_length": "Bucket batches by length",
+    "log_every": "Loss read-back every N steps",
+    "compile": "torch.compile the encoder",
+}
+CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS}
+_DEFAULTS = MirrorConfig()
+# name -> "choice" | "bool" | "int" | "float" | "str", for every MirrorConfig field but mode and model.
+ADVANCED: dict[str, str] = {
+    f.name: (
+        "choice"
+        if f.name in CHOICE_FIELDS
+        else "int"
+        if f.name == "max_steps"
+        else {bool: "bool", int: "int", float: "float"}.get(type(getattr(_DEFAULTS, f.name)), "str")
+    )
+    for f in dataclasses.fields(MirrorConfig)
+    if f.name not in ("mode", "model")
+}
+
+
+def label(name: str) -> str:
+    return LABELS.get(name, name.replace("_", " ").capitalize())
+
+
+MAX_QUERIES = 20
+MAX_QUERY_CHARS = 500
+MAX_K = 50
+
+
+def coerce_overrides(values: dict[str, Any]) -> dict[str, Any]:
+    """UI/API values -> MirrorConfig overrides: blanks dropped, ints made ints, max_steps 0 = no limit."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in ADVANCED:
+            raise MirrorError(f"unknown setting {name!r}; settings are {', '.join(ADVANCED)}")
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        kind, title = ADVANCED[name], label(name).split(" (")[0]
+        if kind in ("choice", "str"):
+            out[name] = str(value).strip()
+            continue
+        if kind == "bool":
+            if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+                value = value.strip().lower() in ("true", "1")
+            if not isinstance(value, (bool, int)):
+                raise MirrorError(f"{title} must be true or false, got {value!r}")
+            out[name] = bool(value)
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise MirrorError(f"{title}: {value!r} is not a number") from None
+        if not math.isfinite(number):
+            raise MirrorError(f"{title} must be a finite number, got {value!r}")
+        if kind == "int":
+            if number != int(number):
+                raise MirrorError(f"{title} must be a whole number, got {value}")
+            number = int(number)
+        if name == "max_steps" and number == 0:
+            continue
+        out[name] = number
+    return out
+
+
+def build_config(
+    texts: Sequence[str], model: str, mode: str, overrides: dict[str, Any], max_steps_cap: int | None = None
+) -> tuple[MirrorConfig, list[str]]:
+    """The validated run config for these strings, plus notes for the user (e.g. the server's step cap)."""
+    config, _ = MirrorConfig.for_texts(texts, mode or "auto", model=model, **coerce_overrides(overrides))
+    notes: list[str] = []
+    if max_steps_cap:
+        total = planned_steps(len(texts), config)
+        if total > max_steps_cap:
+            config = dataclasses.replace(config, max_steps=max_steps_cap)
+            notes.append(f"this server caps a run at {max_steps_cap} steps (MIRROR_MAX_STEPS); {total} were planned")
+    return config, notes
+
+
+def split_queries(text: str) -> list[str]:
+    """One query per line (blank lines dropped), at most MAX_QUERIES of at most MAX_QUERY_CHARS each."""
+    queries = [" ".join(line.split()) for line in str(text or "").splitlines()]
+    queries = [q for q in queries if q]
+    if not queries:
+        raise MirrorError("type a query (one per line) to search for")
+    if len(queries) > MAX_QUERIES:
+        raise MirrorError(f"{len(queries)} queries; search at most {MAX_QUERIES} at a time")
+    for q in queries:
+        if len(q) > MAX_QUERY_CHARS:
+            raise MirrorError(f"a query is {len(q)} characters long; keep queries under {MAX_QUERY_CHARS}")
+    return queries
+
+
+def clamp_k(k: Any) -> int:
+    try:
+        value = int(float(k))
+    except (TypeError, ValueError, OverflowError):
+        raise MirrorError(f"k must be a whole number between 1 and {MAX_K}, got {k!r}") from None
+    if not 1 <= value <= MAX_K:
+        raise MirrorError(f"k must be between 1 and {MAX_K}, got {value}")
+    return value

@@ -1,0 +1,174 @@
+"""The training job and the slots it runs in: one thread per job, typed events out, a stop file in.
+
+`train_job` runs `explorer.pipeline.tune_and_index` in a thread and yields its events; it is a plain generator
+of picklable values, so on a ZeroGPU Space it runs inside `spaces.GPU` in another process. It stops the job
+between steps when asked (a STOP file in the run folder), past the run's wall-clock cap, or when its consumer
+stops asking for events (a closed tab, a disconnected or cancelled API client).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from explorer.estimate import estimate_seconds
+from explorer.events import Event, Failed, Step, Tick
+from explorer.sessions import STOP_FILE, write_stop
+from explorer.settings import spaces
+from mirror.config import MirrorConfig
+from mirror.errors import MirrorError
+
+log = logging.getLogger("mirror.app")
+# A job whose consumer (the page's or the API client's event stream) has not asked for an event in this long is
+# stopped: the tab was closed or the client went away, and nobody will see its result.
+ABANDONED_S = 20.0
+
+
+class FairSlots:
+    """A counting semaphore that admits waiters in arrival order (threading.Semaphore lets late ones overtake)."""
+
+    def __init__(self, n: int):
+        self._free = n
+        self._waiting: collections.deque[object] = collections.deque()
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> None:
+        me = object()
+        with self._cond:
+            self._waiting.append(me)
+            while self._free <= 0 or self._waiting[0] is not me:
+                self._cond.wait()
+            self._waiting.popleft()
+            self._free -= 1
+            self._cond.notify_all()  # the next in line may be able to go too
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A CUDA or CPU allocation failure (torch raises OutOfMemoryError or a RuntimeError that says so)."""
+    text = str(exc).lower()
+    return (
+        isinstance(exc, MemoryError)
+        or type(exc).__name__ == "OutOfMemoryError"
+        or "out of memory" in text
+        or "can't allocate memory" in text
+    )
+
+
+def job_duration(
+    texts: list[str], config: dict[str, Any], run_dir: str, roots: list[str], build_base: bool, limits: dict
+) -> int:
+    """ZeroGPU reservation in seconds for a training job: its GPU estimate plus loading, with a margin."""
+    cfg = MirrorConfig.from_dict(config)
+    _, train_s, index_s = estimate_seconds(texts, cfg, "cuda")
+    return int(min(600, max(60, 1.5 * (train_s + index_s) + 30)))
+
+
+def _gpu(fn: Callable) -> Callable:
+    """`spaces.GPU` with a duration estimated from the job on ZeroGPU; a no-op elsewhere."""
+    if spaces is None:
+        return fn
+    return spaces.GPU(duration=job_duration)(fn)
+
+
+@_gpu
+def train_job(
+    texts: list[str], config: dict[str, Any], run_dir: str, roots: list[str], build_base: bool, limits: dict
+) -> Iterator[Event]:
+    """Tune and index in `run_dir`, yielding Phase, Step, Note and Tick, then Finished, Stopped or Failed.
+
+    Results are files in run_dir: model/ (sentence-transformers), base_index/ (unless build_base is False) and
+    tuned_index/. The job stops between steps when a file named STOP appears in run_dir (Cancel, across
+    processes), when `limits["max_seconds"]` have passed, or when nobody has asked for an event for ABANDONED_S.
+    `limits["memory"]` bounds what a training step may plan for (None: the memory available).
+    """
+    run = Path(run_dir)
+    stop = run / STOP_FILE
+    events: queue.Queue = queue.Queue()
+    deadline = time.monotonic() + limits["max_seconds"] if limits.get("max_seconds") else math.inf
+    last_pull = [time.monotonic()]
+
+    def should_stop() -> bool:
+        now = time.monotonic()
+        if now > deadline:
+            write_stop(run, "time")
+        elif now - last_pull[0] > ABANDONED_S:
+            write_stop(run, "abandoned")
+        return stop.exists()
+
+    def work() -> None:
+        from explorer.pipeline import tune_and_index
+
+        try:
+            tune_and_index(
+                texts,
+                MirrorConfig.from_dict(config),
+                run,
+                roots=[Path(r) for r in roots],
+                build_base=build_base,
+                emit=events.put,
+                should_stop=should_stop,
+                memory=limits.get("memory"),
+            )
+        except MirrorError as exc:
+            events.put(Failed(str(exc)))
+        except Exception as exc:  # a bug or an OOM: report it, keep the server alive
+            log.exception("training job failed")
+            if is_out_of_memory(exc):
+                events.put(
+                    Failed(
+                        f"out of memory ({type(exc).__name__}); try fewer strings, a smaller batch size or max "
+                        "length, or a smaller model"
+                    )
+                )
+            else:
+                events.put(Failed(f"training failed unexpectedly ({type(exc).__name__}: {exc})"))
+        finally:
+            events.put(None)
+
+    thread = threading.Thread(target=work, name="mirror-train", daemon=True)
+    thread.start()
+    clock = StepClock()
+    try:
+        while True:
+            last_pull[0] = time.monotonic()
+            try:
+                item = events.get(timeout=0.5)
+            except queue.Empty:
+                yield Tick()
+                continue
+            if item is None:
+                break
+            yield clock.timed(item) if isinstance(item, Step) else item
+    finally:
+        if thread.is_alive():  # the consumer closed us (tab closed, client cancelled): stop at the next step
+            write_stop(run, "abandoned")
+            thread.join()
+
+
+class StepClock:
+    """Fills in a Step's time left from the pace of the steps so far (the first step pays for warm-up, so it
+    only starts the clock)."""
+
+    def __init__(self) -> None:
+        self.t1: float | None = None
+        self.first = 0
+
+    def timed(self, ev: Step) -> Step:
+        now = time.perf_counter()
+        if self.t1 is None:
+            self.t1, self.first = now, ev.step
+            return ev
+        rate = (now - self.t1) / (ev.step - self.first) if ev.step > self.first else None
+        return Step(ev.step, ev.total, ev.loss, rate * (ev.total - ev.step) if rate is not None else None)

@@ -1,0 +1,204 @@
+"""Encoders in memory: the base models (shared by every session) and the tuned runs (LRU within a memory budget).
+
+Which model names a server accepts is mirror.encoder's `check_model_name` (one policy for the app and the CLIs);
+this module adds the server's own limits: MIRROR_MODEL_ROOTS, MIRROR_ALLOW_HUB and the hub download size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from explorer.settings import Settings, inference_device
+from mirror.config import BUNDLED_MODEL
+from mirror.data import fmt_size
+from mirror.errors import MirrorError
+
+if TYPE_CHECKING:
+    from explorer.sessions import RunInfo
+    from index.store import VectorIndex
+    from mirror.encoder import Encoder
+
+BASE_MODELS_KEPT = 3
+
+
+@dataclass
+class IndexPair:
+    """One corpus indexed with both encoders."""
+
+    base: VectorIndex
+    tuned: VectorIndex
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(index) * index.dim * 4 for index in (self.base, self.tuned))
+
+
+@dataclass
+class Loaded:
+    """The in-memory side of a RunInfo: the tuned encoder and its indexes (rebuilt from disk after eviction)."""
+
+    tuned: Encoder
+    base: Encoder
+    main: IndexPair
+    extra: IndexPair | None = None  # another corpus the user indexed with both encoders
+
+    @property
+    def nbytes(self) -> int:
+        """Memory this run holds on its own (the base encoder is shared): tuned weights and index vectors."""
+        model = self.tuned.model
+        weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+        return weights + self.main.nbytes + (self.extra.nbytes if self.extra else 0)
+
+
+def release_memory(collect: bool = True) -> None:
+    """Hand freed heap back to the OS after a big job or an evicted model (glibc keeps it in its per-thread
+    arenas otherwise: under load the server's RSS grew ~400 MB per training round; with this it stays flat)."""
+    if collect:
+        import gc
+
+        gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class ModelCache:
+    """Base encoders (an LRU of BASE_MODELS_KEPT) and tuned runs (an LRU within MIRROR_LOADED_RUNS and
+    MIRROR_LOADED_MB), each loaded once however many threads ask for it at the same time."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._base: OrderedDict[tuple[str, str], Encoder] = OrderedDict()
+        self._base_lock = threading.Lock()
+        self._key_locks: dict[tuple[str, str], threading.Lock] = {}
+        self.runs: OrderedDict[str, Loaded] = OrderedDict()  # run folder -> loaded run, least recent first
+        self._run_locks: dict[str, threading.Lock] = {}
+        self._runs_lock = threading.Lock()
+        self._hub_sizes: dict[str, int] = {}  # hub id -> download bytes, asked once per id
+
+    def warm_up(self) -> None:
+        """Load the bundled base encoder (and torch) ahead of the first request; failures are only logged."""
+        import logging
+
+        try:
+            self.base_encoder(BUNDLED_MODEL)
+        except Exception:  # the first request will report the problem to the user
+            logging.getLogger("mirror.app").exception("could not pre-load the bundled model")
+
+    def check_model(self, model: str) -> str:
+        """The model name, or MirrorError when this server does not allow it (the one policy, with this
+        server's roots and hub switch)."""
+        from mirror.names import check_model_name
+
+        return check_model_name(model, allow_hub=self.settings.allow_hub, roots=self.settings.model_roots)
+
+    def check_download(self, model: str) -> str:
+        """The (checked) model name, or MirrorError when it is a hub model over MIRROR_MAX_HUB_MB to download."""
+        from mirror.names import looks_local
+
+        model = self.check_model(model)
+        if model == BUNDLED_MODEL or looks_local(model):
+            return model
+        size = self._hub_sizes.get(model)
+        if size is None:
+            from mirror.encoder import hub_download_bytes
+
+            size = hub_download_bytes(model)  # None offline: the load then says the hub is unreachable
+            if size is not None:
+                self._hub_sizes[model] = size
+        if size is not None and size > self.settings.max_hub_bytes:
+            raise MirrorError(
+                f"`{model}` is a {fmt_size(size)} download; this server loads hub models up to "
+                f"{fmt_size(self.settings.max_hub_bytes)} (MIRROR_MAX_HUB_MB)"
+            )
+        return model
+
+    def base_encoder(self, model: str, pooling: str = "auto") -> Encoder:
+        """The read-only base encoder, loaded once per process."""
+        from mirror.encoder import load_encoder
+
+        model = self.check_model(model)
+        key = (model, pooling)
+        with self._base_lock:
+            if key in self._base:
+                self._base.move_to_end(key)
+                return self._base[key]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        # One load per model (two users asking for bert-base load it once) without blocking other models:
+        # a hub download can take minutes while searches on the cached models go on.
+        with key_lock:
+            with self._base_lock:
+                if key in self._base:
+                    return self._base[key]
+            encoder = load_encoder(
+                model, pooling=pooling, device=inference_device(), allowed_roots=list(self.settings.model_roots)
+            )
+            encoder.model.eval()
+            with self._base_lock:
+                self._base[key] = encoder
+                while len(self._base) > BASE_MODELS_KEPT:
+                    self._base.popitem(last=False)
+            return encoder
+
+    def loaded(self, run: RunInfo) -> Loaded:
+        """The run's tuned encoder and indexes, from the LRU or loaded from its folder."""
+        key = str(run.folder)
+        with self._runs_lock:
+            if key in self.runs:
+                self.runs.move_to_end(key)
+                return self.runs[key]
+            run_lock = self._run_locks.setdefault(key, threading.Lock())
+        with run_lock:  # parallel searches of an evicted run load it once
+            with self._runs_lock:
+                if key in self.runs:
+                    return self.runs[key]
+            return self._load_run(run, key)
+
+    def _load_run(self, run: RunInfo, key: str) -> Loaded:
+        from index.store import VectorIndex
+        from mirror.encoder import load_encoder
+
+        base = self.base_encoder(run.base_model, run.pooling)
+        tuned = load_encoder(run.folder / "model", device=inference_device(), allowed_roots=[run.folder])
+        tuned.model.eval()
+
+        def pair(base_dir: str, tuned_dir: str) -> IndexPair:
+            return IndexPair(
+                VectorIndex.load(run.folder / base_dir, base, gpu=False),
+                VectorIndex.load(run.folder / tuned_dir, tuned, gpu=False),
+            )
+
+        item = Loaded(tuned=tuned, base=base, main=pair("base_index", "tuned_index"))
+        if run.extra_corpus and (run.folder / "extra_tuned").is_dir():
+            item.extra = pair("extra_base", "extra_tuned")
+        self._admit(key, item)
+        return item
+
+    def _admit(self, key: str, item: Loaded) -> None:
+        """Keep `item`, evicting the least recently used runs down to the count and memory limits."""
+        with self._runs_lock:
+            self.runs[key] = item
+            evicted = []
+            held = sum(x.nbytes for x in self.runs.values())
+            while len(self.runs) > 1 and (
+                len(self.runs) > self.settings.loaded_runs or held > self.settings.loaded_bytes
+            ):
+                evicted.append(self.runs.popitem(last=False))
+                held -= evicted[-1][1].nbytes
+        if evicted:
+            del evicted
+            release_memory(collect=False)
+
+    def forget(self, folder: Path) -> None:
+        """Drop the loaded runs (and their load locks) under one folder: a session's, or one run's."""
+        prefix = str(folder)
+        with self._runs_lock:
+            for table in (self.runs, self._run_locks):
+                for key in [k for k in table if k == prefix or k.startswith(prefix + "/")]:
+                    del table[key]

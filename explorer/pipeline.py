@@ -1,0 +1,70 @@
+"""Tune, then index the strings with both encoders: the job behind the app's Launch, callable from Python.
+
+    from explorer.pipeline import tune_and_index
+    tune_and_index(texts, MirrorConfig.preset("words"), Path("runs/r1"))   # model/, base_index/, tuned_index/
+
+`python -m mirror train FILE --out DIR --index` runs it from the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from explorer.events import Event, Finished, Phase, Step, Stopped
+from mirror.config import MirrorConfig
+
+
+def tune_and_index(
+    texts: Sequence[str],
+    config: MirrorConfig,
+    run: Path,
+    *,
+    roots: Sequence[Path] | None = None,
+    build_base: bool = True,
+    emit: Callable[[Event], None] = lambda ev: None,
+    should_stop: Callable[[], bool] = lambda: False,
+    memory: int | None = None,
+) -> None:
+    """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
+    and run/tuned_index. Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
+    true, Stopped(stats) with nothing saved. `roots`: where a local model may be loaded from (None: anywhere)."""
+    from mirror.encoder import load_encoder
+    from mirror.train import mirror_tune, save_result
+
+    texts = list(texts)
+    emit(Phase("Loading the base model"))
+    encoder = load_encoder(
+        config.model, pooling=config.pooling, device=config.device, dropout=config.dropout, allowed_roots=roots
+    )
+    if build_base:
+        index_with(encoder, texts, run / "base_index", "Indexing your strings with the base encoder", emit)
+    if should_stop():
+        emit(Stopped({"steps": 0, "total_steps": 0}))
+        return
+    emit(Phase("Training"))
+    result = mirror_tune(
+        texts,
+        config,
+        on_step=lambda s, t, loss: emit(Step(s, t, loss)),
+        should_stop=should_stop,
+        encoder=encoder,
+        **({"memory_budget": memory} if memory is not None else {}),  # TODO(merge h-limits): always pass
+    )
+    stats = {**result.stats(), "summary": result.summary(), "pooling": result.config.pooling}
+    stats.update(mode=result.config.mode, losses=list(result.losses))
+    if result.cancelled:
+        emit(Stopped(stats))
+        return
+    emit(Phase("Saving the tuned model"))
+    save_result(result, run / "model")
+    index_with(result.encoder, texts, run / "tuned_index", "Indexing your strings with the tuned encoder", emit)
+    emit(Finished(stats))
+
+
+def index_with(encoder, texts: list[str], folder: Path, label: str, emit: Callable[[Event], None]) -> None:
+    """Build and save the index of `texts` with `encoder`, reporting progress as Phase events."""
+    from index.store import VectorIndex
+
+    emit(Phase(label, 0, len(texts)))
+    VectorIndex.build(encoder, texts, gpu=False, on_progress=lambda d, t: emit(Phase(label, d, t))).save(folder)

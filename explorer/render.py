@@ -1,0 +1,164 @@
+"""What the user reads: status lines, progress bars, result tables and run summaries as Markdown or HTML.
+
+Every string a user or an upload supplied is escaped here; nothing in this module knows about Gradio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import logging
+import re
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from mirror.config import MirrorConfig
+from mirror.errors import MirrorError
+
+if TYPE_CHECKING:
+    from explorer.sessions import RunInfo, Session
+    from mirror.data import CleanStats
+
+log = logging.getLogger("mirror.app")
+
+
+def message(text: str, kind: str = "error") -> str:
+    """A Markdown box for the UI: a quoted line that says what happened, never a traceback."""
+    prefix = {"error": "**Error:** ", "warning": "**Note:** ", "info": "", "ok": ""}[kind]
+    return f"> {prefix}{text}"
+
+
+def user_error(exc: BaseException) -> str:
+    """What the user reads: a MirrorError's own message, or a short note for a bug (whose traceback is logged)."""
+    if isinstance(exc, MirrorError):
+        return str(exc)
+    if not getattr(exc, "_mx_logged", False):  # log a bug once, however often its message is shown
+        log.error("unexpected error in a handler", exc_info=exc)
+        with contextlib.suppress(AttributeError):
+            exc._mx_logged = True  # type: ignore[attr-defined]
+    return f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+
+
+def status_box(text: str, kind: str = "info") -> str:
+    """The run status as HTML (escaped; `code` and **bold** kept): errors in red, done in green."""
+    color = {"error": "#dc2626", "warning": "#d97706", "info": "#6b7280", "ok": "#16a34a"}[kind]
+    body = html.escape(text)
+    body = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", body)
+    body = re.sub(r"`(.+?)`", r"<code>\1</code>", body)
+    prefix = "<b>Error:</b> " if kind == "error" else ""
+    return f'<div class="mx-status-{kind}" style="border-left:4px solid {color};padding:6px 12px">{prefix}{body}</div>'
+
+
+def progress_bar(label: str, done: int, total: int, right: str = "") -> str:
+    """A labelled progress bar (HTML) for the run status; `label` is HTML, `right` plain text."""
+    pct = 100.0 * done / total if total else 0.0
+    return (
+        f'<div class="mx-progress" data-done="{done}" data-total="{total}">'
+        '<div style="display:flex;justify-content:space-between;gap:12px;margin-bottom:4px">'
+        f'<span>{label}</span><span style="opacity:0.8">{html.escape(right)}</span></div>'
+        '<div style="height:12px;border-radius:6px;background:rgba(127,127,127,0.2);overflow:hidden">'
+        f'<div style="height:100%;width:{pct:.1f}%;background:var(--color-accent, #f97316);'
+        'transition:width 0.3s"></div></div></div>'
+    )
+
+
+def fmt_seconds(s: float) -> str:
+    if s < 1:
+        return "under a second"
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def render_results(results: list[dict[str, Any]], base_label: str) -> str:
+    """Side-by-side HTML tables per query; strings only one side found are highlighted. All text is escaped."""
+    new_bg, gone_bg = "rgba(34,197,94,0.18)", "rgba(245,158,11,0.20)"
+    legend = (
+        f'<p style="margin:0 0 8px 0;font-size:0.9em"><span style="background:{new_bg};padding:1px 6px;border-radius:4px">'
+        f'green</span> only the tuned encoder finds it · <span style="background:{gone_bg};padding:1px 6px;'
+        'border-radius:4px">amber</span> only the base encoder finds it</p>'
+    )
+
+    def table(hits: list[dict[str, Any]], title: str, bg: str, cls: str) -> str:
+        body = "".join(
+            f'<tr class="{cls if h["only_here"] else ""}" style="background:{bg if h["only_here"] else "transparent"}">'
+            f'<td style="padding:2px 8px;opacity:0.7">{h["rank"]}</td>'
+            f'<td style="padding:2px 8px">{html.escape(h["text"])}</td>'
+            f'<td style="padding:2px 8px;text-align:right;font-variant-numeric:tabular-nums">{h["score"]:.3f}</td></tr>'
+            for h in hits
+        )
+        return (
+            f'<div style="flex:1;min-width:260px"><div style="font-weight:600;margin-bottom:4px">{title}</div>'
+            f'<table style="width:100%;border-collapse:collapse"><thead><tr><th style="text-align:left;padding:2px 8px;width:2.5em">#</th>'
+            f'<th style="text-align:left;padding:2px 8px">string</th><th style="text-align:right;padding:2px 8px;width:5em">cosine</th>'
+            f"</tr></thead><tbody>{body}</tbody></table></div>"
+        )
+
+    blocks = []
+    for r in results:
+        changed = sum(h["only_here"] for h in r["tuned"])
+        blocks.append(
+            f'<div class="mx-query" style="margin-bottom:18px"><div style="font-size:1.05em;margin-bottom:6px">'
+            f'Query: <b>{html.escape(r["query"])}</b> <span style="opacity:0.7">· {changed} of {len(r["tuned"])} '
+            f'tuned hits are new</span></div><div style="display:flex;gap:18px;flex-wrap:wrap">'
+            f"{table(r['tuned'], 'Tuned (mirror)', new_bg, 'mx-only-tuned')}"
+            f"{table(r['base'], 'Base · ' + html.escape(base_label), gone_bg, 'mx-only-base')}</div></div>"
+        )
+    return '<div id="mx-results">' + legend + "".join(blocks) + "</div>"
+
+
+def loss_frame(losses: Sequence[float]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame({"step": list(range(1, len(losses) + 1)), "loss": [float(x) for x in losses]})
+
+
+def load_md(info: dict[str, Any]) -> str:
+    stats: CleanStats = info["stats"]
+    p = MirrorConfig.preset(info["mode"])
+    kind = "single words and short terms" if info["mode"] == "words" else "sentences"
+    lines = [
+        f"**{info['strings']:,} strings** loaded from `{info['source']}`: {stats.lines:,} lines, "
+        f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed.",
+        f"**Detected:** {kind} → the **{info['mode']} preset** (τ {p.temperature}, {p.epochs} epoch"
+        f"{'s' if p.epochs != 1 else ''}, max length {p.max_length} tokens). <small>{info['reason']}</small>",
+    ]
+    lines += [message(n, "warning") for n in info.get("notes", [])]
+    return "\n\n".join(lines)
+
+
+def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
+    s = run.stats
+    first, final = s.get("first_loss"), s.get("final_loss")
+    loss = f"{final:.4f} (first step {first:.4f})" if isinstance(final, float) and isinstance(first, float) else "n/a"
+    seconds = s.get("seconds")
+    rows = [
+        ("Device", s.get("device", "n/a")),
+        ("Training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else "n/a"),
+        ("Steps", f"{s.get('steps', 'n/a')} / {s.get('total_steps', 'n/a')}"),
+        ("Final loss", loss),
+        ("Strings", f"{run.n_texts:,} from `{run.corpus}`"),
+        ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {s.get('mode', '?')} preset"),
+    ]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
+    return (
+        f"### Done: your tuned model is served\n| Run | |\n|---|---|\n{table}\n\n"
+        f"Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below.{extra}"
+    )
+
+
+def served_md(session: Session | None) -> str:
+    run = getattr(session, "run", None)
+    if run is None:
+        return message(
+            "No tuned model yet: tune one in tab ① (or upload a saved model there), then search here.", "info"
+        )
+    extra = f" · other corpus: `{run.extra_corpus}`" if run.extra_corpus else ""
+    return (
+        f"Searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
+        f"({run.pooling} pooling) at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
+    )

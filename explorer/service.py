@@ -1,0 +1,542 @@
+"""MirrorApp: the service the web UI (and its API) calls. Plain values in, plain values or events out.
+
+It owns no Gradio: app.py wires components to these methods. Who does what underneath:
+sessions.SessionStore (folders, disk budgets), models.ModelCache (encoders in memory, model-name policy),
+jobs.train_job (the training thread and its stop conditions), pipeline.tune_and_index (tune, then index),
+uploads (model zips), inputs (settings and queries checked), render (what the user reads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from explorer import maps
+from explorer.estimate import device_and_threads, estimate_seconds
+from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
+from explorer.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, clamp_k, split_queries
+from explorer.jobs import FairSlots, train_job
+from explorer.models import IndexPair, Loaded, ModelCache, release_memory
+from explorer.render import fmt_seconds, message, user_error
+from explorer.sessions import RunHandle, RunInfo, Session, SessionStore, read_stop, texts_key, write_stop
+from explorer.settings import Settings, inference_device
+from explorer.uploads import display_name, extract_model_zip, zip_folder
+from mirror.config import BUNDLED_MODEL, detect_mode
+from mirror.data import clean_texts, fmt_size, read_file
+from mirror.errors import MirrorError
+
+log = logging.getLogger("mirror.app")
+INDEX_README = (
+    "A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.\n"
+    "Search it with: python -m index query mirror-index 'your query' --encoder mirror-model\n"
+)
+
+
+class MirrorApp:
+    """Handlers over `mirror` and `index`, with per-session folders and per-process caches.
+
+    Every public method takes plain values (and a Session) and returns plain values or raises MirrorError;
+    long jobs yield events (explorer.events). `app.build_demo` wraps them for Gradio.
+    """
+
+    def __init__(self, settings: Settings | None = None):
+        self.settings = settings or Settings.from_env()
+        self.settings.work_dir.mkdir(parents=True, exist_ok=True)
+        self.models = ModelCache(self.settings)
+        self.sessions = SessionStore(self.settings, self.models.forget)
+        # Training slots, enforced here as well as by the Gradio queue (which makes users wait for one):
+        # a caller that bypasses the queue gets a clear "busy" error instead of an extra training.
+        self.train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)
+        self.search_slots = FairSlots(self.settings.search_concurrency)
+
+    def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
+        return self
+
+    # ---------------------------------------------------------------- sessions and models
+
+    def session(self, state: Session | None = None) -> Session:
+        """The caller's session, or a fresh one when it has none or it expired."""
+        return self.sessions.get(state)
+
+    def close_session(self, state: Session | None) -> None:
+        """gr.State's delete callback (tab closed, or idle past the TTL); a running job's session goes when it ends."""
+        self.sessions.close(state)
+
+    def sweep(self, force: bool = False) -> list[Path]:
+        return self.sessions.sweep(force)
+
+    def warm_up(self) -> None:
+        self.models.warm_up()
+
+    def check_model(self, model: str) -> str:
+        return self.models.check_model(model)
+
+    def base_encoder(self, model: str, pooling: str = "auto"):
+        return self.models.base_encoder(model, pooling)
+
+    def loaded(self, run: RunInfo) -> Loaded:
+        return self.models.loaded(run)
+
+    # ---------------------------------------------------------------- tab 1: input
+
+    def set_texts(self, session: Session, raw: Sequence[str], source: str) -> dict[str, Any]:
+        """Clean, cap and keep the strings; returns what the UI and the API report about them."""
+        texts, stats = clean_texts(raw)
+        notes = []
+        if len(texts) > self.settings.max_strings:
+            notes.append(
+                f"kept the first {self.settings.max_strings:,} of {len(texts):,} strings (this server's limit, MIRROR_MAX_STRINGS)"
+            )
+            texts = texts[: self.settings.max_strings]
+        if len(texts) < 2:
+            raise MirrorError(
+                f"`{source}`: found {len(texts)} usable string{'s' if len(texts) != 1 else ''} "
+                f"({stats.lines} lines, {stats.empty} empty, {stats.duplicates} duplicates); mirror tuning needs at least 2 distinct strings"
+            )
+        mode, reason = detect_mode(texts)
+        session.texts, session.source, session.stats = texts, source, stats
+        session.detected_mode, session.mode_reason = mode, reason
+        return {"strings": len(texts), "stats": stats, "mode": mode, "reason": reason, "notes": notes, "source": source}
+
+    def load_file(self, session: Session, path: str | None, column: str | None = None) -> dict[str, Any]:
+        if not path:
+            raise MirrorError("no file uploaded")
+        raw, columns = read_file(path, column, self.settings.max_upload_bytes)
+        info = self.set_texts(session, raw, display_name(path))
+        return {**info, "columns": columns}
+
+    def load_pasted(self, session: Session, text: str) -> dict[str, Any]:
+        text = str(text or "")
+        if not text.strip():
+            raise MirrorError("paste some strings first, one per line")
+        if len(text.encode("utf-8", "surrogatepass")) > self.settings.max_upload_bytes:
+            raise MirrorError(
+                f"the pasted text is over {fmt_size(self.settings.max_upload_bytes, limit=True)}; upload a file instead"
+            )
+        return self.set_texts(session, text.splitlines(), "pasted text")
+
+    def load_example(self, session: Session, key: str) -> dict[str, Any]:
+        if key not in EXAMPLES:
+            raise MirrorError(f"unknown example {key!r}")
+        path = EXAMPLES_DIR / EXAMPLES[key][1]
+        if not path.is_file():
+            raise MirrorError(f"the example file {path.name} is missing from this installation")
+        return self.set_texts(session, path.read_text(encoding="utf-8").splitlines(), path.name)
+
+    def estimate(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
+        """One Markdown line: planned steps and a rough time on this device."""
+        if not session.texts:
+            return "Load some strings to see the plan and a time estimate."
+        try:
+            config, notes = build_config(
+                session.texts,
+                str(model or BUNDLED_MODEL).strip() or BUNDLED_MODEL,
+                mode,
+                overrides,
+                self.settings.max_steps,
+            )
+        except MirrorError as exc:
+            return message(str(exc), "warning")
+        device, threads = device_and_threads(config.device)
+        steps, train_s, index_s = estimate_seconds(session.texts, config, device, threads)
+        where = "GPU" if device == "cuda" else f"CPU ({threads} thread{'s' if threads != 1 else ''})"
+        extra = f" · {'; '.join(notes)}" if notes else ""
+        return (
+            f"**Plan:** {steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
+            f"{'s' if config.epochs != 1 else ''}) · **estimated** ~{fmt_seconds(train_s)} training + "
+            f"~{fmt_seconds(index_s)} indexing on this {where}{extra}"
+        )
+
+    # ---------------------------------------------------------------- tab 1: training
+
+    def request_run(self, session: Session) -> RunHandle:
+        """Launch was clicked: the run exists (and can be cancelled) while it still waits in the queue."""
+        if session.active is None or not session.active.started:
+            session.active = RunHandle()
+        return session.active
+
+    def cancel(self, session: Session) -> str:
+        """Stop the session's run between two steps, or before it starts (while it waits in the queue)."""
+        handle = session.active  # read once: the run may end (and reset it) at any moment
+        if handle is None:
+            return "Nothing is running. Your model and index (if any) stay served."
+        handle.request_stop("cancel")
+        if handle.started:
+            return "Stopping after the current step… the previous model and index stay served."
+        return "Cancelled before it started. The previous model and index stay served."
+
+    def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[Event]:
+        """Tune on the session's strings in a fresh folder; swap it in only on success. Yields events.
+
+        Events (explorer.events): Phase, Step, Note and Tick, then one of Done, Cancelled or Failed. Never raises
+        for bad input: it yields Failed.
+        The run is cancellable (session.active, its id and stop flag) before the first event, by `cancel` or by
+        the consumer going away;
+        it holds one of the server's training slots; the last event comes after the slot is released and the
+        run's folder cleaned up.
+        """
+        handle = session.active
+        if handle is not None and handle.started:
+            yield Failed("A run is already in progress in this session; wait for it or cancel it.")
+            return
+        handle = handle or RunHandle()  # an API call: no Launch click made one
+        session.active = handle
+        try:
+            if handle.stop.is_set():
+                yield Cancelled("Cancelled before it started.")
+                return
+            if len(session.texts) < 2:
+                yield Failed("Load at least 2 strings first (step 1 above).")
+                return
+            handle.started = True
+            yield from self._exclusive(session, self._train(session, handle, model, mode, overrides))
+        finally:
+            if session.active is handle:
+                session.active = None
+
+    def _exclusive(self, session: Session, events: Iterator[Event]) -> Iterator[Event]:
+        """Run a job's events holding a training slot; its final event is yielded after the job cleaned up."""
+        if not self.train_slots.acquire(blocking=False):
+            n = self.settings.train_concurrency
+            yield Failed(
+                f"this server runs at most {n} training{'s' if n != 1 else ''} at a time "
+                "(MIRROR_TRAIN_CONCURRENCY) and all slots are busy; try again when a run finishes"
+            )
+            return
+        terminal = None
+        self.sessions.running.add(session.folder)
+        try:
+            with contextlib.closing(events) as job:
+                for ev in job:
+                    if isinstance(ev, TERMINAL):
+                        terminal = ev
+                        break
+                    yield ev
+        finally:
+            self.sessions.running.discard(session.folder)
+            self.train_slots.release()
+            release_memory()
+            if session.closed:  # the tab went away during the run: nobody will use its folder again
+                self.sessions.discard(session)
+        if terminal is not None:
+            yield terminal
+
+    def _train(
+        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
+    ) -> Iterator[Event]:
+        texts, source = list(session.texts), session.source
+        try:
+            self.sessions.check_disk(session)
+            config, notes = build_config(
+                texts, self.models.check_download(model), mode, overrides, self.settings.max_steps
+            )
+            yield Phase(f"Checking the base model {config.model}")
+            base = self.models.base_encoder(config.model, config.pooling)
+        except Exception as exc:  # MirrorError, or a bug: a message either way
+            yield Failed(user_error(exc))
+            return
+        yield from (Note(n) for n in notes)
+        run = self._new_run_folder(session, handle)
+        key, prev = texts_key(texts), session.run
+        build_base = True
+        if prev and (prev.base_model, prev.pooling, prev.texts_key) == (config.model, base.pooling, key):
+            if (prev.folder / "base_index").is_dir():  # same strings, same base: reuse its index
+                shutil.copytree(prev.folder / "base_index", run / "base_index")
+                build_base = False
+        started, started_at = time.perf_counter(), time.time()
+        limits = {"max_seconds": self.settings.max_run_seconds, "memory": self.settings.train_memory_bytes}
+        roots = [str(run)] + [str(r) for r in self.settings.model_roots]
+        try:
+            with self._discarded_unless_served(run) as served:
+                for ev in train_job(texts, config.to_dict(), str(run), roots, build_base, limits):
+                    if isinstance(ev, Step):
+                        session.touch()  # a long run keeps its session from being swept as idle
+                    if isinstance(ev, Stopped) or (isinstance(ev, Finished) and read_stop(run)):
+                        text = stopped_text(ev.stats, read_stop(run), self.settings)
+                        yield Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
+                        return
+                    if isinstance(ev, Finished):
+                        yield Phase("Preparing downloads")
+                        info = self._serve(session, new_run_info(run, config.model, texts, source, ev.stats))
+                        info.stats.update(
+                            wall_seconds=round(time.perf_counter() - started, 1),
+                            started_at=round(started_at, 3),
+                            finished_at=round(time.time(), 3),
+                        )
+                        served.append(info)
+                        yield Done(info)
+                        return
+                    yield ev
+                    if isinstance(ev, Failed):
+                        return
+                yield Failed("the run ended without a result; the previous model stays served")
+        except MirrorError as exc:
+            yield Failed(str(exc))
+        except Exception as exc:
+            log.exception("run failed")
+            yield Failed(f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served")
+
+    def _new_run_folder(self, session: Session, handle: RunHandle) -> Path:
+        run = session.folder / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{handle.id}"
+        run.mkdir(parents=True)
+        handle.folder = run
+        if handle.stop.is_set():  # cancelled while the base model loaded
+            write_stop(run, "cancel")
+        return run
+
+    @contextlib.contextmanager
+    def _discarded_unless_served(self, run: Path) -> Iterator[list[RunInfo]]:
+        """Remove `run` unless the body put the RunInfo it now serves into the list; bugs become a Failed event
+        upstream (the caller's generator yields it)."""
+        served: list[RunInfo] = []
+        try:
+            yield served
+        finally:
+            if not served:
+                shutil.rmtree(run, ignore_errors=True)
+
+    def _serve(self, session: Session, info: RunInfo) -> RunInfo:
+        """Check the new run loads, then swap it in and drop the one it replaces."""
+        self.models.loaded(info)  # load now: a broken artifact fails here, before the swap
+        with session.lock:
+            prev, session.run = session.run, info
+        if prev is not None and prev.folder != info.folder:
+            self.models.forget(prev.folder)
+            shutil.rmtree(prev.folder, ignore_errors=True)
+        return info
+
+    def use_saved_model(self, session: Session, zip_path: str | None) -> Iterator[Event]:
+        """Serve a model zip saved from this app: index the loaded strings with it and its base. Yields events."""
+        if not zip_path:
+            yield Failed("no model zip uploaded")
+            return
+        if len(session.texts) < 2:
+            yield Failed("Load the strings to search first (step 1), then upload the model zip.")
+            return
+        if session.active is not None and session.active.started:
+            yield Failed("A run is in progress in this session; wait for it or cancel it.")
+            return
+        yield from self._exclusive(session, self._use_saved(session, zip_path))
+
+    def _use_saved(self, session: Session, zip_path: str) -> Iterator[Event]:
+        from mirror.encoder import load_encoder
+
+        handle = session.active = RunHandle(started=True)
+        run = self._new_run_folder(session, handle)
+        texts, source = list(session.texts), session.source
+        try:
+            with self._discarded_unless_served(run) as served:
+                self.sessions.check_disk(session)
+                yield Phase("Unpacking the model")
+                folder = extract_model_zip(Path(zip_path), run / "unpacked", self.settings.max_model_bytes)
+                os.replace(folder, run / "model")
+                shutil.rmtree(run / "unpacked", ignore_errors=True)
+                tuned = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
+                base_model, base, notes = self._base_of(tuned)
+                events: list[Event] = []
+                from explorer.pipeline import index_with
+
+                for name, enc in (("base", base), ("tuned", tuned)):
+                    index_with(
+                        enc,
+                        texts,
+                        run / f"{name}_index",
+                        f"Indexing your strings with the {name} encoder",
+                        events.append,
+                    )
+                    yield from events
+                    events.clear()
+                stats = dict(tuned.info.get("stats") or {})
+                stats.update(pooling=tuned.pooling, mode=(tuned.info.get("config") or {}).get("mode", "?"))
+                stats.update(uploaded=display_name(zip_path), notes=notes)
+                stats["summary"] = f"uploaded model {display_name(zip_path)}" + (
+                    f" ({stats['summary']})" if stats.get("summary") else ""
+                )
+                kept = link_or_copy(Path(zip_path), run / "mirror-model.zip")  # served as uploaded, not re-zipped
+                info = self._serve(session, new_run_info(run, base_model, texts, source, stats, model_zip=kept))
+                served.append(info)
+                yield Done(info, tuple(notes))
+        except MirrorError as exc:
+            yield Failed(str(exc))
+        except Exception as exc:
+            log.exception("model upload failed")  # details (which may name server paths) stay in the log
+            yield Failed(f"could not use this model ({type(exc).__name__}); is it a zip saved by this app?")
+        finally:
+            if session.active is handle:
+                session.active = None
+
+    def _base_of(self, tuned) -> tuple[str, Any, list[str]]:
+        """The base model an uploaded tuned model names (checked like one a user typed, hub size included), or
+        the bundled model with a note when that one is not available here."""
+        base_model = str((tuned.info.get("config") or {}).get("model") or BUNDLED_MODEL)
+        try:
+            return base_model, self.models.base_encoder(self.models.check_download(base_model), tuned.pooling), []
+        except MirrorError as exc:
+            note = f"its base model {base_model!r} is not available here ({exc}); comparing with the bundled model"
+            # with the tuned model's pooling: the served run reloads its base that way
+            return BUNDLED_MODEL, self.models.base_encoder(BUNDLED_MODEL, tuned.pooling), [note]
+
+    # ---------------------------------------------------------------- tab 2: search
+
+    def search(self, session: Session, queries: str, k: Any = 10, corpus: str = "main") -> list[dict[str, Any]]:
+        """Top-k hits of each query for the tuned and the base encoder, marked where they differ."""
+        run = session.run
+        if run is None:
+            raise MirrorError("Nothing to search yet: tune a model in tab ① (or upload a saved model there) first.")
+        qs, k = split_queries(queries), clamp_k(k)
+        loaded = self.models.loaded(run)
+        pair = loaded.extra if corpus == "extra" else loaded.main
+        if pair is None:
+            raise MirrorError("no other corpus is indexed yet: upload one below and press “Index it”")
+        with self.search_slots:  # a few encodes at a time, in arrival order: no thread oversubscription
+            tuned_hits, base_hits = pair.tuned.search(qs, k), pair.base.search(qs, k)
+        return [
+            {"query": q, **dict(zip(("tuned", "base"), compare_hits(th, bh), strict=True))}
+            for q, th, bh in zip(qs, tuned_hits, base_hits, strict=True)
+        ]
+
+    def index_corpus(self, session: Session, path: str | None, column: str | None = None) -> str:
+        """Index another uploaded corpus with the served tuned and base encoders; returns a summary."""
+        from index.store import VectorIndex
+        from mirror.encoder import replace_dir
+
+        run = session.run
+        if run is None:
+            raise MirrorError("tune a model first (tab ①): the other corpus is indexed with your tuned encoder")
+        if not path:
+            raise MirrorError("upload a corpus file first")
+        raw, _ = read_file(path, column, self.settings.max_upload_bytes)
+        texts, stats = clean_texts(raw)
+        dropped = max(0, len(texts) - self.settings.max_strings)
+        texts = texts[: self.settings.max_strings]
+        if not texts:
+            raise MirrorError(f"`{display_name(path)}` has no non-empty strings")
+        self.sessions.check_disk(session)
+        loaded = self.models.loaded(run)
+        tmp_b, tmp_t = run.folder / ".extra_base.new", run.folder / ".extra_tuned.new"
+        VectorIndex.build(loaded.base, texts, gpu=False).save(tmp_b)
+        VectorIndex.build(loaded.tuned, texts, gpu=False).save(tmp_t)
+        with session.lock:
+            replace_dir(tmp_b, run.folder / "extra_base")
+            replace_dir(tmp_t, run.folder / "extra_tuned")
+            loaded.extra = IndexPair(
+                VectorIndex.load(run.folder / "extra_base", loaded.base, gpu=False),
+                VectorIndex.load(run.folder / "extra_tuned", loaded.tuned, gpu=False),
+            )
+            run.extra_corpus = display_name(path)
+        return (
+            f"Indexed {len(texts):,} strings of `{display_name(path)}` with both encoders ({stats.summary()}"
+            + (f"; {dropped:,} more dropped: this server's limit is {self.settings.max_strings:,}" if dropped else "")
+            + "). Searching it now."
+        )
+
+    # ---------------------------------------------------------------- tab 3: evaluate
+
+    def evaluate(self, session: Session, gold: Sequence[str], pairs_path: str | None = None) -> list[dict[str, Any]]:
+        """Spearman ρ of cosine vs gold scores, for the base and (when there is one) the tuned encoder."""
+        from mirror.data import decode
+        from mirror.evaluate import evaluate_pairs, parse_pairs, read_pairs
+
+        sets: list[tuple[str, list]] = []
+        for name in gold or []:
+            if name not in GOLD_SETS:
+                raise MirrorError(f"unknown gold set {name!r}; choose from {', '.join(GOLD_SETS)}")
+            sets.append((name, read_pairs(EXAMPLES_DIR / GOLD_SETS[name])))
+        if pairs_path:
+            p, shown = Path(pairs_path), display_name(pairs_path)
+            if p.stat().st_size > self.settings.max_upload_bytes:
+                raise MirrorError(
+                    f"`{shown}` is {fmt_size(p.stat().st_size)}; this app accepts files up to {fmt_size(self.settings.max_upload_bytes, limit=True)}"
+                )
+            sets.append((shown, parse_pairs(decode(p.read_bytes(), shown), shown)))
+        if not sets:
+            raise MirrorError("choose a gold set or upload a pairs file")
+        if session.run is not None:
+            loaded = self.models.loaded(session.run)
+            encoders = [("base", loaded.base), ("tuned", loaded.tuned)]
+        else:
+            encoders = [("base", self.models.base_encoder(BUNDLED_MODEL))]
+        rows = []
+        for name, pairs in sets:
+            row: dict[str, Any] = {"gold set": name, "pairs": len(pairs)}
+            for which, enc in encoders:
+                row[which] = round(evaluate_pairs(enc, pairs, name).spearman, 4)
+            if "tuned" in row:
+                row["change"] = round(row["tuned"] - row["base"], 4)
+            rows.append(row)
+        return rows
+
+    # ---------------------------------------------------------------- tab 4: map
+
+    def project(self, session: Session, n_points: Any = 1000, n_clusters: Any = 8) -> dict[str, list[dict[str, Any]]]:
+        """2-D maps of a sample of the indexed strings under both encoders (explorer.maps)."""
+        if session.run is None:
+            raise MirrorError("Nothing to map yet: tune a model in tab ① first.")
+        n, k = maps.check_sizes(n_points, n_clusters, self.settings.max_map_points)
+        loaded = self.models.loaded(session.run)
+        return maps.project(loaded.main.tuned.texts, loaded.base, loaded.tuned, n, k)
+
+
+def new_run_info(
+    folder: Path, base_model: str, texts: list[str], source: str, stats: dict[str, Any], model_zip: Path | None = None
+) -> RunInfo:
+    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), with its downloads zipped.
+    `model_zip`: serve this zip (an uploaded one) instead of zipping model/ again."""
+    return RunInfo(
+        folder=folder,
+        base_model=base_model,
+        pooling=stats["pooling"],
+        corpus=source,
+        n_texts=len(texts),
+        texts_key=texts_key(texts),
+        stats={k: v for k, v in stats.items() if k != "losses"},
+        losses=list(stats.get("losses", [])),
+        summary=stats.get("summary", ""),
+        model_zip=model_zip or zip_folder(folder / "model", folder / "mirror-model.zip", "mirror-model"),
+        index_zip=zip_folder(
+            folder / "tuned_index", folder / "mirror-index.zip", "mirror-index", {"README.txt": INDEX_README}
+        ),
+    )
+
+
+def link_or_copy(src: Path, dst: Path) -> Path:
+    """`dst` as a hard link to `src` (no second copy on disk), or a copy across file systems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+def compare_hits(tuned: list[Any], base: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Hits as dicts, each marked `only_here` when the other encoder's top k lacks that string."""
+    tuned_texts, base_texts = {h.text for h in tuned}, {h.text for h in base}
+
+    def rows(hits: list[Any], other: set[str]) -> list[dict[str, Any]]:
+        return [
+            {"rank": h.rank, "text": h.text, "score": round(float(h.score), 4), "only_here": h.text not in other}
+            for h in hits
+        ]
+
+    return rows(tuned, base_texts), rows(base, tuned_texts)
+
+
+def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:
+    """What the user reads when a run stopped before its end."""
+    done = f"after {stats.get('steps', 0)} of {stats.get('total_steps', 0)} steps"
+    if why == "time":
+        limit = fmt_seconds(settings.max_run_seconds or 0)
+        return (
+            f"Stopped {done}: this server stops a run after {limit} (MIRROR_MAX_RUN_SECONDS); nothing was saved. "
+            "Try fewer strings, fewer epochs or a smaller model."
+        )
+    if why == "abandoned":
+        return f"Stopped {done}: the page or API client that started it went away; nothing was saved."
+    return f"Cancelled {done}; nothing was saved."

@@ -1,0 +1,199 @@
+"""Sessions and runs: one folder per browser tab or API client, the run it serves, the run it is making.
+
+A Session lives in Gradio's gr.State (or any caller's hands); its folder is the only place its files go.
+`SessionStore` makes and removes those folders: closed sessions, idle ones past the TTL, and the least recently
+used idle ones when all sessions together hold more disk than the budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from explorer.settings import Settings
+from mirror.data import CleanStats, fmt_size
+from mirror.errors import MirrorError
+
+STOP_FILE = "STOP"
+SWEEP_EVERY_S = 60.0
+EVICT_MIN_IDLE_S = 300.0  # a session used this recently is never evicted for disk space
+
+
+@dataclass
+class RunInfo:
+    """A tuned model served to one session, with everything in `folder` (model/, base_index/, tuned_index/)."""
+
+    folder: Path
+    base_model: str
+    pooling: str
+    corpus: str
+    n_texts: int
+    texts_key: str
+    stats: dict[str, Any]
+    losses: list[float]
+    summary: str
+    model_zip: Path
+    index_zip: Path
+    created: float = field(default_factory=time.time)
+    extra_corpus: str | None = None  # another upload indexed in extra_base/ + extra_tuned/
+
+
+@dataclass(eq=False)
+class RunHandle:
+    """One run from the moment it is asked for, whoever asked (the page's Launch or an API call): its id and
+    its stop flag. A stop reaches the job through a file in its folder, across the ZeroGPU process boundary."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    stop: threading.Event = field(default_factory=threading.Event)
+    started: bool = False  # holds the session's run: a second Launch is refused
+    folder: Path | None = None
+
+    def request_stop(self, why: str = "cancel") -> None:
+        self.stop.set()
+        if self.folder is not None:
+            write_stop(self.folder, why)
+
+
+def write_stop(folder: Path, why: str) -> None:
+    """Ask the job in `folder` to stop between two steps; the first reason given is kept."""
+    with contextlib.suppress(OSError):  # the run just ended and removed its folder
+        with open(folder / STOP_FILE, "x", encoding="utf-8") as f:
+            f.write(why)
+
+
+def read_stop(run: Path) -> str:
+    """Why the job in `run` was asked to stop ("cancel", "time", "abandoned"), or "" when it was not."""
+    try:
+        return (run / STOP_FILE).read_text(encoding="utf-8").strip() or "cancel"
+    except OSError:
+        return ""
+
+
+@dataclass(eq=False)
+class Session:
+    """One browser (or API client) session: its folder, loaded strings and served run. Lives in gr.State."""
+
+    id: str
+    folder: Path
+    texts: list[str] = field(default_factory=list)
+    source: str = ""
+    stats: CleanStats | None = None
+    detected_mode: str = "words"
+    mode_reason: str = ""
+    run: RunInfo | None = None
+    active: RunHandle | None = None  # the run asked for or in progress
+    closed: bool = False  # the tab went away (or the state expired) while a run was going: clean up after it
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __deepcopy__(self, memo: dict) -> Session:  # gradio deep-copies state values; share, don't clone
+        return self
+
+    def touch(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / ".last_used").touch()
+
+
+def texts_key(texts: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass") + b"\n")
+    return h.hexdigest()[:16]
+
+
+def disk_usage(folder: Path) -> int:
+    """Bytes under `folder`; files that a running job renames or removes during the walk are skipped."""
+    total = 0
+    for root, _, files in os.walk(folder):  # os.walk skips folders that vanish; Path.rglob raises
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
+
+
+class SessionStore:
+    """Session folders under `settings.work_dir`: made on first use, removed when closed, idle or over budget.
+
+    `forget(folder)` is called before a folder is removed (the model cache drops that session's loaded runs);
+    folders in `running` (a job is writing there) are never removed.
+    """
+
+    def __init__(self, settings: Settings, forget: Callable[[Path], None]):
+        self.settings = settings
+        self.forget = forget
+        self.running: set[Path] = set()
+        self._last_sweep = 0.0
+
+    def get(self, state: Session | None = None) -> Session:
+        """The caller's session, or a fresh one (with its own folder) when it has none or it expired."""
+        if isinstance(state, Session) and state.folder.is_dir():
+            state.touch()
+            return state
+        self.sweep()
+        sid = uuid.uuid4().hex
+        s = Session(id=sid, folder=self.settings.work_dir / sid)
+        s.touch()
+        return s
+
+    def close(self, state: Session | None) -> None:
+        """The tab went away (or its state expired): drop the folder now, or when its running job ends."""
+        if not isinstance(state, Session):
+            return
+        state.closed = True
+        if state.active is None and state.folder not in self.running:
+            self.discard(state)
+
+    def discard(self, session: Session) -> None:
+        from explorer.models import release_memory
+
+        self.forget(session.folder)
+        shutil.rmtree(session.folder, ignore_errors=True)
+        release_memory(collect=False)  # no gc pass: Gradio calls this on its event loop, once per expired session
+
+    def sweep(self, force: bool = False) -> list[Path]:
+        """Delete session folders idle past the TTL, then the least recently used idle ones while all sessions
+        together hold more than MIRROR_DISK_MB. A session with a job running, or used in the last
+        EVICT_MIN_IDLE_S, is never removed. Runs at most once a minute unless forced."""
+        now = time.time()
+        if not force and now - self._last_sweep < SWEEP_EVERY_S:
+            return []
+        self._last_sweep = now
+        folders = []
+        for folder in self.settings.work_dir.iterdir() if self.settings.work_dir.is_dir() else []:
+            marker = folder / ".last_used"
+            try:
+                last = marker.stat().st_mtime if marker.exists() else folder.stat().st_mtime
+            except OSError:
+                continue
+            if folder.is_dir() and folder not in self.running:
+                folders.append((last, folder))
+        removed = [f for last, f in folders if now - last > self.settings.session_ttl]
+        idle = sorted((last, f) for last, f in folders if f not in removed and now - last > EVICT_MIN_IDLE_S)
+        held = disk_usage(self.settings.work_dir) - sum(disk_usage(f) for f in removed)
+        for _, folder in idle:  # oldest first
+            if held <= self.settings.disk_bytes:
+                break
+            held -= disk_usage(folder)
+            removed.append(folder)
+        for folder in removed:
+            self.forget(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+        return removed
+
+    def check_disk(self, session: Session) -> None:
+        """Before a job writes: room in the session's own budget, and idle sessions evicted past the global one."""
+        used = disk_usage(session.folder)
+        if used > self.settings.session_disk_bytes:
+            raise MirrorError(
+                f"this session already holds {fmt_size(used)} on the server (its limit is "
+                f"{fmt_size(self.settings.session_disk_bytes)}, MIRROR_SESSION_DISK_MB); reload the page to start afresh"
+            )
+        self.sweep(force=True)

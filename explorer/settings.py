@@ -1,0 +1,131 @@
+"""Server settings: limits, folders and caps from MIRROR_* environment variables; ZeroGPU detection.
+
+Defaults suit a public CPU Space (see the README's table):
+  MIRROR_WORK_DIR           per-session folders (default: $GRADIO_TEMP_DIR/mirror-explorer, i.e. <tmp>/gradio/...)
+  MIRROR_SESSION_TTL        seconds an idle session's folder and state are kept (default: 7200)
+  MIRROR_MAX_UPLOAD_MB      largest text/pairs upload or paste (default: 20)
+  MIRROR_MAX_MODEL_MB       largest model zip upload, packed and unpacked (default: 600)
+  MIRROR_MAX_STRINGS        strings kept from one input (default: 20000)
+  MIRROR_MAX_STEPS          cap on training steps per run, 0 = none (default: 1000)
+  MIRROR_MAX_RUN_SECONDS    a run still training after this long is stopped, nothing saved, 0 = none (default: 1800)
+  MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for (default: auto, from the memory available)
+  MIRROR_DISK_MB            disk for all sessions; idle sessions are removed oldest first past it (default: 10240)
+  MIRROR_SESSION_DISK_MB    disk for one session (default: 2048)
+  MIRROR_UPLOAD_QUOTA_MB    bytes one client may upload per hour (default: 2048)
+  MIRROR_MAX_MAP_POINTS     most strings drawn in the Map tab (default: 3000)
+  MIRROR_MODEL_ROOTS        folders (os.pathsep-separated) from which local models may be loaded (default: none)
+  MIRROR_ALLOW_HUB          1/0: allow Hugging Face Hub model ids (default: 1)
+  MIRROR_MAX_HUB_MB         largest hub model download, asked of the hub before downloading (default: 2048)
+  MIRROR_TRAIN_CONCURRENCY  training runs at once (default: 1, one per GPU)
+  MIRROR_LOADED_RUNS        tuned models kept in memory across sessions, LRU (default: 32)
+  MIRROR_LOADED_MB          ... and at most this much memory for them: weights + vectors (default: 3072)
+  MIRROR_SEARCH_CONCURRENCY searches encoding at once, the others wait in arrival order (default: 4; on 2 cores
+                            20 parallel searches ran ~1.3x faster with p99 -30% than unlimited, bench/RESULTS.md)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mirror.errors import MirrorError
+
+try:  # Hugging Face Spaces helper; on ZeroGPU it must be imported before torch touches CUDA
+    import spaces  # type: ignore[import-not-found]
+except ImportError:  # everywhere else: training runs in-process
+    spaces = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Server-side limits and folders, from MIRROR_* environment variables (see this module's docstring)."""
+
+    work_dir: Path = Path(tempfile.gettempdir()) / "gradio" / "mirror-explorer"
+    session_ttl: float = 7200.0
+    max_upload_bytes: int = 20 * 1024 * 1024
+    max_model_bytes: int = 600 * 1024 * 1024
+    max_strings: int = 20_000
+    max_steps: int | None = 1000  # 10k words take 100 steps; a public Space should not train for hours
+    max_run_seconds: float | None = 1800.0
+    train_memory_bytes: int | None = None  # None: planned from the memory available when the run starts
+    disk_bytes: int = 10 * 1024**3
+    session_disk_bytes: int = 2 * 1024**3
+    upload_quota_bytes: int = 2 * 1024**3  # per client and hour, through Gradio's upload route
+    max_map_points: int = 3000
+    model_roots: tuple[Path, ...] = ()
+    allow_hub: bool = True
+    max_hub_bytes: int = 2048 * 1024 * 1024  # bert-large (1.3 GB) fits; a 7B checkpoint does not
+    train_concurrency: int = 1
+    loaded_runs: int = 32  # 20 active sessions on the bundled model (~95 MB each) stay loaded (bench/RESULTS.md)
+    loaded_bytes: int = 3072 * 1024 * 1024  # ... but only ~6 runs of a bert-base-sized model
+    search_concurrency: int = 4
+
+    @staticmethod
+    def from_env(env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        d = Settings()
+
+        def number(name: str, default: float, minimum: float, kind: type = int) -> Any:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                value = kind(float(raw)) if kind is int else kind(raw)
+            except ValueError:
+                raise MirrorError(f"{name}={raw!r} is not a number") from None
+            if value < minimum:
+                raise MirrorError(f"{name} must be >= {minimum}, got {raw}")
+            return value
+
+        roots = tuple(
+            Path(p).expanduser().resolve() for p in env.get("MIRROR_MODEL_ROOTS", "").split(os.pathsep) if p.strip()
+        )
+        max_steps = number("MIRROR_MAX_STEPS", d.max_steps, 0)
+        max_run_s = number("MIRROR_MAX_RUN_SECONDS", d.max_run_seconds, 0, float)
+        train_mb = number("MIRROR_TRAIN_MEMORY_MB", 0, 64, float) if env.get("MIRROR_TRAIN_MEMORY_MB") else 0
+        return Settings(
+            work_dir=Path(env.get("MIRROR_WORK_DIR") or default_work_dir(env)).expanduser().resolve(),
+            session_ttl=number("MIRROR_SESSION_TTL", d.session_ttl, 60, float),
+            max_upload_bytes=int(number("MIRROR_MAX_UPLOAD_MB", 20, 0.001, float) * 1024 * 1024),
+            max_model_bytes=int(number("MIRROR_MAX_MODEL_MB", 600, 1, float) * 1024 * 1024),
+            max_strings=number("MIRROR_MAX_STRINGS", d.max_strings, 2),
+            max_steps=max_steps or None,
+            max_run_seconds=max_run_s or None,
+            train_memory_bytes=int(train_mb * 2**20) or None,
+            disk_bytes=int(number("MIRROR_DISK_MB", d.disk_bytes / 2**20, 100, float) * 2**20),
+            session_disk_bytes=int(number("MIRROR_SESSION_DISK_MB", d.session_disk_bytes / 2**20, 10, float) * 2**20),
+            upload_quota_bytes=int(number("MIRROR_UPLOAD_QUOTA_MB", d.upload_quota_bytes / 2**20, 1, float) * 2**20),
+            max_map_points=number("MIRROR_MAX_MAP_POINTS", d.max_map_points, 10),
+            model_roots=roots,
+            allow_hub=env.get("MIRROR_ALLOW_HUB", "1").strip().lower() not in ("0", "false", "no", "off"),
+            max_hub_bytes=int(number("MIRROR_MAX_HUB_MB", d.max_hub_bytes / 2**20, 1, float) * 2**20),
+            train_concurrency=number("MIRROR_TRAIN_CONCURRENCY", d.train_concurrency, 1),
+            loaded_runs=number("MIRROR_LOADED_RUNS", d.loaded_runs, 1),
+            loaded_bytes=int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20),
+            search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
+        )
+
+
+def default_work_dir(env: dict[str, str]) -> Path:
+    """Inside Gradio's upload folder (its GRADIO_TEMP_DIR rule), so the zips handed out are served in place
+    instead of copied into Gradio's cache: one copy on disk, not two. Gradio serves only the files a handler
+    returned, never the rest of the folder."""
+    return Path(env.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio") / "mirror-explorer"
+
+
+def zero_gpu() -> bool:
+    """True on a Hugging Face ZeroGPU Space, where CUDA exists only inside `spaces.GPU` functions."""
+    if spaces is None:
+        return False
+    try:
+        return bool(spaces.config.Config.zero_gpu)
+    except AttributeError:  # pragma: no cover - older spaces releases
+        return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true")
+
+
+def inference_device() -> str:
+    """Where the web process runs encoders: CPU on ZeroGPU (no CUDA outside the GPU worker), else auto."""
+    return "cpu" if zero_gpu() else "auto"
