@@ -1,11 +1,19 @@
-"""Shared fixtures: offline mode, one torch thread, tiny random BERT/RoBERTa models built here."""
+"""Shared fixtures: offline mode, one torch thread, tiny random BERT/RoBERTa models built here, and the app's
+service (`explorer.MirrorApp`) on the tiny BERT with the helpers its tests share (WORDS, TINY, train, tuned)."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # explorer is imported by the fixtures, not here: index and engine tests never load it
+    from explorer import MirrorApp, Session
+    from explorer.events import Event
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -15,7 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789.,!?'-")
-WORDS = ["cat", "dog", "car", "bus", "the", "a", "is", "on", "red", "blue", "big", "small", "man", "woman"]
+VOCAB_WORDS = ["cat", "dog", "car", "bus", "the", "a", "is", "on", "red", "blue", "big", "small", "man", "woman"]
+# What the app's tests tune on, and the settings that keep a run to a couple of tiny steps.
+WORDS = ["cat", "dog", "car", "bus", "red", "blue", "big", "small", "man", "woman", "sun", "moon", "tree", "rock"]
+TINY = {"batch_size": 8, "max_steps": 2, "lr": 1e-3, "device": "cpu"}
 
 
 def pytest_configure(config):
@@ -30,7 +41,7 @@ def tiny_bert(tmp_path_factory) -> Path:
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     folder = tmp_path_factory.mktemp("tiny_bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + LETTERS + ["##" + c for c in LETTERS]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + VOCAB_WORDS + LETTERS + ["##" + c for c in LETTERS]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
     config = BertConfig(
@@ -77,3 +88,88 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+# ------------------------------------------------------------------------------ the app's service on the tiny BERT
+
+
+@pytest.fixture
+def app(tmp_path, tiny_bert) -> MirrorApp:
+    """The service (no Gradio) with its own work folder; local models only from the tiny BERT's folder."""
+    from explorer import MirrorApp, Settings
+
+    settings = Settings(work_dir=tmp_path / "sessions", model_roots=(Path(tiny_bert).resolve(),), max_strings=1000)
+    return MirrorApp(settings)
+
+
+def train(app: MirrorApp, session: Session, model: str | Path, **overrides: Any) -> list[Event]:
+    """`app.train` on the session's strings with TINY settings (plus `overrides`), run to its end: its events."""
+    return list(app.train(session, str(model), "auto", {**TINY, **overrides}))
+
+
+def tuned_session(app: MirrorApp, model: str | Path) -> Session:
+    """A new session with WORDS loaded, tuned (TINY) and indexed: it serves a run."""
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    events = train(app, s, model)
+    assert events[-1].kind == "done", events[-1]
+    return s
+
+
+@pytest.fixture
+def tuned(app, tiny_bert) -> Session:
+    """A session of `app` with the tiny model tuned on WORDS and indexed."""
+    return tuned_session(app, tiny_bert)
+
+
+def tree(folder: Path) -> list[str]:
+    """Every path under `folder`, relative and sorted ([] when it does not exist)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Each file under `folder` with the SHA-256 of its bytes: equal digests, untouched files."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+# ------------------------------------------------------------------------------ faults, injected where they happen
+
+
+def half_written_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make saving a model write half of its weights file, then fail as a full disk does."""
+    from transformers import PreTrainedModel
+
+    real = PreTrainedModel.save_pretrained
+
+    def save_pretrained(self, folder, *args, **kwargs):
+        real(self, folder, *args, **kwargs)
+        weights = Path(folder) / "model.safetensors"
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", save_pretrained)
+
+
+def inject_oom(monkeypatch: pytest.MonkeyPatch, first_n: int, when: str = "training") -> dict[str, int]:
+    """Raise CUDA's OutOfMemoryError (it can be built on CPU) from the encoder's forward pass: the first `first_n`
+    training forwards (when="training") or inference forwards (when="inference"). Returns the count so far."""
+    import torch
+
+    from mirror.encoder import Encoder
+
+    real = Encoder.embed
+    calls = {"oom": 0}
+
+    def embed(self, batch):
+        if self.model.training == (when == "training") and calls["oom"] < first_n:
+            calls["oom"] += 1
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+        return real(self, batch)
+
+    monkeypatch.setattr(Encoder, "embed", embed)
+    return calls
