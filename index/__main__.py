@@ -11,9 +11,9 @@ import sys
 import time
 from collections.abc import Sequence
 
-from mirror.cli import add_limit_flags, run_cli
+from mirror.cli import add_limit_flags, load_input, run_cli
 from mirror.config import BUNDLED_MODEL
-from mirror.data import SURROGATE, load_input
+from mirror.data import SURROGATE
 from mirror.errors import MirrorError
 
 

@@ -9,9 +9,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mirror.cli import add_limit_flags, check_out_dir, run_cli
+from mirror.cli import add_limit_flags, check_out_dir, load_input, run_cli
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
-from mirror.data import load_input
 from mirror.errors import MirrorError
 from mirror.names import check_model_name
 
