@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 
 from index.options import EXACT_MAX, KINDS, IndexOptions
-from mirror.cli import add_limit_flags, run_cli
+from mirror.cli import add_limit_flags, load_input, run_cli
 from mirror.config import BUNDLED_MODEL
-from mirror.data import SURROGATE, load_input
+from mirror.data import SURROGATE
 from mirror.errors import MirrorError
 
 

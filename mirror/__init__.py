@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from mirror.config import BUNDLED_MODEL, MirrorConfig, detect_mode
-from mirror.data import clean_texts, read_texts
+from mirror.data import clean_texts, read_file, read_texts
 from mirror.errors import MirrorError
+from mirror.names import check_model_name
 
 __version__ = "0.1.0"
 
@@ -27,7 +28,17 @@ _LAZY = {
     "read_pairs": "mirror.evaluate",
 }
 
-__all__ = ["BUNDLED_MODEL", "MirrorConfig", "MirrorError", "clean_texts", "detect_mode", "read_texts", *_LAZY]
+__all__ = [
+    "BUNDLED_MODEL",
+    "MirrorConfig",
+    "MirrorError",
+    "check_model_name",
+    "clean_texts",
+    "detect_mode",
+    "read_file",
+    "read_texts",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mirror.cli import add_limit_flags, check_out_dir, run_cli
+from mirror.cli import add_limit_flags, check_out_dir, load_input, run_cli
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
-from mirror.data import load_input
 from mirror.errors import MirrorError
+from mirror.names import check_model_name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_train(args: argparse.Namespace) -> int:
     check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)  # before the input and the training, not after
+    args.model = check_model_name(args.model)
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")

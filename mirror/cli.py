@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from mirror.data import CleanStats, clean_texts, read_texts
 from mirror.errors import MirrorError
 
 
@@ -18,6 +19,22 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
         "--max-mb", type=float, help="refuse an input file larger than this many MiB (default: no limit)"
     )
     parser.add_argument("--max-strings", type=int, help="refuse more distinct strings than this (default: no limit)")
+
+
+def load_input(
+    path: str | Path, column: str | None = None, max_mb: float | None = None, max_strings: int | None = None
+) -> tuple[list[str], CleanStats]:
+    """Read and clean an input file for the CLIs, refusing one over `max_mb` MiB or `max_strings` (None: no limit)."""
+    if max_mb is not None and not max_mb > 0:
+        raise MirrorError(f"--max-mb must be > 0, got {max_mb}")
+    if max_strings is not None and max_strings < 1:
+        raise MirrorError(f"--max-strings must be >= 1, got {max_strings}")
+    notes: list[str] = []
+    max_bytes = None if max_mb is None else max_mb * 2**20
+    texts, stats = clean_texts(read_texts(path, column, max_bytes=max_bytes, notes=notes), notes)
+    if max_strings is not None and len(texts) > max_strings:
+        raise MirrorError(f"{Path(path).name}: {len(texts):,} distinct strings is over the limit of {max_strings:,}")
+    return texts, stats
 
 
 def check_out_dir(path: str | Path, markers: Sequence[str], what: str, flag: str = "--out") -> Path:

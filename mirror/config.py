@@ -128,12 +128,12 @@ NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "temperature": ("temperature", False, 1e-3, 10.0),
     "epochs": ("epochs", True, 1, 1000),
     "batch_size": ("batch size", True, 2, 100_000),  # each string needs negatives
-    "lr": ("learning rate", False, 0.0, 1.0),
+    "lr": ("learning rate", False, None, 1.0),  # and > 0: validated() checks the open end
     "weight_decay": ("weight decay", False, 0.0, None),
     "max_length": ("max length", True, 4, 8192),
     "mask_span": ("mask span", True, 0, 1000),
     "mask_min_chars": ("mask min chars", True, 1, None),
-    "dropout": ("dropout", False, 0.0, 1.0),
+    "dropout": ("dropout", False, 0.0, None),  # and < 1: validated() checks the open end
     "grad_clip": ("grad clip", False, 0.0, None),  # 0 turns clipping off
     "seed": ("seed", True, 0, 2**32 - 1),  # what torch and numpy seeds take
     "max_steps": ("max steps", True, 1, None),

@@ -277,22 +277,6 @@ def _read_bytes(path: Path, name: str, where: str, max_bytes: float | None) -> b
         raise MirrorError(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
 
 
-def load_input(
-    path: str | Path, column: str | None = None, max_mb: float | None = None, max_strings: int | None = None
-) -> tuple[list[str], CleanStats]:
-    """Read and clean an input file for the CLIs, refusing one over `max_mb` MiB or `max_strings` (None: no limit)."""
-    if max_mb is not None and not max_mb > 0:
-        raise MirrorError(f"--max-mb must be > 0, got {max_mb}")
-    if max_strings is not None and max_strings < 1:
-        raise MirrorError(f"--max-strings must be >= 1, got {max_strings}")
-    notes: list[str] = []
-    max_bytes = None if max_mb is None else max_mb * 2**20
-    texts, stats = clean_texts(read_texts(path, column, max_bytes=max_bytes, notes=notes), notes)
-    if max_strings is not None and len(texts) > max_strings:
-        raise MirrorError(f"{Path(path).name}: {len(texts):,} distinct strings is over the limit of {max_strings:,}")
-    return texts, stats
-
-
 def parse_text(text: str, kind: str, name: str, column: str | None = None, notes: list[str] | None = None) -> list[str]:
     """Parse decoded content of a given kind ('.txt', '.csv', '.tsv', '.jsonl') into raw strings."""
     if kind == ".txt":

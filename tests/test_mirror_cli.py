@@ -72,6 +72,8 @@ def test_eval_prints_spearman(tiny_bert, tmp_path, capsys):
         (lambda p: p.write_text("a\nb\n"), ["--max-length", "100000"], "max length must be <= 8192"),
         (lambda p: p.write_text("a\nb\n"), ["--model", "no-such-org/no-such-model"], "offline"),
         (lambda p: p.write_text("a\nb\n"), ["--model", "./missing/folder"], "no such model folder"),
+        (lambda p: p.write_text("a\nb\n"), ["--model", "a" * 5000], "is not a model name"),
+        (lambda p: p.write_text("a\nb\n"), ["--model", "org/na;me"], "is not a valid Hugging Face model id"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(tiny_bert, tmp_path, capsys, make, args, needle):

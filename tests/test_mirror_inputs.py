@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mirror.data import clean_texts, decode, fmt_size, has_header, load_input, parse_text, read_file, read_texts
+from mirror.cli import load_input
+from mirror.data import clean_texts, decode, fmt_size, has_header, parse_text, read_file, read_texts
 from mirror.errors import MirrorError
 
 # ---------------------------------------------------------------- encodings
