@@ -86,10 +86,11 @@ class MirrorApp:
 
     # ---------------------------------------------------------------- tab 1: input
 
-    def set_texts(self, session: Session, raw: Sequence[str], source: str) -> dict[str, Any]:
-        """Clean, cap and keep the strings; returns what the UI and the API report about them."""
+    def set_texts(self, session: Session, raw: Sequence[str], source: str, notes: Sequence[str] = ()) -> dict[str, Any]:
+        """Clean, cap and keep the strings; returns what the UI and the API report about them (with `notes`
+        from reading them: an encoding guessed, a header row)."""
         texts, stats = clean_texts(raw)
-        notes = []
+        notes = list(notes)
         if len(texts) > self.settings.max_strings:
             notes.append(
                 f"kept the first {self.settings.max_strings:,} of {len(texts):,} strings (this server's limit, MIRROR_MAX_STRINGS)"
@@ -108,8 +109,9 @@ class MirrorApp:
     def load_file(self, session: Session, path: str | None, column: str | None = None) -> dict[str, Any]:
         if not path:
             raise MirrorError("no file uploaded")
-        raw, columns = read_file(path, column, self.settings.max_upload_bytes)
-        info = self.set_texts(session, raw, display_name(path))
+        notes: list[str] = []
+        raw, columns = read_file(path, column, self.settings.max_upload_bytes, name=display_name(path), notes=notes)
+        info = self.set_texts(session, raw, display_name(path), notes)
         return {**info, "columns": columns}
 
     def load_pasted(self, session: Session, text: str) -> dict[str, Any]:
@@ -412,7 +414,7 @@ class MirrorApp:
             raise MirrorError("tune a model first (tab ①): the other corpus is indexed with your tuned encoder")
         if not path:
             raise MirrorError("upload a corpus file first")
-        raw, _ = read_file(path, column, self.settings.max_upload_bytes)
+        raw, _ = read_file(path, column, self.settings.max_upload_bytes, name=display_name(path))
         texts, stats = clean_texts(raw)
         dropped = max(0, len(texts) - self.settings.max_strings)
         texts = texts[: self.settings.max_strings]

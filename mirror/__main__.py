@@ -28,6 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--model", default=BUNDLED_MODEL, help="'bundled' (default), a hub id or a local folder")
     train.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--index",
+        action="store_true",
+        help="also index the strings with the base and the tuned encoder: --out gets model/, base_index/, tuned_index/",
+    )
     add_limit_flags(train)
     defaults = MirrorConfig()
     for f in dataclasses.fields(MirrorConfig):
@@ -57,13 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)  # before the input and the training, not after
+    if args.index:  # a run folder: model/ + base_index/ + tuned_index/
+        check_out_dir(args.out, (f"model/{MIRROR_CONFIG_FILE}",), "a run folder written by mirror (model/, indexes)")
+    else:
+        check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)  # before the input and the training, not after
     args.model = check_model_name(args.model)
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name != "mode"}
     config, reason = MirrorConfig.for_texts(texts, args.mode, **overrides)
+    if args.index:
+        print(f"input: {stats.summary()}\npreset: {reason}")
+        return train_and_index(args, texts, config)
     from mirror import distributed
     from mirror.train import mirror_tune, save_result
 
@@ -103,6 +114,33 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         dist.barrier()
         dist.destroy_process_group()
+    return 0
+
+
+def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorConfig) -> int:
+    """`train --index`: the web app's job (explorer.pipeline) in one process: tune, save model/, and index the
+    strings with the base and the tuned encoder (base_index/, tuned_index/), for `python -m index query`."""
+    from explorer.events import Finished, Phase, Step, Stopped
+    from explorer.pipeline import tune_and_index
+
+    out = Path(args.out).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    last: list = []
+
+    def show(ev) -> None:
+        if isinstance(ev, Phase) and not ev.done and not args.quiet:
+            print(f"{ev.text}…", file=sys.stderr)
+        elif isinstance(ev, Step) and not args.quiet and (ev.step == ev.total or ev.step % 10 == 0):
+            print(f"step {ev.step}/{ev.total} loss {ev.loss:.4f}", file=sys.stderr)
+        elif isinstance(ev, Finished | Stopped):
+            last.append(ev)
+
+    tune_and_index(texts, config, out, emit=show)
+    if not last or isinstance(last[-1], Stopped):
+        raise MirrorError("the run stopped before its end; nothing was saved")
+    print(last[-1].stats["summary"])
+    print(f"saved: {out}/model, {out}/base_index, {out}/tuned_index")
+    print(f"search: python -m index query {out / 'tuned_index'} 'your query' --encoder {out / 'model'}")
     return 0
 
 

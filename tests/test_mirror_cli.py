@@ -226,3 +226,25 @@ def test_a_run_whose_last_step_breaks_the_weights_exits_2_and_saves_nothing(
     err = capsys.readouterr().err
     assert err.startswith("error: the loss became nan: the weights are no longer finite after step 1;"), err
     assert not out.exists()
+
+
+def test_train_with_index_writes_the_apps_run_folder_and_it_answers_queries(tiny_bert, words_file, tmp_path, capsys):
+    """`train --index` runs the web app's job (explorer.pipeline): model/ plus an index per encoder."""
+    from index.store import VectorIndex
+    from mirror.encoder import load_encoder
+
+    out = tmp_path / "run"
+    args = ["train", str(words_file), "--out", str(out), "--model", str(tiny_bert), "--index", "--quiet"]
+    assert main([*args, "--max-steps", "2", "--device", "cpu"]) == 0
+    assert f"python -m index query {out / 'tuned_index'}" in capsys.readouterr().out
+    tuned = load_encoder(out / "model")
+    index = VectorIndex.load(out / "tuned_index", tuned, gpu=False)
+    assert sorted(index.texts) == ["blue", "bus", "car", "cat", "dog", "red"]
+    assert index.search(["cat"], 6)[0][0].text == "cat"
+    base = VectorIndex.load(out / "base_index", load_encoder(str(tiny_bert)), gpu=False)
+    assert len(base) == 6
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("mine")
+    assert main(["train", str(words_file), "--out", str(notes), "--model", str(tiny_bert), "--index"]) == 2
+    assert [p.name for p in notes.iterdir()] == ["todo.txt"]
