@@ -27,6 +27,7 @@ VOCAB_WORDS = ["cat", "dog", "car", "bus", "the", "a", "is", "on", "red", "blue"
 # What the app's tests tune on, and the settings that keep a run to a couple of tiny steps.
 WORDS = ["cat", "dog", "car", "bus", "red", "blue", "big", "small", "man", "woman", "sun", "moon", "tree", "rock"]
 TINY = {"batch_size": 8, "max_steps": 2, "lr": 1e-3, "device": "cpu"}
+ENDLESS = {**TINY, "batch_size": 4, "max_steps": 0, "epochs": 1000}  # no step limit of its own: a stop ends it
 
 
 def pytest_configure(config):

@@ -30,7 +30,9 @@ def test_bad_upload_exits_2_with_one_line_from_the_cli(tiny_bert, tmp_path, caps
     assert not out.exists()
 
 
-@pytest.mark.parametrize("case", ["utf16-le-bom", "latin-1", "nul-and-control-chars", "emoji-cjk-rtl", "10000-char-line"])
+@pytest.mark.parametrize(
+    "case", ["utf16-le-bom", "latin-1", "nul-and-control-chars", "emoji-cjk-rtl", "10000-char-line"]
+)
 def test_odd_but_valid_uploads_train_from_the_cli(tiny_bert, tmp_path, capsys, case):
     name, content, expected = GOOD_UPLOADS[case]
     out = tmp_path / "out"
@@ -88,8 +90,9 @@ def test_cli_bad_settings_exit_2_and_a_long_max_length_works(tiny_bert, tmp_path
         (["--epochs", "-1"], "epochs must be >= 1"),
         (["--temperature", "nan"], "temperature must be a finite number, got nan"),
         (["--max-steps", "0"], "max steps must be >= 1"),
-        (["--model", "a" * 5000], "nor a valid Hugging Face model id"),
-        (["--model", "a" * 300], "nor a valid Hugging Face model id"),
+        (["--max-length", "100000"], "max length must be <= 8192, got 100000"),
+        (["--model", "a" * 5000], "is not a model name: use 'bundled' or a Hugging Face id"),
+        (["--model", "a" * 300], "cannot read this model folder (File name too long)"),  # too long for an id
         (["--model", "/" + "a" * 300], "cannot read this model folder (File name too long)"),
         (["--out", str(words)], "exists and is not a folder"),
         (["--out", "/proc/no-model-here"], "cannot create or write there"),
@@ -100,8 +103,8 @@ def test_cli_bad_settings_exit_2_and_a_long_max_length_works(tiny_bert, tmp_path
     with pytest.raises(SystemExit) as exc:
         mirror_main(base + ["--pooling", "max"])
     assert exc.value.code == 2 and "invalid choice: 'max'" in capsys.readouterr().err
-    # a max length past the model's 128 positions is capped (truncation), not an index error
-    assert mirror_main(base + ["--max-length", "100000", "--max-steps", "1", "--batch-size", "3"]) == 0
+    # a max length past the model's 128 positions (but within the engine's range) is capped, not an index error
+    assert mirror_main(base + ["--max-length", "8192", "--max-steps", "1", "--batch-size", "3"]) == 0
 
 
 def test_index_cli_bad_input(tiny_bert, tmp_path, capsys):

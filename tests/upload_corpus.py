@@ -1,9 +1,11 @@
-"""A corpus of bad and of odd-but-valid uploads, generated here; the app's upload handler, its service and the
-`python -m mirror` CLI are each tested on all of it (tests/test_app_ui.py, tests/test_explorer_inputs.py,
-tests/test_mirror_bad_inputs.py)."""
+"""Uploads generated here: a corpus of bad and of odd-but-valid text files, on which the app's upload handler, its
+service and the `python -m mirror` CLI are each tested (tests/test_app_ui.py, tests/test_explorer_inputs.py,
+tests/test_mirror_bad_inputs.py); and model zips rewritten into hostile ones."""
 
 from __future__ import annotations
 
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
@@ -13,8 +15,13 @@ BAD_UPLOADS = {  # id: (file name, content, what the app says, what the CLI says
     "empty": ("empty.txt", b"", "found 0 usable strings", "need at least 2 distinct"),
     "whitespace-only": ("blank.txt", b"  \n\t\n \r\n\n   ", "found 0 usable strings", "need at least 2 distinct"),
     "image-named-txt": ("photo.txt", PNG, "is a PNG image, not a text file", "is a PNG image, not a text file"),
-    "image": ("photo.png", PNG, "unsupported file type .png", "unsupported file type '.png'"),
-    "cyrillic-cp1251": ("cp1251.txt", "Привет мир\nкак дела\n".encode("cp1251"), "is not UTF-8 (byte 0xcf", "is not UTF-8"),
+    "image": ("photo.png", PNG, "unsupported file type '.png'", "unsupported file type '.png'"),
+    "cyrillic-cp1251": (
+        "cp1251.txt",
+        "Привет мир\nкак дела\n".encode("cp1251"),
+        "is not UTF-8 (byte 0xcf",
+        "is not UTF-8",
+    ),
     "shift-jis": ("sjis.txt", "日本語\nテスト\n".encode("shift_jis"), "is not UTF-8", "is not UTF-8"),
     "binary-nuls": ("data.txt", bytes(range(32)) * 64, "looks like a binary file", "looks like a binary file"),
     "utf16-bom-truncated": (
@@ -72,3 +79,14 @@ def write(folder: Path, name: str, content: bytes) -> Path:
     path = folder / name
     path.write_bytes(content)
     return path
+
+
+def rewrite_zip(src: Path, dst: Path, edit: Callable[[str, bytes], bytes | str | None]) -> Path:
+    """A copy of the zip `src` as `dst`, each entry's data passed through `edit(name, data)` (None drops it)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            out = edit(info.filename, data)
+            if out is not None:
+                zout.writestr(info.filename, out)
+    return dst
