@@ -1,0 +1,579 @@
+"""The web app (app.py) as Gradio runs it: its handlers called through `build_demo(app).fns` as Gradio calls them
+(no server), then the real server (`python app.py`) over HTTP and gradio_client: two clients, server-side limits
+when the UI is bypassed, only the files it made are served, /config under load, runs stopped by /cancel and by a
+disconnect, the upload quota.
+
+What the service does underneath is tested without Gradio in tests/test_explorer_*.py; here only what the UI
+adds: messages instead of exceptions, components updated, the API's streams and sessions. Attack-review findings
+(what one anonymous visitor could do to the public server, and why they no longer can) are marked as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import app as mx
+from explorer import MirrorApp, Session, Settings
+from explorer.inputs import ADVANCED
+from mirror import MirrorConfig
+from mirror.names import is_under
+from tests.conftest import ENDLESS, ROOT, TINY, WORDS, inject_oom, train, tuned_session
+from tests.server import serve, serve_app
+from tests.upload_corpus import BAD_UPLOADS, write
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory, tiny_bert) -> tuple[MirrorApp, dict]:
+    """One app and its Gradio adapters (build_demo), built once for the module."""
+    work = tmp_path_factory.mktemp("ui")
+    a = MirrorApp(Settings(work_dir=work / "sessions", model_roots=(Path(tiny_bert).resolve(),)))
+    return a, {f.name: f for f in mx.build_demo(a).fns.values()}
+
+
+def quiet(fn, *args):
+    """Call a Gradio adapter outside a request: its gr.Warning becomes a Python warning, silenced here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args)
+
+
+def ui_train(fns: dict, session: Session, model, **overrides) -> list[dict]:
+    """The UI's Launch handler (on_train), called as Gradio does: inputs as a {component: value} dict."""
+    data = {}
+    for comp in fns["on_train"].inputs:
+        name = (comp.elem_id or "").removeprefix("mx-set-")
+        value = {**TINY, **overrides, "mx-model": str(model)}.get(name, getattr(comp, "value", None))
+        data[comp] = session if type(comp).__name__ == "State" else value
+    return quiet(lambda: list(fns["on_train"].fn(data)))
+
+
+def shown(update: dict, elem_id: str):
+    return next(v for c, v in update.items() if getattr(c, "elem_id", None) == elem_id)
+
+
+def upload(ui, session: Session | None, path: Path) -> tuple[str, Session]:
+    """The UI's upload handler, as Gradio calls it: (markdown shown under the upload, session state)."""
+    _, fns = ui
+    defaults = [None] * len(ADVANCED)  # the Advanced fields: not used when loading
+    out = quiet(fns["on_upload"].fn, str(path), None, "auto", "bundled", session, *defaults)
+    return out[0], out[-1]
+
+
+# ---------------------------------------------------------------------------------------------- the module, wiring
+
+
+def test_import_loads_nothing_heavy(tmp_path):
+    code = "import sys; from pathlib import Path; import app;"
+    code += "app.build_demo(app.MirrorApp(app.Settings(work_dir=Path(sys.argv[1]))));"
+    code += (
+        "heavy = [m for m in ('torch', 'faiss', 'transformers', 'mirror.train', 'index.store') if m in sys.modules];"
+    )
+    code += "print(heavy); sys.exit(1 if heavy else 0)"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "work")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_cli_flags_default_to_gradio_env(monkeypatch):
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    args = mx.parse_args([])
+    assert (args.host, args.port) == ("127.0.0.1", 7860)
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "8123")
+    assert (mx.parse_args([]).host, mx.parse_args([]).port) == ("0.0.0.0", 8123)
+    assert mx.parse_args(["--port", "9000", "--host", "localhost"]).port == 9000
+
+
+def test_demo_wires_named_api_endpoints_and_every_config_field(app):
+    demo = mx.build_demo(app)
+    info = demo.get_api_info()
+    assert set(info["named_endpoints"]) == {"/train", "/search", "/cancel"}  # UI events are private
+    params = {p["parameter_name"]: p for p in info["named_endpoints"]["/train"]["parameters"]}
+    assert list(params) == ["texts", "file", "column", "model", "mode", "settings"]
+    assert params["model"]["parameter_default"] == "bundled"
+    fields = {f.name for f in dataclasses.fields(MirrorConfig)} - {"mode", "model"}
+    assert set(ADVANCED) == fields  # the Advanced accordion shows every engine setting
+    by_fn = {fn.name: fn for fn in demo.fns.values()}
+    assert by_fn["on_train"].concurrency_id == by_fn["api_train"].concurrency_id == "train"
+    assert by_fn["on_train"].concurrency_limit == app.settings.train_concurrency
+    assert by_fn["on_search"].concurrency_limit is None and by_fn["api_search"].concurrency_limit is None
+
+
+def test_browser_test_skips_without_chromium_but_fails_on_ci(monkeypatch):
+    import tests.test_browser as tb
+
+    monkeypatch.setattr(tb, "CHROMIUM_PATHS", ("/nonexistent/chromium",))
+    monkeypatch.setattr(tb, "ON_CI", False)
+    with pytest.raises(pytest.skip.Exception, match="no chromium executable"):
+        tb.chromium_or_skip()
+    monkeypatch.setattr(tb, "ON_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="required on CI"):
+        tb.chromium_or_skip()
+
+
+# ---------------------------------------------------------------------------------------------- the page's handlers
+
+
+def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
+    """The Gradio wrappers in build_demo, called as Gradio would (inputs as a {component: value} dict)."""
+    demo = mx.build_demo(app)
+    fns = {f.name: f for f in demo.fns.values()}
+    session = app.session()
+    app.load_pasted(session, "\n".join(WORDS))
+    data = {}
+    for comp in fns["on_train"].inputs:
+        name = (comp.elem_id or "").removeprefix("mx-set-")
+        value = {**TINY, "max_steps": 3, "mx-model": str(tiny_bert)}.get(name, getattr(comp, "value", None))
+        data[comp] = session if comp.__class__.__name__ == "State" else value
+    updates = list(fns["on_train"].fn(data))
+    last = {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in updates[-1].items()}
+    assert "Tuned and indexed" in last["mx-status"] and "Done: your tuned model is served" in last["mx-result"]
+    assert last["mx-model-zip"]["visible"] and last["mx-model-zip"]["value"].endswith("mirror-model.zip")
+    assert last["mx-loss"]["visible"] and len(last["mx-loss"]["value"]) == 3
+    assert last["mx-launch"]["interactive"] is True  # Launch is enabled again
+    page, _ = fns["on_search"].fn("cat\ndog", 5, "main", session)
+    assert page.count('class="mx-query"') == 2 and "Tuned (mirror)" in page
+    # a bad query is a message, not an exception
+    with pytest.warns(UserWarning, match="type a query"):  # gr.Warning, outside a request
+        page, _ = fns["on_search"].fn("  ", 5, "main", session)
+    assert "type a query" in page
+
+
+def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned, tmp_path):
+    demo = mx.build_demo(app)
+    fns = {f.name: f for f in demo.fns.values()}
+    defaults = [c.value for c in fns["on_upload"].inputs[5:]]  # the Advanced fields, as the page holds them
+    csv = tmp_path / "terms.csv"
+    csv.write_text("id,term\n1,cat\n2,dog\n3,kitten\n")
+    out = fns["on_upload"].fn(str(csv), None, "auto", "bundled", None, *defaults)
+    summary, column, session = out[0], out[1], out[-1]
+    assert "3 strings" in summary and "words preset" in summary
+    assert column["visible"] and [c[1] for c in column["choices"]] == ["", "id", "term"]
+    out = fns["on_column"].fn(str(csv), "id", "auto", "bundled", session, *defaults)
+    assert "3 strings" in out[0] and session.texts == ["1", "2", "3"]
+    with pytest.warns(UserWarning, match="no column 'nope'"):
+        out = fns["on_column"].fn(str(csv), "nope", "auto", "bundled", session, *defaults)
+    assert "Error" in out[0] and session.texts == ["1", "2", "3"]
+
+    # a zip downloaded from an earlier run, uploaded in a session that has strings loaded
+    app.load_pasted(session, "\n".join(WORDS))
+    saved_md, result_md, model_file, *_ = fns["on_saved_zip"].fn(str(tuned.run.model_zip), session)
+    assert "Serving" in saved_md and "Done" in result_md and model_file["visible"]
+    assert session.run is not None and session.run is not tuned.run
+
+
+# The upload corpus (tests/upload_corpus.py) through the page's upload handler: a message, no traceback, the
+# strings loaded before are kept. (Through the service: tests/test_explorer_inputs.py; the CLI:
+# tests/test_mirror_bad_inputs.py.)
+@pytest.mark.parametrize("case", list(BAD_UPLOADS))
+def test_bad_upload_is_a_clear_message_in_the_ui_and_keeps_what_was_loaded(ui, tmp_path, case):
+    app, _ = ui
+    name, content, says, _ = BAD_UPLOADS[case]
+    session = app.session()
+    app.load_pasted(session, "kept\nstrings")
+    shown, same = upload(ui, session, write(tmp_path, name, content))
+    assert same is session and shown.startswith("> **Error:** ")
+    assert says in shown and name in shown, shown
+    assert "something went wrong" not in shown and "Traceback" not in shown  # a known problem, not a bug
+    assert session.texts == ["kept", "strings"]  # nothing is lost
+
+
+def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):
+    app, fns = ui
+    session = app.session()
+    app.load_pasted(session, "\n".join(WORDS))
+    last = ui_train(fns, session, tiny_bert, epochs=0)[-1]
+    status = shown(last, "mx-status")
+    assert "mx-status-error" in status and "epochs must be &gt;= 1" in status
+    assert shown(last, "mx-launch")["interactive"] is True  # the Launch button comes back
+    assert session.run is None and session.active is None
+
+
+def test_the_search_adapter_shows_bad_queries_as_a_message(ui, tiny_bert):
+    app, fns = ui
+    s = tuned_session(app, tiny_bert)
+    for q in ["", "x" * 100_000]:
+        page, same = quiet(fns["on_search"].fn, q, 5, "main", s)
+        assert page.startswith("> **Error:** ") and same is s and "something went wrong" not in page
+
+
+def test_out_of_memory_at_every_batch_size_ends_with_a_message_not_a_hang(ui, tiny_bert, monkeypatch):
+    app, fns = ui
+    inject_oom(monkeypatch, first_n=10**9)
+    session = app.session()
+    app.load_pasted(session, "\n".join(WORDS))
+    result: list = []
+    worker = threading.Thread(target=lambda: result.extend(ui_train(fns, session, tiny_bert)))
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the UI handler hung"
+    status = shown(result[-1], "mx-status")
+    assert "mx-status-error" in status and "out of memory even at batch size 2" in status, status
+    assert session.active is None and session.run is None
+    assert app.train_slots.acquire(blocking=False)  # the slot was given back
+    app.train_slots.release()
+
+
+def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_bert):
+    """50 sessions through Gradio's own session-state expiry (gr.State time_to_live -> close_session), 20 orphaned
+    folders for the periodic sweep, and a session closed while its run goes on: afterwards the work dir holds
+    exactly the live sessions."""
+    import gradio as gr
+    from gradio.state_holder import StateHolder
+
+    # Every training first sweeps the folders idle past the TTL (check_disk), so the setup below (5 trainings and a
+    # sixth started) must fit in the TTL, or its sweeps remove the first sessions before Gradio's expiry can: the
+    # TTL is sized from a warm training on this machine. (It was 1 s before trainings swept.)
+    warm = MirrorApp(Settings(work_dir=tmp_path / "warm", model_roots=(Path(tiny_bert),)))
+    tuned_session(warm, tiny_bert)  # imports and caches warm
+    started = time.monotonic()
+    tuned_session(warm, tiny_bert)
+    ttl = max(2.0, 8 * (time.monotonic() - started) + 1)
+    app = MirrorApp(Settings(work_dir=tmp_path / "w", session_ttl=ttl, model_roots=(Path(tiny_bert),)))
+    setup = time.monotonic()
+    demo = mx.build_demo(app)
+    state = next(b for b in demo.blocks.values() if isinstance(b, gr.State))
+    assert state.time_to_live == ttl and not inspect.ismethod(state.delete_callback)  # not deep-copied with /config
+    holder = StateHolder()
+    holder.set_blocks(demo)
+    sessions = []
+    for i in range(50):
+        s = app.session()
+        app.load_pasted(s, "\n".join(WORDS))
+        if i % 10 == 0:  # some with a tuned model, zips and indexes on disk
+            assert train(app, s, tiny_bert)[-1].kind == "done"
+        holder[f"client{i}"][state._id] = s
+        sessions.append(s)
+    busy = sessions[1]  # closed while a run goes on: cleaned up when the run ends
+    running = app.train(busy, str(tiny_bert), "auto", {**TINY, "max_steps": 3})
+    assert next(e for e in running if e.kind == "step")
+    orphans = [app.settings.work_dir / f"orphan{i}" for i in range(20)]  # e.g. evicted from Gradio's state
+    for folder in orphans:
+        (folder / "runs").mkdir(parents=True)
+        (folder / "runs" / "blob").write_bytes(b"x" * 10_000)
+    assert time.monotonic() - setup < ttl, f"the setup took longer than the TTL ({ttl:.1f} s)"
+    assert len(list(app.settings.work_dir.iterdir())) == 70 and du(app.settings.work_dir) > 200_000
+
+    time.sleep(0.7 * ttl)
+    live = sessions[40:]
+    for i, s in enumerate(live, 40):  # these clients keep using the app
+        holder[f"client{i}"][state._id] = app.session(s)
+    time.sleep(0.5 * ttl)
+    holder.delete_all_expired_state()  # what Gradio runs every second
+    old = time.time() - 10 * ttl
+    for folder in orphans:
+        os.utime(folder, (old, old))
+    removed = app.sweep(force=True)
+    assert sorted(removed) == sorted(orphans)
+    assert (
+        busy.folder.is_dir() and app.settings.work_dir / busy.folder.name in app.sessions.running
+    )  # not while it runs
+    assert list(running)[-1].kind == "done"  # the run ends ...
+    assert not busy.folder.exists()  # ... and its closed session goes with it
+    assert sorted(p.name for p in app.settings.work_dir.iterdir()) == sorted(s.folder.name for s in live)
+    assert du(app.settings.work_dir) == sum(du(s.folder) for s in live)
+    kept = {Path(key).parent.parent.name for key in [*app.models.runs, *app.models._run_locks]}
+    assert kept == {sessions[40].folder.name}  # in memory: only the live session with a tuned model
+
+
+def du(folder: Path) -> int:
+    """Bytes under `folder`; files that a running job renames or removes during the walk are skipped."""
+    total = 0
+    for root, _, files in os.walk(folder):  # os.walk skips folders that vanish; Path.rglob raises
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def test_downloads_are_files_inside_the_session_folder(ui, tiny_bert):
+    app, fns = ui
+    session = app.session()
+    app.load_pasted(session, "\n".join(WORDS))
+    last = ui_train(fns, session, tiny_bert)[-1]
+    files = [shown(last, "mx-model-zip")["value"], shown(last, "mx-index-zip")["value"]]
+    for f in files:
+        assert is_under(Path(f), session.folder) and Path(f).is_file()
+    fns_api = fns["api_train"].fn
+    summary, model_zip, index_zip, same = list(
+        fns_api("\n".join(WORDS), None, "", str(tiny_bert), "auto", TINY, session)
+    )[-1]
+    assert same is session and all(is_under(Path(p), session.folder) for p in (model_zip, index_zip))
+    assert not Path(files[0]).exists()  # the previous run's files go when a new run replaces it
+
+
+# ---------------------------------------------------------------------------------------------- the API's handlers
+
+
+def test_out_of_memory_note_reaches_the_api_summary(app, tiny_bert, monkeypatch):
+    """The /train API reports the batch halved after an out-of-memory error in its summary's notes. (Split from
+    tests/test_explorer_service.py::test_out_of_memory_halves_the_batch_and_says_so, which checks the run.)"""
+    calls = inject_oom(monkeypatch, first_n=1)
+    fns = {f.name: f.fn for f in mx.build_demo(app).fns.values()}
+    summary, model_zip, _, _ = list(fns["api_train"]("\n".join(WORDS), None, "", str(tiny_bert), "auto", TINY, None))[
+        -1
+    ]
+    assert calls["oom"] == 1 and Path(model_zip).is_file()
+    assert "out of memory at step 1: continued with batch size 4" in summary["notes"]
+
+
+def test_an_api_clients_failed_first_call_leaves_no_folder(app):
+    import gradio as gr
+
+    fns = {f.name: f.fn for f in mx.build_demo(app).fns.values()}
+    for _ in range(5):
+        with pytest.raises(gr.Error, match="Nothing to search yet"):
+            fns["api_search"]("cat", 3, None)
+        with pytest.raises(gr.Error, match="paste some strings first"):
+            list(fns["api_train"]("", None, "", "bundled", "auto", {}, None))
+    assert list(app.settings.work_dir.iterdir()) == []
+
+
+# Attack review, runs that never end: an API client's run can be stopped from its first event.
+def test_an_api_run_is_cancellable_from_its_first_event(app, tiny_bert):
+    """The /train endpoint hands its session (and the run id) out with its first event, so /cancel reaches it."""
+    import gradio as gr
+
+    fns = {f.name: f.fn for f in mx.build_demo(app).fns.values()}
+    stream = fns["api_train"]("\n".join(WORDS), None, "", str(tiny_bert), "auto", ENDLESS, None)
+    progress, model_zip, _, session = next(stream)
+    assert progress["status"] == "running" and len(progress["run_id"]) == 12 and model_zip is None
+    assert session.active is not None and session.active.id == progress["run_id"]
+    assert "Stopping" in fns["api_cancel"](session)[0]
+    with pytest.raises(gr.Error, match="Cancelled after"):
+        list(stream)
+    assert session.active is None and session.run is None
+
+
+# ---------------------------------------------------------------------------------------------- the real server
+
+API_TINY = {"max_steps": 2, "batch_size": 4, "device": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_bert) -> Iterator[tuple[str, Path]]:
+    """`python app.py` with the tiny model allowed, at most 40 strings, uploads up to 0.01 MB, one training slot."""
+    work = tmp_path_factory.mktemp("hardening_app")
+    with pytest.MonkeyPatch.context() as mp:  # the server's environment only
+        mp.setenv("MIRROR_MODEL_ROOTS", str(tiny_bert))
+        mp.setenv("MIRROR_MAX_STRINGS", "40")
+        mp.setenv("MIRROR_MAX_UPLOAD_MB", "0.01")
+        mp.setenv("MIRROR_TRAIN_CONCURRENCY", "1")
+        served = serve_app(work)
+        url = served.__enter__()
+    try:
+        yield url, work / "sessions"
+    finally:
+        served.__exit__(None, None, None)
+
+
+def call_raw(url: str, api: str, data: list) -> tuple[str, object]:
+    """POST /gradio_api/call/<api> without gradio_client (so nothing is uploaded or checked client-side)."""
+    import httpx
+
+    r = httpx.post(f"{url}gradio_api/call/{api}", json={"data": data}, timeout=60)
+    r.raise_for_status()
+    with httpx.stream("GET", f"{url}gradio_api/call/{api}/{r.json()['event_id']}", timeout=300) as resp:
+        text = "".join(resp.iter_text())
+    event = re.findall(r"^event: (\w+)$", text, re.M)[-1]
+    payload = re.findall(r"^data: (.*)$", text, re.M)[-1]
+    return event, json.loads(payload)
+
+
+def wait_for(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_two_clients_tuning_different_lists_see_only_their_own_results(server, tiny_bert):
+    from gradio_client import Client
+
+    url, _ = server
+    lists = {
+        "animals": ["cat", "dog", "kitten", "puppy", "horse", "cow", "sheep", "goat"],
+        "vehicles": ["car", "bus", "truck", "bike", "train", "plane", "boat", "tram"],
+    }
+    clients = {name: Client(url, verbose=False) for name in lists}
+    settings = {**API_TINY, "max_steps": 12, "epochs": 10}  # long enough that the two submissions overlap
+    jobs = {
+        name: clients[name].submit(texts="\n".join(words), model=str(tiny_bert), settings=settings, api_name="/train")
+        for name, words in lists.items()
+    }
+    summaries = {name: job.result(timeout=300)[0] for name, job in jobs.items()}
+    for name, words in lists.items():
+        assert summaries[name]["strings"] == 8 and summaries[name]["steps"] == 12
+        results = clients[name].predict(queries="\n".join(words[:3]), k=8, api_name="/search")
+        for r in results:
+            assert {h["text"] for h in r["tuned"]} == {h["text"] for h in r["base"]} == set(words), name
+    a, b = summaries.values()  # one training slot: the two runs never overlapped
+    assert a["finished_at"] <= b["started_at"] or b["finished_at"] <= a["started_at"], (a, b)
+
+
+@pytest.mark.slow
+def test_server_side_limits_hold_when_the_ui_is_bypassed(server, tiny_bert, tmp_path):
+    from gradio_client import Client, handle_file
+
+    url, sessions = server
+    client = Client(url, verbose=False)
+    words = [f"term{i}" for i in range(60)]
+    summary, _, _ = client.predict(texts="\n".join(words), model=str(tiny_bert), settings=API_TINY, api_name="/train")
+    assert summary["strings"] == 40 and any("kept the first 40 of 60 strings" in n for n in summary["notes"])
+    big = tmp_path / "big.txt"
+    big.write_text("word\n" * 4000)  # 20 KB: the server takes 0.01 MB
+    for kwargs, says in [
+        ({"file": handle_file(str(big))}, "`big.txt` is 19.5 KB; this app accepts files up to 10.2 KB"),
+        ({"texts": "x\n" * 6000}, "the pasted text is over 10.2 KB"),
+        ({"texts": "a\nb", "model": "/etc"}, "only accepted under the allowed directories"),
+        ({"texts": "a\nb", "model": "https://example.com/m"}, "is not a model name"),
+        ({"texts": "a\nb", "settings": {"epochs": "inf"}}, "Epochs must be a finite number"),
+    ]:
+        with pytest.raises(Exception, match=re.escape(says)):
+            client.predict(**{"model": str(tiny_bert), "settings": API_TINY, **kwargs}, api_name="/train")
+    assert client.predict(queries="term1", k=1, api_name="/search")[0]["tuned"][0]["text"] == "term1"  # still served
+    # files the client did not upload are refused before the app sees them: a server path, a URL to the server
+    before = sorted(p.name for p in sessions.iterdir())
+    for path in [str(ROOT / "examples" / "small_words.txt"), f"{url}gradio_api/info"]:
+        event, _ = call_raw(url, "train", ["", {"path": path, "meta": {"_type": "gradio.FileData"}}, "", "", "", {}])
+        assert event == "error", path
+    assert sorted(p.name for p in sessions.iterdir()) == before
+
+
+@pytest.mark.slow
+def test_the_server_serves_only_the_files_it_made_for_a_session(server, tiny_bert, tmp_path):
+    import httpx
+    from gradio_client import Client, handle_file
+
+    url, sessions = server
+    event, (summary, model_zip, index_zip, _) = call_raw(
+        url, "train", ["cat\ndog\ncar\nbus", None, "", str(tiny_bert), "auto", API_TINY]
+    )
+    assert event == "complete" and summary["strings"] == 4
+    for served in (model_zip, index_zip):  # a copy in Gradio's cache: the session folder's path is never sent
+        assert not is_under(Path(served["path"]), sessions)
+        r = httpx.get(served["url"])
+        assert r.status_code == 200 and r.content[:2] == b"PK"
+    inside = next(sessions.glob("*/runs/*/tuned_index/texts.json"))
+    for path in [inside, inside.parent.parent / "mirror-model.zip", ROOT / "app.py", Path("/etc/passwd")]:
+        assert path.exists()
+        r = httpx.get(f"{url}gradio_api/file={path}")
+        assert r.status_code == 403, path
+    # an uploaded file's name never becomes part of a path on the server
+    hostile = tmp_path / "..evil name;$(touch pwned)&<b>.txt"
+    hostile.write_text("cat\ndog\ncar\n")
+    client = Client(url, verbose=False)
+    summary, _, _ = client.predict(
+        file=handle_file(str(hostile)), model=str(tiny_bert), settings=API_TINY, api_name="/train"
+    )
+    assert summary["strings"] == 3
+    assert not [p for p in sessions.rglob("*") if "evil" in p.name or "pwned" in p.name]
+    assert not (ROOT / "pwned").exists() and not (tmp_path / "pwned").exists()
+
+
+# Attack review, /config flood: each page load and each Client() asks for /config.
+@pytest.mark.slow
+def test_config_requests_cost_the_same_with_models_loaded(tmp_path):
+    """Gradio deep-copies its config on every /config (each page load, each Client()); the copy used to walk
+    into the loaded models through gr.State's delete callback: 0.7 s and +100 MB per request."""
+    import httpx
+    from gradio_client import Client
+
+    with serve(tmp_path) as served:
+
+        def flood() -> list[float]:
+            def one(_: int) -> float:
+                t = time.perf_counter()
+                r = httpx.get(served.url + "config", timeout=60)
+                assert r.status_code == 200
+                return time.perf_counter() - t
+
+            with ThreadPoolExecutor(20) as pool:
+                return list(pool.map(one, range(20)))
+
+        idle = flood()  # nothing loaded but what the warm-up loads
+        client = Client(served.url, verbose=False)
+        client.predict(texts="\n".join(WORDS), settings={"max_steps": 1, "device": "cpu"}, api_name="/train")
+        client.predict(queries="cat", k=3, api_name="/search")  # base + tuned bundled models are now in memory
+        before = served.rss()
+        loaded = flood()
+        grown = served.rss() - before
+    assert sorted(loaded)[10] < max(0.5, 3 * sorted(idle)[10]), (idle, loaded)
+    assert grown < 150 * 2**20, f"RSS grew {grown / 2**20:.0f} MB over 20 /config requests"
+
+
+# Attack review, runs that never end: an endless run is stopped by its client's /cancel, and by a disconnect.
+@pytest.mark.slow
+def test_api_runs_stop_on_cancel_and_on_disconnect(tmp_path, tiny_bert):
+    """Against the real server with one training slot: a client's endless run is stopped by its own /cancel, and
+    by killing the client outright; each time the slot frees and another client's run goes through."""
+    from gradio_client import Client
+
+    env = {"MIRROR_MODEL_ROOTS": str(tiny_bert), "MIRROR_MAX_STEPS": "0", "MIRROR_TRAIN_CONCURRENCY": "1"}
+    with serve(tmp_path, env) as served:
+        client = Client(served.url, verbose=False)
+        job = client.submit(texts="\n".join(WORDS), model=str(tiny_bert), settings=ENDLESS, api_name="/train")
+        wait_for(lambda: any((tmp_path / "sessions").glob("*/runs/*/base_index")), "the run to start")
+        assert "Stopping" in client.predict(api_name="/cancel")
+        with pytest.raises(Exception, match="Cancelled after"):
+            job.result(timeout=60)
+
+        script = (
+            "import sys; from gradio_client import Client\n"
+            "c = Client(sys.argv[1], verbose=False)\n"
+            f"c.predict(texts={chr(10).join(WORDS)!r}, model=sys.argv[2], settings={ENDLESS!r}, api_name='/train')\n"
+        )
+        killed = subprocess.Popen([sys.executable, "-c", script, served.url, str(tiny_bert)], cwd=ROOT)
+        wait_for(lambda: any((tmp_path / "sessions").glob("*/runs/*/base_index")), "the second run to start")
+        killed.kill()
+        killed.wait()
+        other = Client(served.url, verbose=False)
+        t = time.monotonic()
+        summary = other.predict(
+            texts="\n".join(WORDS), model=str(tiny_bert), settings={**ENDLESS, "max_steps": 2}, api_name="/train"
+        )[0]
+        # one training slot: this run could only start once the killed client's endless run had stopped
+        assert summary["steps"] == 2 and time.monotonic() - t < 90
+
+
+# Attack review, disk: what one client may upload in an hour is bounded (UploadQuota over HTTP).
+@pytest.mark.slow
+def test_uploads_beyond_the_hourly_quota_are_refused(tmp_path):
+    import httpx
+
+    with serve(tmp_path, {"MIRROR_UPLOAD_QUOTA_MB": "1"}) as served:
+        codes = []
+        for i in range(3):
+            files = {"files": (f"f{i}.txt", b"word\n" * 80_000)}  # 0.4 MB each
+            codes.append(httpx.post(served.url + "gradio_api/upload", files=files, timeout=60).status_code)
+        assert codes == [200, 200, 429], codes
+        other = httpx.post(
+            served.url + "gradio_api/upload",
+            files={"files": ("g.txt", b"x\n")},
+            headers={"X-Forwarded-For": "10.1.2.3"},
+            timeout=60,
+        )
+        assert other.status_code == 200  # per client

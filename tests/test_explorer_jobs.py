@@ -1,0 +1,165 @@
+"""explorer.jobs: the training job and the slots it runs in. The job stops past the server's wall-clock cap and
+when its consumer goes away (a closed tab, a disconnected client); on ZeroGPU it runs in another process inside
+`spaces.GPU` for a bounded reservation; FairSlots admits waiters in arrival order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from explorer import MirrorApp
+from explorer.jobs import FairSlots, job_duration
+from explorer.sessions import STOP_FILE
+from mirror import MirrorConfig
+from tests.conftest import ENDLESS, ROOT, WORDS
+
+
+def endless_app(app: MirrorApp, **settings) -> MirrorApp:
+    """`app` without the server's step cap (so only a stop ends an ENDLESS run), with `settings` changed."""
+    return MirrorApp(dataclasses.replace(app.settings, max_steps=None, **settings))
+
+
+def test_job_duration_for_zerogpu_is_bounded():
+    texts = [f"word{i}" for i in range(10_000)]
+    config = MirrorConfig.preset("words").to_dict()
+    assert 60 <= job_duration(texts, config, "/tmp/x", [], True, {}) <= 600
+    assert job_duration(texts[:50], config, "/tmp/x", [], True, {}) == 60
+
+
+def test_fair_slots_admit_in_arrival_order_and_never_more_than_the_limit():
+    slots, inside, peak, order = FairSlots(2), [0], [0], []
+    gate = threading.Event()
+
+    def work(i: int) -> None:
+        with slots:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+            order.append(i)
+            gate.wait(5)
+            time.sleep(0.01)
+            inside[0] -= 1
+
+    threads = []
+    for i in range(8):  # queue them one by one, so arrival order is known
+        threads.append(threading.Thread(target=work, args=(i,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while len(order) + len(slots._waiting) < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert order == list(range(8)) and peak[0] == 2
+
+
+# Attack review, runs that never end: a run stops past the server's wall-clock cap, or when nobody watches it.
+
+
+def test_the_wall_clock_cap_stops_a_run_and_keeps_the_previous_model(app, tiny_bert):
+    app = endless_app(app)
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    assert list(app.train(s, str(tiny_bert), "auto", {**ENDLESS, "max_steps": 2}))[-1].kind == "done"
+    previous = s.run
+    timed = endless_app(app, max_run_seconds=1.5)
+    t = time.monotonic()
+    last = list(timed.train(s, str(tiny_bert), "auto", ENDLESS))[-1]
+    assert last.kind == "cancelled" and "stops a run after" in last.text, last
+    assert time.monotonic() - t < 30 and s.run is previous and (previous.folder / "model").is_dir()
+    assert s.active is None
+
+
+def test_a_consumer_that_goes_away_stops_its_run(app, tiny_bert, monkeypatch):
+    """A closed tab or a disconnected API client stops pulling events: the job notices and stops."""
+    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 1.0)
+    app = endless_app(app)
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    events = app.train(s, str(tiny_bert), "auto", ENDLESS)
+    assert next(e for e in events if e.kind == "step")  # it runs; now nobody asks for the next event
+    run = s.active.folder
+    deadline = time.monotonic() + 30
+    while not (run / STOP_FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (run / STOP_FILE).read_text() == "abandoned"
+    last = list(events)[-1]
+    assert last.kind == "cancelled" and "went away" in last.text
+
+
+# ---------------------------------------------------------------------------------------------- ZeroGPU
+
+FAKE_SPACES = '''
+"""A stand-in for the `spaces` package on ZeroGPU: the decorated function runs in a forked worker process."""
+import multiprocessing
+
+calls = []
+
+
+class config:
+    class Config:
+        zero_gpu = True
+
+
+def GPU(duration=60):
+    def decorate(fn):
+        def wrapper(*args, **kwargs):
+            calls.append(duration(*args, **kwargs) if callable(duration) else duration)
+            ctx = multiprocessing.get_context("fork")
+            q = ctx.Queue()
+
+            def target():
+                try:
+                    for item in fn(*args, **kwargs):
+                        q.put(item)
+                finally:
+                    q.put(None)
+
+            worker = ctx.Process(target=target, daemon=True)
+            worker.start()
+            while (item := q.get()) is not None:
+                yield item
+            worker.join()
+
+        return wrapper
+
+    return decorate
+'''
+
+ZERO_GPU_SCRIPT = """
+import os, sys
+from pathlib import Path
+import spaces
+from explorer import MirrorApp, Settings
+from explorer.settings import inference_device, zero_gpu
+assert zero_gpu() and inference_device() == "cpu"
+a = MirrorApp(Settings(work_dir=Path(sys.argv[1]), model_roots=(Path(sys.argv[2]),)))
+s = a.session()
+a.load_pasted(s, "\\n".join(sys.argv[3:]))
+events = list(a.train(s, sys.argv[2], "auto", {"batch_size": 8, "max_steps": 3, "device": "cpu"}))
+assert events[-1].kind == "done", events[-1]
+assert sum(e.kind == "step" for e in events) == 3
+assert len(spaces.calls) == 1 and 60 <= spaces.calls[0] <= 600, spaces.calls
+assert s.run.model_zip.is_file() and a.search(s, "cat", 2)[0]["tuned"]
+print("ok", os.getpid())
+"""
+
+
+def test_training_runs_inside_spaces_gpu_and_returns_files(tmp_path, tiny_bert):
+    """On ZeroGPU the job runs in another process: only its yielded events and files come back."""
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "spaces.py").write_text(FAKE_SPACES)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", ZERO_GPU_SCRIPT, str(tmp_path / "work"), str(tiny_bert), *WORDS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stdout + out.stderr[-3000:]

@@ -1,0 +1,334 @@
+"""MirrorApp, the service the UI calls, without Gradio: train (typed events, the swap on success, the base index
+reused), cancel, search and another corpus, evaluate, map; faults (a cancel while saving, a crash while saving,
+out of memory, a step that raises) that must leave the previous run served; training and search slots.
+
+Faults are injected by monkeypatching the one function that fails (a forward pass, a weights writer, a training
+step), never by stubbing the code under test. Runs use the tiny random BERT (conftest.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+import time
+import zipfile
+
+import pytest
+
+from explorer import Failed, MirrorApp
+from explorer.render import run_md
+from mirror.errors import MirrorError
+from tests.conftest import TINY, WORDS, digest, half_written_weights, inject_oom, train, tuned_session
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def test_train_streams_progress_then_serves_model_index_and_downloads(app, tiny_bert):
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    events = train(app, s, tiny_bert, max_steps=3)
+    kinds = [e.kind for e in events]
+    steps = [e for e in events if e.kind == "step"]
+    assert [e.step for e in steps] == [1, 2, 3] and all(e.total == 3 for e in steps)
+    assert steps[-1].eta == 0 and kinds[-1] == "done"
+    assert any(e.kind == "phase" and "base encoder" in e.text for e in events)
+    run = s.run
+    assert run is events[-1].run and run.n_texts == len(WORDS) and len(run.losses) == 3
+    assert run.stats["steps"] == 3 and "cpu" in run.stats["device"] and s.active is None
+    assert run.folder.parent == s.folder / "runs"
+    with zipfile.ZipFile(run.model_zip) as zf:
+        names = zf.namelist()
+    assert "mirror-model/modules.json" in names and "mirror-model/1_Pooling/config.json" in names
+    assert any(n.endswith(".safetensors") for n in names)
+    with zipfile.ZipFile(run.index_zip) as zf:
+        assert {"mirror-index/index.faiss", "mirror-index/texts.json", "mirror-index/meta.json"} <= set(zf.namelist())
+
+    found = app.search(s, "cat\n\ndog", 5)
+    assert [r["query"] for r in found] == ["cat", "dog"]
+    for r in found:
+        assert len(r["tuned"]) == len(r["base"]) == 5
+        assert [h["rank"] for h in r["tuned"]] == [1, 2, 3, 4, 5]
+        tuned, base = {h["text"] for h in r["tuned"]}, {h["text"] for h in r["base"]}
+        assert all(h["only_here"] == (h["text"] not in base) for h in r["tuned"])
+        assert all(h["only_here"] == (h["text"] not in tuned) for h in r["base"])
+        assert all(-1.001 <= h["score"] <= 1.001 for h in r["tuned"] + r["base"])
+
+
+def test_second_run_swaps_only_on_success_and_reuses_the_base_index(app, tuned, tiny_bert):
+    first = tuned.run
+    # bad settings: an error event, the first run still served and downloadable
+    events = train(app, tuned, tiny_bert, lr=-1)
+    assert events[-1].kind == "error" and "learning rate must be > 0" in events[-1].text
+    assert tuned.run is first and first.model_zip.is_file()
+    assert [p.name for p in (tuned.folder / "runs").iterdir()] == [first.folder.name]
+    # a model that cannot be loaded: same
+    events = train(app, tuned, "/etc")
+    assert events[-1].kind == "error" and "allowed directories" in events[-1].text
+    assert tuned.run is first
+    # a good second run replaces the first and deletes its folder; same strings + base: base index reused
+    events = train(app, tuned, tiny_bert, seed=7)
+    assert events[-1].kind == "done"
+    assert not any(e.kind == "phase" and "base encoder" in e.text for e in events)
+    assert tuned.run is not first and not first.folder.exists() and tuned.run.model_zip.is_file()
+    assert app.search(tuned, "cat", 3)[0]["tuned"]
+
+
+def test_train_without_strings_or_with_an_unreachable_hub_model(app, monkeypatch):
+    s = app.session()
+    assert train(app, s, "bundled")[-1] == Failed("Load at least 2 strings first (step 1 above).")
+    app.load_pasted(s, "\n".join(WORDS))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    last = train(app, s, "some-org/not-downloaded-model")[-1]
+    assert last.kind == "error" and "offline" in last.text
+    no_hub = MirrorApp(dataclasses.replace(app.settings, allow_hub=False))
+    s2 = no_hub.session()
+    no_hub.load_pasted(s2, "\n".join(WORDS))
+    assert "only offers the bundled model" in train(no_hub, s2, "bert-base-uncased")[-1].text
+    assert s.run is None and not any((s.folder / "runs").glob("*"))
+
+
+# ---------------------------------------------------------------------------------------------- cancel
+
+
+def test_cancel_stops_between_steps_and_keeps_the_previous_model(app, tuned, tiny_bert):
+    first = tuned.run
+    gen = app.train(tuned, str(tiny_bert), "auto", {**TINY, "max_steps": 50, "batch_size": 4, "epochs": 20})
+    seen = []
+    for ev in gen:
+        seen.append(ev)
+        if ev.kind == "step" and ev.step == 2:
+            assert "Stopping" in app.cancel(tuned)
+    last = seen[-1]
+    assert last.kind == "cancelled" and "nothing was saved" in last.text, last
+    assert 2 <= sum(e.kind == "step" for e in seen) < 10  # stopped long before step 50
+    assert tuned.run is first and first.model_zip.is_file() and tuned.active is None
+    assert [p.name for p in (tuned.folder / "runs").iterdir()] == [first.folder.name]
+    assert app.search(tuned, "cat", 2)[0]["tuned"]
+
+
+def test_cancel_while_queued_cancels_that_run_only(app, tiny_bert):
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    app.request_run(s)
+    assert "Cancelled before it started" in app.cancel(s)
+    assert [e.kind for e in train(app, s, tiny_bert)] == ["cancelled"]
+    app.request_run(s)  # the next Launch click starts normally
+    assert train(app, s, tiny_bert)[-1].kind == "done"
+
+
+def test_a_cancel_while_idle_does_not_poison_the_next_run(app, tiny_bert):
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    assert "Nothing is running" in app.cancel(s)
+    assert train(app, s, tiny_bert)[-1].kind == "done"  # an API call: no Launch click, no stale cancel
+    assert "Nothing is running" in app.cancel(s)
+    app.request_run(s)
+    assert train(app, s, tiny_bert)[-1].kind == "done"
+
+
+# ---------------------------------------------------------------------------------------------- search, evaluate, map
+
+
+def test_index_another_corpus(app, tuned, tmp_path):
+    corpus = tmp_path / "other.txt"
+    corpus.write_text("kitten\npuppy\nlorry\nbicycle\n")
+    assert "Indexed 4 strings" in app.index_corpus(tuned, str(corpus))
+    found = app.search(tuned, "cat", 10, corpus="extra")[0]
+    assert {h["text"] for h in found["tuned"]} == {"kitten", "puppy", "lorry", "bicycle"}
+    app.models.runs.clear()  # evicted from memory: reloaded from the session folder
+    assert app.search(tuned, "cat", 2, corpus="extra")[0]["tuned"]
+
+
+def test_evaluate_before_and_after(app, tuned, tmp_path):
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("cat dog 8\ncar bus 7\nred moon 1\nsun moon 6\nman woman 7\n")
+    rows = app.evaluate(tuned, ["WordSim-353"], str(pairs))
+    assert [r["gold set"] for r in rows] == ["WordSim-353", "pairs.txt"]
+    assert rows[0]["pairs"] == 353 and rows[1]["pairs"] == 5
+    for r in rows:
+        assert (
+            -1 <= r["base"] <= 1
+            and -1 <= r["tuned"] <= 1
+            and r["change"] == pytest.approx(r["tuned"] - r["base"], abs=1e-3)
+        )
+    with pytest.raises(MirrorError, match="choose a gold set"):
+        app.evaluate(tuned, [], None)
+    with pytest.raises(MirrorError, match="unknown gold set"):
+        app.evaluate(tuned, ["MEN"], None)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("cat dog\n")
+    with pytest.raises(MirrorError, match="bad.txt"):
+        app.evaluate(tuned, [], str(bad))
+
+
+def test_map_projects_both_spaces_with_shared_clusters(app, tuned):
+    maps = app.project(tuned, 10, 3)
+    assert len(maps["base"]) == len(maps["tuned"]) == 10
+    assert [p["text"] for p in maps["base"]] == [p["text"] for p in maps["tuned"]]
+    assert [p["cluster"] for p in maps["base"]] == [p["cluster"] for p in maps["tuned"]]
+    assert len({p["cluster"] for p in maps["tuned"]}) <= 3
+    with pytest.raises(MirrorError, match="points must be between"):
+        app.project(tuned, 5, 3)
+    with pytest.raises(MirrorError, match="Nothing to map yet"):
+        app.project(app.session(), 100, 3)
+
+
+# Attack review, /config flood: Gradio deep-copies its config (and what the state callback holds) on every
+# /config; the app and its loaded models must never be copied. (The flood itself: tests/test_app_ui.py.)
+def test_the_app_is_never_deep_copied(app):
+    assert copy.deepcopy(app) is app
+    assert copy.deepcopy({"cb": lambda s: app.close_session(s)})["cb"] is not None
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+
+def test_cancel_after_the_last_step_still_keeps_the_previous_model(app, tiny_bert, monkeypatch):
+    """Cancel pressed while the new model is saved (after its last step): the run ends cancelled, nothing is
+    swapped in, the previous model and index stay served and their zips stay downloadable. (Cancel between
+    steps is test_cancel_stops_between_steps_and_keeps_the_previous_model.)"""
+    import mirror.train
+
+    s = tuned_session(app, tiny_bert)
+    first = s.run
+    real_save = mirror.train.save_result
+
+    def save_then_cancel(result, out):
+        assert "Stopping" in app.cancel(s)
+        return real_save(result, out)
+
+    monkeypatch.setattr(mirror.train, "save_result", save_then_cancel)
+    events = train(app, s, tiny_bert, seed=7)
+    assert events[-1].kind == "cancelled" and "nothing was saved" in events[-1].text, events[-1]
+    assert s.run is first and s.active is None
+    assert [p.name for p in (s.folder / "runs").iterdir()] == [first.folder.name]
+    for z in (first.model_zip, first.index_zip):
+        with zipfile.ZipFile(z) as zf:
+            assert zf.testzip() is None
+    app.models.runs.clear()  # served from its folder again
+    assert app.search(s, "cat", 3)[0]["tuned"]
+
+
+def test_a_crash_while_saving_in_the_app_keeps_the_previous_run(app, tiny_bert, monkeypatch):
+    s = tuned_session(app, tiny_bert)
+    first, before = s.run, digest(s.run.folder)
+    half_written_weights(monkeypatch)
+    events = train(app, s, tiny_bert, seed=3)
+    assert events[-1].kind == "error" and "No space left on device" in events[-1].text, events[-1]
+    assert s.run is first and s.active is None and digest(first.folder) == before
+    assert [p.name for p in (s.folder / "runs").iterdir()] == [first.folder.name]
+    app.models.runs.clear()
+    assert app.search(s, "cat", 2)[0]["tuned"]
+
+
+def test_out_of_memory_halves_the_batch_and_says_so(app, tiny_bert, monkeypatch):
+    calls = inject_oom(monkeypatch, first_n=1)
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    events = train(app, s, tiny_bert, batch_size=8, max_steps=3)
+    assert calls["oom"] == 1 and events[-1].kind == "done", events[-1]
+    note = "out of memory at step 1: continued with batch size 4"
+    assert note in s.run.stats["notes"] and note in run_md(s.run)  # shown under the run's results
+    # (the /train API's summary reports it too: tests/test_app_ui.py)
+
+
+def test_out_of_memory_while_indexing_is_a_clear_error(app, tiny_bert, monkeypatch):
+    s = tuned_session(app, tiny_bert)
+    first = s.run
+    app.load_pasted(s, "\n".join(WORDS + ["kitten", "puppy"]))  # new strings: the base index is rebuilt
+    inject_oom(monkeypatch, first_n=1, when="inference")
+    last = train(app, s, tiny_bert)[-1]
+    assert last.kind == "error" and last.text.startswith("out of memory (OutOfMemoryError); try fewer"), last
+    assert s.run is first and [p.name for p in (s.folder / "runs").iterdir()] == [first.folder.name]
+
+
+def test_a_run_that_raises_midway_leaves_the_session_usable(app, tiny_bert, monkeypatch):
+    import mirror.train
+
+    s = tuned_session(app, tiny_bert)
+    first = s.run
+    real, calls = mirror.train._train_step, {"n": 0}
+
+    def step(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated failure in step 2")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mirror.train, "_train_step", step)
+    events = train(app, s, tiny_bert, max_steps=4, seed=1)
+    assert [e.step for e in events if e.kind == "step"] == [1]
+    last = events[-1]
+    assert last.kind == "error" and "RuntimeError: simulated failure in step 2" in last.text, last
+    assert s.run is first and s.active is None and app.search(s, "cat", 2)[0]["tuned"]
+    # the same session trains again (the training slot was given back) and serves the new run
+    monkeypatch.setattr(mirror.train, "_train_step", real)
+    assert train(app, s, tiny_bert, seed=2)[-1].kind == "done"
+    assert s.run is not first and not first.folder.exists() and app.search(s, "dog", 2)[0]["tuned"]
+
+
+# ---------------------------------------------------------------------------------------------- slots and load
+#
+# The load script is bench/bench_load.py (20 parallel gradio_client sessions searching while one trains); its
+# figures are in bench/RESULTS.md.
+
+
+def test_training_slots_are_enforced_even_when_the_queue_is_bypassed(app, tiny_bert):
+    """Gradio's queue runs MIRROR_TRAIN_CONCURRENCY trainings at once; a caller that skips it (another event
+    wired wrongly, a direct call) gets a clear error from the app itself rather than an extra training."""
+    a, b = app.session(), app.session()
+    for s in (a, b):
+        app.load_pasted(s, "\n".join(WORDS))
+    running = app.train(a, str(tiny_bert), "auto", {**TINY, "max_steps": 3})
+    assert next(e for e in running if e.kind == "step").step == 1  # a holds the only slot now
+    refused = train(app, b, tiny_bert)
+    assert [e.kind for e in refused] == ["error"]
+    assert "at most 1 training at a time (MIRROR_TRAIN_CONCURRENCY)" in refused[0].text
+    assert b.run is None and b.active is None
+    assert list(running)[-1].kind == "done" and a.run is not None
+    assert train(app, b, tiny_bert)[-1].kind == "done"  # the slot is free again
+    wider = MirrorApp(dataclasses.replace(app.settings, train_concurrency=2))
+    first = wider.train(a, str(tiny_bert), "auto", TINY)
+    next(e for e in first if e.kind == "step")
+    assert train(wider, b, tiny_bert)[-1].kind == "done"  # two slots: both run
+    assert list(first)[-1].kind == "done"
+
+
+def test_searches_encode_at_most_search_concurrency_at_once(app, tiny_bert, monkeypatch):
+    from explorer import Settings
+    from index.store import VectorIndex
+
+    app = MirrorApp(dataclasses.replace(app.settings, search_concurrency=2))
+    s = tuned_session(app, tiny_bert)
+    real, inside, peak = VectorIndex.search, [0], [0]
+    lock = threading.Lock()
+
+    def search(self, *args, **kwargs):
+        with lock:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+        time.sleep(0.02)
+        with lock:
+            inside[0] -= 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(VectorIndex, "search", search)
+    threads = [threading.Thread(target=app.search, args=(s, "cat", 3)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert peak[0] == 2  # 8 parallel searches, 2 encoding at a time (each runs its tuned then base index)
+    assert Settings.from_env({"MIRROR_SEARCH_CONCURRENCY": "3"}).search_concurrency == 3
+    assert Settings.from_env({}).search_concurrency == 4
+
+
+def test_memory_is_handed_back_after_each_run(app, tiny_bert, monkeypatch):
+    """glibc keeps freed heap; the app trims it after every training (bench_load: RSS flat across rounds)."""
+    calls = []
+    monkeypatch.setattr("explorer.service.release_memory", lambda collect=True: calls.append(collect))
+    s = tuned_session(app, tiny_bert)
+    assert calls == [True]
+    train(app, s, tiny_bert, lr=-1)  # a failed run too
+    assert calls == [True, True]
