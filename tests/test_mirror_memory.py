@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import random
 
+import numpy as np
 import pytest
+import torch
 
 from mirror import MirrorConfig, memory
-from mirror.encoder import load_encoder
+from mirror.encoder import autocast, load_encoder
 from mirror.errors import MirrorError
 from mirror.train import StepBudget, mirror_tune, plan_steps, step_budget
 from tests.conftest import LETTERS
@@ -164,3 +166,40 @@ def test_planned_steps_equal_the_steps_run(tiny_bert, bucket):
     assert planned > 3 * len(texts) // 12  # some batches were split
     assert any("split to fit" in n for n in result.notes)
     assert plan_steps(texts, MirrorConfig.from_dict({**config.to_dict(), "max_steps": 7}), enc, budget) == 7
+
+
+# ---------------------------------------------------------------- encode within a budget
+
+
+def fixed_batch_encode(enc, texts, batch_size=128):
+    """Encoder.encode as it was before budgets: fixed batches of the strings sorted longest first."""
+    out = np.zeros((len(texts), enc.dim), dtype=np.float32)
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    with torch.inference_mode(), autocast(torch.device("cpu"), "fp32"):
+        enc.model.eval()
+        for start in range(0, len(texts), batch_size):
+            idx = order[start : start + batch_size]
+            emb = enc.embed(enc.tokenize([texts[i] for i in idx])).float()
+            out[idx] = torch.nn.functional.normalize(emb, dim=-1).numpy()
+    return out
+
+
+def test_encode_within_a_tiny_budget_gives_the_same_vectors_in_the_same_order(tiny_bert, monkeypatch):
+    enc = load_encoder(tiny_bert)
+    texts = SHORT + [LONG, LONG[:200], "cat dog " * 30] + SHORT[::-1][:10]
+    old = fixed_batch_encode(enc, texts, batch_size=16)
+    np.testing.assert_array_equal(enc.encode(texts, batch_size=16), old)  # default budget: the same batches
+    rows = []
+    original = enc.embed
+    monkeypatch.setattr(enc, "embed", lambda b: rows.append(tuple(b["input_ids"].shape)) or original(b))
+    done = []
+    tight = enc.encode(
+        texts,
+        batch_size=16,
+        memory_budget=memory.step_bytes(3, 128, memory.model_geometry(enc.model), 4, False),
+        on_progress=lambda d, t: done.append(d),
+    )
+    np.testing.assert_allclose(tight, old, atol=1e-6)
+    assert rows[0] == (3, 128) and max(n for n, _ in rows) == 16  # long strings 3 at a time, short ones 16
+    assert done[-1] == len(texts) and done == sorted(done)
+    np.testing.assert_allclose(enc.encode(texts, memory_budget=1), old, atol=1e-6)  # one string at a time
