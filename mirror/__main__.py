@@ -25,6 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--model", default=BUNDLED_MODEL, help="'bundled' (default), a hub id or a local folder")
     train.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--memory-mb",
+        type=int,
+        help="memory (MB) the run may add to the loaded model; batches of long strings are split to fit "
+        "(default: half of the available RAM, or 80%% of the GPU's free memory)",
+    )
     add_limit_flags(train)
     defaults = MirrorConfig()
     for f in dataclasses.fields(MirrorConfig):
@@ -55,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_train(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
+    if args.memory_mb is not None and args.memory_mb <= 0:
+        raise MirrorError(f"--memory-mb must be > 0, got {args.memory_mb}")
+    budget = args.memory_mb * 1024**2 if args.memory_mb else None
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
@@ -81,7 +90,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             bar.set_postfix(loss=f"{loss:.4f}")
 
     try:
-        result = mirror_tune(texts, config, on_step=on_step)
+        result = mirror_tune(texts, config, on_step=on_step, memory_budget=budget)
     finally:
         if bar is not None:
             bar.close()

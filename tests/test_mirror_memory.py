@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from mirror import MirrorConfig, memory
+from mirror.__main__ import main
 from mirror.encoder import autocast, load_encoder
 from mirror.errors import MirrorError
 from mirror.train import StepBudget, mirror_tune, plan_steps, step_budget
-from tests.conftest import LETTERS
+from tests.conftest import LETTERS, ROOT
 
 GEOMETRY = memory.Geometry(layers=6, hidden=384, heads=12, intermediate=1536)  # all-MiniLM-L6-v2
 SHORT = [a + b for a in "abcdefgh" for b in "ijklmnopq"][:60]  # 60 distinct two-letter strings, 2 tokens each
@@ -203,3 +206,61 @@ def test_encode_within_a_tiny_budget_gives_the_same_vectors_in_the_same_order(ti
     assert rows[0] == (3, 128) and max(n for n, _ in rows) == 16  # long strings 3 at a time, short ones 16
     assert done[-1] == len(texts) and done == sorted(done)
     np.testing.assert_allclose(enc.encode(texts, memory_budget=1), old, atol=1e-6)  # one string at a time
+
+
+# ---------------------------------------------------------------- the command line, and the attack on the real model
+
+
+def test_the_cli_passes_memory_mb_and_refuses_a_non_positive_one(tiny_bert, tmp_path, capsys):
+    path = tmp_path / "strings.txt"
+    path.write_text("\n".join(SHORT + [LONG]) + "\n")
+    args = ["train", str(path), "--out", str(tmp_path / "out"), "--model", str(tiny_bert), "--quiet"]
+    assert main([*args, "--memory-mb", "0"]) == 2
+    assert "--memory-mb must be > 0" in capsys.readouterr().err
+    args += ["--max-length", "128", "--precision", "fp32", "--device", "cpu"]
+    too_small = (budget_for(load_encoder(tiny_bert), cfg(tiny_bert, max_length=128), 2, 128) - 1) // 1024**2
+    assert main([*args, "--memory-mb", str(too_small)]) == 2
+    assert "per step at max length 128; the training budget is" in capsys.readouterr().err
+    assert main([*args, "--memory-mb", str(too_small + 1), "--max-steps", "1"]) == 0
+
+
+@pytest.mark.slow
+def test_the_long_string_attack_stays_within_its_memory_budget(tmp_path):
+    """60 words and one ~1,300-token string at max length 512 (the shape that took the web server past 12 GB
+    and then to the OOM killer): with --memory-mb the run finishes and its peak RSS stays within the budget
+    plus the process's own baseline (Python, torch, the model: ~0.5 GB)."""
+    words = [f"{a}{b}word" for a in "abcdefghij" for b in "klmnop"]
+    long = " ".join(f"token{i % 97} part{i % 13}" for i in range(305))  # 1,301 WordPiece tokens
+    path = tmp_path / "attack.txt"
+    path.write_text("\n".join(words + [long]) + "\n")
+    budget_mb = 2500
+    cmd = [
+        sys.executable,
+        "-m",
+        "mirror",
+        "train",
+        str(path),
+        "--out",
+        str(tmp_path / "out"),
+        "--mode",
+        "sentences",
+        "--max-steps",
+        "1",
+        "--max-length",
+        "512",
+        "--memory-mb",
+        str(budget_mb),
+        "--quiet",
+    ]
+    # A fresh wrapper process, so RUSAGE_CHILDREN sees this run alone (not earlier tests' subprocesses).
+    probe = (
+        "import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    peak_mb = int(proc.stdout.strip().splitlines()[-1]) / 1024
+    assert peak_mb < budget_mb + 1500, peak_mb
