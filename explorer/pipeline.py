@@ -49,7 +49,7 @@ def tune_and_index(
         on_step=lambda s, t, loss: emit(Step(s, t, loss)),
         should_stop=should_stop,
         encoder=encoder,
-        **({"memory_budget": memory} if memory is not None else {}),  # TODO(merge h-limits): always pass
+        memory_budget=memory,
     )
     stats = {**result.stats(), "summary": result.summary(), "pooling": result.config.pooling}
     stats.update(mode=result.config.mode, losses=list(result.losses))

@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also index the strings with the base and the tuned encoder: --out gets model/, base_index/, tuned_index/",
     )
+    train.add_argument(
+        "--memory-mb",
+        type=int,
+        help="memory (MB) the run may add to the loaded model; batches of long strings are split to fit "
+        "(default: half of the available RAM, or 80%% of the GPU's free memory)",
+    )
     add_limit_flags(train)
     defaults = MirrorConfig()
     for f in dataclasses.fields(MirrorConfig):
@@ -67,6 +73,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)  # before the input and the training, not after
     args.model = check_model_name(args.model)
+    if args.memory_mb is not None and args.memory_mb <= 0:
+        raise MirrorError(f"--memory-mb must be > 0, got {args.memory_mb}")
+    budget = args.memory_mb * 1024**2 if args.memory_mb else None
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
@@ -74,7 +83,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config, reason = MirrorConfig.for_texts(texts, args.mode, **overrides)
     if args.index:
         print(f"input: {stats.summary()}\npreset: {reason}")
-        return train_and_index(args, texts, config)
+        return train_and_index(args, texts, config, budget)
     from mirror import distributed
     from mirror.train import mirror_tune, save_result
 
@@ -96,7 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             bar.set_postfix(loss=f"{loss:.4f}")
 
     try:
-        result = mirror_tune(texts, config, on_step=on_step)
+        result = mirror_tune(texts, config, on_step=on_step, memory_budget=budget)
     finally:
         if bar is not None:
             bar.close()
@@ -117,7 +126,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorConfig) -> int:
+def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorConfig, budget: int | None) -> int:
     """`train --index`: the web app's job (explorer.pipeline) in one process: tune, save model/, and index the
     strings with the base and the tuned encoder (base_index/, tuned_index/), for `python -m index query`."""
     from explorer.events import Finished, Phase, Step, Stopped
@@ -135,7 +144,7 @@ def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorCo
         elif isinstance(ev, Finished | Stopped):
             last.append(ev)
 
-    tune_and_index(texts, config, out, emit=show)
+    tune_and_index(texts, config, out, emit=show, memory=budget)
     if not last or isinstance(last[-1], Stopped):
         raise MirrorError("the run stopped before its end; nothing was saved")
     print(last[-1].stats["summary"])

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mirror import memory
 from mirror.cli import check_out_dir
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER
 from mirror.data import SURROGATE
@@ -133,8 +134,14 @@ class Encoder:
         batch_size: int = 128,
         normalize: bool = True,
         on_progress: ProgressFn | None = None,
+        memory_budget: int | None = None,
     ) -> np.ndarray:
-        """Embed strings as float32 rows in input order; batches sorted by length to cut padding."""
+        """Embed strings as float32 rows in input order; batches sorted by length to cut padding.
+
+        A batch holds at most `batch_size` strings and no more than fit `memory_budget` bytes of activations
+        (memory.step_bytes at its padded length; default memory.available_bytes): long strings go in smaller
+        batches. Padding is masked, so a row does not depend on its batch (up to float rounding).
+        """
         texts = list(texts)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
@@ -142,18 +149,28 @@ class Encoder:
         was_training = self.model.training
         self.model.eval()
         device = self.device
+        precision = "auto" if device.type == "cuda" else "fp32"
+        fits = _rows_that_fit(self.model, device, precision, memory_budget)
         order = np.argsort([-len(t) for t in texts], kind="stable")
+        start, window = 0, batch_size
         try:
-            for start in range(0, len(texts), batch_size):
-                idx = order[start : start + batch_size]
-                batch = {k: v.to(device, non_blocking=True) for k, v in self.tokenize([texts[i] for i in idx]).items()}
-                with autocast(device, "auto" if device.type == "cuda" else "fp32"):
+            while start < len(texts):
+                idx = order[start : start + window]
+                batch = self.tokenize([texts[i] for i in idx])
+                n = fits(len(idx), batch["input_ids"].shape[1])
+                if n < len(idx):  # the first rows are the longest: keep those that fit, the rest go next
+                    idx, batch = idx[:n], _first_rows(batch, n, self.tokenizer.padding_side)
+                # Strings come longest first: a batch cut short sets the next window, which regrows as they shorten.
+                window = n if n < window else min(batch_size, 2 * window)
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                with autocast(device, precision):
                     emb = self.embed(batch).float()
                 if normalize:
                     emb = torch.nn.functional.normalize(emb, dim=-1)
                 out[idx] = emb.cpu().numpy()
+                start += len(idx)
                 if on_progress:
-                    on_progress(min(start + batch_size, len(texts)), len(texts))
+                    on_progress(start, len(texts))
         finally:
             self.model.train(was_training)
         return out
@@ -168,6 +185,34 @@ class Encoder:
             h.update(str(tuple(tensor.shape)).encode())
             h.update(flat[::step].float().cpu().numpy().tobytes())
         return h.hexdigest()[:16]
+
+
+def _rows_that_fit(model: Any, device: torch.device, precision: str, budget: int | None) -> Callable[[int, int], int]:
+    """`fits(n, length)`: how many of n rows padded to `length` one inference batch may take within `budget`
+    bytes (default: what the machine has available); at least one, which must be embedded whatever it costs."""
+    budget = memory.available_bytes(device) if budget is None else budget
+    geometry = memory.model_geometry(model)
+    dtype_bytes = memory.activation_bytes(resolve_precision(device, precision))
+    fused = getattr(model.config, "_attn_implementation", None) in ("sdpa", "flash_attention_2")
+
+    def fits(n: int, length: int) -> int:
+        lo, hi = 1, n
+        while lo < hi:  # the cost grows with the rows: bisect
+            mid = (lo + hi + 1) // 2
+            if memory.step_bytes(mid, length, geometry, dtype_bytes, False, fused) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    return fits
+
+
+def _first_rows(batch: dict[str, torch.Tensor], n: int, padding_side: str) -> dict[str, torch.Tensor]:
+    """The first n rows of a padded batch, trimmed to their own longest row: what tokenizing them alone gives."""
+    width = int(batch["attention_mask"][:n].sum(1).max())
+    cols = slice(0, width) if padding_side == "right" else slice(-width, None)
+    return {k: v[:n, cols].contiguous() for k, v in batch.items()}
 
 
 def _cut(texts: Sequence[str], max_tokens: int) -> list[str]:

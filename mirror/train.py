@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import platform
 import random
@@ -13,7 +15,7 @@ from typing import Any
 
 import torch
 
-from mirror import distributed
+from mirror import distributed, memory
 from mirror.augment import make_views
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
@@ -95,8 +97,173 @@ def plan_batches(
 
 
 def steps_per_epoch(n: int, batch_size: int, min_size: int = 2) -> int:
+    """Batches of one epoch before any is split to fit memory (`plan_steps` counts those too)."""
     full = math.ceil(n / batch_size)
     return full - 1 if full > 1 and 0 < n % batch_size < min_size else full
+
+
+# A span mask can split a word around the mask token: count two tokens more than the string has.
+MASK_EXTRA_TOKENS = 2
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """What one training step may cost in memory, and how a batch is split to stay within it.
+
+    A batch costs its views (2 per string, this rank's share under torchrun) times its padded length: the
+    longest string in it, with special tokens, capped at the max length (memory.step_bytes).
+    """
+
+    total: int  # bytes the run may add to what is in use when it starts (weights and all)
+    static: int  # gradients, optimiser states, first-step overhead (memory.static_bytes)
+    geometry: memory.Geometry
+    dtype_bytes: int
+    max_length: int
+    extra_tokens: int  # special tokens, and what a span mask can add
+    world_size: int = 1
+    explicit: bool = False  # set by the caller (--memory-mb), not read from this machine
+
+    def padded(self, tokens: int) -> int:
+        return min(tokens + self.extra_tokens, self.max_length)
+
+    def cost(self, count: int, padded: int) -> int:
+        views = 2 * math.ceil(count / self.world_size)
+        return memory.step_bytes(views, padded, self.geometry, self.dtype_bytes, training=True)
+
+    def capacity(self, padded: int, most: int) -> int:
+        """The most strings (up to `most`) one step can take at this padded length."""
+        lo, hi = 0, most
+        while lo < hi:  # cost grows with the count: bisect
+            mid = (lo + hi + 1) // 2
+            if self.static + self.cost(mid, padded) <= self.total:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def split(self, batch: list[int], lengths: Sequence[int], min_size: int = 2) -> list[list[int]]:
+        """`batch` itself when it fits; else its strings longest first in runs as large as fit.
+
+        Only batches of long strings shrink (fewer negatives in those steps). A trailing run shorter
+        than `min_size` takes strings from the run before it, or copies of them when that run has none
+        to spare (a string then appears twice in the epoch: rarer and better than a step without negatives).
+        """
+        longest = max(lengths[i] for i in batch)
+        if self.capacity(self.padded(longest), len(batch)) == len(batch):
+            return [batch]
+        ordered = sorted(batch, key=lambda i: -lengths[i])
+        parts: list[list[int]] = []
+        start = 0
+        while start < len(ordered):
+            room = self.capacity(self.padded(lengths[ordered[start]]), len(ordered) - start)
+            if room < min(min_size, len(ordered) - start):
+                raise self.too_small(lengths[ordered[start]], min_size)
+            parts.append(ordered[start : start + room])
+            start += room
+        if len(parts) > 1 and len(parts[-1]) < min_size:
+            need, prev = min_size - len(parts[-1]), parts[-2]
+            parts[-1] = prev[-need:] + parts[-1]  # shorter than prev's first string: fits where prev did
+            if len(prev) - need >= min_size:
+                del prev[-need:]  # moved, not copied
+        return parts
+
+    def too_small(self, tokens: int, min_size: int = 2) -> MirrorError:
+        """The error for a string that cannot share a step with even one other string."""
+        padded = self.padded(tokens)
+        whose = "the training budget" if self.explicit else "this machine's training budget"
+        need = memory.fmt_gb(self.static + self.cost(min_size, padded))
+        if self.static >= self.total:
+            return MirrorError(
+                f"training this model needs ~{memory.fmt_gb(self.static)} before its first step (gradients, optimiser "
+                f"states); {whose} is {memory.fmt_gb(self.total)}: use a smaller model or free memory"
+            )
+        fits = [
+            n for n in (8, 16, 32, 64, 128, 256) if n < padded and self.static + self.cost(min_size, n) <= self.total
+        ]
+        advice = f"lower the max length (e.g. {fits[-1]})" if fits else "use a smaller model or free memory"
+        return MirrorError(
+            f"a string of {tokens:,} tokens needs ~{need} per step at max length {self.max_length}; "
+            f"{whose} is {memory.fmt_gb(self.total)}: {advice}"
+        )
+
+
+def step_budget(
+    encoder: Encoder, config: MirrorConfig, memory_budget: int | None = None, world_size: int = 1
+) -> StepBudget:
+    """The budget a run of `config` on `encoder` plans its batches with.
+
+    `memory_budget` (bytes) is what the run may add to the memory in use; None reads it from the machine
+    (memory.available_bytes: half of the available RAM, 80% of a GPU's free memory). Under torchrun every
+    rank plans with the smallest rank's budget, so all draw the same batches.
+    """
+    device = resolve_device(config.device)
+    amp_dtype = resolve_precision(device, config.precision)
+    total = memory.available_bytes(device) if memory_budget is None else int(memory_budget)
+    mask = MASK_EXTRA_TOKENS if encoder.mask_token and config.mask_span > 0 else 0
+    return StepBudget(
+        total=total,
+        static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size),
+        geometry=memory.model_geometry(encoder.model),
+        dtype_bytes=memory.activation_bytes(amp_dtype),
+        max_length=min(config.max_length, encoder.token_limit),
+        extra_tokens=encoder.tokenizer.num_special_tokens_to_add() + mask,
+        world_size=world_size,
+        explicit=memory_budget is not None,
+    )
+
+
+def plan_epoch(
+    lengths: Sequence[int],
+    batch_size: int,
+    rng: random.Random,
+    budget: StepBudget,
+    min_size: int = 2,
+    bucket: bool = True,
+) -> tuple[list[list[int]], int]:
+    """One epoch's batches (plan_batches, then split where a batch does not fit `budget`) and how many were split."""
+    batches, split = [], 0
+    for batch in plan_batches(len(lengths), batch_size, rng, min_size, lengths if bucket else None):
+        parts = budget.split(batch, lengths, min_size)
+        split += len(parts) > 1
+        batches.extend(parts)
+    return batches, split
+
+
+def count_steps(
+    lengths: Sequence[int],
+    batch_size: int,
+    rng: random.Random,
+    budget: StepBudget,
+    epochs: int,
+    min_size: int = 2,
+    bucket: bool = True,
+    max_steps: int | None = None,
+) -> int:
+    """Steps of `epochs` planned epochs, replayed on a copy of `rng` (which is left as it was)."""
+    rng, total = copy.deepcopy(rng), 0
+    for _ in range(epochs):
+        if max_steps and total >= max_steps:
+            break
+        total += len(plan_epoch(lengths, batch_size, rng, budget, min_size, bucket)[0])
+    return min(total, max_steps) if max_steps else total
+
+
+def plan_steps(texts: Sequence[str], config: MirrorConfig, encoder: Encoder, memory_budget: int | None = None) -> int:
+    """The optimiser steps `mirror_tune(texts, config, encoder=encoder, memory_budget=...)` will run.
+
+    Exact for the same budget (an explicit one, or the machine's when its free memory has not moved) on one
+    process; it tokenizes every string, like the run does.
+    """
+    config = config.validated()
+    texts, _ = clean_texts(texts)
+    if len(texts) < 2:
+        return 0
+    budget = step_budget(encoder, config, memory_budget)
+    lengths = encoder.token_lengths(texts)
+    plan_rng = random.Random(config.seed)
+    return count_steps(
+        lengths, config.batch_size, plan_rng, budget, config.epochs, 2, config.bucket_by_length, config.max_steps
+    )
 
 
 def mirror_tune(
@@ -105,44 +272,51 @@ def mirror_tune(
     on_step: StepFn | None = None,
     should_stop: StopFn | None = None,
     encoder: Encoder | None = None,
+    memory_budget: int | None = None,
 ) -> MirrorResult:
     """Mirror-fine-tune an encoder on `texts` (cleaned and de-duplicated here too).
 
     `on_step(step, total, loss)` is called after every optimiser step; `should_stop()` is polled
     between steps and ends the run cleanly (result.cancelled). `encoder` skips loading `config.model`.
+    `memory_budget` (bytes, default read from the machine: `step_budget`) bounds what the run adds to the
+    memory in use: batches of long strings that would exceed it are split (result.notes says so), and a
+    string too long for it is a MirrorError before the first step.
     """
     config = (config or MirrorConfig.preset("words")).validated()
     texts, _ = clean_texts(texts)
     if len(texts) < 2:
         raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
     device = resolve_device(config.device)
-    rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
     if encoder is None:
         encoder = load_encoder(config.model, pooling=config.pooling, device=str(device), dropout=config.dropout)
     else:
         encoder.to(device)
         _set_dropout(encoder.model, config.dropout)
-    config = MirrorConfig.from_dict({**config.to_dict(), "pooling": encoder.pooling})
+    config, notes = _as_run(config, encoder)
     rank, world_size = distributed.world()
     min_batch = max(2, world_size)
     if len(texts) < min_batch:
         raise MirrorError(f"need at least {min_batch} distinct strings for {world_size} processes (got {len(texts)})")
 
-    model = _wrap_for_training(encoder, config, device, world_size)
+    lengths = encoder.token_lengths(texts)  # the memory plan needs them, length bucketing too
+    budget = step_budget(encoder, config, memory_budget, world_size)
+    budget = dataclasses.replace(budget, total=_smallest_over_ranks(budget.total, device))
+    plan_rng = random.Random(config.seed)
+    rng = random.Random(config.seed + 1)  # views draw from their own stream, so plan_steps can replay plan_rng
+    plan = (min_batch, config.bucket_by_length)  # the rest of plan_epoch's arguments, the same for every epoch
+    total = count_steps(lengths, config.batch_size, plan_rng, budget, config.epochs, *plan, config.max_steps)
+
+    model = encoder.model
+    encoder.model = _wrapped_for_training(model, config, world_size, device)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
     amp_dtype = resolve_precision(device, config.precision)
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    total = config.epochs * steps_per_epoch(len(texts), config.batch_size, min_batch)
-    if config.max_steps:
-        total = min(total, config.max_steps)
     losses: list[float] = []
     pending: list[torch.Tensor] = []  # losses still on the device: read back in one sync every log_every steps
     sync_every = 1 if device.type == "cpu" else config.log_every
-    lengths = encoder.token_lengths(texts) if config.bucket_by_length else None
-    step, cancelled = 0, False
-    batch_size, notes = config.batch_size, []
+    step, cancelled, split, batch_size = 0, False, 0, config.batch_size
 
     def read_back() -> None:
         first = step - len(pending) + 1
@@ -163,7 +337,8 @@ def mirror_tune(
     model.train()  # dropout on in both forward passes: the "feature" augmentation
     try:
         for epoch in range(config.epochs):
-            queue = plan_batches(len(texts), batch_size, rng, min_batch, lengths)
+            queue, n_split = plan_epoch(lengths, batch_size, plan_rng, budget, *plan)
+            split += n_split
             while queue and step < total:
                 if distributed.any_rank(should_stop is not None and should_stop()):
                     cancelled = True
@@ -174,20 +349,16 @@ def mirror_tune(
                         _train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device)
                     )
                 except torch.OutOfMemoryError:
-                    if world_size > 1:
-                        raise MirrorError(
-                            f"out of memory at global batch {batch_size}: rerun with a smaller --batch-size"
-                        ) from None
                     # Free what the failed step held and go on with half the batch: fewer negatives
                     # per step, but the run finishes, and the result says so.
-                    optimizer.zero_grad(set_to_none=True)
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                    batch_size, queue = _halve_batches([batch_ids, *queue], batch_size, min_batch)
-                    remaining = len(queue) + (config.epochs - epoch - 1) * steps_per_epoch(
-                        len(texts), batch_size, min_batch
-                    )
-                    total = min(step + remaining, config.max_steps or step + remaining)
+                    batch_size = _halved_after_oom(batch_size, min_batch, world_size, optimizer, device)
+                    rest = [i for ids in [batch_ids, *queue] for i in ids]
+                    chunks = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
+                    if len(chunks) > 1 and len(chunks[-1]) < min_batch:
+                        chunks[-2].extend(chunks.pop())
+                    queue = [part for chunk in chunks for part in budget.split(chunk, lengths, min_batch)]
+                    later = count_steps(lengths, batch_size, plan_rng, budget, config.epochs - epoch - 1, *plan)
+                    total = min(step + len(queue) + later, config.max_steps or step + len(queue) + later)
                     notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
                     continue
                 step += 1
@@ -202,6 +373,8 @@ def mirror_tune(
         optimizer.zero_grad(set_to_none=True)
     if step:
         _check_finite(encoder, step)
+    if split:
+        notes.append(split_note(split, budget.total))
     return MirrorResult(
         encoder=encoder,
         config=config,
@@ -214,6 +387,49 @@ def mirror_tune(
         n_texts=len(texts),
         notes=notes,
     )
+
+
+def split_note(split: int, budget_bytes: int) -> str:
+    """What result.notes says when batches were split to fit the memory budget."""
+    batches = "1 batch of long strings was" if split == 1 else f"{split} batches of long strings were"
+    return f"{batches} split to fit the {memory.fmt_gb(budget_bytes)} memory budget (fewer negatives in those steps)"
+
+
+def _as_run(config: MirrorConfig, encoder: Encoder) -> tuple[MirrorConfig, list[str]]:
+    """The config as it will run (pooling resolved, max length within the model's positions) and a note
+    when the max length asked for was more than the model takes (tokenize would cap it silently)."""
+    limit, notes = encoder.token_limit, []
+    if config.max_length > limit:
+        notes.append(f"max length {config.max_length:,} is more than this model takes: capped at {limit}")
+    run = {**config.to_dict(), "pooling": encoder.pooling, "max_length": min(config.max_length, limit)}
+    return MirrorConfig.from_dict(run), notes
+
+
+def _wrapped_for_training(model: Any, config: MirrorConfig, world_size: int, device: torch.device) -> Any:
+    """The model the steps call: pooler frozen, compiled and/or DDP-wrapped as the config and world ask."""
+    for name, param in model.named_parameters():
+        if name.startswith("pooler."):  # BERT's pooler head is not used by [CLS]/mean pooling
+            param.requires_grad_(False)
+    wrapped = torch.compile(model, dynamic=True) if config.compile else model
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        wrapped = DistributedDataParallel(wrapped, device_ids=[device.index] if device.type == "cuda" else None)
+    return wrapped
+
+
+def _halved_after_oom(
+    batch_size: int, min_batch: int, world_size: int, optimizer: torch.optim.Optimizer, device: torch.device
+) -> int:
+    """The batch size to go on with after an out-of-memory step (a GPU's; a CPU is kept within its budget)."""
+    if world_size > 1:
+        raise MirrorError(f"out of memory at global batch {batch_size}: rerun with a smaller --batch-size") from None
+    optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    if batch_size // 2 < min_batch:
+        raise MirrorError(f"out of memory even at batch size {batch_size}: use a smaller model or max length") from None
+    return batch_size // 2
 
 
 def _train_step(
@@ -255,36 +471,6 @@ def _train_step(
         scaler.step(optimizer)
         scaler.update()
     return torch.stack([loss.detach().float(), grad_norm.detach().float()])  # read back later: no host sync here
-
-
-def _wrap_for_training(encoder: Encoder, config: MirrorConfig, device: torch.device, world_size: int) -> Any:
-    """Freeze the unused pooler head, compile and wrap for DDP as asked; returns the bare model (for the optimiser
-    and to unwrap into after the run)."""
-    model = encoder.model
-    for name, param in model.named_parameters():
-        if name.startswith("pooler."):  # BERT's pooler head is not used by [CLS]/mean pooling
-            param.requires_grad_(False)
-    if config.compile:
-        encoder.model = torch.compile(encoder.model, dynamic=True)
-    if world_size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        encoder.model = DistributedDataParallel(
-            encoder.model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    return model
-
-
-def _halve_batches(batches: list[list[int]], batch_size: int, min_batch: int) -> tuple[int, list[list[int]]]:
-    """After an out-of-memory step: the strings of `batches` re-planned at half the batch size, in order."""
-    if batch_size // 2 < min_batch:
-        raise MirrorError(f"out of memory even at batch size {batch_size}: use a smaller model or max length")
-    batch_size //= 2
-    rest = [i for ids in batches for i in ids]
-    queue = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
-    if len(queue) > 1 and len(queue[-1]) < min_batch:
-        queue[-2].extend(queue.pop())
-    return batch_size, queue
 
 
 def _check_finite(encoder: Encoder, step: int) -> None:
@@ -333,6 +519,16 @@ def _set_dropout(model: torch.nn.Module, p: float) -> None:
     for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
         if hasattr(model.config, key):
             setattr(model.config, key, p)
+
+
+def _smallest_over_ranks(value: int, device: torch.device) -> int:
+    if distributed.world()[1] == 1:
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64, device=device if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
 
 
 def _device_name(device: torch.device) -> str:
