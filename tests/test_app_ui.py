@@ -446,8 +446,8 @@ def test_server_side_limits_hold_when_the_ui_is_bypassed(server, tiny_bert, tmp_
     big = tmp_path / "big.txt"
     big.write_text("word\n" * 4000)  # 20 KB: the server takes 0.01 MB
     for kwargs, says in [
-        ({"file": handle_file(str(big))}, "`big.txt` is 19.5 KB; this app accepts files up to 10.2 KB"),
-        ({"texts": "x\n" * 6000}, "the pasted text is over 10.2 KB"),
+        ({"file": handle_file(str(big))}, "big.txt: 19.6 KiB is over the limit of 10.2 KiB"),
+        ({"texts": "x\n" * 6000}, "the pasted text is over 10.2 KiB"),
         ({"texts": "a\nb", "model": "/etc"}, "only accepted under the allowed directories"),
         ({"texts": "a\nb", "model": "https://example.com/m"}, "is not a model name"),
         ({"texts": "a\nb", "settings": {"epochs": "inf"}}, "Epochs must be a finite number"),
