@@ -4,8 +4,12 @@ when the UI is bypassed, only the files it made are served, /config under load, 
 disconnect, the upload quota.
 
 What the service does underneath is tested without Gradio in tests/test_explorer_*.py; here only what the UI
-adds: messages instead of exceptions, components updated, the API's streams and sessions. Attack-review findings
-(what one anonymous visitor could do to the public server, and why they no longer can) are marked as such.
+adds: messages instead of exceptions, components updated, the API's streams and sessions.
+
+Attack review (what one anonymous visitor could do to the public server, and why they no longer can): each finding
+is reproduced against the real thing, the launched app for what goes over HTTP (here), the service for the rest
+(tests/test_explorer_*.py, marked "Attack review"); the engine-side findings (memory budget, `mirror train --out`,
+numeric settings) with the engine: tests/test_mirror_memory.py, tests/test_mirror_cli.py.
 """
 
 from __future__ import annotations
