@@ -288,11 +288,7 @@ def mirror_tune(
         raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
-    if encoder is None:
-        encoder = load_encoder(config.model, pooling=config.pooling, device=str(device), dropout=config.dropout)
-    else:
-        encoder.to(device)
-        _set_dropout(encoder.model, config.dropout)
+    encoder = _ready_encoder(encoder, config, device)
     config, notes = _as_run(config, encoder)
     rank, world_size = distributed.world()
     min_batch = max(2, world_size)
@@ -387,6 +383,15 @@ def mirror_tune(
         n_texts=len(texts),
         notes=notes,
     )
+
+
+def _ready_encoder(encoder: Encoder | None, config: MirrorConfig, device: torch.device) -> Encoder:
+    """The encoder to tune, on `device` with the run's dropout: `config.model` loaded, or the one given."""
+    if encoder is None:
+        return load_encoder(config.model, pooling=config.pooling, device=str(device), dropout=config.dropout)
+    encoder.to(device)
+    _set_dropout(encoder.model, config.dropout)
+    return encoder
 
 
 def split_note(split: int, budget_bytes: int) -> str:
