@@ -29,10 +29,13 @@ def tune_and_index(
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
     and run/tuned_index. Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
     true, Stopped(stats) with nothing saved. `roots`: where a local model may be loaded from (None: anywhere)."""
-    from mirror.encoder import load_encoder
+    from mirror.encoder import load_encoder, resolve_device
+    from mirror.memory import available_bytes
     from mirror.train import mirror_tune, save_result
 
     texts = list(texts)
+    if memory:  # an operator's cap, never more than the machine has free now (mirror_tune's own default)
+        memory = min(memory, available_bytes(resolve_device(config.device)))
     emit(Phase("Loading the base model"))
     encoder = load_encoder(
         config.model, pooling=config.pooling, device=config.device, dropout=config.dropout, allowed_roots=roots

@@ -8,7 +8,7 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_MAX_STRINGS        strings kept from one input (default: 20000)
   MIRROR_MAX_STEPS          cap on training steps per run, 0 = none (default: 1000)
   MIRROR_MAX_RUN_SECONDS    a run still training after this long is stopped, nothing saved, 0 = none (default: 1800)
-  MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for (default: auto, from the memory available)
+  MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for, at most half of what is free; 0 = that half (default: 8192)
   MIRROR_DISK_MB            disk for all sessions; idle sessions are removed oldest first past it (default: 10240)
   MIRROR_SESSION_DISK_MB    disk for one session (default: 2048)
   MIRROR_UPLOAD_QUOTA_MB    bytes one client may upload per hour (default: 2048)
@@ -50,7 +50,9 @@ class Settings:
     max_strings: int = 20_000
     max_steps: int | None = 1000  # 10k words take 100 steps; a public Space should not train for hours
     max_run_seconds: float | None = 1800.0
-    train_memory_bytes: int | None = None  # None: planned from the memory available when the run starts
+    # What a training step may plan for, and never more than half the memory available when the run starts: the
+    # default sentences run on the bundled model plans ~6 GB in fp32; a 1,300-token attack string stays bounded.
+    train_memory_bytes: int | None = 8 * 1024**3
     disk_bytes: int = 10 * 1024**3
     session_disk_bytes: int = 2 * 1024**3
     upload_quota_bytes: int = 2 * 1024**3  # per client and hour, through Gradio's upload route
@@ -85,7 +87,7 @@ class Settings:
         )
         max_steps = number("MIRROR_MAX_STEPS", d.max_steps, 0)
         max_run_s = number("MIRROR_MAX_RUN_SECONDS", d.max_run_seconds, 0, float)
-        train_mb = number("MIRROR_TRAIN_MEMORY_MB", 0, 64, float) if env.get("MIRROR_TRAIN_MEMORY_MB") else 0
+        train_mb = number("MIRROR_TRAIN_MEMORY_MB", d.train_memory_bytes / 2**20, 0, float)
         return Settings(
             work_dir=Path(env.get("MIRROR_WORK_DIR") or default_work_dir(env)).expanduser().resolve(),
             session_ttl=number("MIRROR_SESSION_TTL", d.session_ttl, 60, float),

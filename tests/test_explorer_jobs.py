@@ -163,3 +163,20 @@ def test_training_runs_inside_spaces_gpu_and_returns_files(tmp_path, tiny_bert):
         timeout=300,
     )
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stdout + out.stderr[-3000:]
+
+
+def test_the_servers_memory_budget_reaches_the_training_step(app, tiny_bert):
+    """The attack shape (a few words and one very long string) through the service: with the server's budget the
+    long string's batch is split to fit, or the run is refused before its first step; never an unbounded step."""
+    long_string = " ".join(["cat dog car bus"] * 40)  # ~160 tokens: the tiny BERT's limit is 128
+    words = [*WORDS, long_string]
+    for budget, expect in ((138 * 2**20, "split"), (133 * 2**20, "refused")):
+        server = endless_app(app, train_memory_bytes=budget)
+        s = server.session()
+        server.load_pasted(s, "\n".join(words))
+        settings = {"batch_size": 16, "max_steps": 1, "max_length": 128, "device": "cpu"}
+        last = list(server.train(s, str(tiny_bert), "sentences", settings))[-1]
+        if expect == "split":
+            assert last.kind == "done" and any("split to fit" in n for n in s.run.stats["notes"]), last
+        else:
+            assert last.kind == "error" and "lower the max length" in last.text, last

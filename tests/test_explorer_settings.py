@@ -13,7 +13,8 @@ from mirror.errors import MirrorError
 def test_settings_from_env(tmp_path):
     s = Settings.from_env({})
     assert s.max_upload_bytes == 20 * 1024 * 1024 and s.max_strings == 20_000
-    assert s.max_steps == 1000 and s.max_run_seconds == 1800 and s.train_memory_bytes is None  # public-Space caps
+    assert s.max_steps == 1000 and s.max_run_seconds == 1800 and s.train_memory_bytes == 8 * 2**30  # public-Space caps
+    assert Settings.from_env({"MIRROR_TRAIN_MEMORY_MB": "0"}).train_memory_bytes is None  # half of what is free
     assert Settings.from_env({"MIRROR_MAX_STEPS": "0", "MIRROR_MAX_RUN_SECONDS": "0"}).max_steps is None
     assert s.train_concurrency == 1 and s.allow_hub and s.model_roots == ()
     env = {
