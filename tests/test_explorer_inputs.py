@@ -110,12 +110,19 @@ def test_upload_size_and_string_limits(tmp_path):
         small.load_pasted(session, "x\n" * 1500)
 
 
+GUESSES = {  # what reading had to guess, said under the upload
+    "latin-1": "latin.txt: is not UTF-8; read as Windows-1252 (Western European)",
+    "utf16-no-bom": "u16le.txt: read as UTF-16-LE (it has no byte-order mark)",
+}
+
+
 @pytest.mark.parametrize("case", list(GOOD_UPLOADS))
 def test_odd_but_valid_uploads_load_train_and_search(app, tmp_path, case):
     name, content, expected = GOOD_UPLOADS[case]
     session = app.session()
     shown = load_md(app.load_file(session, str(write(tmp_path, name, content))))  # what the page shows
     assert f"**{len(expected)} strings** loaded from `{name}`" in shown, shown
+    assert (GUESSES[case] in shown) if case in GUESSES else ("> **Note:**" not in shown), shown
     assert session.texts == expected
     assert not any(re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]", t) for t in session.texts)
     events = train(app, session, app.settings.model_roots[0])
