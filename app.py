@@ -96,6 +96,15 @@ def setting_component(name: str, value: Any) -> gr.components.Component:
 def tune_tab() -> SimpleNamespace:
     """Tab ①: strings in, base model and settings, launch and progress, downloads."""
     ui = SimpleNamespace()
+    with gr.Row():
+        ui.runs = gr.Dropdown(
+            label="Your runs on this server (this browser remembers them; a run's link opens it anywhere)",
+            choices=[],
+            value=None,
+            scale=4,
+            elem_id="mx-runs",
+        )
+        ui.open_run = gr.Button("Open this run", scale=1, elem_id="mx-open-run")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             gr.Markdown("### 1. Your strings", elem_classes="mx-step")
@@ -140,8 +149,11 @@ def tune_tab() -> SimpleNamespace:
     gr.Markdown("### 3. Tune", elem_classes="mx-step")
     ui.estimate_md = gr.Markdown("Load some strings to see the plan and a time estimate.", elem_id="mx-estimate")
     with gr.Row():
-        ui.launch = gr.Button("Launch mirror tuning", variant="primary", scale=4, elem_id="mx-launch")
-        ui.cancel = gr.Button("Cancel", variant="secondary", scale=1, elem_id="mx-cancel")
+        # enabled only when they can act: Launch once strings are loaded, Cancel while a run goes on
+        ui.launch = gr.Button(
+            "Launch mirror tuning", variant="primary", scale=4, interactive=False, elem_id="mx-launch"
+        )
+        ui.cancel = gr.Button("Cancel", variant="secondary", scale=1, interactive=False, elem_id="mx-cancel")
     ui.status_md = gr.HTML("", elem_id="mx-status")
     ui.loss_plot = gr.LinePlot(
         loss_frame([]),
@@ -280,6 +292,7 @@ def api_components() -> SimpleNamespace:
             index_zip=gr.File(label="index zip"),
             queries=gr.Textbox(label="queries"),
             k=gr.Number(value=10, precision=0, label="k"),
+            run=gr.Textbox(value="", label="run"),
             search_out=gr.JSON(label="results"),
             cancel_out=gr.Textbox(label="cancelled"),
             train_btn=gr.Button(),
@@ -295,6 +308,8 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         # A plain function, not the bound method: Gradio deep-copies the config (on every /config request), and a
         # bound method's copy walks into the app and its loaded models (0.7 s and +100 MB per request).
         state = gr.State(None, time_to_live=app.settings.session_ttl, delete_callback=lambda s: app.close_session(s))
+        # this browser's runs (ids) and the run it has going, kept across reloads and tabs (localStorage)
+        browser = gr.BrowserState({"runs": [], "active": None}, storage_key="mirror-explorer", secret=app.secret)
         gr.Markdown(INTRO, elem_id="mx-header")
         with gr.Tabs():
             with gr.Tab("① Tune", id="tune"):
@@ -307,11 +322,12 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 maps = map_tab(app.settings.max_map_points)
         api = api_components()
         wire_inputs(app, state, tune)
-        wire_training(app, state, tune, search, evaluate)
+        on_load = wire_training(app, state, browser, tune, search, evaluate)
         wire_search(app, state, search)
         wire_evaluate(app, state, evaluate)
         wire_map(app, state, maps)
         wire_api(app, state, api)
+        on_load(demo)
     demo.queue(default_concurrency_limit=2)
     return demo
 
@@ -335,19 +351,22 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
             error = user_error(exc)
             gr.Warning(error)
-            return [message(error), *keep_fields, gr.update(), session], getattr(exc, "columns", [])
+            # the strings loaded before are gone too (explorer: a failed load leaves none): nothing to launch
+            failed = [message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
+            return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", [])
         overrides, updates = dict(zip(fields, vals, strict=True)), keep_fields
         if mode_value == "auto":
             overrides = preset_values(info["mode"])
             updates = [gr.update(value=v) for v in overrides.values()]
         estimate = app.estimate(session, model_value, mode_value, overrides)
-        return [load_md(info), *updates, estimate, session], info.get("columns", [])
+        can_launch = gr.update(interactive=session.active is None)
+        return [load_md(info), *updates, estimate, can_launch, session], info.get("columns", [])
 
     def on_upload(path, col, mode_value, model_value, s, *vals):
         session = app.session(s)
         if not path:
             hidden = gr.update(choices=[], value=None, visible=False)
-            return [gr.update(), hidden, *keep_fields, gr.update(), session]
+            return [gr.update(), hidden, *keep_fields, gr.update(), gr.update(), session]
         out, cols = after_load(session, lambda: app.load_file(session, path, None), mode_value, model_value, vals)
         column = gr.update(choices=[("(detect)", "")] + [(c, c) for c in cols], value="", visible=bool(cols))
         return [out[0], column, *out[1:]]
@@ -355,7 +374,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     def on_column(path, col, mode_value, model_value, s, *vals):
         session = app.session(s)
         if not path:
-            return [gr.update(), *keep_fields, gr.update(), session]
+            return [gr.update(), *keep_fields, gr.update(), gr.update(), session]
         return after_load(session, lambda: app.load_file(session, path, col or None), mode_value, model_value, vals)[0]
 
     def on_paste(text, mode_value, model_value, s, *vals):
@@ -378,7 +397,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         return app.estimate(session, model_value, mode_value, dict(zip(fields, vals, strict=True))), session
 
     inputs = [ui.mode, ui.model, state, *field_list]
-    loaded = [ui.input_md, *field_list, ui.estimate_md, state]
+    loaded = [ui.input_md, *field_list, ui.estimate_md, ui.launch, state]
     ui.upload.change(on_upload, [ui.upload, ui.column, *inputs], [ui.input_md, ui.column, *loaded[1:]], **PRIVATE)
     ui.column.input(on_column, [ui.upload, ui.column, *inputs], loaded, **PRIVATE)
     ui.paste_btn.click(on_paste, [ui.pasted, *inputs], loaded, **PRIVATE)
@@ -429,68 +448,132 @@ class TrainView:
 
 
 def wire_training(
-    app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: SimpleNamespace, evaluate: SimpleNamespace
-) -> None:
-    """Launch (queued, one training slot), Cancel, and serving a saved model zip."""
+    app: MirrorApp,
+    state: gr.State,
+    browser: gr.BrowserState,
+    ui: SimpleNamespace,
+    search: SimpleNamespace,
+    evaluate: SimpleNamespace,
+) -> Callable:
+    """Launch (queued, one training slot), Cancel, the browser's runs (open one, a run's link, a page reloaded
+    during its run reattaches), and serving a saved model zip. Returns the page-load handler."""
     train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+    outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
+    outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
 
-    def on_request(s):
-        session = app.session(s)
-        app.request_run(session)
-        return status_box("Waiting for a free training slot…"), gr.update(interactive=False), session
+    def remembered(memory: dict | None, run_id: str | None = None, active: str | None = None) -> dict:
+        runs = [r for r in (memory or {}).get("runs", []) if isinstance(r, str)]
+        runs = [*runs, run_id] if run_id and run_id not in runs else runs
+        return {"runs": runs[-50:], "active": active}
 
-    def on_train(data: dict, progress=gr.Progress()):  # noqa: B008 - gradio's progress idiom
-        """Stream the run to the page: progress bar, live loss curve; then summary and downloads."""
-        session = app.session(data[state])
-        view = TrainView(progress)
+    def run_list(memory: dict, value: str | None = None) -> Any:
+        choices = [(r["label"], r["id"]) for r in app.list_runs(memory["runs"])]
+        return gr.update(choices=choices, value=value if any(v == value for _, v in choices) else None)
 
-        def final(box: str, curve: Sequence[float], more: dict | None = None) -> dict:
-            done = {ui.status_md: box, ui.loss_plot: view.plot(curve), ui.launch: gr.update(interactive=True)}
-            return {**done, state: session, **(more or {})}
-
-        overrides = {name: data[comp] for name, comp in ui.fields.items()}
-        for ev in app.train(session, data[ui.model], data[ui.mode], overrides):
-            if isinstance(ev, Failed):
-                gr.Warning(ev.text)
-                yield final(status_box(ev.text, "error"), view.losses)
-                return
-            if isinstance(ev, Cancelled):
-                kept = " Your previous model and index are still served." if session.run else ""
-                yield final(status_box(ev.text + kept, "warning"), view.losses or ev.losses)
-                return
-            if isinstance(ev, Done):
-                yield final(done_box(ev.run), ev.run.losses, served_outputs(ev.run, session))
-                return
-            view.take(ev)
-            if view.due():
-                yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses)}
-        yield final(status_box("The run ended without a result.", "error"), view.losses)
-
-    def done_box(run: RunInfo) -> str:
-        return status_box(f"Tuned and indexed in {run.stats.get('wall_seconds', 0):.0f} s.", "ok")
-
-    def served_outputs(run: RunInfo, session: Session) -> dict:
+    def served(run: RunInfo, session: Session, memory: dict) -> dict:
+        """Every panel switched to `run`: summary, downloads, loss curve, search header, run list."""
         words = run.stats.get("mode") != "sentences"
+        memory = remembered(memory, run.folder.name)
         return {
             ui.result_md: run_md(run),
             ui.model_file: gr.update(value=str(run.model_zip), visible=True),
             ui.index_file: gr.update(value=str(run.index_zip), visible=True),
+            ui.loss_plot: TrainView.plot(run.losses),
             search.served_md: served_md(session),
             evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
+            ui.runs: run_list(memory, run.folder.name),
+            browser: memory,
+            state: session,
         }
 
-    outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
-    outputs += [evaluate.gold, ui.launch, state]
-    inputs = {ui.mode, ui.model, state, *ui.fields.values()}
-    ui.launch.click(on_request, [state], [ui.status_md, ui.launch, state], queue=False, **PRIVATE).then(
-        on_train, inputs, outputs, show_progress="hidden", **train_queue, **PRIVATE
+    def draw(events: Iterator[Event], session: Session, memory: dict, progress: gr.Progress) -> Iterator[dict]:
+        """A run's events drawn as they come (at most twice a second), then its end."""
+        view = TrainView(progress)
+        idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
+        for ev in events:
+            if isinstance(ev, Failed | Cancelled):
+                gr.Warning(ev.text)
+                kept = " Your previous model and index are still served." if session.run else ""
+                box = status_box(ev.text, "error") if isinstance(ev, Failed) else status_box(ev.text + kept, "warning")
+                curve = view.losses or list(getattr(ev, "losses", []))
+                yield {
+                    ui.status_md: box,
+                    ui.loss_plot: view.plot(curve),
+                    **idle,
+                    browser: remembered(memory),
+                    state: session,
+                }
+                return
+            if isinstance(ev, Done):
+                box = status_box(f"Tuned and indexed in {ev.run.stats.get('wall_seconds', 0):.0f} s.", "ok")
+                yield {ui.status_md: box, **idle, **served(ev.run, session, memory)}
+                return
+            view.take(ev)
+            if view.due():
+                yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses)}
+
+    def on_request(memory, s):
+        session = app.session(s)
+        handle = app.request_run(session)
+        busy = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
+        return {
+            ui.status_md: status_box("Waiting for a free training slot…"),
+            **busy,
+            browser: remembered(memory, active=handle.id),
+            state: session,
+        }
+
+    def on_train(data: dict, progress=gr.Progress()):  # noqa: B008 - gradio's progress idiom
+        """Stream the run to the page: progress bar, live loss curve; then summary and downloads."""
+        session = app.session(data[state])
+        overrides = {name: data[comp] for name, comp in ui.fields.items()}
+        yield from draw(app.train(session, data[ui.model], data[ui.mode], overrides), session, data[browser], progress)
+
+    def on_load(memory, s, request: gr.Request, progress=gr.Progress()):  # noqa: B008
+        """A page (re)loaded: its runs listed; a run's link (?run=) opened; a run still going reattached."""
+        session, memory = app.session(s), remembered(memory, active=(memory or {}).get("active"))
+        asked = (request.query_params.get("run") if request else None) or None
+        active = memory["active"]
+        if active and active in app.in_progress:
+            yield {ui.status_md: status_box("Reattached to your run…"), ui.cancel: gr.update(interactive=True)}
+            session.active = app.in_progress[active]
+            yield from draw(app.follow(active), session, memory, progress)
+            return
+        opened = try_open(session, asked or active, memory)
+        yield opened or {ui.runs: run_list(memory), browser: memory, state: session}
+
+    def try_open(session: Session, run_id: str | None, memory: dict) -> dict | None:
+        if not run_id:
+            return None
+        try:
+            return served(app.open_run(session, run_id), session, memory)
+        except MirrorError as exc:
+            gr.Warning(str(exc))
+            return None
+
+    def on_open(run_id, memory, s):
+        session = app.session(s)
+        return try_open(session, run_id, remembered(memory)) or {state: session}
+
+    train_inputs = {ui.mode, ui.model, state, browser, *ui.fields.values()}
+    request_outputs = [ui.status_md, ui.launch, ui.cancel, browser, state]
+    ui.launch.click(on_request, [browser, state], request_outputs, queue=False, **PRIVATE).then(
+        on_train, train_inputs, outputs, show_progress="hidden", **train_queue, **PRIVATE
     )
+    ui.open_run.click(on_open, [ui.runs, browser, state], outputs, **PRIVATE)
 
     def on_cancel(s):
         session = app.session(s)
         return status_box(app.cancel(session)), session
 
     ui.cancel.click(on_cancel, [state], [ui.status_md, state], queue=False, **PRIVATE)
+    wire_saved_zip(app, state, ui, search, lambda run, session: served(run, session, {}))
+    return lambda demo: demo.load(on_load, [browser, state], outputs, show_progress="hidden", **PRIVATE)
+
+
+def wire_saved_zip(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: SimpleNamespace, served) -> None:
+    """Serving a model zip saved from this app (tuned here before)."""
+    train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
 
     def on_saved_zip(path, s, progress=gr.Progress()):  # noqa: B008
         session = app.session(s)
@@ -502,18 +585,10 @@ def wire_training(
                 gr.Warning(ev.text)
                 return message(ev.text), no, no, no, no, no, session
             elif isinstance(ev, Done):
-                run, served = ev.run, served_outputs(ev.run, session)
-                curve = gr.update(value=loss_frame(run.losses), visible=bool(run.losses))
+                out = served(ev.run, session)
                 shown = message(f"Serving `{display_name(path)}`.", "ok")
-                return (
-                    shown,
-                    run_md(run),
-                    served[ui.model_file],
-                    served[ui.index_file],
-                    curve,
-                    served_md(session),
-                    session,
-                )
+                files = (out[ui.result_md], out[ui.model_file], out[ui.index_file], out[ui.loss_plot])
+                return shown, *files, served_md(session), session
         return no, no, no, no, no, no, session
 
     saved_outputs = [ui.saved_md, ui.result_md, ui.model_file, ui.index_file, ui.loss_plot, search.served_md, state]
@@ -610,12 +685,13 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         session = app.session(s)
         yield from api_run(app, session, s, texts, file, column, model, mode, settings)
 
-    def api_search(queries: str, k: float = 10, s: Session | None = None):
+    def api_search(queries: str, k: float = 10, run: str = "", s: Session | None = None):
         """Top-k hits (k <= 50) per query (one per line) with the tuned and the base encoder of this client's
-        last /train run: [{query, tuned: [{rank, text, score, only_here}], base: [...]}]."""
+        last /train run, or of the kept run whose id is `run` (any client, after a restart too):
+        [{query, tuned: [{rank, text, score, only_here}], base: [...]}]."""
         session = app.session(s)
         try:
-            return app.search(session, queries, k), session
+            return app.search(session, queries, k, run_id=(run or "").strip() or None), session
         except Exception as exc:  # MirrorError, or a bug: a message either way
             if session is not s:  # a client's first call failed: its new session folder is never reused
                 app.close_session(session)
@@ -630,7 +706,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
     train_inputs = [api.texts, api.file, api.column, api.model, api.mode, api.settings, state]
     train_outputs = [api.train_out, api.model_zip, api.index_zip, state]
     api.train_btn.click(api_train, train_inputs, train_outputs, api_name="train", **train_queue)
-    search_io = ([api.queries, api.k, state], [api.search_out, state])
+    search_io = ([api.queries, api.k, api.run, state], [api.search_out, state])
     api.search_btn.click(api_search, *search_io, api_name="search", concurrency_limit=None)
     api.cancel_btn.click(api_cancel, [state], [api.cancel_out, state], api_name="cancel", queue=False)
 

@@ -110,10 +110,31 @@ def render_results(results: list[dict[str, Any]], base_label: str) -> str:
     return '<div id="mx-results">' + legend + "".join(blocks) + "</div>"
 
 
+SMOOTHING = 0.8  # exponential moving average of the raw losses: one batch's loss is noisy
+
+
 def loss_frame(losses: Sequence[float]) -> Any:
+    """The loss curve as rows (step, loss, series): each step's raw loss and its moving average."""
     import pandas as pd
 
-    return pd.DataFrame({"step": list(range(1, len(losses) + 1)), "loss": [float(x) for x in losses]})
+    raw = [float(x) for x in losses]
+    smooth, avg = [], None
+    for x in raw:
+        avg = x if avg is None else SMOOTHING * avg + (1 - SMOOTHING) * x
+        smooth.append(avg)
+    steps = list(range(1, len(raw) + 1))
+    return pd.DataFrame(
+        {"step": steps * 2, "loss": raw + smooth, "series": ["each step"] * len(raw) + ["smoothed"] * len(raw)}
+    )
+
+
+def loss_summary(losses: Sequence[float], n: int = 10) -> str:
+    """Like with like: the mean loss of the first n steps against the mean of the last n."""
+    if not losses:
+        return "n/a"
+    k = max(1, min(n, len(losses) // 2))
+    first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
+    return f"{last:.4f} (mean of the last {k} steps; first {k}: {first:.4f}, {(last - first) / first:+.0%})"
 
 
 def load_md(info: dict[str, Any]) -> str:
@@ -132,22 +153,23 @@ def load_md(info: dict[str, Any]) -> str:
 
 def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     s = run.stats
-    first, final = s.get("first_loss"), s.get("final_loss")
-    loss = f"{final:.4f} (first step {first:.4f})" if isinstance(final, float) and isinstance(first, float) else "n/a"
     seconds = s.get("seconds")
     rows = [
         ("Device", s.get("device", "n/a")),
         ("Training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else "n/a"),
         ("Steps", f"{s.get('steps', 'n/a')} / {s.get('total_steps', 'n/a')}"),
-        ("Final loss", loss),
+        ("Loss", loss_summary(run.losses)),
         ("Strings", f"{run.n_texts:,} from `{run.corpus}`"),
         ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {s.get('mode', '?')} preset"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
+    run_id = run.folder.name
     return (
-        f"### Done: your tuned model is served\n| Run | |\n|---|---|\n{table}\n\n"
-        f"Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below.{extra}"
+        f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
+        f"Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below. "
+        f"[Link to this run](?run={run_id}) (whoever has it can open the run; kept while used, see MIRROR_RUN_TTL)."
+        f"{extra}"
     )
 
 
@@ -159,6 +181,6 @@ def served_md(session: Session | None) -> str:
         )
     extra = f" · other corpus: `{run.extra_corpus}`" if run.extra_corpus else ""
     return (
-        f"Searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
+        f"Run `{run.folder.name[:8]}`: searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
         f"({run.pooling} pooling) at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
     )

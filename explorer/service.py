@@ -9,8 +9,10 @@ uploads (model zips), inputs (settings and queries checked), render (what the us
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -25,7 +27,19 @@ from explorer.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, cla
 from explorer.jobs import FairSlots, train_job
 from explorer.models import IndexPair, Loaded, ModelCache, release_memory
 from explorer.render import fmt_seconds, message, user_error
-from explorer.sessions import RunHandle, RunInfo, Session, SessionStore, read_stop, texts_key, write_stop
+from explorer.runs import RunStore
+from explorer.sessions import (
+    EVICT_MIN_IDLE_S,
+    RUNS_DIR,
+    RunHandle,
+    RunInfo,
+    Session,
+    SessionStore,
+    disk_usage,
+    read_stop,
+    texts_key,
+    write_stop,
+)
 from explorer.settings import Settings, inference_device
 from explorer.uploads import display_name, extract_model_zip, zip_folder
 from mirror.config import BUNDLED_MODEL, detect_mode
@@ -51,6 +65,8 @@ class MirrorApp:
         self.settings.work_dir.mkdir(parents=True, exist_ok=True)
         self.models = ModelCache(self.settings)
         self.sessions = SessionStore(self.settings, self.models.forget)
+        self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.models.forget)
+        self.in_progress: dict[str, RunHandle] = {}  # run id -> its handle, while it runs (a reload reattaches)
         # Training slots, enforced here as well as by the Gradio queue (which makes users wait for one):
         # a caller that bypasses the queue gets a clear "busy" error instead of an extra training.
         self.train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)
@@ -58,6 +74,23 @@ class MirrorApp:
 
     def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
         return self
+
+    @functools.cached_property
+    def secret(self) -> str:
+        """A key kept in the work folder (made once): what the browser stores about its runs stays readable
+        across server restarts, and unreadable to anyone without the key."""
+        path = self.settings.work_dir / ".browser-secret"
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except OSError:
+            key = secrets.token_hex(32)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:  # another process of this server made it first
+                return path.read_text(encoding="utf-8").strip()
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(key)
+            return key
 
     # ---------------------------------------------------------------- sessions and models
 
@@ -70,7 +103,20 @@ class MirrorApp:
         self.sessions.close(state)
 
     def sweep(self, force: bool = False) -> list[Path]:
-        return self.sessions.sweep(force)
+        """Remove idle sessions (TTL, disk budget) and old runs (MIRROR_RUN_TTL, disk budget); never one in use."""
+        removed = self.sessions.sweep(force)
+        if force or removed:
+            keep = {h.folder for h in self.in_progress.values() if h.folder is not None}
+            keep |= {Path(k) for k in self.models.runs}  # in memory: being served
+            s = self.settings
+            removed += self.runs.sweep(s.run_ttl, s.disk_bytes, keep, min_idle=EVICT_MIN_IDLE_S)
+        return removed
+
+    def check_disk(self, session: Session) -> None:
+        """Before a job writes: the session's budget (its folder and its runs), then the global sweep."""
+        held = sum(disk_usage(self.runs.root / run_id) for run_id in session.run_ids)
+        self.sessions.check_disk(session, held)
+        self.sweep(force=True)
 
     def warm_up(self) -> None:
         self.models.warm_up()
@@ -106,15 +152,31 @@ class MirrorApp:
         session.detected_mode, session.mode_reason = mode, reason
         return {"strings": len(texts), "stats": stats, "mode": mode, "reason": reason, "notes": notes, "source": source}
 
+    @contextlib.contextmanager
+    def _replacing_texts(self, session: Session) -> Iterator[None]:
+        """A load replaces the session's strings or, when it fails, leaves none: a Launch after a failed upload
+        must not train on the strings of an earlier one without saying so."""
+        try:
+            yield
+        except Exception:
+            with session.lock:
+                session.texts, session.source, session.stats = [], "", None
+            raise
+
     def load_file(self, session: Session, path: str | None, column: str | None = None) -> dict[str, Any]:
-        if not path:
-            raise MirrorError("no file uploaded")
-        notes: list[str] = []
-        raw, columns = read_file(path, column, self.settings.max_upload_bytes, name=display_name(path), notes=notes)
-        info = self.set_texts(session, raw, display_name(path), notes)
-        return {**info, "columns": columns}
+        with self._replacing_texts(session):
+            if not path:
+                raise MirrorError("no file uploaded")
+            notes: list[str] = []
+            name = display_name(path)
+            raw, columns = read_file(path, column, self.settings.max_upload_bytes, name=name, notes=notes)
+            return {**self.set_texts(session, raw, name, notes), "columns": columns}
 
     def load_pasted(self, session: Session, text: str) -> dict[str, Any]:
+        with self._replacing_texts(session):
+            return self._load_pasted(session, text)
+
+    def _load_pasted(self, session: Session, text: str) -> dict[str, Any]:
         text = str(text or "")
         if not text.strip():
             raise MirrorError("paste some strings first, one per line")
@@ -125,12 +187,13 @@ class MirrorApp:
         return self.set_texts(session, text.splitlines(), "pasted text")
 
     def load_example(self, session: Session, key: str) -> dict[str, Any]:
-        if key not in EXAMPLES:
-            raise MirrorError(f"unknown example {key!r}")
-        path = EXAMPLES_DIR / EXAMPLES[key][1]
-        if not path.is_file():
-            raise MirrorError(f"the example file {path.name} is missing from this installation")
-        return self.set_texts(session, path.read_text(encoding="utf-8").splitlines(), path.name)
+        with self._replacing_texts(session):
+            if key not in EXAMPLES:
+                raise MirrorError(f"unknown example {key!r}")
+            path = EXAMPLES_DIR / EXAMPLES[key][1]
+            if not path.is_file():
+                raise MirrorError(f"the example file {path.name} is missing from this installation")
+            return self.set_texts(session, path.read_text(encoding="utf-8").splitlines(), path.name)
 
     def estimate(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
         """One Markdown line: planned steps and a rough time on this device."""
@@ -175,33 +238,66 @@ class MirrorApp:
         return "Cancelled before it started. The previous model and index stay served."
 
     def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[Event]:
-        """Tune on the session's strings in a fresh folder; swap it in only on success. Yields events.
+        """Tune on the session's strings in a fresh run folder; serve it only on success. Yields its events.
 
         Events (explorer.events): Phase, Step, Note and Tick, then one of Done, Cancelled or Failed. Never raises
-        for bad input: it yields Failed.
-        The run is cancellable (session.active, its id and stop flag) before the first event, by `cancel` or by
-        the consumer going away;
-        it holds one of the server's training slots; the last event comes after the slot is released and the
-        run's folder cleaned up.
+        for bad input: it yields Failed. The run goes on in its own thread (`start`); this follows it, and so can
+        another consumer (`follow`, e.g. the page reloaded). It is cancellable from before its first event
+        (`cancel`), and stops when nobody has followed it for ABANDONED_S. It holds one of the server's
+        training slots; the last event comes after the slot is released.
         """
+        yield from self.start(session, model, mode, overrides).follow()
+
+    def start(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> RunHandle:
+        """Start the session's run in its own thread; returns its handle (id, stop flag, events)."""
         handle = session.active
         if handle is not None and handle.started:
-            yield Failed("A run is already in progress in this session; wait for it or cancel it.")
-            return
+            busy = RunHandle(started=True)
+            busy.publish(Failed("A run is already in progress in this session; wait for it or cancel it."))
+            busy.finish()
+            return busy
         handle = handle or RunHandle()  # an API call: no Launch click made one
-        session.active = handle
+        session.active, handle.started = handle, True
+        self.in_progress[handle.id] = handle
+        args = (session, handle, model, mode, overrides)
+        threading.Thread(target=self._run, args=args, name=f"mirror-run-{handle.id[:8]}", daemon=True).start()
+        return handle
+
+    def follow(self, run_id: str, since: int = 0) -> Iterator[Event]:
+        """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run."""
+        handle = self.in_progress.get(run_id)
+        if handle is None:
+            raise MirrorError("that run is not in progress on this server (finished, or the server restarted)")
+        yield from handle.follow(since)
+
+    def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
+        """The run's thread: its events into the handle; a stop when nobody follows it any more."""
+        from explorer import jobs
+
         try:
-            if handle.stop.is_set():
-                yield Cancelled("Cancelled before it started.")
-                return
-            if len(session.texts) < 2:
-                yield Failed("Load at least 2 strings first (step 1 above).")
-                return
-            handle.started = True
-            yield from self._exclusive(session, self._train(session, handle, model, mode, overrides))
+            for ev in self._run_events(session, handle, model, mode, overrides):
+                handle.publish(ev)
+                if handle.folder is not None and time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
+                    write_stop(handle.folder, "abandoned")
+        except Exception as exc:  # a bug: the followers get a message, the server goes on
+            log.exception("run thread failed")
+            handle.publish(Failed(user_error(exc)))
         finally:
             if session.active is handle:
                 session.active = None
+            self.in_progress.pop(handle.id, None)
+            handle.finish()
+
+    def _run_events(
+        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
+    ) -> Iterator[Event]:
+        if handle.stop.is_set():
+            yield Cancelled("Cancelled before it started.")
+            return
+        if len(session.texts) < 2:
+            yield Failed("Load at least 2 strings first (step 1 above).")
+            return
+        yield from self._exclusive(session, self._train(session, handle, model, mode, overrides))
 
     def _exclusive(self, session: Session, events: Iterator[Event]) -> Iterator[Event]:
         """Run a job's events holding a training slot; its final event is yielded after the job cleaned up."""
@@ -235,7 +331,7 @@ class MirrorApp:
     ) -> Iterator[Event]:
         texts, source = list(session.texts), session.source
         try:
-            self.sessions.check_disk(session)
+            self.check_disk(session)
             config, notes = build_config(
                 texts, self.models.check_download(model), mode, overrides, self.settings.max_steps
             )
@@ -286,7 +382,7 @@ class MirrorApp:
             yield Failed(f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served")
 
     def _new_run_folder(self, session: Session, handle: RunHandle) -> Path:
-        run = session.folder / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{handle.id}"
+        run = self.runs.folder(handle.id)
         run.mkdir(parents=True)
         handle.folder = run
         if handle.stop.is_set():  # cancelled while the base model loaded
@@ -305,14 +401,26 @@ class MirrorApp:
                 shutil.rmtree(run, ignore_errors=True)
 
     def _serve(self, session: Session, info: RunInfo) -> RunInfo:
-        """Check the new run loads, then swap it in and drop the one it replaces."""
+        """Check the new run loads, keep it (run.json: from now on its id reaches it), then serve it. The run it
+        replaces stays in the store (the session's history, others' links) until the run budget removes it."""
         self.models.loaded(info)  # load now: a broken artifact fails here, before the swap
+        self.runs.save(info)
         with session.lock:
-            prev, session.run = session.run, info
-        if prev is not None and prev.folder != info.folder:
-            self.models.forget(prev.folder)
-            shutil.rmtree(prev.folder, ignore_errors=True)
+            session.run = info
+            session.run_ids.append(info.folder.name)
         return info
+
+    def open_run(self, session: Session, run_id: str) -> RunInfo:
+        """Serve a kept run (by its id: a link, the browser's run list, an API call) to this session."""
+        info = self.runs.load(run_id)
+        self.models.loaded(info)  # a run whose files went bad fails here, and the session keeps what it had
+        with session.lock:
+            session.run = info
+        return info
+
+    def list_runs(self, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """id, label, created of the runs among `run_ids` still kept here, newest first."""
+        return self.runs.describe(r for r in run_ids if isinstance(r, str))
 
     def use_saved_model(self, session: Session, zip_path: str | None) -> Iterator[Event]:
         """Serve a model zip saved from this app: index the loaded strings with it and its base. Yields events."""
@@ -335,7 +443,7 @@ class MirrorApp:
         texts, source = list(session.texts), session.source
         try:
             with self._discarded_unless_served(run) as served:
-                self.sessions.check_disk(session)
+                self.check_disk(session)
                 yield Phase("Unpacking the model")
                 folder = extract_model_zip(Path(zip_path), run / "unpacked", self.settings.max_model_bytes)
                 os.replace(folder, run / "model")
@@ -387,9 +495,12 @@ class MirrorApp:
 
     # ---------------------------------------------------------------- tab 2: search
 
-    def search(self, session: Session, queries: str, k: Any = 10, corpus: str = "main") -> list[dict[str, Any]]:
-        """Top-k hits of each query for the tuned and the base encoder, marked where they differ."""
-        run = session.run
+    def search(
+        self, session: Session, queries: str, k: Any = 10, corpus: str = "main", run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Top-k hits of each query for the tuned and the base encoder, marked where they differ. `run_id`: search
+        that kept run instead of the session's (any client, after a restart too)."""
+        run = self.runs.load(run_id) if run_id else session.run
         if run is None:
             raise MirrorError("Nothing to search yet: tune a model in tab ① (or upload a saved model there) first.")
         qs, k = split_queries(queries), clamp_k(k)
@@ -420,7 +531,7 @@ class MirrorApp:
         texts = texts[: self.settings.max_strings]
         if not texts:
             raise MirrorError(f"`{display_name(path)}` has no non-empty strings")
-        self.sessions.check_disk(session)
+        self.check_disk(session)
         loaded = self.models.loaded(run)
         tmp_b, tmp_t = run.folder / ".extra_base.new", run.folder / ".extra_tuned.new"
         VectorIndex.build(loaded.base, texts, gpu=False).save(tmp_b)

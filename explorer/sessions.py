@@ -14,7 +14,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from mirror.data import CleanStats, fmt_size
 from mirror.errors import MirrorError
 
 STOP_FILE = "STOP"
+RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs), not a session
 SWEEP_EVERY_S = 60.0
 EVICT_MIN_IDLE_S = 300.0  # a session used this recently is never evicted for disk space
 
@@ -49,18 +50,54 @@ class RunInfo:
 
 @dataclass(eq=False)
 class RunHandle:
-    """One run from the moment it is asked for, whoever asked (the page's Launch or an API call): its id and
-    its stop flag. A stop reaches the job through a file in its folder, across the ZeroGPU process boundary."""
+    """One run from the moment it is asked for, whoever asked (the page's Launch or an API call): its id, its
+    stop flag and its events so far. The run goes on in its own thread; any number of consumers `follow` it
+    (the page that launched it, the same page after a reload, an API client). A stop reaches the job through
+    a file in its folder, across the ZeroGPU process boundary."""
 
-    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)  # 128 random bits: holding it gives access
     stop: threading.Event = field(default_factory=threading.Event)
     started: bool = False  # holds the session's run: a second Launch is refused
     folder: Path | None = None
+    events: list[Any] = field(default_factory=list)
+    finished: bool = False
+    last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     def request_stop(self, why: str = "cancel") -> None:
         self.stop.set()
         if self.folder is not None:
             write_stop(self.folder, why)
+
+    def publish(self, event: Any) -> None:
+        with self._cond:
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def finish(self) -> None:
+        with self._cond:
+            self.finished = True
+            self._cond.notify_all()
+
+    def follow(self, since: int = 0) -> Iterator[Any]:
+        """The run's events from number `since` on, as they come, until its last; once it has begun, a Tick when
+        nothing new came for half a second (a consumer can redraw, or stop). Asking keeps the run alive: nobody
+        asking for ABANDONED_S stops it."""
+        from explorer.events import Tick
+
+        i = since
+        while True:
+            with self._cond:
+                self.last_seen = time.monotonic()
+                if i >= len(self.events) and not self.finished:
+                    self._cond.wait(0.5)
+                batch, done = self.events[i:], self.finished
+                i += len(batch)
+            yield from batch
+            if done and not batch:
+                return
+            if not batch and i > 0:
+                yield Tick()
 
 
 def write_stop(folder: Path, why: str) -> None:
@@ -91,6 +128,7 @@ class Session:
     mode_reason: str = ""
     run: RunInfo | None = None
     active: RunHandle | None = None  # the run asked for or in progress
+    run_ids: list[str] = field(default_factory=list)  # the runs this session made (its disk budget counts them)
     closed: bool = False  # the tab went away (or the state expired) while a run was going: clean up after it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -166,18 +204,20 @@ class SessionStore:
         if not force and now - self._last_sweep < SWEEP_EVERY_S:
             return []
         self._last_sweep = now
-        folders = []
+        folders, held = [], 0
         for folder in self.settings.work_dir.iterdir() if self.settings.work_dir.is_dir() else []:
             marker = folder / ".last_used"
             try:
                 last = marker.stat().st_mtime if marker.exists() else folder.stat().st_mtime
             except OSError:
                 continue
-            if folder.is_dir() and folder not in self.running:
-                folders.append((last, folder))
+            if folder.is_dir() and folder.name != RUNS_DIR:
+                held += disk_usage(folder)
+                if folder not in self.running:
+                    folders.append((last, folder))
         removed = [f for last, f in folders if now - last > self.settings.session_ttl]
         idle = sorted((last, f) for last, f in folders if f not in removed and now - last > EVICT_MIN_IDLE_S)
-        held = disk_usage(self.settings.work_dir) - sum(disk_usage(f) for f in removed)
+        held -= sum(disk_usage(f) for f in removed)
         for _, folder in idle:  # oldest first
             if held <= self.settings.disk_bytes:
                 break
@@ -188,9 +228,10 @@ class SessionStore:
             shutil.rmtree(folder, ignore_errors=True)
         return removed
 
-    def check_disk(self, session: Session) -> None:
-        """Before a job writes: room in the session's own budget, and idle sessions evicted past the global one."""
-        used = disk_usage(session.folder)
+    def check_disk(self, session: Session, runs: int = 0) -> None:
+        """Before a job writes: room in the session's own budget (its folder and the `runs` bytes of the runs it
+        made), and idle sessions evicted past the global one."""
+        used = disk_usage(session.folder) + runs
         if used > self.settings.session_disk_bytes:
             raise MirrorError(
                 f"this session already holds {fmt_size(used)} on the server (its limit is "

@@ -3,13 +3,14 @@
 Defaults suit a public CPU Space (see the README's table):
   MIRROR_WORK_DIR           per-session folders (default: $GRADIO_TEMP_DIR/mirror-explorer, i.e. <tmp>/gradio/...)
   MIRROR_SESSION_TTL        seconds an idle session's folder and state are kept (default: 7200)
+  MIRROR_RUN_TTL            seconds a finished run (its model, indexes, link) is kept after its last use (default: 7 days)
   MIRROR_MAX_UPLOAD_MB      largest text/pairs upload or paste (default: 20)
   MIRROR_MAX_MODEL_MB       largest model zip upload, packed and unpacked (default: 600)
   MIRROR_MAX_STRINGS        strings kept from one input (default: 20000)
   MIRROR_MAX_STEPS          cap on training steps per run, 0 = none (default: 1000)
   MIRROR_MAX_RUN_SECONDS    a run still training after this long is stopped, nothing saved, 0 = none (default: 1800)
   MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for, at most half of what is free; 0 = that half (default: 8192)
-  MIRROR_DISK_MB            disk for all sessions; idle sessions are removed oldest first past it (default: 10240)
+  MIRROR_DISK_MB            disk for all runs (and for all sessions); least recently used first past it (default: 10240)
   MIRROR_SESSION_DISK_MB    disk for one session (default: 2048)
   MIRROR_UPLOAD_QUOTA_MB    bytes one client may upload per hour (default: 2048)
   MIRROR_MAX_MAP_POINTS     most strings drawn in the Map tab (default: 3000)
@@ -45,6 +46,7 @@ class Settings:
 
     work_dir: Path = Path(tempfile.gettempdir()) / "gradio" / "mirror-explorer"
     session_ttl: float = 7200.0
+    run_ttl: float = 7 * 86400.0  # a finished run unused for this long is removed (its link stops working)
     max_upload_bytes: int = 20 * 1024 * 1024
     max_model_bytes: int = 600 * 1024 * 1024
     max_strings: int = 20_000
@@ -91,6 +93,7 @@ class Settings:
         return Settings(
             work_dir=Path(env.get("MIRROR_WORK_DIR") or default_work_dir(env)).expanduser().resolve(),
             session_ttl=number("MIRROR_SESSION_TTL", d.session_ttl, 60, float),
+            run_ttl=number("MIRROR_RUN_TTL", d.run_ttl, 60, float),
             max_upload_bytes=int(number("MIRROR_MAX_UPLOAD_MB", 20, 0.001, float) * 1024 * 1024),
             max_model_bytes=int(number("MIRROR_MAX_MODEL_MB", 600, 1, float) * 1024 * 1024),
             max_strings=number("MIRROR_MAX_STRINGS", d.max_strings, 2),
