@@ -14,7 +14,6 @@ import time
 
 from explorer import MirrorApp
 from explorer.jobs import FairSlots, job_duration
-from explorer.sessions import STOP_FILE
 from mirror import MirrorConfig
 from tests.conftest import ENDLESS, ROOT, WORDS
 
@@ -82,13 +81,35 @@ def test_a_consumer_that_goes_away_stops_its_run(app, tiny_bert, monkeypatch):
     app.load_pasted(s, "\n".join(WORDS))
     events = app.train(s, str(tiny_bert), "auto", ENDLESS)
     assert next(e for e in events if e.kind == "step")  # it runs; now nobody asks for the next event
-    run = s.active.folder
+    handle = s.active
     deadline = time.monotonic() + 30
-    while not (run / STOP_FILE).exists() and time.monotonic() < deadline:
+    while not handle.finished and time.monotonic() < deadline:  # the run's own thread stops it
         time.sleep(0.2)
-    assert (run / STOP_FILE).read_text() == "abandoned"
-    last = list(events)[-1]
+    assert handle.finished and s.active is None and s.run is None
+    last = handle.events[-1]
     assert last.kind == "cancelled" and "went away" in last.text
+    assert not handle.folder.exists()  # nothing was saved
+
+
+def test_a_reloaded_page_reattaches_and_the_run_goes_on(app, tiny_bert, monkeypatch):
+    """A consumer that comes back within ABANDONED_S (a reload) follows the same run, from its first event on,
+    and can still cancel it; the run never noticed the gap."""
+    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 5.0)
+    app = endless_app(app)
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    first = app.train(s, str(tiny_bert), "auto", ENDLESS)
+    assert next(e for e in first if e.kind == "step")
+    run_id = s.active.id
+    first.close()  # the page went away
+    seen = []
+    for ev in app.follow(run_id):  # the reloaded page
+        seen.append(ev)
+        if ev.kind == "step" and ev.step == 5:
+            assert "Stopping" in app.cancel(s)
+    steps = [e.step for e in seen if e.kind == "step"]
+    assert seen[0].kind == "phase" and steps == list(range(1, len(steps) + 1)) and len(steps) >= 5
+    assert seen[-1].kind == "cancelled" and "Cancelled after" in seen[-1].text
 
 
 # ---------------------------------------------------------------------------------------------- ZeroGPU

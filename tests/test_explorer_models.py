@@ -34,7 +34,7 @@ def test_bad_model_ids_are_an_error_event(app):
     ]:
         last = train(app, s, model)[-1]
         assert last.kind == "error" and says in last.text, (model, last)
-    assert s.run is None and not any((s.folder / "runs").glob("*"))
+    assert s.run is None and not any(app.runs.root.glob("*"))
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ def test_train_streams_progress_then_serves_model_index_and_downloads(app, tiny_
     run = s.run
     assert run is events[-1].run and run.n_texts == len(WORDS) and len(run.losses) == 3
     assert run.stats["steps"] == 3 and "cpu" in run.stats["device"] and s.active is None
-    assert run.folder.parent == s.folder / "runs"
+    assert run.folder.parent == app.runs.root and s.run_ids == [run.folder.name]  # kept by its id
     with zipfile.ZipFile(run.model_zip) as zf:
         names = zf.namelist()
     assert "mirror-model/modules.json" in names and "mirror-model/1_Pooling/config.json" in names
@@ -61,16 +61,18 @@ def test_second_run_swaps_only_on_success_and_reuses_the_base_index(app, tuned, 
     events = train(app, tuned, tiny_bert, lr=-1)
     assert events[-1].kind == "error" and "learning rate must be > 0" in events[-1].text
     assert tuned.run is first and first.model_zip.is_file()
-    assert [p.name for p in (tuned.folder / "runs").iterdir()] == [first.folder.name]
+    assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
     # a model that cannot be loaded: same
     events = train(app, tuned, "/etc")
     assert events[-1].kind == "error" and "allowed directories" in events[-1].text
     assert tuned.run is first
-    # a good second run replaces the first and deletes its folder; same strings + base: base index reused
+    # a good second run is served instead; the first stays kept (its id still opens it); same strings + base:
+    # the base index is reused
     events = train(app, tuned, tiny_bert, seed=7)
     assert events[-1].kind == "done"
     assert not any(e.kind == "phase" and "base encoder" in e.text for e in events)
-    assert tuned.run is not first and not first.folder.exists() and tuned.run.model_zip.is_file()
+    assert tuned.run is not first and first.folder.exists() and tuned.run.model_zip.is_file()
+    assert app.open_run(app.session(), first.folder.name).n_texts == first.n_texts
     assert app.search(tuned, "cat", 3)[0]["tuned"]
 
 
@@ -85,7 +87,7 @@ def test_train_without_strings_or_with_an_unreachable_hub_model(app, monkeypatch
     s2 = no_hub.session()
     no_hub.load_pasted(s2, "\n".join(WORDS))
     assert "only offers the bundled model" in train(no_hub, s2, "bert-base-uncased")[-1].text
-    assert s.run is None and not any((s.folder / "runs").glob("*"))
+    assert s.run is None and not any(app.runs.root.glob("*"))
 
 
 # ---------------------------------------------------------------------------------------------- cancel
@@ -103,7 +105,7 @@ def test_cancel_stops_between_steps_and_keeps_the_previous_model(app, tuned, tin
     assert last.kind == "cancelled" and "nothing was saved" in last.text, last
     assert 2 <= sum(e.kind == "step" for e in seen) < 10  # stopped long before step 50
     assert tuned.run is first and first.model_zip.is_file() and tuned.active is None
-    assert [p.name for p in (tuned.folder / "runs").iterdir()] == [first.folder.name]
+    assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
     assert app.search(tuned, "cat", 2)[0]["tuned"]
 
 
@@ -202,7 +204,7 @@ def test_cancel_after_the_last_step_still_keeps_the_previous_model(app, tiny_ber
     events = train(app, s, tiny_bert, seed=7)
     assert events[-1].kind == "cancelled" and "nothing was saved" in events[-1].text, events[-1]
     assert s.run is first and s.active is None
-    assert [p.name for p in (s.folder / "runs").iterdir()] == [first.folder.name]
+    assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
     for z in (first.model_zip, first.index_zip):
         with zipfile.ZipFile(z) as zf:
             assert zf.testzip() is None
@@ -217,7 +219,7 @@ def test_a_crash_while_saving_in_the_app_keeps_the_previous_run(app, tiny_bert, 
     events = train(app, s, tiny_bert, seed=3)
     assert events[-1].kind == "error" and "No space left on device" in events[-1].text, events[-1]
     assert s.run is first and s.active is None and digest(first.folder) == before
-    assert [p.name for p in (s.folder / "runs").iterdir()] == [first.folder.name]
+    assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
     app.models.runs.clear()
     assert app.search(s, "cat", 2)[0]["tuned"]
 
@@ -240,7 +242,7 @@ def test_out_of_memory_while_indexing_is_a_clear_error(app, tiny_bert, monkeypat
     inject_oom(monkeypatch, first_n=1, when="inference")
     last = train(app, s, tiny_bert)[-1]
     assert last.kind == "error" and last.text.startswith("out of memory (OutOfMemoryError); try fewer"), last
-    assert s.run is first and [p.name for p in (s.folder / "runs").iterdir()] == [first.folder.name]
+    assert s.run is first and [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
 
 
 def test_a_run_that_raises_midway_leaves_the_session_usable(app, tiny_bert, monkeypatch):
@@ -265,7 +267,7 @@ def test_a_run_that_raises_midway_leaves_the_session_usable(app, tiny_bert, monk
     # the same session trains again (the training slot was given back) and serves the new run
     monkeypatch.setattr(mirror.train, "_train_step", real)
     assert train(app, s, tiny_bert, seed=2)[-1].kind == "done"
-    assert s.run is not first and not first.folder.exists() and app.search(s, "dog", 2)[0]["tuned"]
+    assert s.run is not first and first.folder.exists() and app.search(s, "dog", 2)[0]["tuned"]  # the first stays kept
 
 
 # ---------------------------------------------------------------------------------------------- slots and load

@@ -50,7 +50,7 @@ def test_unsafe_or_wrong_zips_are_refused(app, tmp_path):
     with zipfile.ZipFile(empty, "w") as zf:
         zf.writestr("readme.txt", "x")
     assert "does not contain a model folder" in list(app.use_saved_model(s, str(empty)))[-1].text
-    assert s.run is None and not any((s.folder / "runs").glob("*"))
+    assert s.run is None and not any(app.runs.root.glob("*"))
 
 
 def link_entry(name: str) -> zipfile.ZipInfo:
@@ -75,7 +75,7 @@ def test_unsafe_model_zips_never_write_outside_the_session(app, tmp_path):
         last = list(app.use_saved_model(s, str(path)))[-1]
         assert last.kind == "error" and "unsafe path" in last.text, (name, last)
     assert not list(tmp_path.rglob("evil_*")) and not Path("/tmp/evil_abs.txt").exists()
-    assert s.run is None and tree(s.folder / "runs") == []
+    assert s.run is None and tree(app.runs.root) == []
 
 
 # Attack review, uploaded model zips: what one anonymous visitor could do with a zip, and why they no longer can.

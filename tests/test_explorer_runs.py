@@ -1,0 +1,78 @@
+"""explorer.runs: finished runs kept by id under the work folder, for any session, after a restart, until the
+operator's age or size budget removes them (never one in use)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from explorer import MirrorApp
+from mirror.errors import MirrorError
+from tests.conftest import WORDS, tuned_session
+
+
+def test_a_run_outlives_its_session_and_the_server_process(app, tiny_bert):
+    s = tuned_session(app, tiny_bert)
+    run_id = s.run.folder.name
+    assert len(run_id) == 32 and (s.run.folder / "run.json").is_file()
+    app.close_session(s)  # the tab went away: its session folder goes, the run stays
+    assert not s.folder.exists() and s.run.folder.is_dir()
+    restarted = MirrorApp(app.settings)  # a new process on the same work folder
+    other = restarted.session()
+    info = restarted.open_run(other, run_id)
+    assert info.n_texts == len(WORDS) and info.losses == s.run.losses and info.model_zip.is_file()
+    hits = restarted.search(other, "cat", 3)[0]
+    assert hits["tuned"][0]["text"] and hits["base"]
+    # any client, without making it its own run: the API's run=<id>
+    third = restarted.session()
+    assert restarted.search(third, "dog", 2, run_id=run_id)[0]["tuned"] and third.run is None
+    assert [r["id"] for r in restarted.list_runs(["f" * 32, run_id, "not an id"])] == [run_id]
+
+
+@pytest.mark.parametrize("bad", ["", "../../etc", "0" * 31, "g" * 32, "/" + "a" * 32, "A" * 32])
+def test_only_run_ids_name_runs(app, bad):
+    s = app.session()
+    with pytest.raises(MirrorError, match="not a run id"):
+        app.open_run(s, bad)
+    with pytest.raises(MirrorError, match="no run"):
+        app.open_run(s, "a" * 32)  # well formed, but there is no such run
+    assert s.run is None
+
+
+def test_the_age_and_size_budgets_remove_old_runs_never_one_in_use(app, tiny_bert):
+    sessions = [tuned_session(app, tiny_bert) for _ in range(4)]
+    folders = [s.run.folder for s in sessions]
+    now = time.time()
+    for i, folder in enumerate(folders):  # run 0 unused for 10 days, run 1 for 2 days, runs 2-3 just used
+        age = {0: 10 * 86400, 1: 2 * 86400}.get(i, 0)
+        os.utime(folder / ".last_used", (now - age, now - age))
+    app.models.runs.clear()  # nothing in memory: only the in-use rule below protects a run
+    removed = app.runs.sweep(max_age=7 * 86400, max_bytes=10**12, keep={folders[3]}, min_idle=300)
+    assert removed == [folders[0]] and all(f.is_dir() for f in folders[1:])  # the age budget
+    one_run = max(sum(p.stat().st_size for p in f.rglob("*") if p.is_file()) for f in folders[1:])
+    removed = app.runs.sweep(max_age=7 * 86400, max_bytes=one_run, keep={folders[3]}, min_idle=300)
+    # the size budget: the least recently used goes first; run 2 was used minutes ago, run 3 is being served
+    assert removed == [folders[1]] and folders[2].is_dir() and folders[3].is_dir()
+    with pytest.raises(MirrorError, match="no run"):
+        app.open_run(app.session(), folders[0].name)
+
+
+def test_the_app_sweep_keeps_runs_in_memory_and_in_progress(app, tiny_bert):
+    s = tuned_session(app, tiny_bert)
+    folder = s.run.folder
+    old = time.time() - 30 * 86400
+    os.utime(folder / ".last_used", (old, old))
+    app.sweep(force=True)
+    assert folder.is_dir()  # loaded in memory (being served): kept however old
+    app.models.runs.clear()
+    app.sweep(force=True)
+    assert not folder.exists()
+
+
+def test_the_browser_key_is_made_once_and_kept(app):
+    key = app.secret
+    assert len(key) == 64 and MirrorApp(app.settings).secret == key
+    assert oct(Path(app.settings.work_dir / ".browser-secret").stat().st_mode & 0o777) == "0o600"
