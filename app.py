@@ -159,7 +159,9 @@ def tune_tab() -> SimpleNamespace:
         loss_frame([]),
         x="step",
         y="loss",
-        title="Training loss (InfoNCE)",
+        color="series",
+        x_axis_format="d",  # steps are whole numbers, also on a 6-step run
+        title="Training loss (InfoNCE): each step, and smoothed",
         height=260,
         visible=False,
         elem_id="mx-loss",
@@ -535,9 +537,10 @@ def wire_training(
         asked = (request.query_params.get("run") if request else None) or None
         active = memory["active"]
         if active and active in app.in_progress:
-            yield {ui.status_md: status_box("Reattached to your run…"), ui.cancel: gr.update(interactive=True)}
-            session.active = app.in_progress[active]
-            yield from draw(app.follow(active), session, memory, progress)
+            running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
+            shown = {ui.status_md: status_box("Reattached to your run…"), ui.runs: run_list(memory)}
+            yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
+            yield from draw(app.follow(active, session=session), session, memory, progress)
             return
         opened = try_open(session, asked or active, memory)
         yield opened or {ui.runs: run_list(memory), browser: memory, state: session}

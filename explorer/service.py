@@ -223,14 +223,14 @@ class MirrorApp:
 
     def request_run(self, session: Session) -> RunHandle:
         """Launch was clicked: the run exists (and can be cancelled) while it still waits in the queue."""
-        if session.active is None or not session.active.started:
+        if session.active is None or not session.active.started or session.active.finished:
             session.active = RunHandle()
         return session.active
 
     def cancel(self, session: Session) -> str:
         """Stop the session's run between two steps, or before it starts (while it waits in the queue)."""
         handle = session.active  # read once: the run may end (and reset it) at any moment
-        if handle is None:
+        if handle is None or handle.finished:
             return "Nothing is running. Your model and index (if any) stay served."
         handle.request_stop("cancel")
         if handle.started:
@@ -251,6 +251,8 @@ class MirrorApp:
     def start(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> RunHandle:
         """Start the session's run in its own thread; returns its handle (id, stop flag, events)."""
         handle = session.active
+        if handle is not None and handle.finished:  # a run this session followed (a reattached page) ended
+            handle = None
         if handle is not None and handle.started:
             busy = RunHandle(started=True)
             busy.publish(Failed("A run is already in progress in this session; wait for it or cancel it."))
@@ -263,12 +265,20 @@ class MirrorApp:
         threading.Thread(target=self._run, args=args, name=f"mirror-run-{handle.id[:8]}", daemon=True).start()
         return handle
 
-    def follow(self, run_id: str, since: int = 0) -> Iterator[Event]:
-        """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run."""
+    def follow(self, run_id: str, since: int = 0, session: Session | None = None) -> Iterator[Event]:
+        """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run; with
+        `session`, that session can cancel it, and is served the run when it is done."""
         handle = self.in_progress.get(run_id)
         if handle is None:
             raise MirrorError("that run is not in progress on this server (finished, or the server restarted)")
-        yield from handle.follow(since)
+        if session is not None:
+            session.active = handle
+        for ev in handle.follow(since):
+            if session is not None and isinstance(ev, Done) and session.run is not ev.run:
+                self.open_run(session, run_id)
+            yield ev
+        if session is not None and session.active is handle:
+            session.active = None
 
     def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
         """The run's thread: its events into the handle; a stop when nobody follows it any more."""
