@@ -361,7 +361,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             overrides = preset_values(info["mode"])
             updates = [gr.update(value=v) for v in overrides.values()]
         estimate = app.estimate(session, model_value, mode_value, overrides)
-        can_launch = gr.update(interactive=session.active is None)
+        can_launch = gr.update(interactive=session.active is None or session.active.finished)
         return [load_md(info), *updates, estimate, can_launch, session], info.get("columns", [])
 
     def on_upload(path, col, mode_value, model_value, s, *vals):
@@ -571,7 +571,10 @@ def wire_training(
 
     ui.cancel.click(on_cancel, [state], [ui.status_md, state], queue=False, **PRIVATE)
     wire_saved_zip(app, state, ui, search, lambda run, session: served(run, session, {}))
-    return lambda demo: demo.load(on_load, [browser, state], outputs, show_progress="hidden", **PRIVATE)
+    # the browser's stored value reaches the page a moment after it loads: read it once it is there
+    wait = "async () => { await new Promise((done) => setTimeout(done, 400)); }"
+    load = {"show_progress": "hidden", **PRIVATE}
+    return lambda demo: demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], outputs, **load)
 
 
 def wire_saved_zip(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: SimpleNamespace, served) -> None:

@@ -274,11 +274,11 @@ class MirrorApp:
         if session is not None:
             session.active = handle
         for ev in handle.follow(since):
+            if session is not None and isinstance(ev, TERMINAL) and session.active is handle:
+                session.active = None  # before the consumer sees the end (it may stop pulling there)
             if session is not None and isinstance(ev, Done) and session.run is not ev.run:
                 self.open_run(session, run_id)
             yield ev
-        if session is not None and session.active is handle:
-            session.active = None
 
     def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
         """The run's thread: its events into the handle; a stop when nobody follows it any more."""
