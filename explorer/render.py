@@ -122,7 +122,8 @@ def load_md(info: dict[str, Any]) -> str:
     kind = "single words and short terms" if info["mode"] == "words" else "sentences"
     lines = [
         f"**{info['strings']:,} strings** loaded from `{info['source']}`: {stats.lines:,} lines, "
-        f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed.",
+        f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed, "
+        f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
         f"**Detected:** {kind} → the **{info['mode']} preset** (τ {p.temperature}, {p.epochs} epoch"
         f"{'s' if p.epochs != 1 else ''}, max length {p.max_length} tokens). <small>{info['reason']}</small>",
     ]

@@ -99,7 +99,7 @@ class MirrorApp:
         if len(texts) < 2:
             raise MirrorError(
                 f"`{source}`: found {len(texts)} usable string{'s' if len(texts) != 1 else ''} "
-                f"({stats.lines} lines, {stats.empty} empty, {stats.duplicates} duplicates); mirror tuning needs at least 2 distinct strings"
+                f"({stats.lines} lines, {stats.empty} empty, {stats.duplicates + stats.case_duplicates} duplicates); mirror tuning needs at least 2 distinct strings"
             )
         mode, reason = detect_mode(texts)
         session.texts, session.source, session.stats = texts, source, stats
