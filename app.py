@@ -23,9 +23,13 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, Settings
+from explorer.evaluation import EtaClock, EvalReport
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Step
 from explorer.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
 from explorer.render import (
+    MOVED_HEADER,
+    eval_md,
+    eval_table_rows,
     fmt_seconds,
     load_md,
     loss_frame,
@@ -231,7 +235,7 @@ def evaluate_tab() -> SimpleNamespace:
             label="…or your own pairs file", file_types=[".txt", ".tsv", ".csv"], type="filepath", height=150
         )
     ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn")
-    ui.eval_md = gr.Markdown("")
+    ui.eval_md = gr.Markdown("", elem_id="mx-eval-md")
     ui.eval_table = gr.Dataframe(interactive=False, elem_id="mx-eval-table")
     ui.eval_plot = gr.BarPlot(
         None,
@@ -243,6 +247,9 @@ def evaluate_tab() -> SimpleNamespace:
         height=320,
         elem_id="mx-eval-plot",
     )
+    with gr.Accordion("Pairs whose rank moved most", open=False):
+        gr.Markdown(MOVED_HEADER)
+        ui.moved = gr.Dataframe(interactive=False, elem_id="mx-eval-moved")
     return ui
 
 
@@ -547,31 +554,34 @@ def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
 
 def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
+    """Evaluate: a progress bar with the time left while the pairs are encoded, then scores, bars and moved pairs."""
+
     def on_eval(gold_value, pairs_path, s, progress=gr.Progress()):  # noqa: B008
-        progress(None, desc="Encoding the pairs")
+        progress(None, desc="Loading the encoders")
+        clock = EtaClock()
+
+        def step(ev: Phase) -> None:
+            left = clock.left(ev.done, ev.total)
+            progress((ev.done, ev.total), desc=ev.text + (f" · {left}" if left else ""), unit="strings")
+
         return call_service(
-            app, s, 3, lambda session: eval_outputs(session, app.evaluate(session, gold_value, pairs_path))
+            app, s, 4, lambda session: eval_outputs(app.evaluate_report(session, gold_value, pairs_path, step))
         )
 
-    def eval_outputs(session: Session, rows: list[dict[str, Any]]) -> tuple:
+    def eval_outputs(report: EvalReport) -> tuple:
         import pandas as pd
 
         # one bar per (set, encoder), side by side: BarPlot would stack bars that share an x value
         bars = [
             {"bar": f"{r['gold set']} · {enc}", "encoder": enc, "spearman": r[enc]}
-            for r in rows
-            for enc in ("base", "tuned")
-            if enc in r
+            for r in report.rows
+            for enc in report.encoders
         ]
-        note = "" if session.run else " (no tuned model yet: showing the bundled base model only)"
-        table = pd.DataFrame([{**r, "change": f"{r['change']:+.4f}"} if "change" in r else r for r in rows])
-        return (
-            message(f"Evaluated {len(rows)} set{'s' if len(rows) != 1 else ''}{note}.", "ok"),
-            table,
-            pd.DataFrame(bars),
-        )
+        moved = pd.DataFrame(report.moved or [{"": "tune a model first: then the pairs that moved show here"}])
+        table = pd.DataFrame(eval_table_rows(report.rows))
+        return eval_md(report.rows, report.notes), table, pd.DataFrame(bars), moved
 
-    outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, state]
+    outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved, state]
     ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **ENCODE_QUEUE, **PRIVATE)
 
 

@@ -110,6 +110,43 @@ def render_results(results: list[dict[str, Any]], base_label: str) -> str:
     return '<div id="mx-results">' + legend + "".join(blocks) + "</div>"
 
 
+MOVED_HEADER = (
+    "**Pairs whose rank moved most with tuning.** A pair's rank is its place among all pairs of its set "
+    "(1 = most similar) by gold score, by base cosine and by tuned cosine. Per set: the pairs whose tuned rank came "
+    "closest to their gold rank (*toward gold* > 0: tuning helped) and those pushed farthest from it "
+    "(< 0: tuning hurt). Ranked by distance to the gold rank rather than by raw movement, since that is what "
+    "moves the Spearman correlation."
+)
+
+
+def fmt_interval(ci: Sequence[float] | None, signed: bool = False) -> str:
+    """A 95% interval for a table cell: "0.612 – 0.701" ("+0.004 – +0.021" for a change); "n/a" without one."""
+    if ci is None:
+        return "n/a"
+    spec = "+.4f" if signed else ".4f"
+    return f"{ci[0]:{spec}} – {ci[1]:{spec}}"
+
+
+def eval_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The evaluation rows for the table: intervals as text, the change signed."""
+    out = []
+    for r in rows:
+        row = dict(r)
+        for key in [k for k in r if k.endswith("95% CI")]:
+            row[key] = fmt_interval(r[key], signed=key.startswith("change"))
+        if "change" in r:
+            row["change"] = f"{r['change']:+.4f}"
+        out.append(row)
+    return out
+
+
+def eval_md(rows: list[dict[str, Any]], notes: Sequence[str]) -> str:
+    """What the evaluation found, in one line, then its notes (small sets, no tuned model yet)."""
+    n = len(rows)
+    head = f"Evaluated {n} set{'s' if n != 1 else ''}; intervals are bootstrap 95% intervals over the pairs."
+    return "\n\n".join([message(head, "ok"), *(message(t, "warning") for t in notes)])
+
+
 def loss_frame(losses: Sequence[float]) -> Any:
     import pandas as pd
 

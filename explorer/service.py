@@ -9,19 +9,21 @@ uploads (model zips), inputs (settings and queries checked), render (what the us
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from explorer import maps
 from explorer.estimate import device_and_threads, estimate_seconds
+from explorer.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
-from explorer.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, clamp_k, split_queries
+from explorer.inputs import EXAMPLES, EXAMPLES_DIR, build_config, clamp_k, split_queries
 from explorer.jobs import FairSlots, train_job
 from explorer.models import IndexPair, Loaded, ModelCache, release_memory
 from explorer.render import fmt_seconds, message, user_error
@@ -442,38 +444,29 @@ class MirrorApp:
     # ---------------------------------------------------------------- tab 3: evaluate
 
     def evaluate(self, session: Session, gold: Sequence[str], pairs_path: str | None = None) -> list[dict[str, Any]]:
-        """Spearman ρ of cosine vs gold scores, for the base and (when there is one) the tuned encoder."""
-        from mirror.data import decode
-        from mirror.evaluate import evaluate_pairs, parse_pairs, read_pairs
+        """Spearman ρ of cosine vs gold scores, for the base and (when there is one) the tuned encoder: a row per
+        set, with bootstrap 95% intervals ("base 95% CI", ...). `evaluate_report` has the rest."""
+        return self.evaluate_report(session, gold, pairs_path).rows
 
-        sets: list[tuple[str, list]] = []
-        for name in gold or []:
-            if name not in GOLD_SETS:
-                raise MirrorError(f"unknown gold set {name!r}; choose from {', '.join(GOLD_SETS)}")
-            sets.append((name, read_pairs(EXAMPLES_DIR / GOLD_SETS[name])))
-        if pairs_path:
-            p, shown = Path(pairs_path), display_name(pairs_path)
-            if p.stat().st_size > self.settings.max_upload_bytes:
-                raise MirrorError(
-                    f"`{shown}` is {fmt_size(p.stat().st_size)}; this app accepts files up to {fmt_size(self.settings.max_upload_bytes, limit=True)}"
-                )
-            sets.append((shown, parse_pairs(decode(p.read_bytes(), shown), shown)))
-        if not sets:
-            raise MirrorError("choose a gold set or upload a pairs file")
+    def evaluate_report(
+        self,
+        session: Session,
+        gold: Sequence[str],
+        pairs_path: str | None = None,
+        on_progress: Callable[[Phase], None] | None = None,
+    ) -> EvalReport:
+        """The rows of `evaluate`, the pairs whose rank moved most with tuning and notes (a set under 50 pairs,
+        no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work."""
+        sets = load_sets(gold, pairs_path, self.settings.max_upload_bytes)
+        notes = []
         if session.run is not None:
             loaded = self.models.loaded(session.run)
             encoders = [("base", loaded.base), ("tuned", loaded.tuned)]
         else:
             encoders = [("base", self.models.base_encoder(BUNDLED_MODEL))]
-        rows = []
-        for name, pairs in sets:
-            row: dict[str, Any] = {"gold set": name, "pairs": len(pairs)}
-            for which, enc in encoders:
-                row[which] = round(evaluate_pairs(enc, pairs, name).spearman, 4)
-            if "tuned" in row:
-                row["change"] = round(row["tuned"] - row["base"], 4)
-            rows.append(row)
-        return rows
+            notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
+        report = evaluate_sets(sets, encoders, on_progress)
+        return dataclasses.replace(report, notes=notes + report.notes)
 
     # ---------------------------------------------------------------- tab 4: map
 
