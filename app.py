@@ -39,6 +39,7 @@ from explorer.render import (
     run_md,
     served_md,
     status_box,
+    toast_text,
     user_error,
 )
 from explorer.sessions import RunInfo
@@ -64,17 +65,24 @@ PRIVATE = {"api_visibility": "private"}
 ENCODE_QUEUE = {"concurrency_id": "encode", "concurrency_limit": 2}
 
 
-def call_service(app: MirrorApp, state: Session | None, n_outputs: int, call: Callable[[Session], Any]) -> tuple:
+def call_service(
+    app: MirrorApp,
+    state: Session | None,
+    n_outputs: int,
+    call: Callable[[Session], Any],
+    shown: Callable[[str], str] = message,
+) -> tuple:
     """The handler pattern "call the service, show its error": `call(session)` gives the outputs (one value or a
-    tuple), returned with the session last; a MirrorError (or a bug) becomes a toast and the message in the
-    first output, the other outputs unchanged. Never a traceback."""
+    tuple), returned with the session last; a MirrorError (or a bug) becomes a toast (plain text) and the message
+    in the first output (`shown(text)`: Markdown, or HTML for an HTML output), the other outputs unchanged.
+    Never a traceback."""
     session = app.session(state)
     try:
         out = call(session)
     except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
         text = user_error(exc)
-        gr.Warning(text)
-        return (message(text), *(gr.update() for _ in range(n_outputs - 1)), session)
+        gr.Warning(toast_text(text))
+        return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), session)
     return (*(out if isinstance(out, tuple) else (out,)), session)
 
 
@@ -199,12 +207,26 @@ def search_tab() -> SimpleNamespace:
     ui = SimpleNamespace()
     ui.served_md = gr.Markdown(served_md(None), elem_id="mx-served")
     with gr.Row():
+        # lines=1 with room to grow: Enter searches (Gradio submits on Enter only when lines is 1), Shift+Enter
+        # starts another query on a new line
         ui.queries = gr.Textbox(
-            label="Queries (one per line)", lines=3, placeholder="kitten\nsad", scale=4, elem_id="mx-queries"
+            label="Queries",
+            info="Enter searches · Shift+Enter adds another query on a new line (up to 20)",
+            lines=1,
+            max_lines=8,
+            placeholder="kitten",
+            scale=4,
+            elem_id="mx-queries",
         )
         with gr.Column(scale=1):
             ui.k = gr.Slider(1, MAX_K, value=10, step=1, label="Hits per query (k)")
             ui.corpus = gr.Radio([("Your strings", "main"), ("Other corpus", "extra")], value="main", label="Search in")
+            ui.hide_query = gr.Checkbox(
+                value=True,
+                label="Hide the query itself",
+                info="Drop the hit that is the query's own string",
+                elem_id="mx-hide-query",
+            )
     ui.search_btn = gr.Button("Search", variant="primary", elem_id="mx-search-btn")
     ui.results = gr.HTML("", elem_id="mx-search-results")
     with gr.Accordion("Search another corpus with your tuned encoder", open=False):
@@ -287,6 +309,7 @@ def api_components() -> SimpleNamespace:
             index_zip=gr.File(label="index zip"),
             queries=gr.Textbox(label="queries"),
             k=gr.Number(value=10, precision=0, label="k"),
+            hide_query=gr.Checkbox(value=False, label="hide_query"),
             search_out=gr.JSON(label="results"),
             cancel_out=gr.Textbox(label="cancelled"),
             train_btn=gr.Button(),
@@ -315,7 +338,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         api = api_components()
         wire_inputs(app, state, tune)
         wire_training(app, state, tune, search, evaluate)
-        wire_search(app, state, search)
+        wire_search(app, state, search, tune.model)
         wire_evaluate(app, state, evaluate)
         wire_map(app, state, maps)
         wire_api(app, state, api)
@@ -527,19 +550,30 @@ def wire_training(
     ui.saved_zip.upload(on_saved_zip, [ui.saved_zip, state], saved_outputs, **train_queue, **PRIVATE)
 
 
-def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
-    """Search (button or Enter) and indexing another corpus."""
+def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.components.Component) -> None:
+    """Search (button or Enter; before any tuning with the base `model` chosen in tab ①) and indexing another
+    corpus."""
 
-    def on_search(q, k_value, corpus_value, s):
+    def on_search(q, k_value, corpus_value, s, hide=True, model_value=BUNDLED_MODEL, progress=gr.Progress()):  # noqa: B008
         def search(session: Session) -> str:
-            found = app.search(session, q, k_value, corpus_value)
-            return render_results(found, session.run.base_model if session.run else BUNDLED_MODEL)
+            if session.run is None:
+                progress(None, desc="Searching with the base model (its first search embeds your strings)")
+            found = app.search(session, q, k_value, corpus_value, bool(hide), model_value or BUNDLED_MODEL)
+            base = session.run.base_model if session.run else (model_value or BUNDLED_MODEL)
+            return render_results(found, base)
 
-        return call_service(app, s, 1, search)
+        return call_service(app, s, 1, search, lambda text: status_box(text, "error"))
 
-    search_inputs = [ui.queries, ui.k, ui.corpus, state]
-    ui.search_btn.click(on_search, search_inputs, [ui.results, state], concurrency_limit=None, **PRIVATE)
-    ui.queries.submit(on_search, search_inputs, [ui.results, state], concurrency_limit=None, **PRIVATE)
+    search_inputs = [ui.queries, ui.k, ui.corpus, state, ui.hide_query, model]
+    # the Search button and Enter in the queries box: one handler
+    gr.on(
+        [ui.search_btn.click, ui.queries.submit],
+        on_search,
+        search_inputs,
+        [ui.results, state],
+        concurrency_limit=None,
+        **PRIVATE,
+    )
 
     def on_other(path, col, s, progress=gr.Progress()):  # noqa: B008
         def index(session: Session) -> tuple:
@@ -620,12 +654,13 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         session = app.session(s)
         yield from api_run(app, session, s, texts, file, column, model, mode, settings)
 
-    def api_search(queries: str, k: float = 10, s: Session | None = None):
+    def api_search(queries: str, k: float = 10, hide_query: bool = False, s: Session | None = None):
         """Top-k hits (k <= 50) per query (one per line) with the tuned and the base encoder of this client's
-        last /train run: [{query, tuned: [{rank, text, score, only_here}], base: [...]}]."""
+        last /train run: [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}],
+        base_only}]. `hide_query`: drop the hit that is the query's own string (off by default)."""
         session = app.session(s)
         try:
-            return app.search(session, queries, k), session
+            return app.search(session, queries, k, hide_query=bool(hide_query)), session
         except Exception as exc:  # MirrorError, or a bug: a message either way
             if session is not s:  # a client's first call failed: its new session folder is never reused
                 app.close_session(session)
@@ -640,7 +675,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
     train_inputs = [api.texts, api.file, api.column, api.model, api.mode, api.settings, state]
     train_outputs = [api.train_out, api.model_zip, api.index_zip, state]
     api.train_btn.click(api_train, train_inputs, train_outputs, api_name="train", **train_queue)
-    search_io = ([api.queries, api.k, state], [api.search_out, state])
+    search_io = ([api.queries, api.k, api.hide_query, state], [api.search_out, state])
     api.search_btn.click(api_search, *search_io, api_name="search", concurrency_limit=None)
     api.cancel_btn.click(api_cancel, [state], [api.cancel_out, state], api_name="cancel", queue=False)
 

@@ -73,41 +73,89 @@ def fmt_seconds(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
+def rank_move(rank: int, base_rank: int | None) -> str:
+    """A tuned hit's move from its base rank: "↑3" (3 places higher with tuning), "↓2", "=" or "new" (not in
+    the base top k)."""
+    if base_rank is None:
+        return "new"
+    if base_rank == rank:
+        return "="
+    return f"↑{base_rank - rank}" if base_rank > rank else f"↓{rank - base_rank}"
+
+
 def render_results(results: list[dict[str, Any]], base_label: str) -> str:
-    """Side-by-side HTML tables per query; strings only one side found are highlighted. All text is escaped."""
+    """Side-by-side HTML tables per query; strings only one side found are highlighted, each tuned hit shows
+    its move from the base ranking. A base-only result (no tuned model yet) is one table, said so. All text is
+    escaped."""
     new_bg, gone_bg = "rgba(34,197,94,0.18)", "rgba(245,158,11,0.20)"
+    base_only = any(r.get("base_only") for r in results)
     legend = (
         f'<p style="margin:0 0 8px 0;font-size:0.9em"><span style="background:{new_bg};padding:1px 6px;border-radius:4px">'
         f'green</span> only the tuned encoder finds it · <span style="background:{gone_bg};padding:1px 6px;'
-        'border-radius:4px">amber</span> only the base encoder finds it</p>'
+        "border-radius:4px\">amber</span> only the base encoder finds it · <b>move</b>: a tuned hit's rank against "
+        "the base encoder's (↑3: three places higher after tuning, ↓2: lower, new: not in the base top k)</p>"
     )
-
-    def table(hits: list[dict[str, Any]], title: str, bg: str, cls: str) -> str:
-        body = "".join(
-            f'<tr class="{cls if h["only_here"] else ""}" style="background:{bg if h["only_here"] else "transparent"}">'
-            f'<td style="padding:2px 8px;opacity:0.7">{h["rank"]}</td>'
-            f'<td style="padding:2px 8px">{html.escape(h["text"])}</td>'
-            f'<td style="padding:2px 8px;text-align:right;font-variant-numeric:tabular-nums">{h["score"]:.3f}</td></tr>'
-            for h in hits
+    if base_only:
+        legend = (
+            '<p class="mx-base-only" style="margin:0 0 8px 0;font-size:0.9em">No tuned model yet: these are the '
+            f"<b>base encoder</b>'s hits alone ({html.escape(base_label)}). Tune a model in tab ① to see what "
+            "tuning changes.</p>"
         )
-        return (
-            f'<div style="flex:1;min-width:260px"><div style="font-weight:600;margin-bottom:4px">{title}</div>'
-            f'<table style="width:100%;border-collapse:collapse"><thead><tr><th style="text-align:left;padding:2px 8px;width:2.5em">#</th>'
-            f'<th style="text-align:left;padding:2px 8px">string</th><th style="text-align:right;padding:2px 8px;width:5em">cosine</th>'
-            f"</tr></thead><tbody>{body}</tbody></table></div>"
-        )
-
     blocks = []
     for r in results:
-        changed = sum(h["only_here"] for h in r["tuned"])
+        if r.get("base_only"):
+            head, tables = "", _hits_table(r["base"], "Base · " + html.escape(base_label), "", "", False)
+        else:
+            changed = sum(h["only_here"] for h in r["tuned"])
+            head = f' <span style="opacity:0.7">· {changed} of {len(r["tuned"])} tuned hits are new</span>'
+            tables = _hits_table(r["tuned"], "Tuned (mirror)", new_bg, "mx-only-tuned", True) + _hits_table(
+                r["base"], "Base · " + html.escape(base_label), gone_bg, "mx-only-base", False
+            )
         blocks.append(
             f'<div class="mx-query" style="margin-bottom:18px"><div style="font-size:1.05em;margin-bottom:6px">'
-            f'Query: <b>{html.escape(r["query"])}</b> <span style="opacity:0.7">· {changed} of {len(r["tuned"])} '
-            f'tuned hits are new</span></div><div style="display:flex;gap:18px;flex-wrap:wrap">'
-            f"{table(r['tuned'], 'Tuned (mirror)', new_bg, 'mx-only-tuned')}"
-            f"{table(r['base'], 'Base · ' + html.escape(base_label), gone_bg, 'mx-only-base')}</div></div>"
+            f"Query: <b>{html.escape(r['query'])}</b>{head}</div>"
+            f'<div style="display:flex;gap:18px;flex-wrap:wrap">{tables}</div></div>'
         )
     return '<div id="mx-results">' + legend + "".join(blocks) + "</div>"
+
+
+def _hits_table(hits: list[dict[str, Any]], title: str, bg: str, cls: str, moves: bool) -> str:
+    """One side's hits; `moves`: a column with each hit's rank move from the base ranking."""
+    cell = "padding:2px 8px"
+    colour = {"↑": "#16a34a", "↓": "#d97706", "n": "#16a34a"}
+
+    def move(h: dict[str, Any]) -> str:
+        if not moves:
+            return ""
+        mark = rank_move(h["rank"], h.get("base_rank"))
+        base = h.get("base_rank")
+        tip = f"base rank {base}" if base is not None else "not in the base top k"
+        return (
+            f'<td class="mx-move" title="{tip}" style="{cell};text-align:right;white-space:nowrap;'
+            f'color:{colour.get(mark[0], "inherit")}">{mark}</td>'
+        )
+
+    body = "".join(
+        f'<tr class="{cls if h["only_here"] else ""}" style="background:{bg if h["only_here"] else "transparent"}">'
+        f'<td style="{cell};opacity:0.7">{h["rank"]}</td>'
+        f'<td style="{cell}">{html.escape(h["text"])}</td>'
+        f'<td style="{cell};text-align:right;font-variant-numeric:tabular-nums">{h["score"]:.3f}</td>{move(h)}</tr>'
+        for h in hits
+    )
+    move_head = f'<th style="text-align:right;{cell};width:3.5em">move</th>' if moves else ""
+    return (
+        f'<div style="flex:1;min-width:260px"><div style="font-weight:600;margin-bottom:4px">{title}</div>'
+        f'<table style="width:100%;border-collapse:collapse"><thead><tr><th style="text-align:left;{cell};width:2.5em">#</th>'
+        f'<th style="text-align:left;{cell}">string</th><th style="text-align:right;{cell};width:5em">cosine</th>'
+        f"{move_head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
+
+
+def toast_text(text: str) -> str:
+    """A message for a toast (gr.Warning): plain words, no Markdown marks; escaped, since Gradio renders a
+    toast's text as HTML."""
+    text = re.sub(r"\*\*(.+?)\*\*", r"\1", text)
+    return html.escape(re.sub(r"`(.+?)`", r"\1", text), quote=False)
 
 
 MOVED_HEADER = (
@@ -193,7 +241,9 @@ def served_md(session: Session | None) -> str:
     run = getattr(session, "run", None)
     if run is None:
         return message(
-            "No tuned model yet: tune one in tab ① (or upload a saved model there), then search here.", "info"
+            "No tuned model yet: search your loaded strings with the base model now, then tune one in tab ① "
+            "(or upload a saved model there) to compare it with the tuned model.",
+            "info",
         )
     extra = f" · other corpus: `{run.extra_corpus}`" if run.extra_corpus else ""
     return (

@@ -27,6 +27,7 @@ from explorer.inputs import EXAMPLES, EXAMPLES_DIR, build_config, clamp_k, split
 from explorer.jobs import FairSlots, train_job
 from explorer.models import IndexPair, Loaded, ModelCache, release_memory
 from explorer.render import fmt_seconds, message, user_error
+from explorer.search import BaseIndexes, search_both
 from explorer.sessions import RunHandle, RunInfo, Session, SessionStore, read_stop, texts_key, write_stop
 from explorer.settings import Settings, inference_device
 from explorer.uploads import display_name, extract_model_zip, zip_folder
@@ -57,6 +58,7 @@ class MirrorApp:
         # a caller that bypasses the queue gets a clear "busy" error instead of an extra training.
         self.train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)
         self.search_slots = FairSlots(self.settings.search_concurrency)
+        self.base_indexes = BaseIndexes()  # the loaded strings under a base model, searched before any tuning
 
     def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
         return self
@@ -389,22 +391,49 @@ class MirrorApp:
 
     # ---------------------------------------------------------------- tab 2: search
 
-    def search(self, session: Session, queries: str, k: Any = 10, corpus: str = "main") -> list[dict[str, Any]]:
-        """Top-k hits of each query for the tuned and the base encoder, marked where they differ."""
-        run = session.run
-        if run is None:
-            raise MirrorError("Nothing to search yet: tune a model in tab ① (or upload a saved model there) first.")
+    def search(
+        self,
+        session: Session,
+        queries: str,
+        k: Any = 10,
+        corpus: str = "main",
+        hide_query: bool = False,
+        base_model: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Top-k hits of each query (one per line) for the tuned and the base encoder, compared (explorer.search):
+        [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}], base_only}].
+
+        `hide_query` drops the hit that is the query's own string (off by default: an API caller sees what the
+        index holds). Before any tuning it searches the loaded strings with the base model `base_model` (default:
+        the bundled one; a served run compares with its own base) alone: "tuned" is empty, "base_only" true.
+        """
         qs, k = split_queries(queries), clamp_k(k)
-        loaded = self.models.loaded(run)
-        pair = loaded.extra if corpus == "extra" else loaded.main
-        if pair is None:
+        run = session.run
+        pair = None
+        if run is not None:
+            loaded = self.models.loaded(run)
+            pair = loaded.extra if corpus == "extra" else loaded.main
+        if pair is None and corpus == "extra":
             raise MirrorError("no other corpus is indexed yet: upload one below and press “Index it”")
+        if pair is None:
+            return self._search_base_only(session, qs, k, bool(hide_query), base_model or BUNDLED_MODEL)
         with self.search_slots:  # a few encodes at a time, in arrival order: no thread oversubscription
-            tuned_hits, base_hits = pair.tuned.search(qs, k), pair.base.search(qs, k)
-        return [
-            {"query": q, **dict(zip(("tuned", "base"), compare_hits(th, bh), strict=True))}
-            for q, th, bh in zip(qs, tuned_hits, base_hits, strict=True)
-        ]
+            return search_both(pair.tuned, pair.base, qs, k, bool(hide_query))
+
+    def _search_base_only(
+        self, session: Session, queries: list[str], k: int, hide_query: bool, model: str
+    ) -> list[dict[str, Any]]:
+        texts = list(session.texts)
+        if len(texts) < 2:
+            raise MirrorError(
+                "Nothing to search yet: load your strings in tab ① (step 1) to search them with the base model, "
+                "then tune one there to compare it with the tuned model."
+            )
+        model = self.models.check_download(model)
+        encoder = self.models.base_encoder(model)
+        with self.search_slots:  # the first search of these strings embeds them all: one slot, like a search
+            index = self.base_indexes.get(model, encoder, texts)
+            return search_both(None, index, queries, k, hide_query)
 
     def index_corpus(self, session: Session, path: str | None, column: str | None = None) -> str:
         """Index another uploaded corpus with the served tuned and base encoders; returns a summary."""
@@ -508,19 +537,6 @@ def link_or_copy(src: Path, dst: Path) -> Path:
     except OSError:
         shutil.copyfile(src, dst)
     return dst
-
-
-def compare_hits(tuned: list[Any], base: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Hits as dicts, each marked `only_here` when the other encoder's top k lacks that string."""
-    tuned_texts, base_texts = {h.text for h in tuned}, {h.text for h in base}
-
-    def rows(hits: list[Any], other: set[str]) -> list[dict[str, Any]]:
-        return [
-            {"rank": h.rank, "text": h.text, "score": round(float(h.score), 4), "only_here": h.text not in other}
-            for h in hits
-        ]
-
-    return rows(tuned, base_texts), rows(base, tuned_texts)
 
 
 def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:

@@ -217,7 +217,8 @@ def test_the_search_adapter_shows_bad_queries_as_a_message(ui, tiny_bert):
     s = tuned_session(app, tiny_bert)
     for q in ["", "x" * 100_000]:
         page, same = quiet(fns["on_search"].fn, q, 5, "main", s)
-        assert page.startswith("> **Error:** ") and same is s and "something went wrong" not in page
+        # an HTML box (the results are a gr.HTML), not raw Markdown
+        assert page.startswith('<div class="mx-status-error"') and same is s and "something went wrong" not in page
 
 
 def test_out_of_memory_at_every_batch_size_ends_with_a_message_not_a_hang(ui, tiny_bert, monkeypatch):
