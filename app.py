@@ -611,7 +611,8 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             for r in report.rows
             for enc in report.encoders
         ]
-        moved = pd.DataFrame(report.moved or [{"": "tune a model first: then the pairs that moved show here"}])
+        empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
+        moved = pd.DataFrame(report.moved or [{"": empty}])
         table = pd.DataFrame(eval_table_rows(report.rows))
         return eval_md(report.rows, report.notes), table, pd.DataFrame(bars), moved
 
