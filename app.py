@@ -28,6 +28,7 @@ from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Step
 from explorer.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
 from explorer.render import (
     MOVED_HEADER,
+    eval_chart,
     eval_md,
     eval_table_rows,
     fmt_seconds,
@@ -259,16 +260,9 @@ def evaluate_tab() -> SimpleNamespace:
     ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn")
     ui.eval_md = gr.Markdown("", elem_id="mx-eval-md")
     ui.eval_table = gr.Dataframe(interactive=False, elem_id="mx-eval-table")
-    ui.eval_plot = gr.BarPlot(
-        None,
-        x="bar",
-        y="spearman",
-        color="encoder",
-        title="Spearman ρ (higher is better)",
-        x_title="gold set · encoder",
-        height=320,
-        elem_id="mx-eval-plot",
-    )
+    # HTML rather than gr.BarPlot: the bars carry their 95% intervals, and the plot kept the colours of its first
+    # drawing (base only, before tuning) and dropped the tuned bars afterwards
+    ui.eval_plot = gr.HTML("", elem_id="mx-eval-plot")
     with gr.Accordion("Pairs whose rank moved most", open=False):
         gr.Markdown(MOVED_HEADER)
         ui.moved = gr.Dataframe(interactive=False, elem_id="mx-eval-moved")
@@ -605,16 +599,10 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     def eval_outputs(report: EvalReport) -> tuple:
         import pandas as pd
 
-        # one bar per (set, encoder), side by side: BarPlot would stack bars that share an x value
-        bars = [
-            {"bar": f"{r['gold set']} · {enc}", "encoder": enc, "spearman": r[enc]}
-            for r in report.rows
-            for enc in report.encoders
-        ]
         empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
         moved = pd.DataFrame(report.moved or [{"": empty}])
         table = pd.DataFrame(eval_table_rows(report.rows))
-        return eval_md(report.rows, report.notes), table, pd.DataFrame(bars), moved
+        return eval_md(report.rows, report.notes), table, eval_chart(report.rows, report.encoders), moved
 
     outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved, state]
     ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **ENCODE_QUEUE, **PRIVATE)

@@ -17,7 +17,7 @@ import app as mx
 from explorer import evaluation
 from explorer.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
 from explorer.events import Phase
-from explorer.render import eval_table_rows, fmt_interval
+from explorer.render import eval_chart, eval_table_rows, fmt_interval
 from mirror.evaluate import bootstrap_spearman, interval, moved_pairs, spearman
 
 
@@ -99,6 +99,17 @@ def test_score_row_has_an_interval_per_encoder_and_for_the_change():
     assert row["change 95% CI"][0] > 0  # tuning clearly helped here: the paired interval excludes zero
     shown = eval_table_rows([row])[0]
     assert shown["change"].startswith("+") and " – " in shown["base 95% CI"] and shown["change 95% CI"][0] == "+"
+
+
+def test_the_chart_draws_a_bar_and_whisker_per_encoder_and_escapes_names():
+    rows = [
+        {"gold set": "<i>mine</i>", "pairs": 12, "base": -0.2, "base 95% CI": [-0.5, 0.1], "tuned": 0.4,
+         "tuned 95% CI": None},
+    ]  # fmt: skip
+    page = eval_chart(rows, ("base", "tuned"))
+    assert "&lt;i&gt;mine&lt;/i&gt;" in page and "<i>" not in page
+    assert page.count('class="mx-eval-bar"') == 2 and page.count("95% interval -0.500 – 0.100") == 1
+    assert "axis -0.50 to 1" in page  # a negative interval widens the axis below zero
 
 
 # ---------------------------------------------------------------------------------------------- moved pairs
@@ -185,7 +196,7 @@ def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_
         md, table, bars, moved, session = fns["on_eval"].fn([], str(pairs), tuned)
     assert session is tuned and "only 5 pairs" in md and "bootstrap 95% intervals" in md
     assert "base 95% CI" in table.columns and "tuned 95% CI" in table.columns
-    assert len(bars) == 2 and session.run is not None
+    assert bars.count('class="mx-eval-bar"') == 2 and session.run is not None  # base and tuned
     # two tiny steps of a random model may move no pair: then the table says so
     assert list(moved.columns)[:2] == ["gold set", "pair"] or "no pair changed rank" in str(moved.iloc[0, 0])
     with warnings.catch_warnings():
