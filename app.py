@@ -1,11 +1,9 @@
 """Mirror Explorer web app: tune an encoder on your strings, then search, evaluate and map what changed.
 
-`python app.py` serves on 127.0.0.1:7860 (--host/--port, or GRADIO_SERVER_NAME/GRADIO_SERVER_PORT); server
-limits come from MIRROR_* variables (explorer/settings.py lists them). This file is the UI only: one builder per
-tab declares its components, one wiring function per tab connects them to `explorer.MirrorApp`, whose methods
-take and return plain values. A training's progress is born as typed events in explorer/jobs.py and drawn here
-(`TrainView`); the API endpoints turn the same events into JSON. Importing this module loads neither torch nor
-faiss: that happens in the service, on first use.
+`python app.py` serves on 127.0.0.1:7860 (--host/--port, or GRADIO_SERVER_NAME/GRADIO_SERVER_PORT); limits come
+from MIRROR_* variables (explorer/settings.py). The UI only: one builder per tab declares components, one wiring
+function per tab connects them to `explorer.MirrorApp` (plain values in and out). Progress is born as typed
+events in explorer/ and drawn here (`TrainView`, `RunView`). Importing this loads neither torch nor faiss.
 """
 
 from __future__ import annotations
@@ -22,21 +20,11 @@ from typing import Any
 
 import gradio as gr
 
-from explorer import MirrorApp, Session, Settings
+from explorer import MirrorApp, Session, Settings, render
+from explorer.evaluation import EtaClock, EvalReport
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Step
 from explorer.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
-from explorer.render import (
-    fmt_seconds,
-    load_md,
-    loss_frame,
-    message,
-    progress_bar,
-    render_results,
-    run_md,
-    served_md,
-    status_box,
-    user_error,
-)
+from explorer.runs import remember
 from explorer.sessions import RunInfo
 from explorer.uploads import UploadQuota, display_name
 from mirror.config import BUNDLED_MODEL, MirrorConfig
@@ -60,17 +48,24 @@ PRIVATE = {"api_visibility": "private"}
 ENCODE_QUEUE = {"concurrency_id": "encode", "concurrency_limit": 2}
 
 
-def call_service(app: MirrorApp, state: Session | None, n_outputs: int, call: Callable[[Session], Any]) -> tuple:
+def call_service(
+    app: MirrorApp,
+    state: Session | None,
+    n_outputs: int,
+    call: Callable[[Session], Any],
+    shown: Callable[[str], str] = render.message,
+) -> tuple:
     """The handler pattern "call the service, show its error": `call(session)` gives the outputs (one value or a
-    tuple), returned with the session last; a MirrorError (or a bug) becomes a toast and the message in the
-    first output, the other outputs unchanged. Never a traceback."""
+    tuple), returned with the session last; a MirrorError (or a bug) becomes a toast (plain text) and the render.message
+    in the first output (`shown(text)`: Markdown, or HTML for an HTML output), the other outputs unchanged.
+    Never a traceback."""
     session = app.session(state)
     try:
         out = call(session)
-    except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
-        text = user_error(exc)
-        gr.Warning(text)
-        return (message(text), *(gr.update() for _ in range(n_outputs - 1)), session)
+    except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
+        text = render.user_error(exc)
+        gr.Warning(render.toast_text(text))
+        return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), session)
     return (*(out if isinstance(out, tuple) else (out,)), session)
 
 
@@ -156,7 +151,7 @@ def tune_tab() -> SimpleNamespace:
         ui.cancel = gr.Button("Cancel", variant="secondary", scale=1, interactive=False, elem_id="mx-cancel")
     ui.status_md = gr.HTML("", elem_id="mx-status")
     ui.loss_plot = gr.LinePlot(
-        loss_frame([]),
+        render.loss_frame([]),
         x="step",
         y="loss",
         color="series",
@@ -207,14 +202,28 @@ def advanced_settings() -> dict[str, gr.components.Component]:
 def search_tab() -> SimpleNamespace:
     """Tab ②: queries against the tuned and the base encoder, and another corpus to search."""
     ui = SimpleNamespace()
-    ui.served_md = gr.Markdown(served_md(None), elem_id="mx-served")
+    ui.served_md = gr.Markdown(render.served_md(None), elem_id="mx-served")
     with gr.Row():
+        # lines=1 with room to grow: Enter searches (Gradio submits on Enter only when lines is 1), Shift+Enter
+        # starts another query on a new line
         ui.queries = gr.Textbox(
-            label="Queries (one per line)", lines=3, placeholder="kitten\nsad", scale=4, elem_id="mx-queries"
+            label="Queries",
+            info="Enter searches · Shift+Enter adds another query on a new line (up to 20)",
+            lines=1,
+            max_lines=8,
+            placeholder="kitten",
+            scale=4,
+            elem_id="mx-queries",
         )
         with gr.Column(scale=1):
             ui.k = gr.Slider(1, MAX_K, value=10, step=1, label="Hits per query (k)")
             ui.corpus = gr.Radio([("Your strings", "main"), ("Other corpus", "extra")], value="main", label="Search in")
+            ui.hide_query = gr.Checkbox(
+                value=True,
+                label="Hide the query itself",
+                info="Drop the hit that is the query's own string",
+                elem_id="mx-hide-query",
+            )
     ui.search_btn = gr.Button("Search", variant="primary", elem_id="mx-search-btn")
     ui.results = gr.HTML("", elem_id="mx-search-results")
     with gr.Accordion("Search another corpus with your tuned encoder", open=False):
@@ -245,18 +254,14 @@ def evaluate_tab() -> SimpleNamespace:
             label="…or your own pairs file", file_types=[".txt", ".tsv", ".csv"], type="filepath", height=150
         )
     ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn")
-    ui.eval_md = gr.Markdown("")
+    ui.eval_md = gr.Markdown("", elem_id="mx-eval-md")
     ui.eval_table = gr.Dataframe(interactive=False, elem_id="mx-eval-table")
-    ui.eval_plot = gr.BarPlot(
-        None,
-        x="bar",
-        y="spearman",
-        color="encoder",
-        title="Spearman ρ (higher is better)",
-        x_title="gold set · encoder",
-        height=320,
-        elem_id="mx-eval-plot",
-    )
+    # HTML rather than gr.BarPlot: the bars carry their 95% intervals, and the plot kept the colours of its first
+    # drawing (base only, before tuning) and dropped the tuned bars afterwards
+    ui.eval_plot = gr.HTML("", elem_id="mx-eval-plot")
+    with gr.Accordion("Pairs whose rank moved most", open=False):
+        gr.Markdown(render.MOVED_HEADER)
+        ui.moved = gr.Dataframe(interactive=False, elem_id="mx-eval-moved")
     return ui
 
 
@@ -295,6 +300,7 @@ def api_components() -> SimpleNamespace:
             queries=gr.Textbox(label="queries"),
             k=gr.Number(value=10, precision=0, label="k"),
             run=gr.Textbox(value="", label="run"),
+            hide_query=gr.Checkbox(value=False, label="hide_query"),
             search_out=gr.JSON(label="results"),
             cancel_out=gr.Textbox(label="cancelled"),
             train_btn=gr.Button(),
@@ -324,12 +330,14 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 maps = map_tab(app.settings.max_map_points)
         api = api_components()
         wire_inputs(app, state, tune)
-        on_load = wire_training(app, state, browser, tune, search, evaluate)
-        wire_search(app, state, search)
+        view = RunView(app, state, browser, tune, search, evaluate)
+        wire_training(app, view)
+        wire_saved_zip(app, view)
+        wire_search(app, state, search, tune.model)
         wire_evaluate(app, state, evaluate)
         wire_map(app, state, maps)
         wire_api(app, state, api)
-        on_load(demo)
+        wire_runs(app, view, demo)
     demo.queue(default_concurrency_limit=2)
     return demo
 
@@ -350,11 +358,11 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         """Outputs after a load: its summary, the preset's values (mode Auto), the plan; or the error."""
         try:
             info = load()
-        except Exception as exc:  # MirrorError, or a bug: a message, never a traceback
-            error = user_error(exc)
+        except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
+            error = render.user_error(exc)
             gr.Warning(error)
             # the strings loaded before are gone too (explorer: a failed load leaves none): nothing to launch
-            failed = [message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
+            failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
             return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", [])
         overrides, updates = dict(zip(fields, vals, strict=True)), keep_fields
         if mode_value == "auto":
@@ -362,7 +370,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             updates = [gr.update(value=v) for v in overrides.values()]
         estimate = app.estimate(session, model_value, mode_value, overrides)
         can_launch = gr.update(interactive=session.active is None or session.active.finished)
-        return [load_md(info), *updates, estimate, can_launch, session], info.get("columns", [])
+        return [render.load_md(info), *updates, estimate, can_launch, session], info.get("columns", [])
 
     def on_upload(path, col, mode_value, model_value, s, *vals):
         session = app.session(s)
@@ -415,7 +423,7 @@ class TrainView:
     def __init__(self, progress: gr.Progress):
         self.progress = progress
         self.losses: list[float] = []
-        self.status = status_box("Starting…")
+        self.status = render.status_box("Starting…")
         self.last_drawn = 0.0
 
     def take(self, ev: Event) -> None:
@@ -423,17 +431,17 @@ class TrainView:
             if ev.total:
                 self.progress((ev.done, ev.total), desc=ev.text, unit="strings")
                 right = f"{ev.done:,} / {ev.total:,} strings"
-                self.status = progress_bar(f"<b>{html.escape(ev.text)}…</b>", ev.done, ev.total, right)
+                self.status = render.progress_bar(f"<b>{html.escape(ev.text)}…</b>", ev.done, ev.total, right)
             else:
                 self.progress(None, desc=ev.text)
-                self.status = status_box(f"**{ev.text}…**")
+                self.status = render.status_box(f"**{ev.text}…**")
         elif isinstance(ev, Note):
             gr.Warning(ev.text)
         elif isinstance(ev, Step):
             self.losses.append(ev.loss)
-            eta = f"ETA {fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
+            eta = f"ETA {render.fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
-            self.status = progress_bar(text, ev.step, ev.total, eta)
+            self.status = render.progress_bar(text, ev.step, ev.total, eta)
             self.progress((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")
 
     def due(self) -> bool:
@@ -446,180 +454,193 @@ class TrainView:
 
     @staticmethod
     def plot(values: Sequence[float]) -> Any:
-        return gr.update(value=loss_frame(values), visible=len(values) > 1)  # a curve needs two points
+        return gr.update(value=render.loss_frame(values), visible=len(values) > 1)  # a curve needs two points
 
 
-def wire_training(
-    app: MirrorApp,
-    state: gr.State,
-    browser: gr.BrowserState,
-    ui: SimpleNamespace,
-    search: SimpleNamespace,
-    evaluate: SimpleNamespace,
-) -> Callable:
-    """Launch (queued, one training slot), Cancel, the browser's runs (open one, a run's link, a page reloaded
-    during its run reattaches), and serving a saved model zip. Returns the page-load handler."""
-    train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
-    outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
-    outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
+class RunView:
+    """What the Tune tab shows of a run, shared by Launch, a reloaded page and the run list: its events drawn as
+    they come, then every panel switched to it."""
 
-    def remembered(memory: dict | None, run_id: str | None = None, active: str | None = None) -> dict:
-        runs = [r for r in (memory or {}).get("runs", []) if isinstance(r, str)]
-        runs = [*runs, run_id] if run_id and run_id not in runs else runs
-        return {"runs": runs[-50:], "active": active}
+    def __init__(self, app: MirrorApp, state, browser, ui: SimpleNamespace, search, evaluate):
+        self.app, self.state, self.browser, self.ui, self.search, self.evaluate = (
+            app,
+            state,
+            browser,
+            ui,
+            search,
+            evaluate,
+        )
+        self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
+        self.outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
 
-    def run_list(memory: dict, value: str | None = None) -> Any:
-        choices = [(r["label"], r["id"]) for r in app.list_runs(memory["runs"])]
+    def run_list(self, memory: dict, value: str | None = None) -> Any:
+        choices = [(r["label"], r["id"]) for r in self.app.list_runs(memory["runs"])]
         return gr.update(choices=choices, value=value if any(v == value for _, v in choices) else None)
 
-    def served(run: RunInfo, session: Session, memory: dict) -> dict:
+    def served(self, run: RunInfo, session: Session, memory: dict | None) -> dict:
         """Every panel switched to `run`: summary, downloads, loss curve, search header, run list."""
-        words = run.stats.get("mode") != "sentences"
-        memory = remembered(memory, run.folder.name)
+        ui, words, memory = self.ui, run.stats.get("mode") != "sentences", remember(memory, run.folder.name)
         return {
-            ui.result_md: run_md(run),
+            ui.result_md: render.run_md(run),
             ui.model_file: gr.update(value=str(run.model_zip), visible=True),
             ui.index_file: gr.update(value=str(run.index_zip), visible=True),
             ui.loss_plot: TrainView.plot(run.losses),
-            search.served_md: served_md(session),
-            evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
-            ui.runs: run_list(memory, run.folder.name),
-            browser: memory,
-            state: session,
+            self.search.served_md: render.served_md(session),
+            self.evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
+            ui.runs: self.run_list(memory, run.folder.name),
+            self.browser: memory,
+            self.state: session,
         }
 
-    def draw(events: Iterator[Event], session: Session, memory: dict, progress: gr.Progress) -> Iterator[dict]:
+    def draw(self, events: Iterator[Event], session: Session, memory: dict, progress) -> Iterator[dict]:
         """A run's events drawn as they come (at most twice a second), then its end."""
-        view = TrainView(progress)
+        ui, view = self.ui, TrainView(progress)
         idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
         for ev in events:
             if isinstance(ev, Failed | Cancelled):
-                gr.Warning(ev.text)
+                gr.Warning(render.toast_text(ev.text))
                 kept = " Your previous model and index are still served." if session.run else ""
-                box = status_box(ev.text, "error") if isinstance(ev, Failed) else status_box(ev.text + kept, "warning")
-                curve = view.losses or list(getattr(ev, "losses", []))
+                failed = isinstance(ev, Failed)
+                box = render.status_box(ev.text, "error") if failed else render.status_box(ev.text + kept, "warning")
+                curve = view.plot(view.losses or list(getattr(ev, "losses", [])))
                 yield {
                     ui.status_md: box,
-                    ui.loss_plot: view.plot(curve),
+                    ui.loss_plot: curve,
                     **idle,
-                    browser: remembered(memory),
-                    state: session,
+                    self.browser: remember(memory),
+                    self.state: session,
                 }
                 return
             if isinstance(ev, Done):
-                box = status_box(f"Tuned and indexed in {ev.run.stats.get('wall_seconds', 0):.0f} s.", "ok")
-                yield {ui.status_md: box, **idle, **served(ev.run, session, memory)}
+                box = render.status_box(f"Tuned and indexed in {ev.run.stats.get('wall_seconds', 0):.0f} s.", "ok")
+                yield {ui.status_md: box, **idle, **self.served(ev.run, session, memory)}
                 return
             view.take(ev)
             if view.due():
                 yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses)}
 
+
+def wire_training(app: MirrorApp, view: RunView) -> None:
+    """Launch (queued, one training slot) and Cancel."""
+    ui, state, browser = view.ui, view.state, view.browser
+    train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+
     def on_request(memory, s):
         session = app.session(s)
         handle = app.request_run(session)
         busy = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
-        return {
-            ui.status_md: status_box("Waiting for a free training slot…"),
-            **busy,
-            browser: remembered(memory, active=handle.id),
-            state: session,
-        }
+        shown = render.status_box("Waiting for a free training slot…")
+        return {ui.status_md: shown, **busy, browser: remember(memory, active=handle.id), state: session}
 
     def on_train(data: dict, progress=gr.Progress()):  # noqa: B008 - gradio's progress idiom
         """Stream the run to the page: progress bar, live loss curve; then summary and downloads."""
         session = app.session(data[state])
         overrides = {name: data[comp] for name, comp in ui.fields.items()}
-        yield from draw(app.train(session, data[ui.model], data[ui.mode], overrides), session, data[browser], progress)
+        events = app.train(session, data[ui.model], data[ui.mode], overrides)
+        yield from view.draw(events, session, data[browser], progress)
 
-    def on_load(memory, s, request: gr.Request, progress=gr.Progress()):  # noqa: B008
-        """A page (re)loaded: its runs listed; a run's link (?run=) opened; a run still going reattached."""
-        session, memory = app.session(s), remembered(memory, active=(memory or {}).get("active"))
-        asked = (request.query_params.get("run") if request else None) or None
-        active = memory["active"]
-        if active and active in app.in_progress:
-            running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
-            shown = {ui.status_md: status_box("Reattached to your run…"), ui.runs: run_list(memory)}
-            yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
-            yield from draw(app.follow(active, session=session), session, memory, progress)
-            return
-        opened = try_open(session, asked or active, memory)
-        yield opened or {ui.runs: run_list(memory), browser: memory, state: session}
-
-    def try_open(session: Session, run_id: str | None, memory: dict) -> dict | None:
-        if not run_id:
-            return None
-        try:
-            return served(app.open_run(session, run_id), session, memory)
-        except MirrorError as exc:
-            gr.Warning(str(exc))
-            return None
-
-    def on_open(run_id, memory, s):
+    def on_cancel(s):
         session = app.session(s)
-        return try_open(session, run_id, remembered(memory)) or {state: session}
+        return render.status_box(app.cancel(session)), session
 
     train_inputs = {ui.mode, ui.model, state, browser, *ui.fields.values()}
     request_outputs = [ui.status_md, ui.launch, ui.cancel, browser, state]
     ui.launch.click(on_request, [browser, state], request_outputs, queue=False, **PRIVATE).then(
-        on_train, train_inputs, outputs, show_progress="hidden", **train_queue, **PRIVATE
+        on_train, train_inputs, view.outputs, show_progress="hidden", **train_queue, **PRIVATE
     )
-    ui.open_run.click(on_open, [ui.runs, browser, state], outputs, **PRIVATE)
-
-    def on_cancel(s):
-        session = app.session(s)
-        return status_box(app.cancel(session)), session
-
     ui.cancel.click(on_cancel, [state], [ui.status_md, state], queue=False, **PRIVATE)
-    wire_saved_zip(app, state, ui, search, lambda run, session: served(run, session, {}))
+
+
+def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
+    """The browser's runs: listed on page load, opened from the list or a link (?run=<id>); a page reloaded
+    during its run reattaches to it."""
+    ui, state, browser = view.ui, view.state, view.browser
+
+    def on_load(memory, s, request: gr.Request, progress=gr.Progress()):  # noqa: B008
+        session, memory = app.session(s), remember(memory, active=(memory or {}).get("active"))
+        asked = (request.query_params.get("run") if request else None) or None
+        active = memory["active"]
+        if active and active in app.in_progress:
+            running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
+            shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
+            yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
+            yield from view.draw(app.follow(active, session=session), session, memory, progress)
+            return
+        yield try_open(session, asked or active, memory) or {
+            ui.runs: view.run_list(memory),
+            browser: memory,
+            state: session,
+        }
+
+    def try_open(session: Session, run_id: str | None, memory: dict) -> dict | None:
+        try:
+            return view.served(app.open_run(session, run_id), session, memory) if run_id else None
+        except MirrorError as exc:
+            gr.Warning(render.toast_text(str(exc)))
+            return None
+
+    def on_open(run_id, memory, s):
+        session = app.session(s)
+        return try_open(session, run_id, remember(memory)) or {state: session}
+
+    ui.open_run.click(on_open, [ui.runs, browser, state], view.outputs, **PRIVATE)
     # the browser's stored value reaches the page a moment after it loads: read it once it is there
     wait = "async () => { await new Promise((done) => setTimeout(done, 400)); }"
     load = {"show_progress": "hidden", **PRIVATE}
-    return lambda demo: demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], outputs, **load)
+    demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], view.outputs, **load)
 
 
-def wire_saved_zip(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: SimpleNamespace, served) -> None:
-    """Serving a model zip saved from this app (tuned here before)."""
-    train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
+    """Serving a model zip saved from this app (tuned here before): it becomes a run like any other."""
+    ui, state, browser = view.ui, view.state, view.browser
 
-    def on_saved_zip(path, s, progress=gr.Progress()):  # noqa: B008
+    def on_saved_zip(path, memory, s, progress=gr.Progress()):  # noqa: B008
         session = app.session(s)
-        no = gr.update()
         for ev in app.use_saved_model(session, path) if path else ():
             if isinstance(ev, Phase):
                 progress(None, desc=ev.text)
             elif isinstance(ev, Failed):
-                gr.Warning(ev.text)
-                return message(ev.text), no, no, no, no, no, session
+                gr.Warning(render.toast_text(ev.text))
+                return {ui.saved_md: render.message(ev.text), state: session}
             elif isinstance(ev, Done):
-                out = served(ev.run, session)
-                shown = message(f"Serving `{display_name(path)}`.", "ok")
-                files = (out[ui.result_md], out[ui.model_file], out[ui.index_file], out[ui.loss_plot])
-                return shown, *files, served_md(session), session
-        return no, no, no, no, no, no, session
+                shown = render.message(f"Serving `{display_name(path)}`.", "ok")
+                return {ui.saved_md: shown, **view.served(ev.run, session, memory)}
+        return {state: session}
 
-    saved_outputs = [ui.saved_md, ui.result_md, ui.model_file, ui.index_file, ui.loss_plot, search.served_md, state]
-    ui.saved_zip.upload(on_saved_zip, [ui.saved_zip, state], saved_outputs, **train_queue, **PRIVATE)
+    queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+    ui.saved_zip.upload(on_saved_zip, [ui.saved_zip, browser, state], [ui.saved_md, *view.outputs], **queue, **PRIVATE)
 
 
-def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
-    """Search (button or Enter) and indexing another corpus."""
+def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.components.Component) -> None:
+    """Search (button or Enter; before any tuning with the base `model` chosen in tab ①) and indexing another
+    corpus."""
 
-    def on_search(q, k_value, corpus_value, s):
+    def on_search(q, k_value, corpus_value, s, hide=True, model_value=BUNDLED_MODEL, progress=gr.Progress()):  # noqa: B008
         def search(session: Session) -> str:
-            found = app.search(session, q, k_value, corpus_value)
-            return render_results(found, session.run.base_model if session.run else BUNDLED_MODEL)
+            if session.run is None:
+                progress(None, desc="Searching with the base model (its first search embeds your strings)")
+            found = app.search(session, q, k_value, corpus_value, bool(hide), model_value or BUNDLED_MODEL)
+            base = session.run.base_model if session.run else (model_value or BUNDLED_MODEL)
+            return render.render_results(found, base)
 
-        return call_service(app, s, 1, search)
+        return call_service(app, s, 1, search, lambda text: render.status_box(text, "error"))
 
-    search_inputs = [ui.queries, ui.k, ui.corpus, state]
-    ui.search_btn.click(on_search, search_inputs, [ui.results, state], concurrency_limit=None, **PRIVATE)
-    ui.queries.submit(on_search, search_inputs, [ui.results, state], concurrency_limit=None, **PRIVATE)
+    search_inputs = [ui.queries, ui.k, ui.corpus, state, ui.hide_query, model]
+    # the Search button and Enter in the queries box: one handler
+    gr.on(
+        [ui.search_btn.click, ui.queries.submit],
+        on_search,
+        search_inputs,
+        [ui.results, state],
+        concurrency_limit=None,
+        **PRIVATE,
+    )
 
     def on_other(path, col, s, progress=gr.Progress()):  # noqa: B008
         def index(session: Session) -> tuple:
             progress(None, desc="Indexing with both encoders")
             text = app.index_corpus(session, path, (col or "").strip() or None)
-            return message(text, "ok"), gr.update(value="extra"), served_md(session)
+            return render.message(text, "ok"), gr.update(value="extra"), render.served_md(session)
 
         return call_service(app, s, 3, index)
 
@@ -628,31 +649,29 @@ def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
 
 def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
+    """Evaluate: a progress bar with the time left while the pairs are encoded, then scores, bars and moved pairs."""
+
     def on_eval(gold_value, pairs_path, s, progress=gr.Progress()):  # noqa: B008
-        progress(None, desc="Encoding the pairs")
+        progress(None, desc="Loading the encoders")
+        clock = EtaClock()
+
+        def step(ev: Phase) -> None:
+            left = clock.left(ev.done, ev.total)
+            progress((ev.done, ev.total), desc=ev.text + (f" · {left}" if left else ""), unit="strings")
+
         return call_service(
-            app, s, 3, lambda session: eval_outputs(session, app.evaluate(session, gold_value, pairs_path))
+            app, s, 4, lambda session: eval_outputs(app.evaluate_report(session, gold_value, pairs_path, step))
         )
 
-    def eval_outputs(session: Session, rows: list[dict[str, Any]]) -> tuple:
+    def eval_outputs(report: EvalReport) -> tuple:
         import pandas as pd
 
-        # one bar per (set, encoder), side by side: BarPlot would stack bars that share an x value
-        bars = [
-            {"bar": f"{r['gold set']} · {enc}", "encoder": enc, "spearman": r[enc]}
-            for r in rows
-            for enc in ("base", "tuned")
-            if enc in r
-        ]
-        note = "" if session.run else " (no tuned model yet: showing the bundled base model only)"
-        table = pd.DataFrame([{**r, "change": f"{r['change']:+.4f}"} if "change" in r else r for r in rows])
-        return (
-            message(f"Evaluated {len(rows)} set{'s' if len(rows) != 1 else ''}{note}.", "ok"),
-            table,
-            pd.DataFrame(bars),
-        )
+        empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
+        moved = pd.DataFrame(report.moved or [{"": empty}])
+        table = pd.DataFrame(render.eval_table_rows(report.rows))
+        return render.eval_md(report.rows, report.notes), table, render.eval_chart(report.rows, report.encoders), moved
 
-    outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, state]
+    outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved, state]
     ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **ENCODE_QUEUE, **PRIVATE)
 
 
@@ -664,7 +683,7 @@ def wire_map(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     def map_outputs(maps: dict[str, list[dict[str, Any]]]) -> tuple:
         import pandas as pd
 
-        shown = message(f"{len(maps['tuned']):,} strings, PCA of each space.", "ok")
+        shown = render.message(f"{len(maps['tuned']):,} strings, PCA of each space.", "ok")
         return shown, pd.DataFrame(maps["base"]), pd.DataFrame(maps["tuned"])
 
     outputs = [ui.map_md, ui.map_base, ui.map_tuned, state]
@@ -691,17 +710,19 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         session = app.session(s)
         yield from api_run(app, session, s, texts, file, column, model, mode, settings)
 
-    def api_search(queries: str, k: float = 10, run: str = "", s: Session | None = None):
+    def api_search(queries: str, k: float = 10, hide_query: bool = False, run: str = "", s: Session | None = None):
         """Top-k hits (k <= 50) per query (one per line) with the tuned and the base encoder of this client's
         last /train run, or of the kept run whose id is `run` (any client, after a restart too):
-        [{query, tuned: [{rank, text, score, only_here}], base: [...]}]."""
+        [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}], base_only}].
+        `hide_query`: drop the hit that is the query's own string (off by default)."""
         session = app.session(s)
         try:
-            return app.search(session, queries, k, run_id=(run or "").strip() or None), session
-        except Exception as exc:  # MirrorError, or a bug: a message either way
+            run_id = (run or "").strip() or None
+            return app.search(session, queries, k, hide_query=bool(hide_query), run_id=run_id), session
+        except Exception as exc:  # MirrorError, or a bug: a render.message either way
             if session is not s:  # a client's first call failed: its new session folder is never reused
                 app.close_session(session)
-            raise gr.Error(user_error(exc)) from None
+            raise gr.Error(render.user_error(exc)) from None
 
     def api_cancel(s: Session | None = None):
         """Stop this client's run (from another call of the same Client while /train runs)."""
@@ -712,50 +733,22 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
     train_inputs = [api.texts, api.file, api.column, api.model, api.mode, api.settings, state]
     train_outputs = [api.train_out, api.model_zip, api.index_zip, state]
     api.train_btn.click(api_train, train_inputs, train_outputs, api_name="train", **train_queue)
-    search_io = ([api.queries, api.k, api.run, state], [api.search_out, state])
+    search_io = ([api.queries, api.k, api.hide_query, api.run, state], [api.search_out, state])
     api.search_btn.click(api_search, *search_io, api_name="search", concurrency_limit=None)
     api.cancel_btn.click(api_cancel, [state], [api.cancel_out, state], api_name="cancel", queue=False)
 
 
-def api_run(
-    app: MirrorApp, session: Session, s: Session | None, texts, file, column, model, mode, settings
-) -> Iterator[tuple]:
-    """The /train endpoint's stream: the session (and run id) with the first event, so the client's /cancel
-    reaches the run, progress once a second, then (summary, model zip, index zip, session). A client that
-    disconnects or cancels stops pulling, and the run stops (explorer.jobs)."""
-
-    def fail(text: str) -> gr.Error:
+def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> Iterator[tuple]:
+    """The /train endpoint's stream (explorer's `train_stream`) with its errors as gr.Error; a client's failed
+    first call leaves no session folder behind."""
+    try:
+        for progress, run in app.train_stream(session, *args):
+            files = (str(run.model_zip), str(run.index_zip)) if run is not None else (None, None)
+            yield progress, *files, session
+    except MirrorError as exc:
         if session is not s:  # a client's first call failed: its new session folder is never reused
             app.close_session(session)
-        return gr.Error(text)
-
-    try:
-        info = app.load_file(session, file, (column or "").strip() or None) if file else app.load_pasted(session, texts)
-        if settings is not None and not isinstance(settings, dict):
-            raise MirrorError('settings must be a JSON object such as {"max_steps": 20}')
-    except Exception as exc:  # MirrorError, or a bug: a message either way
-        raise fail(user_error(exc)) from None
-    notes, progress, last = list(info.get("notes", [])), {"status": "queued"}, 0.0
-    for ev in app.train(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {})):
-        if isinstance(ev, Failed | Cancelled):
-            raise fail(ev.text)
-        if isinstance(ev, Done):
-            run = ev.run
-            summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
-            summary.update(notes=notes + list(run.stats.get("notes") or []), run_id=progress.get("run_id"))
-            yield summary, str(run.model_zip), str(run.index_zip), session
-            return
-        if isinstance(ev, Note):
-            notes.append(ev.text)
-        if isinstance(ev, Step):
-            progress.update(step=ev.step, total_steps=ev.total, loss=ev.loss)
-        if "run_id" not in progress and session.active is not None:  # the state goes out now: /cancel reaches it
-            progress.update(status="running", run_id=session.active.id)
-            last = 0.0
-        if time.monotonic() - last >= 1.0:
-            last = time.monotonic()
-            yield dict(progress), None, None, session
-    raise fail("the run ended without a result")
+        raise gr.Error(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -775,7 +768,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from starlette.middleware import Middleware
 
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(render.message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         app = MirrorApp(Settings.from_env())

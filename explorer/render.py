@@ -73,44 +73,177 @@ def fmt_seconds(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
+def rank_move(rank: int, base_rank: int | None) -> str:
+    """A tuned hit's move from its base rank: "↑3" (3 places higher with tuning), "↓2", "=" or "new" (not in
+    the base top k)."""
+    if base_rank is None:
+        return "new"
+    if base_rank == rank:
+        return "="
+    return f"↑{base_rank - rank}" if base_rank > rank else f"↓{rank - base_rank}"
+
+
 def render_results(results: list[dict[str, Any]], base_label: str) -> str:
-    """Side-by-side HTML tables per query; strings only one side found are highlighted. All text is escaped."""
+    """Side-by-side HTML tables per query; strings only one side found are highlighted, each tuned hit shows
+    its move from the base ranking. A base-only result (no tuned model yet) is one table, said so. All text is
+    escaped."""
     new_bg, gone_bg = "rgba(34,197,94,0.18)", "rgba(245,158,11,0.20)"
+    base_only = any(r.get("base_only") for r in results)
     legend = (
         f'<p style="margin:0 0 8px 0;font-size:0.9em"><span style="background:{new_bg};padding:1px 6px;border-radius:4px">'
         f'green</span> only the tuned encoder finds it · <span style="background:{gone_bg};padding:1px 6px;'
-        'border-radius:4px">amber</span> only the base encoder finds it</p>'
+        "border-radius:4px\">amber</span> only the base encoder finds it · <b>move</b>: a tuned hit's rank against "
+        "the base encoder's (↑3: three places higher after tuning, ↓2: lower, new: not in the base top k)</p>"
     )
-
-    def table(hits: list[dict[str, Any]], title: str, bg: str, cls: str) -> str:
-        body = "".join(
-            f'<tr class="{cls if h["only_here"] else ""}" style="background:{bg if h["only_here"] else "transparent"}">'
-            f'<td style="padding:2px 8px;opacity:0.7">{h["rank"]}</td>'
-            f'<td style="padding:2px 8px">{html.escape(h["text"])}</td>'
-            f'<td style="padding:2px 8px;text-align:right;font-variant-numeric:tabular-nums">{h["score"]:.3f}</td></tr>'
-            for h in hits
+    if base_only:
+        legend = (
+            '<p class="mx-base-only" style="margin:0 0 8px 0;font-size:0.9em">No tuned model yet: these are the '
+            f"<b>base encoder</b>'s hits alone ({html.escape(base_label)}). Tune a model in tab ① to see what "
+            "tuning changes.</p>"
         )
-        return (
-            f'<div style="flex:1;min-width:260px"><div style="font-weight:600;margin-bottom:4px">{title}</div>'
-            f'<table style="width:100%;border-collapse:collapse"><thead><tr><th style="text-align:left;padding:2px 8px;width:2.5em">#</th>'
-            f'<th style="text-align:left;padding:2px 8px">string</th><th style="text-align:right;padding:2px 8px;width:5em">cosine</th>'
-            f"</tr></thead><tbody>{body}</tbody></table></div>"
-        )
-
     blocks = []
     for r in results:
-        changed = sum(h["only_here"] for h in r["tuned"])
+        if r.get("base_only"):
+            head, tables = "", _hits_table(r["base"], "Base · " + html.escape(base_label), "", "", False)
+        else:
+            changed = sum(h["only_here"] for h in r["tuned"])
+            head = f' <span style="opacity:0.7">· {changed} of {len(r["tuned"])} tuned hits are new</span>'
+            tables = _hits_table(r["tuned"], "Tuned (mirror)", new_bg, "mx-only-tuned", True) + _hits_table(
+                r["base"], "Base · " + html.escape(base_label), gone_bg, "mx-only-base", False
+            )
         blocks.append(
             f'<div class="mx-query" style="margin-bottom:18px"><div style="font-size:1.05em;margin-bottom:6px">'
-            f'Query: <b>{html.escape(r["query"])}</b> <span style="opacity:0.7">· {changed} of {len(r["tuned"])} '
-            f'tuned hits are new</span></div><div style="display:flex;gap:18px;flex-wrap:wrap">'
-            f"{table(r['tuned'], 'Tuned (mirror)', new_bg, 'mx-only-tuned')}"
-            f"{table(r['base'], 'Base · ' + html.escape(base_label), gone_bg, 'mx-only-base')}</div></div>"
+            f"Query: <b>{html.escape(r['query'])}</b>{head}</div>"
+            f'<div style="display:flex;gap:18px;flex-wrap:wrap">{tables}</div></div>'
         )
     return '<div id="mx-results">' + legend + "".join(blocks) + "</div>"
 
 
 SMOOTHING = 0.8  # exponential moving average of the raw losses: one batch's loss is noisy
+
+
+def _hits_table(hits: list[dict[str, Any]], title: str, bg: str, cls: str, moves: bool) -> str:
+    """One side's hits; `moves`: a column with each hit's rank move from the base ranking."""
+    cell = "padding:2px 8px"
+    colour = {"↑": "#16a34a", "↓": "#d97706", "n": "#16a34a"}
+
+    def move(h: dict[str, Any]) -> str:
+        if not moves:
+            return ""
+        mark = rank_move(h["rank"], h.get("base_rank"))
+        base = h.get("base_rank")
+        tip = f"base rank {base}" if base is not None else "not in the base top k"
+        return (
+            f'<td class="mx-move" title="{tip}" style="{cell};text-align:right;white-space:nowrap;'
+            f'color:{colour.get(mark[0], "inherit")}">{mark}</td>'
+        )
+
+    body = "".join(
+        f'<tr class="{cls if h["only_here"] else ""}" style="background:{bg if h["only_here"] else "transparent"}">'
+        f'<td style="{cell};opacity:0.7">{h["rank"]}</td>'
+        f'<td style="{cell}">{html.escape(h["text"])}</td>'
+        f'<td style="{cell};text-align:right;font-variant-numeric:tabular-nums">{h["score"]:.3f}</td>{move(h)}</tr>'
+        for h in hits
+    )
+    move_head = f'<th style="text-align:right;{cell};width:3.5em">move</th>' if moves else ""
+    return (
+        f'<div style="flex:1;min-width:260px"><div style="font-weight:600;margin-bottom:4px">{title}</div>'
+        f'<table style="width:100%;border-collapse:collapse"><thead><tr><th style="text-align:left;{cell};width:2.5em">#</th>'
+        f'<th style="text-align:left;{cell}">string</th><th style="text-align:right;{cell};width:5em">cosine</th>'
+        f"{move_head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
+
+
+def toast_text(text: str) -> str:
+    """A message for a toast (gr.Warning): plain words, no Markdown marks; escaped, since Gradio renders a
+    toast's text as HTML."""
+    text = re.sub(r"\*\*(.+?)\*\*", r"\1", text)
+    return html.escape(re.sub(r"`(.+?)`", r"\1", text), quote=False)
+
+
+MOVED_HEADER = (
+    "**Pairs whose rank moved most with tuning.** A pair's rank is its place among all pairs of its set "
+    "(1 = most similar) by gold score, by base cosine and by tuned cosine. Per set: the pairs whose tuned rank came "
+    "closest to their gold rank (*toward gold* > 0: tuning helped) and those pushed farthest from it "
+    "(< 0: tuning hurt). Ranked by distance to the gold rank rather than by raw movement, since that is what "
+    "moves the Spearman correlation."
+)
+
+
+def fmt_interval(ci: Sequence[float] | None, signed: bool = False) -> str:
+    """A 95% interval for a table cell: "0.612 – 0.701" ("+0.004 – +0.021" for a change); "n/a" without one."""
+    if ci is None:
+        return "n/a"
+    spec = "+.4f" if signed else ".4f"
+    return f"{ci[0]:{spec}} – {ci[1]:{spec}}"
+
+
+def eval_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The evaluation rows for the table: intervals as text, the change signed."""
+    out = []
+    for r in rows:
+        row = dict(r)
+        for key in [k for k in r if k.endswith("95% CI")]:
+            row[key] = fmt_interval(r[key], signed=key.startswith("change"))
+        if "change" in r:
+            row["change"] = f"{r['change']:+.4f}"
+        out.append(row)
+    return out
+
+
+ENCODER_COLOURS = {"base": "#4c78a8", "tuned": "#f58518"}
+
+
+def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str]) -> str:
+    """Spearman per set and encoder as horizontal bars (HTML), each with its 95% interval as a whisker. The axis
+    runs from 0 (or the lowest value, when one is negative) to 1. All text is escaped."""
+    values = [r[e] for r in rows for e in encoders] + [
+        lo for r in rows for e in encoders if r.get(f"{e} 95% CI") for lo in r[f"{e} 95% CI"][:1]
+    ]
+    left = min(0.0, *values) if values else 0.0
+
+    def x(v: float) -> float:  # a value's position, in % of the bar's width
+        return 100.0 * (max(left, min(1.0, v)) - left) / (1.0 - left)
+
+    def bar(r: dict[str, Any], enc: str) -> str:
+        v, ci, zero = r[enc], r.get(f"{enc} 95% CI"), x(0.0)
+        start, width = min(zero, x(v)), abs(x(v) - zero)
+        whisker = ""
+        if ci:
+            lo, hi = x(ci[0]), x(ci[1])
+            whisker = (
+                f'<div title="95% interval {ci[0]:.3f} – {ci[1]:.3f}" style="position:absolute;left:{lo:.1f}%;'
+                f"width:{max(hi - lo, 0.3):.1f}%;top:3px;bottom:3px;border:2px solid var(--body-text-color,#333);"
+                "border-top:none;border-bottom:none;background:linear-gradient(var(--body-text-color,#333),"
+                'var(--body-text-color,#333)) center/100% 2px no-repeat"></div>'
+            )
+        return (
+            f'<div class="mx-eval-bar" style="display:flex;align-items:center;gap:8px;margin:2px 0">'
+            f'<span style="width:3.5em;font-size:0.9em">{html.escape(enc)}</span>'
+            '<div style="position:relative;flex:1;height:18px;background:rgba(127,127,127,0.12);border-radius:3px">'
+            f'<div style="position:absolute;left:{start:.1f}%;width:{width:.1f}%;top:0;bottom:0;'
+            f'background:{ENCODER_COLOURS.get(enc, "#888")};border-radius:3px"></div>{whisker}</div>'
+            f'<span style="width:9.5em;font-size:0.9em;font-variant-numeric:tabular-nums">{v:.3f}'
+            f"{f' ({ci[0]:.2f} – {ci[1]:.2f})' if ci else ''}</span></div>"
+        )
+
+    sets = "".join(
+        f'<div style="margin:8px 0 2px 0;font-weight:600">{html.escape(str(r["gold set"]))} '
+        f'<span style="font-weight:normal;opacity:0.7">· {r["pairs"]:,} pairs</span></div>'
+        + "".join(bar(r, e) for e in encoders)
+        for r in rows
+    )
+    return (
+        '<div id="mx-eval-chart"><div style="font-weight:600">Spearman ρ, higher is better; the whisker is its '
+        f"bootstrap 95% interval (axis {left:.2f} to 1)</div>{sets}</div>"
+    )
+
+
+def eval_md(rows: list[dict[str, Any]], notes: Sequence[str]) -> str:
+    """What the evaluation found, in one line, then its notes (small sets, no tuned model yet)."""
+    n = len(rows)
+    head = f"Evaluated {n} set{'s' if n != 1 else ''}; intervals are bootstrap 95% intervals over the pairs."
+    return "\n\n".join([message(head, "ok"), *(message(t, "warning") for t in notes)])
 
 
 def loss_frame(losses: Sequence[float]) -> Any:
@@ -143,7 +276,8 @@ def load_md(info: dict[str, Any]) -> str:
     kind = "single words and short terms" if info["mode"] == "words" else "sentences"
     lines = [
         f"**{info['strings']:,} strings** loaded from `{info['source']}`: {stats.lines:,} lines, "
-        f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed.",
+        f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed, "
+        f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
         f"**Detected:** {kind} → the **{info['mode']} preset** (τ {p.temperature}, {p.epochs} epoch"
         f"{'s' if p.epochs != 1 else ''}, max length {p.max_length} tokens). <small>{info['reason']}</small>",
     ]
@@ -177,7 +311,9 @@ def served_md(session: Session | None) -> str:
     run = getattr(session, "run", None)
     if run is None:
         return message(
-            "No tuned model yet: tune one in tab ① (or upload a saved model there), then search here.", "info"
+            "No tuned model yet: search your loaded strings with the base model now, then tune one in tab ① "
+            "(or upload a saved model there) to compare it with the tuned model.",
+            "info",
         )
     extra = f" · other corpus: `{run.extra_corpus}`" if run.extra_corpus else ""
     return (

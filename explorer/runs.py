@@ -25,6 +25,14 @@ RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 LAST_USED = ".last_used"
 
 
+def remember(memory: dict | None, run_id: str | None = None, active: str | None = None) -> dict:
+    """What a browser keeps of its runs (gr.BrowserState): the ids of its last 50 runs, plus `run_id`, and the
+    run it has going (`active`)."""
+    runs = [r for r in (memory or {}).get("runs", []) if isinstance(r, str)]
+    runs = [*runs, run_id] if run_id and run_id not in runs else runs
+    return {"runs": runs[-50:], "active": active}
+
+
 class RunStore:
     """Run folders by id: save a finished run's RunInfo, load it back, list some, remove old ones."""
 

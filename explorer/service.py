@@ -9,6 +9,7 @@ uploads (model zips), inputs (settings and queries checked), render (what the us
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -16,18 +17,20 @@ import secrets
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from explorer import maps
 from explorer.estimate import device_and_threads, estimate_seconds
+from explorer.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
-from explorer.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, clamp_k, split_queries
+from explorer.inputs import EXAMPLES, EXAMPLES_DIR, build_config, clamp_k, split_queries
 from explorer.jobs import FairSlots, train_job
 from explorer.models import IndexPair, Loaded, ModelCache, release_memory
 from explorer.render import fmt_seconds, message, user_error
 from explorer.runs import RunStore
+from explorer.search import BaseIndexes, search_both
 from explorer.sessions import (
     EVICT_MIN_IDLE_S,
     RUNS_DIR,
@@ -71,6 +74,7 @@ class MirrorApp:
         # a caller that bypasses the queue gets a clear "busy" error instead of an extra training.
         self.train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)
         self.search_slots = FairSlots(self.settings.search_concurrency)
+        self.base_indexes = BaseIndexes()  # the loaded strings under a base model, searched before any tuning
 
     def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
         return self
@@ -145,7 +149,7 @@ class MirrorApp:
         if len(texts) < 2:
             raise MirrorError(
                 f"`{source}`: found {len(texts)} usable string{'s' if len(texts) != 1 else ''} "
-                f"({stats.lines} lines, {stats.empty} empty, {stats.duplicates} duplicates); mirror tuning needs at least 2 distinct strings"
+                f"({stats.lines} lines, {stats.empty} empty, {stats.duplicates + stats.case_duplicates} duplicates); mirror tuning needs at least 2 distinct strings"
             )
         mode, reason = detect_mode(texts)
         session.texts, session.source, session.stats = texts, source, stats
@@ -264,6 +268,44 @@ class MirrorApp:
         args = (session, handle, model, mode, overrides)
         threading.Thread(target=self._run, args=args, name=f"mirror-run-{handle.id[:8]}", daemon=True).start()
         return handle
+
+    def train_stream(
+        self, session: Session, texts: str, file: str | None, column: str, model: str, mode: str, settings: Any
+    ) -> Iterator[tuple[dict[str, Any], RunInfo | None]]:
+        """The /train API: load `file` (or the pasted `texts`), tune, and yield (progress, None) as the run goes
+        (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
+        (summary, run). Errors raise MirrorError with the message the page would show."""
+        try:
+            info = (
+                self.load_file(session, file, (column or "").strip() or None)
+                if file
+                else self.load_pasted(session, texts)
+            )
+            if settings is not None and not isinstance(settings, dict):
+                raise MirrorError('settings must be a JSON object such as {"max_steps": 20}')
+        except Exception as exc:  # MirrorError, or a bug: a message either way
+            raise MirrorError(user_error(exc)) from None
+        notes, progress, last = list(info.get("notes", [])), {"status": "queued"}, 0.0
+        for ev in self.train(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {})):
+            if isinstance(ev, Failed | Cancelled):
+                raise MirrorError(ev.text)
+            if isinstance(ev, Done):
+                run = ev.run
+                summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
+                summary.update(notes=notes + list(run.stats.get("notes") or []), run_id=run.folder.name)
+                yield summary, run
+                return
+            if isinstance(ev, Note):
+                notes.append(ev.text)
+            if isinstance(ev, Step):
+                progress.update(step=ev.step, total_steps=ev.total, loss=ev.loss)
+            if "run_id" not in progress and session.active is not None:
+                progress.update(status="running", run_id=session.active.id)
+                last = 0.0
+            if time.monotonic() - last >= 1.0:
+                last = time.monotonic()
+                yield dict(progress), None
+        raise MirrorError("the run ended without a result")
 
     def follow(self, run_id: str, since: int = 0, session: Session | None = None) -> Iterator[Event]:
         """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run; with
@@ -506,24 +548,50 @@ class MirrorApp:
     # ---------------------------------------------------------------- tab 2: search
 
     def search(
-        self, session: Session, queries: str, k: Any = 10, corpus: str = "main", run_id: str | None = None
+        self,
+        session: Session,
+        queries: str,
+        k: Any = 10,
+        corpus: str = "main",
+        hide_query: bool = False,
+        base_model: str | None = None,
+        run_id: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Top-k hits of each query for the tuned and the base encoder, marked where they differ. `run_id`: search
-        that kept run instead of the session's (any client, after a restart too)."""
-        run = self.runs.load(run_id) if run_id else session.run
-        if run is None:
-            raise MirrorError("Nothing to search yet: tune a model in tab ① (or upload a saved model there) first.")
+        """Top-k hits of each query (one per line) for the tuned and the base encoder, compared (explorer.search):
+        [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}], base_only}].
+
+        `hide_query` drops the hit that is the query's own string (off by default: an API caller sees what the
+        index holds). Before any tuning it searches the loaded strings with the base model `base_model` (default:
+        the bundled one; a served run compares with its own base) alone: "tuned" is empty, "base_only" true.
+        `run_id`: search that kept run instead of the session's (any client, after a restart too).
+        """
         qs, k = split_queries(queries), clamp_k(k)
-        loaded = self.models.loaded(run)
-        pair = loaded.extra if corpus == "extra" else loaded.main
-        if pair is None:
+        run = self.runs.load(run_id) if run_id else session.run
+        pair = None
+        if run is not None:
+            loaded = self.models.loaded(run)
+            pair = loaded.extra if corpus == "extra" else loaded.main
+        if pair is None and corpus == "extra":
             raise MirrorError("no other corpus is indexed yet: upload one below and press “Index it”")
+        if pair is None:
+            return self._search_base_only(session, qs, k, bool(hide_query), base_model or BUNDLED_MODEL)
         with self.search_slots:  # a few encodes at a time, in arrival order: no thread oversubscription
-            tuned_hits, base_hits = pair.tuned.search(qs, k), pair.base.search(qs, k)
-        return [
-            {"query": q, **dict(zip(("tuned", "base"), compare_hits(th, bh), strict=True))}
-            for q, th, bh in zip(qs, tuned_hits, base_hits, strict=True)
-        ]
+            return search_both(pair.tuned, pair.base, qs, k, bool(hide_query))
+
+    def _search_base_only(
+        self, session: Session, queries: list[str], k: int, hide_query: bool, model: str
+    ) -> list[dict[str, Any]]:
+        texts = list(session.texts)
+        if len(texts) < 2:
+            raise MirrorError(
+                "Nothing to search yet: load your strings in tab ① (step 1) to search them with the base model, "
+                "then tune one there to compare it with the tuned model."
+            )
+        model = self.models.check_download(model)
+        encoder = self.models.base_encoder(model)
+        with self.search_slots:  # the first search of these strings embeds them all: one slot, like a search
+            index = self.base_indexes.get(model, encoder, texts)
+            return search_both(None, index, queries, k, hide_query)
 
     def index_corpus(self, session: Session, path: str | None, column: str | None = None) -> str:
         """Index another uploaded corpus with the served tuned and base encoders; returns a summary."""
@@ -563,38 +631,29 @@ class MirrorApp:
     # ---------------------------------------------------------------- tab 3: evaluate
 
     def evaluate(self, session: Session, gold: Sequence[str], pairs_path: str | None = None) -> list[dict[str, Any]]:
-        """Spearman ρ of cosine vs gold scores, for the base and (when there is one) the tuned encoder."""
-        from mirror.data import decode
-        from mirror.evaluate import evaluate_pairs, parse_pairs, read_pairs
+        """Spearman ρ of cosine vs gold scores, for the base and (when there is one) the tuned encoder: a row per
+        set, with bootstrap 95% intervals ("base 95% CI", ...). `evaluate_report` has the rest."""
+        return self.evaluate_report(session, gold, pairs_path).rows
 
-        sets: list[tuple[str, list]] = []
-        for name in gold or []:
-            if name not in GOLD_SETS:
-                raise MirrorError(f"unknown gold set {name!r}; choose from {', '.join(GOLD_SETS)}")
-            sets.append((name, read_pairs(EXAMPLES_DIR / GOLD_SETS[name])))
-        if pairs_path:
-            p, shown = Path(pairs_path), display_name(pairs_path)
-            if p.stat().st_size > self.settings.max_upload_bytes:
-                raise MirrorError(
-                    f"`{shown}` is {fmt_size(p.stat().st_size)}; this app accepts files up to {fmt_size(self.settings.max_upload_bytes, limit=True)}"
-                )
-            sets.append((shown, parse_pairs(decode(p.read_bytes(), shown), shown)))
-        if not sets:
-            raise MirrorError("choose a gold set or upload a pairs file")
+    def evaluate_report(
+        self,
+        session: Session,
+        gold: Sequence[str],
+        pairs_path: str | None = None,
+        on_progress: Callable[[Phase], None] | None = None,
+    ) -> EvalReport:
+        """The rows of `evaluate`, the pairs whose rank moved most with tuning and notes (a set under 50 pairs,
+        no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work."""
+        sets = load_sets(gold, pairs_path, self.settings.max_upload_bytes)
+        notes = []
         if session.run is not None:
             loaded = self.models.loaded(session.run)
             encoders = [("base", loaded.base), ("tuned", loaded.tuned)]
         else:
             encoders = [("base", self.models.base_encoder(BUNDLED_MODEL))]
-        rows = []
-        for name, pairs in sets:
-            row: dict[str, Any] = {"gold set": name, "pairs": len(pairs)}
-            for which, enc in encoders:
-                row[which] = round(evaluate_pairs(enc, pairs, name).spearman, 4)
-            if "tuned" in row:
-                row["change"] = round(row["tuned"] - row["base"], 4)
-            rows.append(row)
-        return rows
+            notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
+        report = evaluate_sets(sets, encoders, on_progress)
+        return dataclasses.replace(report, notes=notes + report.notes)
 
     # ---------------------------------------------------------------- tab 4: map
 
@@ -636,19 +695,6 @@ def link_or_copy(src: Path, dst: Path) -> Path:
     except OSError:
         shutil.copyfile(src, dst)
     return dst
-
-
-def compare_hits(tuned: list[Any], base: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Hits as dicts, each marked `only_here` when the other encoder's top k lacks that string."""
-    tuned_texts, base_texts = {h.text for h in tuned}, {h.text for h in base}
-
-    def rows(hits: list[Any], other: set[str]) -> list[dict[str, Any]]:
-        return [
-            {"rank": h.rank, "text": h.text, "score": round(float(h.score), 4), "only_here": h.text not in other}
-            for h in hits
-        ]
-
-    return rows(tuned, base_texts), rows(base, tuned_texts)
 
 
 def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:

@@ -1,4 +1,4 @@
-"""Input readers (.txt, .csv/.tsv, .jsonl) and cleaning: strip, drop empties, de-duplicate.
+"""Input readers (.txt, .csv/.tsv, .jsonl) and cleaning: strip, drop empties, de-duplicate (case-insensitively).
 
 Where reading takes a guess (an encoding without a byte-order mark, a table without a header row) it says so in
 a note: the readers append to a `notes` list the caller passes, and `clean_texts` carries them into CleanStats.
@@ -43,25 +43,31 @@ class CleanStats:
 
     lines: int
     empty: int
-    duplicates: int
+    duplicates: int  # exact copies of an earlier string
     kept: int
     notes: tuple[str, ...] = ()  # guesses made while reading (an encoding, a header row)
+    case_duplicates: int = 0  # equal to an earlier string but for case ("Whisk" after "whisk"): merged into it
 
     def summary(self) -> str:
-        counts = f"{self.kept} strings ({self.lines} lines, {self.empty} empty dropped, {self.duplicates} duplicates removed)"
+        counts = (
+            f"{self.kept} strings ({self.lines} lines, {self.empty} empty dropped, {self.duplicates} duplicates removed"
+        )
+        # only when there are some: the line stays as it was for the inputs most people load
+        counts += f", {self.case_duplicates} case variants merged)" if self.case_duplicates else ")"
         return "; ".join([counts, *self.notes])
 
 
 def clean_texts(texts: Iterable[str], notes: Iterable[str] = ()) -> tuple[list[str], CleanStats]:
-    """Strip, drop empty lines and de-duplicate keeping first occurrence order; `notes` (from reading) are kept
-    in the stats.
+    """Strip, drop empty lines and de-duplicate keeping first occurrence order; strings that differ only in case
+    are merged into the first spelling; `notes` (from reading) are kept in the stats.
 
     Duplicates matter for the loss: two copies of a string in one batch are each other's
-    false negatives.
+    false negatives, and so are "Apple" and "apple" (and they take two hit slots in a search).
     """
     seen: set[str] = set()
+    folded: set[str] = set()
     out: list[str] = []
-    lines = empty = dups = 0
+    lines = empty = dups = case_dups = 0
     for raw in texts:
         lines += 1
         text = " ".join(CONTROL.sub(" ", SURROGATE.sub("\ufffd", str(raw))).split())  # no control chars, one space
@@ -69,10 +75,15 @@ def clean_texts(texts: Iterable[str], notes: Iterable[str] = ()) -> tuple[list[s
             empty += 1
         elif text in seen:
             dups += 1
+        elif text.casefold() in folded:
+            seen.add(text)  # a later copy of this spelling counts as an exact duplicate
+            case_dups += 1
         else:
             seen.add(text)
+            folded.add(text.casefold())
             out.append(text)
-    return out, CleanStats(lines=lines, empty=empty, duplicates=dups, kept=len(out), notes=tuple(notes))
+    stats = CleanStats(lines, empty, dups, len(out), tuple(notes), case_duplicates=case_dups)
+    return out, stats
 
 
 def fmt_size(n_bytes: float, limit: bool = False) -> str:
