@@ -109,7 +109,7 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
 
         # 4. search: tuned and base hits side by side
         page.get_by_role("tab", name="② Search").click()
-        expect(page.locator("#mx-served")).to_contain_text("Searching 50 strings")
+        expect(page.locator("#mx-served")).to_contain_text("searching 50 strings")
         page.locator("#mx-queries textarea").fill("kitten\npuppy")
         page.locator("#mx-search-btn").click()
         expect(page.locator("#mx-results .mx-query")).to_have_count(2)
@@ -125,3 +125,85 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         raise
     finally:
         page.close()
+
+
+def upload_file(page, path) -> None:
+    """Upload through the file input (clearing a file shown there first, as a user would)."""
+    clear = page.locator("#mx-upload button[aria-label='Clear']")
+    if clear.count():
+        clear.first.click()
+    page.locator("#mx-upload input[type=file]").set_input_files(str(path))
+
+
+def tune_a_few_steps(page, steps: int = 2) -> None:
+    """Launch a run of `steps` steps (small batches, many epochs: long enough to reload during it)."""
+    page.get_by_text("Advanced settings").click()
+    for name, value in (("batch_size", "4"), ("epochs", "100"), ("max_steps", str(steps))):
+        box = page.locator(f"#mx-set-{name} input").first
+        box.fill(value)
+        box.press("Tab")
+    page.locator("#mx-launch").click()
+
+
+def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_disarms_launch(server, browser, tmp_path):
+    """Issue 15 as a user sees it: a good upload then a bad one leaves Launch disabled; a run survives a reload
+    (the page reattaches, the run is listed and searchable); its link opens it in a fresh browser."""
+    from playwright.sync_api import expect
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
+    good.write_text("\n".join(WORDS[:30]) + "\n")
+    bad.write_bytes(b"\x00\x01\x02binary\xff" * 50)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(server)
+        expect(page.locator("#mx-launch")).to_be_disabled()  # nothing loaded: nothing to launch
+        upload_file(page, good)
+        expect(page.locator("#mx-input")).to_contain_text("30 strings loaded")
+        expect(page.locator("#mx-launch")).to_be_enabled()
+        upload_file(page, bad)
+        expect(page.locator("#mx-input")).to_contain_text("binary")
+        expect(page.locator("#mx-launch")).to_be_disabled()  # the good file's strings are not armed any more
+        page.screenshot(path=ARTIFACTS / "browser_4_bad_after_good.png", full_page=True)
+
+        upload_file(page, good)
+        expect(page.locator("#mx-launch")).to_be_enabled()
+        tune_a_few_steps(page, 200)
+        expect(page.locator("#mx-status")).to_contain_text("step", timeout=120_000)
+        page.reload()  # mid-run: the page reattaches to the same run and follows it to its end
+        expect(page.locator("#mx-status")).to_contain_text("step", timeout=60_000)
+        expect(page.locator("#mx-cancel")).to_be_enabled()
+        expect(page.locator("#mx-result")).to_contain_text("Done", timeout=300_000)
+        link = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href")
+        run_id = link.split("run=")[1]
+        page.screenshot(path=ARTIFACTS / "browser_5_reattached_done.png", full_page=True)
+
+        page.reload()  # listed after a reload, and searchable
+        page.locator("#mx-runs input").click()
+        expect(page.get_by_role("option")).to_have_count(1)
+        page.get_by_role("option").first.click()
+        page.locator("#mx-open-run").click()
+        expect(page.locator("#mx-result")).to_contain_text(run_id[:8])
+        page.get_by_role("tab", name="② Search").click()
+        page.locator("#mx-queries textarea").fill(WORDS[0])
+        page.locator("#mx-queries textarea").press("Enter")  # Enter searches
+        expect(page.locator("#mx-results .mx-query")).to_have_count(1)
+
+        fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()  # the link, elsewhere
+        fresh.goto(urljoin(server, link))
+        expect(fresh.locator("#mx-result")).to_contain_text(run_id[:8], timeout=60_000)
+        fresh.get_by_role("tab", name="② Search").click()
+        fresh.locator("#mx-queries textarea").fill(WORDS[1])
+        fresh.locator("#mx-search-btn").click()
+        expect(fresh.locator("#mx-results .mx-query")).to_have_count(1)
+        fresh.screenshot(path=ARTIFACTS / "browser_6_link_in_a_fresh_browser.png", full_page=True)
+        assert not errors, errors
+    except Exception:
+        page.screenshot(path=ARTIFACTS / "browser_failure_runs.png", full_page=True)
+        raise
+    finally:
+        context.close()
