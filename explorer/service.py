@@ -50,6 +50,7 @@ from mirror.data import clean_texts, fmt_size, read_file
 from mirror.errors import MirrorError
 
 log = logging.getLogger("mirror.app")
+SLOT_WAIT_S = 30.0  # longer than explorer.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
 INDEX_README = (
     "A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.\n"
     "Search it with: python -m index query mirror-index 'your query' --encoder mirror-model\n"
@@ -352,14 +353,26 @@ class MirrorApp:
         yield from self._exclusive(session, self._train(session, handle, model, mode, overrides))
 
     def _exclusive(self, session: Session, events: Iterator[Event]) -> Iterator[Event]:
-        """Run a job's events holding a training slot; its final event is yielded after the job cleaned up."""
-        if not self.train_slots.acquire(blocking=False):
-            n = self.settings.train_concurrency
-            yield Failed(
-                f"this server runs at most {n} training{'s' if n != 1 else ''} at a time "
-                "(MIRROR_TRAIN_CONCURRENCY) and all slots are busy; try again when a run finishes"
-            )
+        """Run a job's events holding a training slot; its final event is yielded after the job cleaned up.
+
+        Gradio's queue hands out its training turns as runs end, but a run whose page or client went away goes
+        on until it notices (ABANDONED_S) while the queue has already moved on: so wait up to SLOT_WAIT_S for the
+        slot, saying so, before refusing (a caller that bypasses the queue is refused then, never run extra)."""
+        deadline = time.monotonic() + SLOT_WAIT_S
+        while not self.train_slots.acquire(timeout=0.5):
+            if time.monotonic() >= deadline:
+                break
+            yield Phase("Waiting for a free training slot (a run that lost its page is stopping)")
+        else:
+            yield from self._holding_slot(session, events)
             return
+        n = self.settings.train_concurrency
+        yield Failed(
+            f"this server runs at most {n} training{'s' if n != 1 else ''} at a time "
+            "(MIRROR_TRAIN_CONCURRENCY) and all slots are busy; try again when a run finishes"
+        )
+
+    def _holding_slot(self, session: Session, events: Iterator[Event]) -> Iterator[Event]:
         terminal = None
         self.sessions.running.add(session.folder)
         try:

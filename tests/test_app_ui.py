@@ -190,7 +190,7 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
     app.load_pasted(session, "\n".join(WORDS))
     out = fns["on_saved_zip"].fn(str(tuned.run.model_zip), None, session)
     shown = {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in out.items()}
-    saved_md, result_md, model_file = shown[None] if None in shown else "", shown["mx-result"], shown["mx-model-zip"]
+    result_md, model_file = shown["mx-result"], shown["mx-model-zip"]
     assert "Done" in result_md and model_file["visible"]
     assert any("Serving" in str(v) for v in out.values())  # the note under the upload
     assert shown["BrowserState"]["runs"] == [session.run.folder.name]  # it joins the browser's runs
@@ -505,7 +505,7 @@ def test_the_server_serves_only_the_files_it_made_for_a_session(server, tiny_ber
         assert not is_under(Path(served["path"]), sessions)
         r = httpx.get(served["url"])
         assert r.status_code == 200 and r.content[:2] == b"PK"
-    inside = next(sessions.glob("*/runs/*/tuned_index/texts.json"))
+    inside = next(sessions.glob("runs/*/tuned_index/texts.json"))  # a run in the run store
     for path in [inside, inside.parent.parent / "mirror-model.zip", ROOT / "app.py", Path("/etc/passwd")]:
         assert path.exists()
         r = httpx.get(f"{url}gradio_api/file={path}")
@@ -564,7 +564,7 @@ def test_api_runs_stop_on_cancel_and_on_disconnect(tmp_path, tiny_bert):
     with serve(tmp_path, env) as served:
         client = Client(served.url, verbose=False)
         job = client.submit(texts="\n".join(WORDS), model=str(tiny_bert), settings=ENDLESS, api_name="/train")
-        wait_for(lambda: any((tmp_path / "sessions").glob("*/runs/*/base_index")), "the run to start")
+        wait_for(lambda: any((tmp_path / "sessions").glob("runs/*/base_index")), "the run to start")
         assert "Stopping" in client.predict(api_name="/cancel")
         with pytest.raises(Exception, match="Cancelled after"):
             job.result(timeout=60)
@@ -575,7 +575,7 @@ def test_api_runs_stop_on_cancel_and_on_disconnect(tmp_path, tiny_bert):
             f"c.predict(texts={chr(10).join(WORDS)!r}, model=sys.argv[2], settings={ENDLESS!r}, api_name='/train')\n"
         )
         killed = subprocess.Popen([sys.executable, "-c", script, served.url, str(tiny_bert)], cwd=ROOT)
-        wait_for(lambda: any((tmp_path / "sessions").glob("*/runs/*/base_index")), "the second run to start")
+        wait_for(lambda: any((tmp_path / "sessions").glob("runs/*/base_index")), "the second run to start")
         killed.kill()
         killed.wait()
         other = Client(served.url, verbose=False)

@@ -276,19 +276,21 @@ def test_a_run_that_raises_midway_leaves_the_session_usable(app, tiny_bert, monk
 # figures are in bench/RESULTS.md.
 
 
-def test_training_slots_are_enforced_even_when_the_queue_is_bypassed(app, tiny_bert):
+def test_training_slots_are_enforced_even_when_the_queue_is_bypassed(app, tiny_bert, monkeypatch):
     """Gradio's queue runs MIRROR_TRAIN_CONCURRENCY trainings at once; a caller that skips it (another event
-    wired wrongly, a direct call) gets a clear error from the app itself rather than an extra training."""
+    wired wrongly, a direct call) gets a clear error from the app itself rather than an extra training (after
+    SLOT_WAIT_S, the time a run that lost its page takes to stop; 0 here)."""
+    monkeypatch.setattr("explorer.service.SLOT_WAIT_S", 0.0)
     a, b = app.session(), app.session()
     for s in (a, b):
         app.load_pasted(s, "\n".join(WORDS))
-    running = app.train(a, str(tiny_bert), "auto", {**TINY, "max_steps": 3})
+    running = app.train(a, str(tiny_bert), "auto", {**TINY, "max_steps": 300, "batch_size": 4, "epochs": 100})
     assert next(e for e in running if e.kind == "step").step == 1  # a holds the only slot now
     refused = train(app, b, tiny_bert)
     assert [e.kind for e in refused] == ["error"]
     assert "at most 1 training at a time (MIRROR_TRAIN_CONCURRENCY)" in refused[0].text
     assert b.run is None and b.active is None
-    assert list(running)[-1].kind == "done" and a.run is not None
+    assert list(running)[-1].kind == "done" and a.run is not None and a.run.stats["steps"] == 300
     assert train(app, b, tiny_bert)[-1].kind == "done"  # the slot is free again
     wider = MirrorApp(dataclasses.replace(app.settings, train_concurrency=2))
     first = wider.train(a, str(tiny_bert), "auto", TINY)
