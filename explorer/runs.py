@@ -11,13 +11,12 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from explorer.sessions import RunInfo, disk_usage
+from explorer.sessions import RunInfo, disk_usage, evict
 from mirror.errors import MirrorError
 
 RUN_FILE = "run.json"
@@ -104,17 +103,6 @@ class RunStore:
                 continue
             if folder.is_dir() and folder not in keep and now - last > min_idle:
                 entries.append((last, folder))
-        entries.sort()
-        removed = [f for last, f in entries if now - last > max_age]
-        held = disk_usage(self.root) - sum(disk_usage(f) for f in removed)
-        for _, folder in entries:
-            if held <= max_bytes:
-                break
-            if folder in removed or not (folder / RUN_FILE).is_file():
-                continue
-            held -= disk_usage(folder)
-            removed.append(folder)
-        for folder in removed:
-            self.forget(folder)
-            shutil.rmtree(folder, ignore_errors=True)
-        return removed
+        expired = [f for last, f in sorted(entries) if now - last > max_age]
+        finished = lambda folder: (folder / RUN_FILE).is_file()  # noqa: E731 - a run being made stays
+        return evict(entries, expired, disk_usage(self.root), max_bytes, self.forget, finished)

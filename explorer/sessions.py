@@ -157,6 +157,31 @@ def disk_usage(folder: Path) -> int:
     return total
 
 
+def evict(
+    candidates: list[tuple[float, Path]],
+    expired: list[Path],
+    held: int,
+    budget: int,
+    forget: Callable[[Path], None],
+    may_go: Callable[[Path], bool] = lambda folder: True,
+) -> list[Path]:
+    """Remove the `expired` folders, then the least recently used `candidates` ((last use, folder)) that
+    `may_go` while the `held` bytes are over `budget`; each after `forget(folder)`. Returns what went."""
+    removed = list(expired)
+    held -= sum(disk_usage(f) for f in removed)
+    for _, folder in sorted(candidates):  # oldest first
+        if held <= budget:
+            break
+        if folder in removed or not may_go(folder):
+            continue
+        held -= disk_usage(folder)
+        removed.append(folder)
+    for folder in removed:
+        forget(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    return removed
+
+
 class SessionStore:
     """Session folders under `settings.work_dir`: made on first use, removed when closed, idle or over budget.
 
@@ -215,18 +240,9 @@ class SessionStore:
                 held += disk_usage(folder)
                 if folder not in self.running:
                     folders.append((last, folder))
-        removed = [f for last, f in folders if now - last > self.settings.session_ttl]
-        idle = sorted((last, f) for last, f in folders if f not in removed and now - last > EVICT_MIN_IDLE_S)
-        held -= sum(disk_usage(f) for f in removed)
-        for _, folder in idle:  # oldest first
-            if held <= self.settings.disk_bytes:
-                break
-            held -= disk_usage(folder)
-            removed.append(folder)
-        for folder in removed:
-            self.forget(folder)
-            shutil.rmtree(folder, ignore_errors=True)
-        return removed
+        expired = [f for last, f in folders if now - last > self.settings.session_ttl]
+        idle = [(last, f) for last, f in folders if now - last > EVICT_MIN_IDLE_S]
+        return evict(idle, expired, held, self.settings.disk_bytes, self.forget)
 
     def check_disk(self, session: Session, runs: int = 0) -> None:
         """Before a job writes: room in the session's own budget (its folder and the `runs` bytes of the runs it
