@@ -252,7 +252,7 @@ def test_out_of_memory_at_every_batch_size_ends_with_a_message_not_a_hang(ui, ti
     app.train_slots.release()
 
 
-def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_bert):
+def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_bert, monkeypatch):
     """50 sessions through Gradio's own session-state expiry (gr.State time_to_live -> close_session), 20 orphaned
     folders for the periodic sweep, and a session closed while its run goes on: afterwards the work dir holds
     exactly the live sessions."""
@@ -282,6 +282,7 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
             assert train(app, s, tiny_bert)[-1].kind == "done"
         holder[f"client{i}"][state._id] = s
         sessions.append(s)
+    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 600.0)  # its page stays open: only Gradio's expiry acts
     busy = sessions[1]  # closed while a run goes on: cleaned up when the run ends
     # a run goes on in its own thread, whether its page pulls events or not: this one runs until cancelled below
     running = app.train(busy, str(tiny_bert), "auto", {**TINY, "batch_size": 4, "max_steps": None, "epochs": 1000})
