@@ -360,7 +360,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             info = load()
         except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
             error = render.user_error(exc)
-            gr.Warning(error)
+            gr.Warning(render.toast_text(error))
             # the strings loaded before are gone too (explorer: a failed load leaves none): nothing to launch
             failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
             return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", [])
@@ -436,7 +436,7 @@ class TrainView:
                 self.progress(None, desc=ev.text)
                 self.status = render.status_box(f"**{ev.text}…**")
         elif isinstance(ev, Note):
-            gr.Warning(ev.text)
+            gr.Warning(render.toast_text(ev.text))
         elif isinstance(ev, Step):
             self.losses.append(ev.loss)
             eta = f"ETA {render.fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
