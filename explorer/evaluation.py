@@ -45,6 +45,7 @@ class EvalReport:
     moved: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     encoders: tuple[str, ...] = ("base", "tuned")
+    caption: str = ""  # which run (or the base model alone) was evaluated
 
 
 def load_sets(gold: Sequence[str] | None, pairs_path: str | None, max_bytes: int) -> list[tuple[str, list[Pair]]]:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mirror.config import MirrorConfig
+from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -239,11 +239,11 @@ def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str]) -> str:
     )
 
 
-def eval_md(rows: list[dict[str, Any]], notes: Sequence[str]) -> str:
-    """What the evaluation found, in one line, then its notes (small sets, no tuned model yet)."""
+def eval_md(rows: list[dict[str, Any]], notes: Sequence[str], caption: str = "") -> str:
+    """Which run was evaluated, what the evaluation found in one line, then its notes (small sets, no tuned model)."""
     n = len(rows)
     head = f"Evaluated {n} set{'s' if n != 1 else ''}; intervals are bootstrap 95% intervals over the pairs."
-    return "\n\n".join([message(head, "ok"), *(message(t, "warning") for t in notes)])
+    return "\n\n".join([*([caption] if caption else []), message(head, "ok"), *(message(t, "warning") for t in notes)])
 
 
 def loss_frame(losses: Sequence[float]) -> Any:
@@ -304,6 +304,15 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         f"Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below. "
         f"[Link to this run](?run={run_id}) (whoever has it can open the run; kept while used, see MIRROR_RUN_TTL)."
         f"{extra}"
+    )
+
+
+def run_caption(run: RunInfo | None) -> str:
+    """Which run a panel belongs to, in one Markdown line (its id, strings and base model), or the base-only case."""
+    if run is None:
+        return f"Base encoder only (`{BUNDLED_MODEL}`): no tuned model yet."
+    return (
+        f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
     )
 
 

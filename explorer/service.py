@@ -28,7 +28,7 @@ from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, 
 from explorer.inputs import EXAMPLES, EXAMPLES_DIR, build_config, clamp_k, split_queries
 from explorer.jobs import FairSlots, train_job
 from explorer.models import IndexPair, Loaded, ModelCache, release_memory
-from explorer.render import fmt_seconds, message, user_error
+from explorer.render import fmt_seconds, message, run_caption, user_error
 from explorer.runs import RunStore
 from explorer.search import BaseIndexes, search_both
 from explorer.sessions import (
@@ -658,15 +658,15 @@ class MirrorApp:
         """The rows of `evaluate`, the pairs whose rank moved most with tuning and notes (a set under 50 pairs,
         no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work."""
         sets = load_sets(gold, pairs_path, self.settings.max_upload_bytes)
-        notes = []
-        if session.run is not None:
-            loaded = self.models.loaded(session.run)
+        notes, run = [], session.run  # the run evaluated, named in the report even if another is served by then
+        if run is not None:
+            loaded = self.models.loaded(run)
             encoders = [("base", loaded.base), ("tuned", loaded.tuned)]
         else:
             encoders = [("base", self.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
         report = evaluate_sets(sets, encoders, on_progress)
-        return dataclasses.replace(report, notes=notes + report.notes)
+        return dataclasses.replace(report, notes=notes + report.notes, caption=run_caption(run))
 
     # ---------------------------------------------------------------- tab 4: map
 

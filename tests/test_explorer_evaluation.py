@@ -185,6 +185,20 @@ def test_the_service_keeps_its_rows_and_adds_intervals_and_notes(app, tuned, tmp
     assert report.notes == [n for n in report.notes if "pairs.txt" in n] and "only 5 pairs" in report.notes[0]
     assert {m["gold set"] for m in report.moved} <= {"WordSim-353", "pairs.txt"}
     assert seen and seen[-1].done == seen[-1].total
+    assert f"Run `{tuned.run.folder.name[:8]}`" in report.caption and tuned.run.corpus in report.caption
+
+
+def test_an_evaluation_names_the_run_it_scored_even_when_another_is_served_by_then(app, tuned, tmp_path):
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("cat dog 8\ncar bus 7\nred moon 1\nsun moon 6\nman woman 7\n")
+    scored = tuned.run
+
+    def swap(ev: Phase) -> None:  # another run is served while this evaluation encodes
+        tuned.run = None
+
+    report = app.evaluate_report(tuned, [], str(pairs), swap)
+    assert report.encoders == ("base", "tuned") and scored.folder.name[:8] in report.caption
+    assert "Base encoder only" in app.evaluate_report(tuned, [], str(pairs)).caption
 
 
 def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_path):
@@ -195,6 +209,7 @@ def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_
         warnings.simplefilter("ignore")
         md, table, bars, moved, session = fns["on_eval"].fn([], str(pairs), tuned)
     assert session is tuned and "only 5 pairs" in md and "bootstrap 95% intervals" in md
+    assert md.startswith(f"Run `{tuned.run.folder.name[:8]}`")  # the panel says which run it belongs to
     assert "base 95% CI" in table.columns and "tuned 95% CI" in table.columns
     assert bars.count('class="mx-eval-bar"') == 2 and session.run is not None  # base and tuned
     # two tiny steps of a random model may move no pair: then the table says so
