@@ -668,8 +668,11 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
         empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
         moved = pd.DataFrame(report.moved or [{"": empty}])
-        table = pd.DataFrame(render.eval_table_rows(report.rows))
-        return render.eval_md(report.rows, report.notes, report.caption), table, render.eval_chart(report.rows, report.encoders), moved
+        table, chart = (
+            pd.DataFrame(render.eval_table_rows(report.rows)),
+            render.eval_chart(report.rows, report.encoders),
+        )
+        return render.eval_md(report.rows, report.notes, report.caption), table, chart, moved
 
     outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved, state]
     ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **ENCODE_QUEUE, **PRIVATE)

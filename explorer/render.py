@@ -311,9 +311,7 @@ def run_caption(run: RunInfo | None) -> str:
     """Which run a panel belongs to, in one Markdown line (its id, strings and base model), or the base-only case."""
     if run is None:
         return f"Base encoder only (`{BUNDLED_MODEL}`): no tuned model yet."
-    return (
-        f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
-    )
+    return f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
 
 
 def served_md(session: Session | None) -> str:
