@@ -30,6 +30,7 @@ from explorer.uploads import UploadQuota, display_name
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.data import SUFFIXES
 from mirror.errors import MirrorError
+from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -44,29 +45,6 @@ Mirror-fine-tune a sentence encoder on **your own strings** — no labels needed
 **① Tune** → **② Search** your strings with the tuned and the base encoder side by side → **③ Evaluate** on word and
 sentence similarity benchmarks → **④ Map** the embedding space. Runs on the bundled offline model by default."""
 
-PRIVATE = {"api_visibility": "private"}
-ENCODE_QUEUE = {"concurrency_id": "encode", "concurrency_limit": 2}
-
-
-def call_service(
-    app: MirrorApp,
-    state: Session | None,
-    n_outputs: int,
-    call: Callable[[Session], Any],
-    shown: Callable[[str], str] = render.message,
-) -> tuple:
-    """The handler pattern "call the service, show its error": `call(session)` gives the outputs (one value or a
-    tuple), returned with the session last; a MirrorError (or a bug) becomes a toast (plain text) and the render.message
-    in the first output (`shown(text)`: Markdown, or HTML for an HTML output), the other outputs unchanged.
-    Never a traceback."""
-    session = app.session(state)
-    try:
-        out = call(session)
-    except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
-        text = render.user_error(exc)
-        gr.Warning(render.toast_text(text))
-        return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), session)
-    return (*(out if isinstance(out, tuple) else (out,)), session)
 
 
 def setting_component(name: str, value: Any) -> gr.components.Component:
