@@ -66,8 +66,9 @@ def setting_component(name: str, value: Any) -> gr.components.Component:
 # ----------------------------------------------------------------------------------------------- layout
 
 
-def tune_tab() -> SimpleNamespace:
-    """Tab ①: strings in, base model and settings, launch and progress, downloads."""
+def tune_tab(allow_hub: bool) -> SimpleNamespace:
+    """Tab ①: strings in (file, paste, example, a Hub dataset), base model and settings, launch and progress,
+    downloads."""
     ui = SimpleNamespace()
     with gr.Row():
         ui.runs = gr.Dropdown(
@@ -104,6 +105,12 @@ def tune_tab() -> SimpleNamespace:
                         [(text, key) for key, (text, _) in EXAMPLES.items()], value="small", label="Bundled examples"
                     )
                     ui.example_btn = gr.Button("Load example", elem_id="mx-example-btn")
+                with gr.Tab("Hugging Face dataset", visible=allow_hub):
+                    with gr.Row():
+                        ui.hub_dataset = gr.Textbox(label="Dataset id", placeholder="user/dataset", scale=3)
+                        ui.hub_column = gr.Textbox(label="Text column", placeholder="text", scale=2)
+                        ui.hub_split = gr.Textbox(label="Split (optional)", placeholder="train", scale=1)
+                    ui.hub_btn = gr.Button("Load from the Hub", elem_id="mx-hub-dataset-btn")
             ui.input_md = gr.Markdown(
                 "Load some strings: upload a file, paste them, or pick an example.", elem_id="mx-input"
             )
@@ -274,7 +281,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         gr.Markdown(INTRO, elem_id="mx-header")
         with gr.Tabs():
             with gr.Tab("① Tune", id="tune"):
-                tune = tune_tab()
+                tune = tune_tab(app.settings.allow_hub)
             with gr.Tab("② Search", id="search"):
                 search = search_tab()
             with gr.Tab("③ Evaluate", id="evaluate"):
@@ -348,6 +355,11 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         session = app.session(s)
         return after_load(session, lambda: app.load_example(session, key), mode_value, model_value, vals)[0]
 
+    def on_hub(dataset, column, split, mode_value, model_value, s, *vals):
+        session = app.session(s)
+        load = lambda: app.load_hub_dataset(session, dataset, column, split)  # noqa: E731
+        return after_load(session, load, mode_value, model_value, vals)[0]
+
     def on_mode(mode_value, model_value, s, *vals):
         session = app.session(s)
         resolved = mode_value if mode_value != "auto" else (session.detected_mode if session.texts else "words")
@@ -365,6 +377,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     ui.column.input(on_column, [ui.upload, ui.column, *inputs], loaded, **PRIVATE)
     ui.paste_btn.click(on_paste, [ui.pasted, *inputs], loaded, **PRIVATE)
     ui.example_btn.click(on_example, [ui.example, *inputs], loaded, **PRIVATE)
+    ui.hub_btn.click(on_hub, [ui.hub_dataset, ui.hub_column, ui.hub_split, *inputs], loaded, **PRIVATE)
     ui.mode.input(on_mode, inputs, [*field_list, ui.estimate_md, state], **PRIVATE)
     changes = [ui.model.change, *[f.input for f in field_list]]
     gr.on(changes, on_settings, inputs, [ui.estimate_md, state], show_progress="hidden", **PRIVATE)

@@ -327,3 +327,49 @@ def served_md(session: Session | None) -> str:
         f"Run `{run.folder.name[:8]}`: searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
         f"({run.pooling} pooling) at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
     )
+
+
+def health_md(health: dict[str, Any]) -> str:
+    """Space health before and after tuning (explorer.health.compare_health) as a small table and its one-line
+    reading."""
+    base, tuned = health.get("base", {}), health.get("tuned", {})
+    names = health.get("labels", {})
+    rows = "\n".join(
+        f"| {names.get(key, key)} | {base[key]:.3f} | {tuned.get(key, float('nan')):.3f} |"
+        for key in base
+        if isinstance(base[key], int | float)
+    )
+    table = f"| space health of your strings | base | tuned |\n|---|---:|---:|\n{rows}"
+    return f"**Space health.** {health.get('summary', '')}\n\n{table}"
+
+
+def forgetting_md(run: RunInfo | None) -> str:
+    """The general checks of a run (base vs tuned on bundled word, sentence and long-text sets) and the verdict."""
+    check = (run.stats.get("forgetting") if run is not None else None) or {}
+    if not check.get("checks"):
+        return "**General checks:** not run for this run." if run is not None else ""
+    rows = "\n".join(
+        f"| {c['name']} | {c['pairs']:,} | {c['base']:.1f} | {c['tuned']:.1f} | "
+        f"{'**' if c.get('worse') else ''}{c['delta']:+.1f}{'** ⚠' if c.get('worse') else ''} |"
+        for c in check["checks"]
+    )
+    head = "| general check (Spearman ×100) | pairs | base | tuned | change |\n|---|---:|---:|---:|---:|"
+    kind = "warning" if any(c.get("worse") for c in check["checks"]) else "ok"
+    alpha = run.stats.get("blend_alpha")
+    blended = f" The served model is a blend: α = {alpha:g} of the tuned weights." if alpha not in (None, 1) else ""
+    return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}"
+
+
+def default_alpha(run: RunInfo | None) -> float:
+    """Where the blend slider starts: the served run's own α (1 = the tuned model as trained)."""
+    alpha = (run.stats.get("blend_alpha") if run is not None else None) or 1.0
+    return float(alpha)
+
+
+def blend_text(run: RunInfo) -> str:
+    """What the user reads when a blend is served."""
+    alpha = run.stats.get("blend_alpha", 1.0)
+    return (
+        f"Serving a blend: α = {alpha:g} of the tuned weights, {1 - alpha:g} of the base (run "
+        f"`{run.folder.name[:8]}`). Search, the maps and the downloads now use it; the general checks below are its own."
+    )

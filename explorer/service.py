@@ -200,6 +200,23 @@ class MirrorApp:
                 raise MirrorError(f"the example file {path.name} is missing from this installation")
             return self.set_texts(session, path.read_text(encoding="utf-8").splitlines(), path.name)
 
+    def load_hub_dataset(self, session: Session, dataset: str, column: str, split: str | None = None) -> dict[str, Any]:
+        """The strings of one column of a Hugging Face dataset (explorer.hub), within this server's limits."""
+        from explorer import hub
+
+        with self._replacing_texts(session):
+            if not self.settings.allow_hub:
+                raise MirrorError("this server does not load from the Hugging Face Hub (MIRROR_ALLOW_HUB is off)")
+            dataset, column = str(dataset or "").strip(), str(column or "").strip()
+            raw, notes = hub.load_hub_dataset(
+                dataset,
+                column,
+                split=str(split or "").strip() or None,
+                max_rows=self.settings.max_strings,
+                max_bytes=self.settings.max_upload_bytes,
+            )
+            return self.set_texts(session, raw, f"{dataset} · {column}", notes)
+
     def estimate(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
         """One Markdown line: planned steps and a rough time on this device."""
         if not session.texts:
