@@ -31,6 +31,7 @@ from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.data import SUFFIXES
 from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
+from ui.explore import explore_panels, explore_tab, wire_explore
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
@@ -44,7 +45,7 @@ CSS = """
 INTRO = """# Mirror Explorer
 Mirror-fine-tune a sentence encoder on **your own strings** — no labels needed (MirrorBERT) — then see what changed:
 **① Tune** → **② Search** your strings with the tuned and the base encoder side by side → **③ Evaluate** on word and
-sentence similarity benchmarks → **④ Map** the embedding space. Runs on the bundled offline model by default."""
+sentence similarity benchmarks → **④ Explore** what changed: linked maps, the strings that moved, general checks. Runs on the bundled offline model by default."""
 
 
 def setting_component(name: str, value: Any) -> gr.components.Component:
@@ -250,25 +251,6 @@ def evaluate_tab() -> SimpleNamespace:
     return ui
 
 
-def map_tab(max_points: int) -> SimpleNamespace:
-    """Tab ④: 2-D maps of the two embedding spaces."""
-    ui = SimpleNamespace()
-    gr.Markdown(
-        "A 2-D PCA of a sample of your strings, embedded by the base and the tuned encoder. Colours are k-means "
-        "clusters of the **tuned** space, used on both maps so a colour is the same group. Hover a point to read it."
-    )
-    with gr.Row():
-        ui.n_points = gr.Slider(50, max_points, value=min(1000, max_points), step=50, label="Strings")
-        ui.n_clusters = gr.Slider(2, 20, value=8, step=1, label="Clusters")
-    ui.map_btn = gr.Button("Draw the map", variant="primary", elem_id="mx-map-btn")
-    ui.map_md = gr.Markdown("")
-    with gr.Row():
-        plot = {"x": "x", "y": "y", "color": "cluster", "tooltip": ["text", "cluster"], "height": 420}
-        ui.map_base = gr.ScatterPlot(None, title="Base encoder", **plot)
-        ui.map_tuned = gr.ScatterPlot(None, title="Tuned encoder", **plot)
-    return ui
-
-
 def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
     """The four-tab UI plus the /train, /search and /cancel API endpoints; `app` defaults to one from the env."""
     app = app or MirrorApp()
@@ -286,16 +268,17 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 search = search_tab()
             with gr.Tab("③ Evaluate", id="evaluate"):
                 evaluate = evaluate_tab()
-            with gr.Tab("④ Map", id="map"):
-                maps = map_tab(app.settings.max_map_points)
+            with gr.Tab("④ Explore", id="explore"):
+                explore = explore_tab(app.settings.max_map_points, app.settings.allow_hub)
         api = api_components()
         wire_inputs(app, state, tune)
-        view = RunView(app, state, browser, tune, search, evaluate)
+        view = RunView(app, state, browser, tune, search, evaluate, explore)
         wire_training(app, view)
         wire_saved_zip(app, view)
         wire_search(app, state, search, tune.model)
         wire_evaluate(app, state, evaluate)
-        wire_map(app, state, maps)
+        wire_explore(app, state, explore, search)
+        wire_blend(app, view, explore)
         wire_api(app, state, api)
         wire_runs(app, view, demo)
     demo.queue(default_concurrency_limit=2)
@@ -427,17 +410,13 @@ class RunView:
     """What the Tune tab shows of a run, shared by Launch, a reloaded page and the run list: its events drawn as
     they come, then every panel switched to it."""
 
-    def __init__(self, app: MirrorApp, state, browser, ui: SimpleNamespace, search, evaluate):
-        self.app, self.state, self.browser, self.ui, self.search, self.evaluate = (
-            app,
-            state,
-            browser,
-            ui,
-            search,
-            evaluate,
-        )
+    def __init__(self, app: MirrorApp, state, browser, ui: SimpleNamespace, search, evaluate, explore):
+        self.app, self.state, self.browser, self.ui = app, state, browser, ui
+        self.search, self.evaluate, self.explore = search, evaluate, explore
         self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
         self.outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
+        self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
+        self.outputs += [explore.health_md, explore.moved_table, explore.point_results]
 
     def run_list(self, memory: dict, value: str | None = None) -> Any:
         choices = [(r["label"], r["id"]) for r in self.app.list_runs(memory["runs"])]
@@ -453,6 +432,7 @@ class RunView:
             ui.loss_plot: TrainView.plot(run.losses),
             self.search.served_md: render.served_md(session),
             self.evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
+            **explore_panels(self.explore, run),
             ui.runs: self.run_list(memory, run.folder.name),
             self.browser: memory,
             self.state: session,
@@ -577,6 +557,25 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
     ui.saved_zip.upload(on_saved_zip, [ui.saved_zip, browser, state], [ui.saved_md, *view.outputs], **queue, **PRIVATE)
 
 
+def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
+    """Explore's Blend: a blend of the served run with its base, served as a new run like a finished training."""
+
+    def on_blend(alpha, memory, s, progress=gr.Progress()):  # noqa: B008
+        session, ended = app.session(s), []
+        events = (ended.append(ev) or ev for ev in app.blend_run(session, alpha))
+        yield from view.draw(events, session, memory, progress)
+        if ended and isinstance(ended[-1], Done):
+            yield {
+                ui.blend_md: render.message(render.blend_text(ended[-1].run), "ok"),
+                ui.forget_md: render.forgetting_md(ended[-1].run),
+            }
+        elif ended and isinstance(ended[-1], Failed | Cancelled):
+            yield {ui.blend_md: render.message(ended[-1].text, "error")}
+
+    outputs = [*view.outputs, ui.blend_md, ui.forget_md]
+    ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **ENCODE_QUEUE, **PRIVATE)
+
+
 def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.components.Component) -> None:
     """Search (button or Enter; before any tuning with the base `model` chosen in tab ①) and indexing another
     corpus."""
@@ -642,21 +641,6 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
     outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved, state]
     ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **ENCODE_QUEUE, **PRIVATE)
-
-
-def wire_map(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
-    def on_map(n_value, k_value, s, progress=gr.Progress()):  # noqa: B008
-        progress(None, desc="Embedding and clustering")
-        return call_service(app, s, 3, lambda session: map_outputs(app.project(session, n_value, k_value)))
-
-    def map_outputs(maps: dict[str, list[dict[str, Any]]]) -> tuple:
-        import pandas as pd
-
-        shown = render.message(f"{len(maps['tuned']):,} strings, PCA of each space.", "ok")
-        return shown, pd.DataFrame(maps["base"]), pd.DataFrame(maps["tuned"])
-
-    outputs = [ui.map_md, ui.map_base, ui.map_tuned, state]
-    ui.map_btn.click(on_map, [ui.n_points, ui.n_clusters, state], outputs, **ENCODE_QUEUE, **PRIVATE)
 
 
 # ----------------------------------------------------------------------------------------------- main

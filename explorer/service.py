@@ -25,6 +25,7 @@ from explorer import maps
 from explorer.estimate import device_and_threads, estimate_seconds
 from explorer.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
+from explorer.explore import RunExplorer
 from explorer.inputs import EXAMPLES, EXAMPLES_DIR, build_config, clamp_k, split_queries
 from explorer.jobs import FairSlots, train_job
 from explorer.models import IndexPair, Loaded, ModelCache, release_memory
@@ -68,8 +69,9 @@ class MirrorApp:
         self.settings = settings or Settings.from_env()
         self.settings.work_dir.mkdir(parents=True, exist_ok=True)
         self.models = ModelCache(self.settings)
-        self.sessions = SessionStore(self.settings, self.models.forget)
-        self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.models.forget)
+        self.explore = RunExplorer(self)  # the Explore tab: maps, what moved, health, exports, the Hub
+        self.sessions = SessionStore(self.settings, self.forget)
+        self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.forget)
         self.in_progress: dict[str, RunHandle] = {}  # run id -> its handle, while it runs (a reload reattaches)
         # Training slots, enforced here as well as by the Gradio queue (which makes users wait for one):
         # a caller that bypasses the queue gets a clear "busy" error instead of an extra training.
@@ -98,6 +100,11 @@ class MirrorApp:
             return key
 
     # ---------------------------------------------------------------- sessions and models
+
+    def forget(self, folder: Path) -> None:
+        """Drop what memory holds of the runs under `folder` (removed: a session's, or one run's)."""
+        self.models.forget(folder)
+        self.explore.forget(folder)
 
     def session(self, state: Session | None = None) -> Session:
         """The caller's session, or a fresh one when it has none or it expired."""
@@ -575,6 +582,74 @@ class MirrorApp:
             # with the tuned model's pooling: the served run reloads its base that way
             return BUNDLED_MODEL, self.models.base_encoder(BUNDLED_MODEL, tuned.pooling), [note]
 
+    def blend_run(self, session: Session, alpha: Any) -> Iterator[Event]:
+        """Serve a blend of the served run's tuned weights with its base (α of the tuned, 1 - α of the base) as a
+        new run: no retraining, the strings re-indexed with the blend, its general checks run. Yields events."""
+        from mirror.blend import check_alpha
+
+        try:
+            alpha = check_alpha(alpha)
+        except MirrorError as exc:
+            yield Failed(str(exc))
+            return
+        parent = session.run
+        if parent is None:
+            yield Failed("Nothing to blend yet: tune a model in tab ① (or open one of your runs) first.")
+            return
+        if session.active is not None and session.active.started:
+            yield Failed("A run is in progress in this session; wait for it or cancel it.")
+            return
+        yield from self._exclusive(session, self._blend(session, parent, alpha))
+
+    def _blend(self, session: Session, parent: RunInfo, alpha: float) -> Iterator[Event]:
+        from mirror.blend import blend_folder
+
+        from explorer.pipeline import index_with
+        from mirror.encoder import load_encoder
+
+        handle = session.active = RunHandle(started=True)
+        run = self._new_run_folder(session, handle)
+        try:
+            with self._discarded_unless_served(run) as served:
+                self.check_disk(session)
+                loaded = self.models.loaded(parent)
+                texts = list(loaded.main.tuned.texts)
+                yield Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base")
+                link_tree(tuned_weights(parent.folder), run / "tuned_model")  # the unblended model, for later blends
+                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model")
+                blended = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
+                link_tree(parent.folder / "base_index", run / "base_index")
+                events: list[Event] = []
+                index_with(blended, texts, run / "tuned_index", "Indexing your strings with the blend", events.append)
+                yield from events
+                stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
+                stats.update(blended_from=parent.folder.name, summary=f"blend α={alpha:g} of {parent.summary}")
+                yield Phase("Checking general similarity (the forgetting check)")
+                stats["forgetting"] = self.forgetting(loaded.base, blended)
+                info = self._serve(session, new_run_info(run, parent.base_model, texts, parent.corpus, stats))
+                served.append(info)
+                yield Done(info)
+        except MirrorError as exc:
+            yield Failed(str(exc))
+        except Exception as exc:
+            log.exception("blend failed")
+            yield Failed(f"the blend failed ({type(exc).__name__}); the previous model stays served")
+        finally:
+            if session.active is handle:
+                session.active = None
+
+    def forgetting(self, base, tuned) -> dict[str, Any] | None:
+        """The general checks (explorer.forgetting) of a tuned encoder against its base; None (logged) when they
+        cannot run here: a run is never failed for its checks."""
+        from explorer.forgetting import forgetting_check
+
+        try:
+            with self.search_slots:
+                return forgetting_check(base, tuned)
+        except Exception:
+            log.exception("forgetting check failed")
+            return None
+
     # ---------------------------------------------------------------- tab 2: search
 
     def search(
@@ -716,6 +791,17 @@ def new_run_info(
             folder / "tuned_index", folder / "mirror-index.zip", "mirror-index", {"README.txt": INDEX_README}
         ),
     )
+
+
+def tuned_weights(run: Path) -> Path:
+    """The unblended tuned model of a run folder: tuned_model/ of a blend, model/ otherwise."""
+    return run / "tuned_model" if (run / "tuned_model").is_dir() else run / "model"
+
+
+def link_tree(src: Path, dst: Path) -> Path:
+    """`dst` as a copy of the folder `src` made of hard links (no second copy on disk where links work)."""
+    shutil.copytree(src, dst, copy_function=lambda a, b: link_or_copy(Path(a), Path(b)))
+    return dst
 
 
 def link_or_copy(src: Path, dst: Path) -> Path:

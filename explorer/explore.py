@@ -1,0 +1,234 @@
+"""The Explore tab's work for one served run: what tuning changed. Linked twin maps, the strings whose
+neighbourhood moved most, space health before and after, the forgetting check, exports and the Hub push.
+
+Every figure is computed once per run from the vectors its two indexes already hold (no re-encoding) and kept
+with the run in memory (`RunSpace`, the last few runs). Plain values in and out; app.py draws them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from explorer.render import run_caption
+from explorer.sessions import RunInfo, Session
+from mirror.errors import MirrorError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from explorer.service import MirrorApp
+    from index.store import VectorIndex
+
+SPACES_KEPT = 2  # runs whose vectors and figures stay in memory
+EXPORT_FORMATS = ("projector", "parquet", "neighbours", "all")
+NO_RUN = "Nothing to explore yet: tune a model in tab ① (or open one of your runs) first."
+
+
+def vectors_of(index: VectorIndex) -> np.ndarray:
+    """The unit rows an index holds, in text order: read back from FAISS when it keeps them, else re-encoded."""
+    import numpy as np
+
+    n = len(index)
+    try:
+        x = index._cpu.reconstruct_n(0, n)  # exact (flat) indexes keep every row
+    except (RuntimeError, AttributeError):
+        x = index.embed(index.texts)
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+@dataclass
+class RunSpace:
+    """One run's strings under both encoders, and the figures computed from them so far."""
+
+    run: RunInfo
+    texts: list[str]
+    base: np.ndarray
+    tuned: np.ndarray
+    cache: dict[Any, Any] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, key: Any, make: Any) -> Any:
+        """`make()` once per key (two clicks at once compute it once)."""
+        with self.lock:
+            if key not in self.cache:
+                self.cache[key] = make()
+            return self.cache[key]
+
+
+class RunExplorer:
+    """The Explore tab's service over `MirrorApp`'s served runs."""
+
+    def __init__(self, app: MirrorApp):
+        self.app = app
+        self._spaces: OrderedDict[str, RunSpace] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def space(self, session: Session) -> RunSpace:
+        """The served run's vectors (both encoders, the user's strings), loaded once per run."""
+        run = session.run
+        if run is None:
+            raise MirrorError(NO_RUN)
+        key = str(run.folder)
+        with self._lock:
+            if key in self._spaces:
+                self._spaces.move_to_end(key)
+                return self._spaces[key]
+        loaded = self.app.models.loaded(run)
+        space = RunSpace(run, list(loaded.main.tuned.texts), vectors_of(loaded.main.base), vectors_of(loaded.main.tuned))
+        with self._lock:
+            self._spaces[key] = space
+            while len(self._spaces) > SPACES_KEPT:
+                self._spaces.popitem(last=False)
+        return space
+
+    def forget(self, folder: Path) -> None:
+        """Drop what is kept of the runs under `folder` (a removed run or session)."""
+        with self._lock:
+            for key in [k for k in self._spaces if k == str(folder) or k.startswith(str(folder) + "/")]:
+                del self._spaces[key]
+
+    # ---------------------------------------------------------------- the maps
+
+    def twin_map(self, session: Session, n_points: Any = 3000, queries: str = "") -> dict[str, Any]:
+        """Aligned 2-D layouts of the base and tuned spaces (explorer.maps.twin_map), with `queries` (one per
+        line) placed on both and a caption naming the run."""
+        from explorer import maps
+
+        space = self.space(session)
+        n = maps.check_points(n_points, self.app.settings.max_map_points)
+        data = dict(space.get(("map", n), lambda: maps.twin_map(space.texts, space.base, space.tuned, max_points=n)))
+        qs = [q for q in (queries or "").splitlines() if q.strip()][:20]
+        if qs:
+            loaded = self.app.models.loaded(space.run)
+            shown = [p["i"] for p in data["points"]]
+            data["queries"] = maps.place_queries(
+                qs,
+                loaded.base.encode(qs),
+                loaded.tuned.encode(qs),
+                data,
+                space.base[shown],
+                space.tuned[shown],
+            )
+        data["caption"] = run_caption(space.run)
+        return data
+
+    def neighbours(self, session: Session, text: str, k: int = 10) -> list[dict[str, Any]]:
+        """The base and tuned neighbours of one string (a clicked point, or typed): the Search tab's comparison."""
+        text = (text or "").strip()
+        if not text:
+            raise MirrorError("click a point on a map (or type a string) to see its neighbours")
+        return self.app.search(session, text, k, hide_query=True)
+
+    # ---------------------------------------------------------------- what moved, space health
+
+    def moved(self, session: Session, text_filter: str = "", limit: int | None = 500) -> list[dict[str, Any]]:
+        """The user's strings ranked by how much their top-10 neighbourhood changed (explorer.moved), filtered by
+        text (case-insensitive), at most `limit` rows."""
+        from explorer import moved
+
+        space = self.space(session)
+        rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
+        return moved.filter_rows(rows, text_filter)[:limit]
+
+    def moved_csv(self, session: Session, text_filter: str = "") -> Path:
+        """The what-moved table (every string, or those matching the filter) as a CSV file of the run's."""
+        from explorer import moved
+
+        rows = self.moved(session, text_filter, limit=None)
+        self.app.check_disk(session)
+        folder = self.space(session).run.folder
+        out = folder / "exports" / f"mirror-{folder.name[:12]}-moved.csv"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".csv.tmp")
+        tmp.write_text(moved.moved_csv(rows), encoding="utf-8")
+        tmp.replace(out)
+        return out
+
+    def health(self, session: Session) -> dict[str, Any]:
+        """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
+        from explorer import health
+
+        space = self.space(session)
+        return space.get("health", lambda: health.compare_health(space.base, space.tuned))
+
+    # ---------------------------------------------------------------- exports and the Hub
+
+    def export(self, session: Session, fmt: str, rows: Sequence[int] | None = None) -> Path:
+        """One export of the served run's strings (all, or the `rows` selected on the map): Embedding Projector
+        TSV, Parquet (text, both embeddings, map coordinates), neighbours CSV, or all three zipped."""
+        from explorer import exports
+
+        if fmt not in EXPORT_FORMATS:
+            raise MirrorError(f"unknown export {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+        space = self.space(session)
+        picked = _checked_rows(rows, len(space.texts))
+        self.app.check_disk(session)
+        out = space.run.folder / "exports" / f"{fmt}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6:06d}"
+        out.mkdir(parents=True, exist_ok=True)
+        meta = self._metadata(space)
+        return exports.export_bundle(
+            space.texts,
+            space.base,
+            space.tuned,
+            out,
+            fmt=fmt,
+            rows=picked,
+            metadata=meta,
+            coords=self._coords(space),
+            prefix=f"mirror-{space.run.folder.name[:12]}",
+        )
+
+    def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:
+        """Per string: how much its neighbourhood moved (always known once asked for; computed here if not)."""
+        from explorer import moved
+
+        rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
+        score = {r["i"]: r["moved"] for r in rows}
+        return {"moved": [round(float(score.get(i, 0.0)), 4) for i in range(len(space.texts))]}
+
+    def _coords(self, space: RunSpace) -> dict[str, list[float]] | None:
+        """Map coordinates of every string when the last map drawn showed them all, else None."""
+        drawn = [v for k, v in space.cache.items() if isinstance(k, tuple) and k[0] == "map"]
+        full = [d for d in drawn if d["n_shown"] == len(space.texts)]
+        if not full:
+            return None
+        pts = sorted(full[-1]["points"], key=lambda p: p["i"])
+        return {
+            "base_x": [p["base"][0] for p in pts],
+            "base_y": [p["base"][1] for p in pts],
+            "tuned_x": [p["tuned"][0] for p in pts],
+            "tuned_y": [p["tuned"][1] for p in pts],
+        }
+
+    def push(self, session: Session, repo_id: str, token: str, private: bool = True) -> str:
+        """Push the served run's tuned model (with its model card) to the Hugging Face Hub; returns its URL."""
+        from explorer import hub
+
+        run = session.run
+        if run is None:
+            raise MirrorError(NO_RUN)
+        if not self.app.settings.allow_hub:
+            raise MirrorError("this server does not talk to the Hugging Face Hub (MIRROR_ALLOW_HUB is off)")
+        return hub.push_model(
+            run.folder / "model", repo_id, token, private=private, max_bytes=self.app.settings.max_model_bytes
+        )
+
+
+def _checked_rows(rows: Sequence[int] | None, n: int) -> list[int] | None:
+    """A selection as row numbers in range, or None for all; MirrorError for anything else."""
+    if rows is None or len(rows) == 0:
+        return None
+    try:
+        picked = sorted({int(r) for r in rows})
+    except (TypeError, ValueError):
+        raise MirrorError("a selection is a list of row numbers") from None
+    if picked[0] < 0 or picked[-1] >= n:
+        raise MirrorError(f"a selection names rows outside 0..{n - 1}")
+    return picked

@@ -1,0 +1,211 @@
+"""Tab ④ Explore: what tuning changed for the served run. Linked twin maps (click a point for its neighbours,
+lasso some to export them), the strings that moved most, space health, the general checks and the blend with
+the base model, exports and the Hub push. Layout and thin handlers over `explorer.explore.RunExplorer`."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from explorer import MirrorApp, Session, render
+from ui import twinmap
+from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
+
+EXPORTS = [
+    ("Everything (zip)", "all"),
+    ("Embedding Projector TSV", "projector"),
+    ("Parquet (embedding-atlas)", "parquet"),
+    ("Neighbours CSV", "neighbours"),
+]
+MOVED_COLUMNS = ["string", "moved", "gained", "lost"]
+
+
+def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
+    """The Explore tab's components."""
+    ui = SimpleNamespace()
+    ui.caption = gr.Markdown("Tune a model in tab ① (or open one of your runs) to explore what changed.")
+    with gr.Row():
+        ui.n_points = gr.Slider(
+            50, max_points, value=min(3000, max_points), step=50, label="Strings on the map", scale=2
+        )
+        ui.queries = gr.Textbox(
+            label="Place queries on the map", placeholder="one per line (optional)", lines=1, max_lines=4, scale=3
+        )
+        ui.map_btn = gr.Button("Draw the maps", variant="primary", elem_id="mx-map-btn", scale=1)
+    ui.map_md = gr.Markdown("")
+    ui.map = twinmap.TwinMap(elem_id="mx-twinmap")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            ui.point_md = gr.Markdown("Click a point (or a row of the table below) to see its neighbours.")
+            ui.point_results = gr.HTML("", elem_id="mx-point-results")
+        with gr.Column(scale=2):
+            ui.selection_md = gr.Markdown("Lasso some points (the lasso tool above the maps) to export just those.")
+            ui.export_fmt = gr.Dropdown(EXPORTS, value="all", label="Export format")
+            with gr.Row():
+                ui.export_sel_btn = gr.Button("Export the selection", elem_id="mx-export-sel-btn")
+                ui.export_all_btn = gr.Button("Export all strings", elem_id="mx-export-all-btn")
+            ui.export_file = gr.File(label="Export", visible=False, elem_id="mx-export-file")
+    with gr.Accordion("What moved: your strings whose 10 nearest neighbours changed most", open=True):
+        with gr.Row():
+            ui.moved_filter = gr.Textbox(label="Filter", placeholder="part of a string", scale=3)
+            ui.moved_btn = gr.Button("List", elem_id="mx-moved-btn", scale=1)
+            ui.moved_csv_btn = gr.Button("Download CSV", elem_id="mx-moved-csv-btn", scale=1)
+        ui.moved_md = gr.Markdown("")
+        ui.moved_table = gr.Dataframe(
+            headers=MOVED_COLUMNS, interactive=False, wrap=True, max_height=420, elem_id="mx-moved-table"
+        )
+        ui.moved_file = gr.File(label="What moved (CSV)", visible=False)
+    with gr.Accordion("Space health and general checks (did tuning forget anything?)", open=True):
+        ui.health_md = gr.Markdown("", elem_id="mx-health")
+        ui.forget_md = gr.Markdown("", elem_id="mx-forgetting")
+        with gr.Row():
+            ui.alpha = gr.Slider(
+                0,
+                1,
+                value=1,
+                step=0.05,
+                label="Blend with the base model (α: 0 = base, 1 = tuned)",
+                info="Interpolates the weights: a new served model in seconds, no retraining",
+                scale=3,
+            )
+            ui.blend_btn = gr.Button("Blend", elem_id="mx-blend-btn", scale=1)
+        ui.blend_md = gr.Markdown("")
+    with gr.Accordion("Share on the Hugging Face Hub", open=False, visible=allow_hub):
+        with gr.Row():
+            ui.hub_repo = gr.Textbox(label="Repository", placeholder="your-name/my-mirror-model", scale=2)
+            ui.hub_token = gr.Textbox(label="Token (write access)", type="password", scale=2)
+            ui.hub_private = gr.Checkbox(value=True, label="Private", scale=1)
+        ui.hub_btn = gr.Button("Push the tuned model", elem_id="mx-hub-btn")
+        ui.hub_md = gr.Markdown("")
+    return ui
+
+
+def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
+    """The Explore tab switched to a newly served run: its name, its general checks and blend, and no figure of
+    the run before (they are drawn again on request)."""
+    return {
+        ui.caption: render.run_caption(run),
+        ui.forget_md: render.forgetting_md(run),
+        ui.alpha: gr.update(value=render.default_alpha(run)),
+        ui.map: twinmap.value(None),
+        ui.map_md: "Press **Draw the maps** to lay out this run's strings.",
+        ui.health_md: "",
+        ui.moved_table: moved_frame([]),
+        ui.point_results: "",
+    }
+
+
+def moved_frame(rows: list[dict[str, Any]]) -> Any:
+    """The what-moved rows as a table: string, moved (0-1), neighbours gained and lost."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {
+                "string": r["text"],
+                "moved": round(float(r["moved"]), 2),
+                "gained": ", ".join(r["gained"][:5]),
+                "lost": ", ".join(r["lost"][:5]),
+            }
+            for r in rows
+        ],
+        columns=MOVED_COLUMNS,
+    )
+
+
+def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: SimpleNamespace) -> None:
+    """Handlers of the Explore tab; `search`: the Search tab (a what-moved row fills its query box)."""
+    ex = app.explore
+
+    def on_map(n_value, queries, s, progress=gr.Progress()):  # noqa: B008
+        def draw(session: Session) -> tuple:
+            progress(None, desc="Laying out both spaces (the first map of a run takes longest)")
+            data = ex.twin_map(session, n_value, queries)
+            note = f"{data['n_shown']:,} of {data['n_total']:,} strings · {data['method'].upper()} · "
+            note += f"{data['seconds']:.1f} s. {data['note']}"
+            return render.message(note.strip(), "ok"), twinmap.value(data), data["caption"], *panels(session)
+
+        return call_service(app, s, 7, draw)
+
+    def panels(session: Session) -> tuple:
+        """Health and general checks of the served run, drawn with the map."""
+        return (
+            render.health_md(ex.health(session)),
+            render.forgetting_md(session.run),
+            gr.update(value=render.default_alpha(session.run)),
+        )
+
+    map_out = [ui.map_md, ui.map, ui.caption, ui.health_md, ui.forget_md, ui.alpha, state]
+    ui.map_btn.click(on_map, [ui.n_points, ui.queries, state], map_out, **ENCODE_QUEUE, **PRIVATE)
+
+    def on_point(text, s):
+        def show(session: Session) -> tuple:
+            found = ex.neighbours(session, text)
+            return render.message(f"Neighbours of **{text}**", "info"), render.render_results(
+                found, session.run.base_model if session.run else ""
+            )
+
+        return call_service(app, s, 2, show)
+
+    twinmap.on_click(ui.map, on_point, [state], [ui.point_md, ui.point_results, state])
+
+    def on_selection(s, payload):
+        rows = twinmap.selected_rows(payload)
+        return f"**{len(rows):,} strings selected** on the map." if rows else "Nothing selected.", s
+
+    twinmap.on_select(ui.map, on_selection, [state], [ui.selection_md, state])
+
+    def on_export(fmt, s, payload=None):
+        rows = twinmap.selected_rows(payload) if payload is not None else None
+        if payload is not None and not rows:
+            gr.Warning("Nothing selected: lasso some points on a map first.")
+            return gr.update(), s
+        return call_service(
+            app, s, 1, lambda session: gr.update(value=str(ex.export(session, fmt, rows)), visible=True)
+        )
+
+    ui.export_all_btn.click(on_export, [ui.export_fmt, state], [ui.export_file, state], **PRIVATE)
+    ui.export_sel_btn.click(on_export, [ui.export_fmt, state, ui.map], [ui.export_file, state], **PRIVATE)
+
+    def on_moved(text_filter, s):
+        def listed(session: Session) -> tuple:
+            rows = ex.moved(session, text_filter)
+            head = f"{len(rows):,} strings" + (f" matching “{text_filter}”" if text_filter else "")
+            return render.message(
+                head + ", most moved first. Select a row to see its neighbours.", "info"
+            ), moved_frame(rows)
+
+        return call_service(app, s, 2, listed)
+
+    moved_in, moved_out = [ui.moved_filter, state], [ui.moved_md, ui.moved_table, state]
+    gr.on([ui.moved_btn.click, ui.moved_filter.submit], on_moved, moved_in, moved_out, **ENCODE_QUEUE, **PRIVATE)
+
+    def on_moved_csv(text_filter, s):
+        return call_service(
+            app, s, 1, lambda session: gr.update(value=str(ex.moved_csv(session, text_filter)), visible=True)
+        )
+
+    ui.moved_csv_btn.click(on_moved_csv, moved_in, [ui.moved_file, state], **ENCODE_QUEUE, **PRIVATE)
+
+    def on_moved_row(evt: gr.SelectData, s):
+        text = str(evt.row_value[0]) if evt.row_value else ""
+        return (*on_point(text, s)[:2], text, s)
+
+    ui.moved_table.select(on_moved_row, [state], [ui.point_md, ui.point_results, search.queries, state], **PRIVATE)
+
+    def on_push(repo, token, private, s, progress=gr.Progress()):  # noqa: B008
+        def push(session: Session) -> str:
+            progress(None, desc="Uploading to the Hub")
+            url = ex.push(session, repo, token, bool(private))
+            return render.message(f"Pushed to [{url}]({url}) ({'private' if private else 'public'}).", "ok")
+
+        return call_service(app, s, 1, push)
+
+    ui.hub_btn.click(on_push, [ui.hub_repo, ui.hub_token, ui.hub_private, state], [ui.hub_md, state], **PRIVATE)
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
