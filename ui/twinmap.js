@@ -227,6 +227,11 @@ function draw(map) {
     pass(() => true, 0.9);
   }
   if (focus && focus.size <= 400) for (const k of focus) ring(ctx, map, k, r + 2, th.fg, 1);
+  if (S.located.size && S.located.size <= 12)  // a located string is named on both maps
+    for (const k of S.located) {
+      ring(ctx, map, k, r + 4, th.accent, 2);
+      label(ctx, map, D[map][2 * k], D[map][2 * k + 1], D.texts[k], th, r + 8);
+    }
   drawQueries(ctx, map, th);
   if (S.clicked >= 0) ring(ctx, map, S.clicked, r + 5, th.accent, 2.5);
   if (S.hover && S.hover.k >= 0) {
