@@ -1,0 +1,238 @@
+"""The twin-map component (ui/twinmap.py) in a real Blocks page and headless Chromium: linked hover, click and
+selection events reaching Python, colour-by, locate, zoom/reset, movement, the empty state and dark theme.
+
+Screenshots go to the test's tmp dir and are copied to /work/notes/shots/ when that folder's parent exists.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server import free_port
+from tests.test_browser import CHROMIUM_ARGS, ON_CI, chromium_or_skip
+from tests.twinmap_data import build_demo, synthetic_twin_map
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+SHOTS = Path("/work/notes/shots")
+DATA = synthetic_twin_map(200, 5)
+TEXTS = [p["text"] for p in DATA["points"]]
+IDS = [p["i"] for p in DATA["points"]]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    demo = build_demo(DATA)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = chromium_or_skip()
+    if ON_CI:
+        from playwright.sync_api import sync_playwright
+    else:
+        sync_playwright = pytest.importorskip(
+            "playwright.sync_api", reason="playwright is not installed"
+        ).sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(server, browser, tmp_path):
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.set_default_timeout(30_000)
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    page.goto(server)
+    page.wait_for_selector("#tm .tm[data-state=ready]")
+    yield page
+    page.close()
+
+
+def shot(page, tmp_path: Path, name: str) -> None:
+    path = tmp_path / f"twinmap_{name}.png"
+    page.screenshot(path=path, full_page=True)
+    if SHOTS.parent.is_dir():
+        SHOTS.mkdir(exist_ok=True)
+        shutil.copy(path, SHOTS / path.name)
+
+
+def xy(page, map_: str, k: int, root: str = "#tm") -> tuple[float, float]:
+    p = page.evaluate(f"document.querySelector('{root} .tm').twinmap.pointScreenXY('{map_}', {k})")
+    return p["x"], p["y"]
+
+
+def attr(page, name: str) -> str:
+    return page.locator("#tm .tm").get_attribute(f"data-{name}")
+
+
+def test_hover_highlights_the_same_string_on_the_other_map_and_click_reaches_python(page, tmp_path):
+    from playwright.sync_api import expect
+
+    root = page.locator("#tm .tm")
+    k = 37
+    page.mouse.move(*xy(page, "base", k))
+    expect(root).to_have_attribute("data-hovered", str(k))
+    assert attr(page, "hover-map") == "base"
+    assert attr(page, "highlight-other-text") == TEXTS[k]  # the tuned map rings the same string
+    tip = page.locator("#tm .tm-tip")
+    expect(tip).to_be_visible()
+    assert tip.inner_text().splitlines()[0] == TEXTS[k]
+    assert "base cluster: base ·" in tip.inner_text()  # the cluster's name, and no coordinates
+    box, root_box = tip.bounding_box(), root.bounding_box()
+    assert box["x"] >= root_box["x"] and box["x"] + box["width"] <= root_box["x"] + root_box["width"]
+    shot(page, tmp_path, "1_hover_base")
+
+    j = 150  # hover from the tuned side too, near the right edge of the page: the tooltip stays on screen
+    page.mouse.move(*xy(page, "tuned", j))
+    expect(root).to_have_attribute("data-hovered", str(j))
+    assert attr(page, "hover-map") == "tuned" and attr(page, "highlight-other-text") == TEXTS[j]
+    box = tip.bounding_box()
+    assert box["x"] + box["width"] <= 1300
+
+    page.mouse.click(*xy(page, "base", k))
+    expect(page.locator("#tm-clicked textarea")).to_have_value(f"{IDS[k]}|{TEXTS[k]}|base")
+    assert attr(page, "clicked") == str(k)
+    shot(page, tmp_path, "2_clicked")
+    assert not page.errors, page.errors
+
+
+def inside(poly: list[tuple[float, float]], x: float, y: float) -> bool:
+    hit = False
+    for a in range(len(poly)):
+        (xa, ya), (xb, yb) = poly[a], poly[a - 1]
+        if (ya > y) != (yb > y) and x < (xb - xa) * (y - ya) / (yb - ya) + xa:
+            hit = not hit
+    return hit
+
+
+def test_box_and_lasso_selection_counts_and_python_gets_the_ids(page, tmp_path):
+    from playwright.sync_api import expect
+
+    points = [xy(page, "base", k) for k in range(len(TEXTS))]
+    cx, cy = points[0]  # a box around point 0's neighbourhood
+    x0, y0, x1, y1 = cx - 40, cy - 40, cx + 40, cy + 40
+    expected = [k for k, (x, y) in enumerate(points) if x0 <= x <= x1 and y0 <= y <= y1]
+    assert len(expected) >= 3
+    page.locator("#tm .tm-mode[data-mode=box]").click()
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    page.mouse.move((x0 + x1) / 2, (y0 + y1) / 2, steps=4)
+    page.mouse.move(x1, y1, steps=4)
+    page.mouse.up()
+    expect(page.locator("#tm .tm")).to_have_attribute("data-selected", str(len(expected)))
+    want = f"{len(expected)}|{','.join(str(IDS[k]) for k in expected)}"
+    expect(page.locator("#tm-selected textarea")).to_have_value(want)
+    shot(page, tmp_path, "3_box_selection")
+
+    tuned = [xy(page, "tuned", k) for k in range(len(TEXTS))]  # shift+drag lassos on the tuned map, in pan mode
+    page.locator("#tm .tm-mode[data-mode=pan]").click()
+    tx, ty = tuned[100]
+    poly = [(tx - 60, ty - 10), (tx + 10, ty - 70), (tx + 70, ty + 20), (tx, ty + 60)]
+    lassoed = [k for k, (x, y) in enumerate(tuned) if inside(poly, x, y)]
+    assert len(lassoed) >= 3
+    page.keyboard.down("Shift")
+    page.mouse.move(*poly[0])
+    page.mouse.down()
+    for p in poly[1:] + poly[:1]:
+        page.mouse.move(*p, steps=6)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    expect(page.locator("#tm .tm")).to_have_attribute("data-selected", str(len(lassoed)))
+    want = f"{len(lassoed)}|{','.join(str(IDS[k]) for k in lassoed)}"
+    expect(page.locator("#tm-selected textarea")).to_have_value(want)
+    shot(page, tmp_path, "4_lasso_tuned")
+
+    page.locator("#tm .tm-clear").click()
+    expect(page.locator("#tm .tm")).to_have_attribute("data-selected", "0")
+    expect(page.locator("#tm-selected textarea")).to_have_value("0|")
+    assert not page.errors, page.errors
+
+
+def test_colour_by_legend_locate_zoom_movement(page, tmp_path):
+    from playwright.sync_api import expect
+
+    root = page.locator("#tm .tm")
+    legend = page.locator("#tm .tm-legend")
+    expect(legend.locator(".tm-chip")).to_have_count(5)
+    assert legend.locator(".tm-chip").first.inner_text().startswith("base ·")
+    page.locator("#tm .tm-colour").select_option("tuned")
+    expect(root).to_have_attribute("data-colour-by", "tuned")
+    assert legend.locator(".tm-chip").first.inner_text().startswith("tuned ·")
+    tuned_sizes = {c["name"]: c["size"] for c in DATA["clusters"]["tuned"]}
+    first = DATA["clusters"]["tuned"][0]
+    legend.locator(".tm-chip").first.click()  # a legend entry selects its cluster
+    expect(root).to_have_attribute("data-selected", str(tuned_sizes[first["name"]]))
+    expect(page.locator("#tm-selected textarea")).to_have_value(
+        f"{first['size']}|{','.join(str(p['i']) for p in DATA['points'] if p['tuned_cluster'] == first['id'])}"
+    )
+    page.locator("#tm .tm-colour").select_option("moved")
+    expect(root).to_have_attribute("data-colour-by", "moved")
+    expect(legend).to_contain_text("moved most")
+    page.locator("#tm .tm-move").check()
+    expect(root).to_have_attribute("data-movement", "1")
+    shot(page, tmp_path, "5_moved_with_movement")
+
+    k = TEXTS.index("moon 007")
+    page.locator("#tm .tm-locate").fill("moon 007")
+    expect(root).to_have_attribute("data-located", "1")
+    assert float(attr(page, "zoom")) > 1
+    for map_ in ("base", "tuned"):  # the match is centred on both maps
+        box = page.locator(f"#tm .tm-map[data-map={map_}] canvas").bounding_box()
+        x, y = xy(page, map_, k)
+        assert abs(x - (box["x"] + box["width"] / 2)) < 2 and abs(y - (box["y"] + box["height"] / 2)) < 2
+    shot(page, tmp_path, "6_located")
+    page.locator("#tm .tm-locate").press("Enter")  # Enter opens it, as a click would
+    expect(page.locator("#tm-clicked textarea")).to_have_value(f"{IDS[k]}|moon 007|base")
+    page.locator("#tm .tm-locate").fill("moon")
+    expect(root).to_have_attribute("data-located", str(sum("moon" in t for t in TEXTS)))
+
+    page.locator("#tm .tm-reset").click()
+    expect(root).to_have_attribute("data-zoom", "1.00")
+    box = page.locator("#tm .tm-map[data-map=base] canvas").bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.wheel(0, -400)
+    page.wait_for_function("Number(document.querySelector('#tm .tm').dataset.zoom) > 1.5")
+    page.locator("#tm .tm-reset").click()
+    expect(root).to_have_attribute("data-zoom", "1.00")
+    assert not page.errors, page.errors
+
+
+def test_empty_state_then_data_from_a_python_handler_and_dark_theme(server, browser, tmp_path):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 560, "height": 1400})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(server + "?__theme=dark")
+        empty = page.locator("#tm-empty .tm")
+        expect(empty).to_have_attribute("data-state", "empty")
+        expect(empty.locator(".tm-empty")).to_contain_text("No map yet")
+        page.locator("#tm-load").click()  # the handler returns the service dict; postprocess builds the value
+        expect(empty).to_have_attribute("data-state", "ready")
+        assert empty.get_attribute("data-n") == str(len(TEXTS))
+        expect(empty.locator(".tm-foot")).to_contain_text("200 of 250 strings shown")
+        # narrow page: the maps stack, both as wide as the component
+        boxes = [empty.locator(f".tm-map[data-map={m}]").bounding_box() for m in ("base", "tuned")]
+        assert boxes[1]["y"] >= boxes[0]["y"] + boxes[0]["height"] - 1
+        empty.scroll_into_view_if_needed()
+        page.mouse.move(*xy(page, "tuned", 3, "#tm-empty"))
+        expect(empty).to_have_attribute("data-hovered", "3")
+        expect(empty.locator(".tm-tip")).to_be_visible()
+        shot(page, tmp_path, "7_dark_narrow")
+        assert not errors, errors
+    finally:
+        page.close()
