@@ -11,8 +11,8 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, render
-from ui import twinmap
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
+from ui.twinmap import TwinMap
 
 EXPORTS = [
     ("Everything (zip)", "all"),
@@ -36,7 +36,8 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
         )
         ui.map_btn = gr.Button("Draw the maps", variant="primary", elem_id="mx-map-btn", scale=1)
     ui.map_md = gr.Markdown("")
-    ui.map = twinmap.TwinMap(elem_id="mx-twinmap")
+    ui.map = TwinMap(elem_id="mx-twinmap")
+    ui.selection = gr.State([])  # the map's lassoed rows (the service's "i"), for "Export the selection"
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             ui.point_md = gr.Markdown("Click a point (or a row of the table below) to see its neighbours.")
@@ -90,7 +91,7 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
         ui.caption: render.run_caption(run),
         ui.forget_md: render.forgetting_md(run),
         ui.alpha: gr.update(value=render.default_alpha(run)),
-        ui.map: twinmap.value(None),
+        ui.map: None,
         ui.map_md: "Press **Draw the maps** to lay out this run's strings.",
         ui.health_md: "",
         ui.moved_table: moved_frame([]),
@@ -126,7 +127,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
             data = ex.twin_map(session, n_value, queries)
             note = f"{data['n_shown']:,} of {data['n_total']:,} strings · {data['method'].upper()} · "
             note += f"{data['seconds']:.1f} s. {data['note']}"
-            return render.message(note.strip(), "ok"), twinmap.value(data), data["caption"], *panels(session)
+            return render.message(note.strip(), "ok"), data, data["caption"], *panels(session)
 
         return call_service(app, s, 7, draw)
 
@@ -144,31 +145,35 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
     def on_point(text, s):
         def show(session: Session) -> tuple:
             found = ex.neighbours(session, text)
-            return render.message(f"Neighbours of **{text}**", "info"), render.render_results(
-                found, session.run.base_model if session.run else ""
-            )
+            base = session.run.base_model if session.run else ""
+            return render.message(f"Neighbours of **{text}**", "info"), render.render_results(found, base)
 
         return call_service(app, s, 2, show)
 
-    twinmap.on_click(ui.map, on_point, [state], [ui.point_md, ui.point_results, state])
+    def on_click(s, evt: gr.EventData):
+        return on_point(str(getattr(evt, "text", "") or ""), s)
 
-    def on_selection(s, payload):
-        rows = twinmap.selected_rows(payload)
-        return f"**{len(rows):,} strings selected** on the map." if rows else "Nothing selected.", s
+    ui.map.click(on_click, [state], [ui.point_md, ui.point_results, state], **ENCODE_QUEUE, **PRIVATE)
 
-    twinmap.on_select(ui.map, on_selection, [state], [ui.selection_md, state])
+    def on_select(evt: gr.SelectData):
+        rows = [int(i) for i in (evt.index or [])] if evt.selected else []
+        text = f"**{len(rows):,} strings selected** on the map." if rows else "Nothing selected."
+        return text, rows
 
-    def on_export(fmt, s, payload=None):
-        rows = twinmap.selected_rows(payload) if payload is not None else None
-        if payload is not None and not rows:
+    ui.map.select(on_select, None, [ui.selection_md, ui.selection], **PRIVATE)
+
+    def on_export(fmt, s, rows=None):
+        if rows is not None and not rows:
             gr.Warning("Nothing selected: lasso some points on a map first.")
-            return gr.update(), s
-        return call_service(
-            app, s, 1, lambda session: gr.update(value=str(ex.export(session, fmt, rows)), visible=True)
-        )
+            return gr.update(), app.session(s)
+
+        def export(session: Session) -> Any:
+            return gr.update(value=str(ex.export(session, fmt, rows)), visible=True)
+
+        return call_service(app, s, 1, export)
 
     ui.export_all_btn.click(on_export, [ui.export_fmt, state], [ui.export_file, state], **PRIVATE)
-    ui.export_sel_btn.click(on_export, [ui.export_fmt, state, ui.map], [ui.export_file, state], **PRIVATE)
+    ui.export_sel_btn.click(on_export, [ui.export_fmt, state, ui.selection], [ui.export_file, state], **PRIVATE)
 
     def on_moved(text_filter, s):
         def listed(session: Session) -> tuple:
