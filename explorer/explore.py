@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from index.store import VectorIndex
 
 SPACES_KEPT = 2  # runs whose vectors and figures stay in memory
+ALIGNMENT_SAMPLE = 500  # strings encoded again, lightly corrupted, for the alignment figure
 EXPORT_FORMATS = ("projector", "parquet", "neighbours", "all")
 NO_RUN = "Nothing to explore yet: tune a model in tab ① (or open one of your runs) first."
 
@@ -81,7 +82,9 @@ class RunExplorer:
                 self._spaces.move_to_end(key)
                 return self._spaces[key]
         loaded = self.app.models.loaded(run)
-        space = RunSpace(run, list(loaded.main.tuned.texts), vectors_of(loaded.main.base), vectors_of(loaded.main.tuned))
+        space = RunSpace(
+            run, list(loaded.main.tuned.texts), vectors_of(loaded.main.base), vectors_of(loaded.main.tuned)
+        )
         with self._lock:
             self._spaces[key] = space
             while len(self._spaces) > SPACES_KEPT:
@@ -103,7 +106,12 @@ class RunExplorer:
 
         space = self.space(session)
         n = maps.check_points(n_points, self.app.settings.max_map_points)
-        data = dict(space.get(("map", n), lambda: maps.twin_map(space.texts, space.base, space.tuned, max_points=n)))
+        moved = self._metadata(space)["moved"]  # on every string, not just the map's sample
+        data = dict(
+            space.get(
+                ("map", n), lambda: maps.twin_map(space.texts, space.base, space.tuned, max_points=n, moved=moved)
+            )
+        )
         qs = [q for q in (queries or "").splitlines() if q.strip()][:20]
         if qs:
             loaded = self.app.models.loaded(space.run)
@@ -153,10 +161,22 @@ class RunExplorer:
 
     def health(self, session: Session) -> dict[str, Any]:
         """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
+        import numpy as np
+
         from explorer import health
 
         space = self.space(session)
-        return space.get("health", lambda: health.compare_health(space.base, space.tuned))
+
+        def make() -> dict[str, Any]:
+            loaded = self.app.models.loaded(space.run)
+            n = len(space.texts)
+            idx = np.sort(np.random.default_rng(0).choice(n, size=min(n, ALIGNMENT_SAMPLE), replace=False))
+            views = health.positive_views([space.texts[i] for i in idx], loaded.tuned.mask_token or "[MASK]")
+            with self.app.search_slots:
+                pos_b, pos_t = loaded.base.encode(views), loaded.tuned.encode(views)
+            return health.compare_health(space.base, space.tuned, (space.base[idx], pos_b), (space.tuned[idx], pos_t))
+
+        return space.get("health", make)
 
     # ---------------------------------------------------------------- exports and the Hub
 

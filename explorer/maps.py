@@ -1,66 +1,266 @@
-"""The Map tab's data: a sample of the strings embedded by both encoders, laid out in 2-D and clustered.
+"""The Explore tab's twin maps: the user's strings under the base and the tuned encoder laid out in 2-D (UMAP from
+umap-learn; PCA for tiny lists), the tuned layout aligned to the base one so a position means the same on both,
+clusters per space named by their most central strings, and queries placed on both maps.
 
-(Today a PCA of each space with k-means clusters of the tuned one; linked, aligned maps are the next step.)
+`twin_map` returns the plain dict ui/twinmap draws:
+{"points": [{"i", "text", "base": [x, y], "tuned": [x, y], "base_cluster", "tuned_cluster", "moved"}],
+ "clusters": {"base": [{"id", "name", "colour", "size"}], "tuned": [...]}, "queries": [], "method",
+ "n_total", "n_shown", "note", "seconds"}
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from mirror.errors import MirrorError
 
+MIN_UMAP = 50  # fewer strings than this: PCA (UMAP's neighbour graph means little on a handful of points)
 MAX_CLUSTERS = 20
+# 20 colours told apart on a light and a dark background (no near-white, no near-black); a cluster that persists
+# keeps its colour from the base map to the tuned one (matched by members, see _match_colours)
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#b07aa1", "#edc948", "#76b7b2", "#ff9da7", "#9c755f", "#bab0ac",
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e", "#7f7f7f",
+)  # fmt: skip
+_UMAP_LOCK = threading.Lock()  # numba compiles UMAP's kernels on first use: one thread does it
 
 
-def check_sizes(n_points: Any, n_clusters: Any, max_points: int) -> tuple[int, int]:
-    """The number of strings and clusters asked for, as ints in range, or MirrorError."""
+def check_points(n_points: Any, max_points: int) -> int:
+    """The number of strings asked for on the map, as an int in range, or MirrorError."""
     try:
-        n, k = int(float(n_points)), int(float(n_clusters))
+        n = int(float(n_points))
     except (TypeError, ValueError, OverflowError):
-        raise MirrorError("points and clusters must be whole numbers") from None
+        raise MirrorError("the number of strings on the map must be a whole number") from None
     if not 10 <= n <= max_points:
-        raise MirrorError(f"points must be between 10 and {max_points}")
-    if not 2 <= k <= MAX_CLUSTERS:
-        raise MirrorError(f"clusters must be between 2 and {MAX_CLUSTERS}")
-    return n, k
+        raise MirrorError(f"strings on the map must be between 10 and {max_points:,}")
+    return n
 
 
-def project(texts: Sequence[str], base, tuned, n: int, k: int) -> dict[str, list[dict[str, Any]]]:
-    """2-D PCA of a sample of `n` strings under both encoders, coloured by k-means clusters of the tuned space
-    (the same colour is the same group on both maps)."""
-    import faiss
-    import numpy as np
+def n_clusters_for(n: int) -> int:
+    """Clusters for `n` strings: about one per 25 strings, 3 to 20 (and never more than half the strings)."""
+    return int(max(2, min(MAX_CLUSTERS, round(n / 25), n // 2)) if n >= 6 else max(1, n // 2))
 
+
+def twin_map(
+    texts: Sequence[str],
+    base_vecs: np.ndarray,
+    tuned_vecs: np.ndarray,
+    *,
+    max_points: int = 3000,
+    n_clusters: int | None = None,
+    seed: int = 0,
+    method: str = "auto",
+    moved: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """Aligned 2-D layouts of the strings under both encoders (a seeded sample of `max_points` when there are
+    more), their clusters per space and, per string, how much its neighbourhood moved (`moved`, from
+    explorer.moved; computed on the shown strings when not given)."""
+    started = time.perf_counter()
     texts = list(texts)
-    if len(texts) > n:
-        picks = np.sort(np.random.default_rng(0).choice(len(texts), size=n, replace=False))
-        texts = [texts[i] for i in picks]
-    k = min(k, len(texts))
-    spaces_ = {"base": base.encode(texts), "tuned": tuned.encode(texts)}
-    km = faiss.Kmeans(spaces_["tuned"].shape[1], k, niter=20, seed=1234, spherical=True, verbose=False)
-    km.min_points_per_centroid = 1
-    km.train(spaces_["tuned"])
-    _, labels = km.index.search(spaces_["tuned"], 1)
-    out: dict[str, list[dict[str, Any]]] = {}
-    for name, x in spaces_.items():
-        xy = pca_2d(x)
-        out[name] = [
-            {"x": float(a), "y": float(b), "cluster": f"cluster {int(c) + 1}", "text": t}
-            for (a, b), c, t in zip(xy, labels[:, 0], texts, strict=True)
-        ]
+    n_total = len(texts)
+    if n_total < 3:
+        raise MirrorError("a map needs at least 3 strings")
+    shown = np.arange(n_total)
+    if n_total > max_points:
+        shown = np.sort(np.random.default_rng(seed).choice(n_total, size=max_points, replace=False))
+    base, tuned = _unit(base_vecs[shown]), _unit(tuned_vecs[shown])
+    n = len(shown)
+    method = ("umap" if n >= MIN_UMAP else "pca") if method == "auto" else method
+    if method == "umap":
+        xy_base = _umap(base, seed, None)
+        xy_tuned = _umap(tuned, seed, xy_base)  # started from the base layout: the same strings start together
+    elif method == "pca":
+        xy_base, xy_tuned = pca_2d(base), pca_2d(tuned)
+    else:
+        raise MirrorError(f"unknown layout {method!r}: umap or pca")
+    xy_base = _normalised(xy_base)
+    xy_tuned = align(xy_tuned, xy_base)
+    k = n_clusters or n_clusters_for(n)
+    base_labels, base_clusters = clusters(base, [texts[i] for i in shown], k, seed)
+    tuned_labels, tuned_clusters = clusters(tuned, [texts[i] for i in shown], k, seed)
+    _match_colours(base_labels, tuned_labels, base_clusters, tuned_clusters)
+    if moved is None:
+        from explorer.moved import neighbour_changes
+
+        scores = {r["i"]: r["moved"] for r in neighbour_changes([texts[i] for i in shown], base, tuned)}
+        moved_shown = [scores[j] for j in range(n)]
+    else:
+        moved_shown = [float(moved[i]) for i in shown]
+    points = [
+        {
+            "i": int(i),
+            "text": texts[i],
+            "base": [round(float(xy_base[j, 0]), 4), round(float(xy_base[j, 1]), 4)],
+            "tuned": [round(float(xy_tuned[j, 0]), 4), round(float(xy_tuned[j, 1]), 4)],
+            "base_cluster": int(base_labels[j]),
+            "tuned_cluster": int(tuned_labels[j]),
+            "moved": round(float(moved_shown[j]), 4),
+        }
+        for j, i in enumerate(shown)
+    ]
+    note = ""
+    if n < n_total:
+        note = (
+            f"Showing a random sample of {n:,} of your {n_total:,} strings (the browser draws at most {max_points:,})."
+        )
+    if method == "pca":
+        note = (note + " " if note else "") + f"PCA layout: under {MIN_UMAP} strings UMAP has too few neighbours."
+    return {
+        "points": points,
+        "clusters": {"base": base_clusters, "tuned": tuned_clusters},
+        "queries": [],
+        "method": method,
+        "n_total": n_total,
+        "n_shown": n,
+        "note": note,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def place_queries(
+    queries: Sequence[str],
+    query_base: np.ndarray,
+    query_tuned: np.ndarray,
+    map_data: dict[str, Any],
+    base_shown: np.ndarray,
+    tuned_shown: np.ndarray,
+    k: int = 10,
+) -> list[dict[str, Any]]:
+    """Queries on the map without a new layout: in each space, the cosine-weighted mean position of the query's
+    k nearest shown strings (a query equal to a shown string lands on it)."""
+    out = []
+    pts = map_data["points"]
+    pos = {side: np.array([p[side] for p in pts], dtype=np.float64) for side in ("base", "tuned")}
+    for qi, text in enumerate(queries):
+        place: dict[str, Any] = {"text": text}
+        for side, q, shown in (("base", query_base, base_shown), ("tuned", query_tuned, tuned_shown)):
+            sims = _unit(shown) @ _unit(q[qi : qi + 1])[0]
+            top = np.argsort(-sims)[: min(k, len(sims))]
+            if sims[top[0]] > 0.9999:  # the query is one of the strings: exactly there
+                w = np.zeros(len(top))
+                w[0] = 1.0
+            else:
+                w = np.exp((sims[top] - sims[top[0]]) / 0.05)  # sharply weighted to the nearest
+            xy = (w[:, None] * pos[side][top]).sum(0) / w.sum()
+            place[side] = [round(float(xy[0]), 4), round(float(xy[1]), 4)]
+        out.append(place)
     return out
 
 
-def pca_2d(x: Any) -> Any:
-    """Project rows onto their first two principal components (sign fixed so runs are reproducible)."""
-    import numpy as np
+def align(moving: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """`moving` rotated (or reflected), scaled and shifted onto `target` row for row (orthogonal Procrustes):
+    the tuned layout in the base layout's frame, so a string that did not move stays where it was."""
+    from scipy.linalg import orthogonal_procrustes
 
+    mu_m, mu_t = moving.mean(0), target.mean(0)
+    a, b = moving - mu_m, target - mu_t
+    r, _ = orthogonal_procrustes(a, b)
+    rotated = a @ r
+    scale = float((rotated * b).sum() / max((rotated**2).sum(), 1e-12))
+    return rotated * scale + mu_t
+
+
+def clusters(vecs: np.ndarray, texts: list[str], k: int, seed: int = 0) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """Spherical k-means labels of `vecs` and one entry per cluster: id, a name made of its (up to) three most
+    central strings, a colour, its size."""
+    import faiss
+
+    k = max(1, min(k, len(vecs)))
+    km = faiss.Kmeans(vecs.shape[1], k, niter=20, seed=1234 + seed, spherical=True, verbose=False)
+    km.min_points_per_centroid = 1
+    km.max_points_per_centroid = 100_000
+    km.train(np.ascontiguousarray(vecs, dtype=np.float32))
+    _, lab = km.index.search(np.ascontiguousarray(vecs, dtype=np.float32), 1)
+    labels = lab[:, 0].astype(int)
+    used = sorted(set(labels.tolist()))
+    renumber = {old: new for new, old in enumerate(used)}  # empty clusters dropped, ids 0..k-1
+    labels = np.array([renumber[x] for x in labels])
+    out = []
+    for new, old in enumerate(used):
+        members = np.flatnonzero(labels == new)
+        sims = vecs[members] @ km.centroids[old]
+        central = members[np.argsort(-sims)[:3]]
+        name = " · ".join(_short(texts[j]) for j in central)
+        out.append({"id": new, "name": name, "colour": PALETTE[new % len(PALETTE)], "size": int(len(members))})
+    return labels, out
+
+
+def _match_colours(base_labels, tuned_labels, base_clusters: list[dict], tuned_clusters: list[dict]) -> None:
+    """Give each tuned cluster the colour of the base cluster it shares most strings with (one to one), so a
+    group that survives tuning keeps its colour; the others get the palette's unused colours."""
+    from scipy.optimize import linear_sum_assignment
+
+    overlap = np.zeros((len(base_clusters), len(tuned_clusters)))
+    np.add.at(overlap, (base_labels, tuned_labels), 1)
+    rows, cols = linear_sum_assignment(-overlap)
+    taken = set()
+    for r, c in zip(rows, cols, strict=True):
+        if overlap[r, c] > 0:
+            tuned_clusters[c]["colour"] = base_clusters[r]["colour"]
+            taken.add(c)
+    free = [col for col in PALETTE if col not in {t["colour"] for i, t in enumerate(tuned_clusters) if i in taken}]
+    for i, t in enumerate(tuned_clusters):
+        if i not in taken:
+            t["colour"] = free.pop(0) if free else PALETTE[i % len(PALETTE)]
+
+
+def pca_2d(x: Any) -> np.ndarray:
+    """Project rows onto their first two principal components (sign fixed so runs are reproducible)."""
     x = np.asarray(x, dtype=np.float64)
     centered = x - x.mean(0)
     _, _, vt = np.linalg.svd(centered, full_matrices=False)
     xy = centered @ vt[:2].T
-    for j in range(xy.shape[1]):  # make the largest-magnitude coordinate positive
+    if xy.shape[1] < 2:
+        xy = np.hstack([xy, np.zeros((len(xy), 2 - xy.shape[1]))])
+    for j in range(2):  # make the largest-magnitude coordinate positive
         if xy[np.abs(xy[:, j]).argmax(), j] < 0:
             xy[:, j] *= -1
     return xy
+
+
+def warm_up() -> None:
+    """Compile UMAP's numba kernels (tens of seconds on a small CPU) before the first map is asked for."""
+    _umap(np.random.default_rng(0).normal(size=(MIN_UMAP, 8)).astype(np.float32), 0, None)
+
+
+def _umap(x: np.ndarray, seed: int, init: np.ndarray | None) -> np.ndarray:
+    """UMAP of unit rows (cosine), settings adapted to the number of strings; `init`: start from that layout."""
+    os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "mirror-numba"))
+    with _UMAP_LOCK:
+        import umap
+
+    n = len(x)
+    reducer = umap.UMAP(
+        n_neighbors=int(min(15, max(5, n // 10))),
+        min_dist=0.1,
+        metric="cosine",
+        init=init if init is not None else "spectral",
+        n_epochs=200 if n > 2000 else 300,
+        random_state=seed,
+        n_jobs=1,  # random_state makes it single-threaded anyway; said so to keep it quiet
+        low_memory=True,
+    )
+    with _UMAP_LOCK:
+        return np.asarray(reducer.fit_transform(x), dtype=np.float64)
+
+
+def _normalised(xy: np.ndarray) -> np.ndarray:
+    """Centred and scaled so the layout spans about [-1, 1]."""
+    xy = xy - xy.mean(0)
+    return xy / max(float(np.abs(xy).max()), 1e-12)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def _short(text: str, n: int = 24) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer import maps
 from explorer.estimate import device_and_threads, estimate_seconds
 from explorer.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
@@ -602,9 +601,8 @@ class MirrorApp:
         yield from self._exclusive(session, self._blend(session, parent, alpha))
 
     def _blend(self, session: Session, parent: RunInfo, alpha: float) -> Iterator[Event]:
-        from mirror.blend import blend_folder
-
         from explorer.pipeline import index_with
+        from mirror.blend import blend_folder
         from mirror.encoder import load_encoder
 
         handle = session.active = RunHandle(started=True)
@@ -759,16 +757,6 @@ class MirrorApp:
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
         report = evaluate_sets(sets, encoders, on_progress)
         return dataclasses.replace(report, notes=notes + report.notes, caption=run_caption(run))
-
-    # ---------------------------------------------------------------- tab 4: map
-
-    def project(self, session: Session, n_points: Any = 1000, n_clusters: Any = 8) -> dict[str, list[dict[str, Any]]]:
-        """2-D maps of a sample of the indexed strings under both encoders (explorer.maps)."""
-        if session.run is None:
-            raise MirrorError("Nothing to map yet: tune a model in tab ① first.")
-        n, k = maps.check_sizes(n_points, n_clusters, self.settings.max_map_points)
-        loaded = self.models.loaded(session.run)
-        return maps.project(loaded.main.tuned.texts, loaded.base, loaded.tuned, n, k)
 
 
 def new_run_info(

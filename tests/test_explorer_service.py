@@ -164,16 +164,15 @@ def test_evaluate_before_and_after(app, tuned, tmp_path):
         app.evaluate(tuned, [], str(bad))
 
 
-def test_map_projects_both_spaces_with_shared_clusters(app, tuned):
-    maps = app.project(tuned, 10, 3)
-    assert len(maps["base"]) == len(maps["tuned"]) == 10
-    assert [p["text"] for p in maps["base"]] == [p["text"] for p in maps["tuned"]]
-    assert [p["cluster"] for p in maps["base"]] == [p["cluster"] for p in maps["tuned"]]
-    assert len({p["cluster"] for p in maps["tuned"]}) <= 3
-    with pytest.raises(MirrorError, match="points must be between"):
-        app.project(tuned, 5, 3)
-    with pytest.raises(MirrorError, match="Nothing to map yet"):
-        app.project(app.session(), 100, 3)
+def test_twin_map_lays_out_both_spaces_of_the_served_run(app, tuned):
+    data = app.explore.twin_map(tuned, 10)
+    assert data["n_shown"] == 10 and len(data["points"]) == 10
+    assert {len(p["base"]) for p in data["points"]} == {len(p["tuned"]) for p in data["points"]} == {2}
+    assert data["caption"]  # names the run it belongs to
+    with pytest.raises(MirrorError, match="between 10 and"):
+        app.explore.twin_map(tuned, 5)
+    with pytest.raises(MirrorError, match="Nothing to explore yet"):
+        app.explore.twin_map(app.session(), 100)
 
 
 # Attack review, /config flood: Gradio deep-copies its config (and what the state callback holds) on every

@@ -1,0 +1,95 @@
+"""The forgetting check: after every run, the tuned model against its base on bundled general similarity sets
+(word pairs, sentence pairs, and texts much longer than the training length), so a user whose tuning made the
+model worse at what it knew is told plainly, with the blend (mirror.blend) as the remedy.
+
+Each check is half of its set (every other pair, the "check" half; the other half chose the blend defaults, see
+bench/bench_forgetting.py), fixed and seeded, sized so all of them take seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mirror.evaluate import Pair, bootstrap_spearman, interval, pair_cosines, read_pairs, spearman
+
+GOLD = Path(__file__).resolve().parent.parent / "examples" / "gold"
+MARGIN = 1.0  # Spearman points: a drop smaller than this is never called worse (noise of a 1-epoch run's seed)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One general set: its file in examples/gold, what it tests, and how many of its check-half pairs to use."""
+
+    name: str
+    file: str
+    what: str
+    max_pairs: int
+
+
+CHECKS = (
+    Check("SimLex-999", "simlex999.txt", "word similarity", 500),
+    Check("WordSim-353", "wordsim353.tsv", "word relatedness", 200),
+    Check("STS-B dev", "sts-dev.csv", "sentence similarity", 400),
+    Check("Long texts", "long-docs.tsv", "texts 2-4x longer than the sentences preset trains on", 120),
+)
+
+
+def check_pairs(check: Check, half: str = "check") -> list[Pair]:
+    """The pairs of one check: its "check" half (odd pairs) or its "dev" half (even pairs), capped, in order."""
+    pairs = read_pairs(GOLD / check.file)
+    picked = pairs[1::2] if half == "check" else pairs[0::2]
+    return picked[: check.max_pairs]
+
+
+def forgetting_check(
+    base, tuned, *, checks: Sequence[Check] = CHECKS, half: str = "check", margin: float = MARGIN
+) -> dict[str, Any]:
+    """Spearman ×100 of base and tuned on each check, the change with its paired bootstrap 95% interval, and
+    `worse` when the tuned model lost more than `margin` points and the interval lies below zero. Also a
+    one-paragraph `verdict` for the user."""
+    rows = []
+    for check in checks:
+        pairs = check_pairs(check, half)
+        gold = [p[2] for p in pairs]
+        cb, ct = pair_cosines(base, pairs), pair_cosines(tuned, pairs)
+        b, t = 100 * spearman(cb, gold), 100 * spearman(ct, gold)
+        boot = bootstrap_spearman(gold, cb, ct, n_resamples=500, seed=0)
+        ci = interval(100 * (boot[:, 1] - boot[:, 0]))
+        worse = (t - b) < -margin and (ci is None or ci[1] < 0)
+        rows.append(
+            {
+                "name": check.name,
+                "what": check.what,
+                "pairs": len(pairs),
+                "base": round(b, 1),
+                "tuned": round(t, 1),
+                "delta": round(t - b, 1),
+                "ci": [round(ci[0], 1), round(ci[1], 1)] if ci else None,
+                "worse": bool(worse),
+            }
+        )
+    return {"checks": rows, "verdict": verdict(rows)}
+
+
+def verdict(rows: Sequence[dict[str, Any]]) -> str:
+    """What the checks mean for the user, in plain words."""
+    worse = [r for r in rows if r["worse"]]
+    if not worse:
+        better = [r for r in rows if r["delta"] > MARGIN]
+        gained = f" and better on {', '.join(r['name'] for r in better)}" if better else ""
+        return f"General checks: the tuned model is no worse than the base on any of them{gained}."
+    listed = "; ".join(f"{r['name']} ({r['what']}): {r['base']:.1f} → {r['tuned']:.1f}" for r in worse)
+    return (
+        f"Tuning made the model worse on {len(worse)} general check{'s' if len(worse) > 1 else ''}: {listed}. "
+        "If you will search texts like these, blend with the base below (α around 0.5 keeps most of the gain on "
+        "your strings) or tune on strings more like the ones you will search."
+    )
+
+
+def mean_of(rows: Sequence[dict[str, Any]], key: str) -> float:
+    return float(np.mean([r[key] for r in rows]))

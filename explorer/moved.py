@@ -1,0 +1,75 @@
+"""What moved: the user's strings ranked by how much tuning changed their nearest neighbours (1 - overlap@k of
+the base and the tuned top k), with the neighbours each one gained and lost."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+BLOCK = 2048  # queries per exact-search block: 20k x 20k stays a few MB at a time
+
+
+def top_k(vecs: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k nearest other rows (cosine, exact, FAISS inner product on unit rows), nearest first."""
+    import faiss
+
+    x = np.ascontiguousarray(vecs, dtype=np.float32)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    k = min(k, len(x) - 1)
+    out = np.empty((len(x), k), dtype=np.int64)
+    for start in range(0, len(x), BLOCK):
+        _, ids = index.search(x[start : start + BLOCK], k + 1)
+        for j, row in enumerate(ids):
+            own = start + j
+            kept = [i for i in row if i != own and i >= 0][:k]  # the string itself out (wherever ties put it)
+            out[start + j] = kept
+    return out
+
+
+def neighbour_changes(texts: Sequence[str], base: np.ndarray, tuned: np.ndarray, k: int = 10) -> list[dict[str, Any]]:
+    """Every string with `moved` = 1 - |base top k ∩ tuned top k| / k, the neighbours `gained` (tuned only, in
+    tuned order) and `lost` (base only, in base order), and both top k; most moved first (ties: input order)."""
+    texts = list(texts)
+    if len(texts) < 2:
+        return []
+    nb, nt = top_k(base, k), top_k(tuned, k)
+    k = nb.shape[1]
+    rows = []
+    for i, text in enumerate(texts):
+        b, t = list(nb[i]), list(nt[i])
+        sb, st = set(b), set(t)
+        rows.append(
+            {
+                "i": i,
+                "text": text,
+                "moved": 1.0 - len(sb & st) / k,
+                "gained": [texts[j] for j in t if j not in sb],
+                "lost": [texts[j] for j in b if j not in st],
+                "base_neighbours": [texts[j] for j in b],
+                "tuned_neighbours": [texts[j] for j in t],
+            }
+        )
+    rows.sort(key=lambda r: (-r["moved"], r["i"]))
+    return rows
+
+
+def filter_rows(rows: Sequence[dict[str, Any]], text_filter: str = "") -> list[dict[str, Any]]:
+    """The rows whose string contains `text_filter`, ignoring case (all of them for an empty filter)."""
+    needle = " ".join(str(text_filter or "").split()).casefold()
+    return [r for r in rows if needle in r["text"].casefold()] if needle else list(rows)
+
+
+def moved_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as CSV: rank, string, moved, gained and lost (joined with " | ")."""
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(["rank", "string", "moved", "gained", "lost"])
+    for rank, r in enumerate(rows, 1):
+        w.writerow([rank, r["text"], f"{r['moved']:.2f}", " | ".join(r["gained"]), " | ".join(r["lost"])])
+    return out.getvalue()
