@@ -207,3 +207,98 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_disarms_launch(serv
         raise
     finally:
         context.close()
+
+
+def map_xy(page, map_: str, k: int) -> tuple[float, float]:
+    p = page.evaluate(f"document.querySelector('#mx-twinmap .tm').twinmap.pointScreenXY('{map_}', {k})")
+    return p["x"], p["y"]
+
+
+def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(server, browser, tmp_path):
+    """Issue 16 as a user sees it: tune, draw the twin maps, hover a point (the other map rings the same string),
+    click it (its base and tuned neighbours), box-select a few and export them, list what moved and send a row to
+    Search. Screenshots: tests/artifacts/explore_*.png."""
+    from playwright.sync_api import expect
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    words = tmp_path / "sixty_words.txt"
+    all_words = (ROOT / "examples" / "small_words.txt").read_text().split()
+    words.write_text("\n".join(all_words[::6][:60]) + "\n")  # 60 words across the themes: a UMAP layout
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(60_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(server)
+        upload_file(page, words)
+        expect(page.locator("#mx-input")).to_contain_text("60 strings loaded")
+        tune_a_few_steps(page, 3)
+        expect(page.locator("#mx-result")).to_contain_text("Done", timeout=300_000)
+
+        page.get_by_role("tab", name="④ Explore").click()
+        expect(page.locator("#mx-explore-caption")).to_contain_text("60 strings")  # names the run it shows
+        page.locator("#mx-map-btn").click()
+        root = page.locator("#mx-twinmap .tm")
+        expect(root).to_have_attribute("data-state", "ready", timeout=240_000)  # the first UMAP compiles
+        assert root.get_attribute("data-n") == "60"
+        expect(page.locator("#mx-health")).to_contain_text("mean cosine")
+        page.screenshot(path=ARTIFACTS / "explore_1_maps.png", full_page=True)
+
+        # hover a point on the base map: the tuned map rings the same string, the tooltip names it
+        k = 7
+        root.scroll_into_view_if_needed()
+        page.mouse.move(*map_xy(page, "base", k))
+        expect(root).to_have_attribute("data-hovered", str(k))
+        text = root.get_attribute("data-hovered-text")
+        assert text and root.get_attribute("data-highlight-other-text") == text
+        expect(page.locator("#mx-twinmap .tm-tip")).to_contain_text(text)
+        page.screenshot(path=ARTIFACTS / "explore_2_hover.png")
+
+        # click it: its neighbours under both encoders
+        page.mouse.click(*map_xy(page, "base", k))
+        results = page.locator("#mx-point-results")
+        expect(results.locator(".mx-query")).to_have_count(1, timeout=60_000)
+        assert "Tuned (mirror)" in results.inner_text() and "Base" in results.inner_text()
+        expect(page.locator("#mx-point-md")).to_contain_text(text)
+        page.screenshot(path=ARTIFACTS / "explore_3_neighbours.png", full_page=True)
+
+        # box-select around that point, then export the selection
+        x, y = map_xy(page, "base", k)
+        page.locator("#mx-twinmap .tm-mode[data-mode=box]").click()
+        page.mouse.move(x - 60, y - 60)
+        page.mouse.down()
+        page.mouse.move(x, y, steps=4)
+        page.mouse.move(x + 60, y + 60, steps=4)
+        page.mouse.up()
+        n_sel = int(root.get_attribute("data-selected"))
+        assert n_sel >= 1
+        expect(page.locator("#mx-selection-md")).to_contain_text(f"{n_sel:,} strings selected")
+        page.locator("#mx-export-fmt input").click()
+        page.get_by_role("option", name="Neighbours CSV").click()
+        page.locator("#mx-export-sel-btn").click()
+        link = page.locator("#mx-export-file a[href]").first
+        expect(link).to_be_visible(timeout=60_000)
+        body = page.request.get(urljoin(server, link.get_attribute("href"))).text()
+        assert text in body  # the box was drawn around the hovered point: its row is exported
+        page.screenshot(path=ARTIFACTS / "explore_4_selection_exported.png", full_page=True)
+
+        # what moved: strings ranked, a row opens its neighbours and fills the Search tab's query
+        page.locator("#mx-moved-btn").click()
+        table = page.locator("#mx-moved-table")
+        expect(page.locator("#mx-moved-md")).to_contain_text("60 strings", timeout=60_000)
+        first = table.locator("tbody tr").first.locator("td").first
+        moved_text = first.inner_text().strip()
+        assert moved_text
+        first.click()
+        expect(page.locator("#mx-point-md")).to_contain_text(moved_text, timeout=60_000)
+        page.screenshot(path=ARTIFACTS / "explore_5_what_moved.png", full_page=True)
+        page.get_by_role("tab", name="② Search").click()
+        expect(page.locator("#mx-queries textarea")).to_have_value(moved_text)
+        page.locator("#mx-search-btn").click()
+        expect(page.locator("#mx-results .mx-query")).to_have_count(1)
+        assert not errors, errors
+    except Exception:
+        page.screenshot(path=ARTIFACTS / "explore_failure.png", full_page=True)
+        raise
+    finally:
+        page.close()

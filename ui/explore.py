@@ -26,7 +26,9 @@ MOVED_COLUMNS = ["string", "moved", "gained", "lost"]
 def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
     """The Explore tab's components."""
     ui = SimpleNamespace()
-    ui.caption = gr.Markdown("Tune a model in tab ① (or open one of your runs) to explore what changed.")
+    ui.caption = gr.Markdown(
+        "Tune a model in tab ① (or open one of your runs) to explore what changed.", elem_id="mx-explore-caption"
+    )
     with gr.Row():
         ui.n_points = gr.Slider(
             50, max_points, value=min(3000, max_points), step=50, label="Strings on the map", scale=2
@@ -40,11 +42,15 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
     ui.selection = gr.State([])  # the map's lassoed rows (the service's "i"), for "Export the selection"
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            ui.point_md = gr.Markdown("Click a point (or a row of the table below) to see its neighbours.")
+            ui.point_md = gr.Markdown(
+                "Click a point (or a row of the table below) to see its neighbours.", elem_id="mx-point-md"
+            )
             ui.point_results = gr.HTML("", elem_id="mx-point-results")
         with gr.Column(scale=2):
-            ui.selection_md = gr.Markdown("Lasso some points (the lasso tool above the maps) to export just those.")
-            ui.export_fmt = gr.Dropdown(EXPORTS, value="all", label="Export format")
+            ui.selection_md = gr.Markdown(
+                "Lasso some points (the lasso tool above the maps) to export just those.", elem_id="mx-selection-md"
+            )
+            ui.export_fmt = gr.Dropdown(EXPORTS, value="all", label="Export format", elem_id="mx-export-fmt")
             with gr.Row():
                 ui.export_sel_btn = gr.Button("Export the selection", elem_id="mx-export-sel-btn")
                 ui.export_all_btn = gr.Button("Export all strings", elem_id="mx-export-all-btn")
@@ -54,7 +60,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             ui.moved_filter = gr.Textbox(label="Filter", placeholder="part of a string", scale=3)
             ui.moved_btn = gr.Button("List", elem_id="mx-moved-btn", scale=1)
             ui.moved_csv_btn = gr.Button("Download CSV", elem_id="mx-moved-csv-btn", scale=1)
-        ui.moved_md = gr.Markdown("")
+        ui.moved_md = gr.Markdown("", elem_id="mx-moved-md")
         ui.moved_table = gr.Dataframe(
             headers=MOVED_COLUMNS, interactive=False, wrap=True, max_height=420, elem_id="mx-moved-table"
         )
