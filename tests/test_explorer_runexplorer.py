@@ -1,0 +1,100 @@
+"""RunExplorer, the Explore tab's service, over a served run of the tiny random BERT: twin maps with queries,
+what moved (ranked, filtered, as CSV), space health, a point's neighbours, and the blend served as a new run
+(α = 0 is the base exactly; a failed blend leaves the served run as it was). No Gradio.
+
+A random tiny encoder's neighbour order means nothing, so these tests check the plumbing and the invariants
+(every string once, sorted, α = 0 reproducing the base vectors), not which strings moved.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from explorer.explore import vectors_of
+from mirror.errors import MirrorError
+from tests.conftest import WORDS
+
+
+def test_twin_map_places_typed_queries_on_both_maps(app, tuned):
+    data = app.explore.twin_map(tuned, 10, "cat\nzebra crossing\n\n")
+    assert [q["text"] for q in data["queries"]] == ["cat", "zebra crossing"]
+    shown = {p["text"]: p for p in data["points"]}
+    if "cat" in shown:  # a query that is one of the shown strings lands exactly on it
+        assert data["queries"][0]["base"] == shown["cat"]["base"]
+        assert data["queries"][0]["tuned"] == shown["cat"]["tuned"]
+    for q in data["queries"]:
+        assert len(q["base"]) == len(q["tuned"]) == 2 and all(np.isfinite(q["base"] + q["tuned"]))
+
+
+def test_what_moved_ranks_every_string_once_filters_and_downloads(app, tuned):
+    rows = app.explore.moved(tuned)
+    assert sorted(r["text"] for r in rows) == sorted(WORDS)
+    scores = [r["moved"] for r in rows]
+    assert scores == sorted(scores, reverse=True) and all(0.0 <= m <= 1.0 for m in scores)
+    for r in rows:  # gained and lost are the two sides of the neighbourhood change
+        assert set(r["gained"]) == set(r["tuned_neighbours"]) - set(r["base_neighbours"])
+        assert set(r["lost"]) == set(r["base_neighbours"]) - set(r["tuned_neighbours"])
+        assert r["text"] not in r["base_neighbours"] + r["tuned_neighbours"]
+    assert [r["text"] for r in app.explore.moved(tuned, "O")] == [r["text"] for r in rows if "o" in r["text"]]
+    path = app.explore.moved_csv(tuned, "")
+    assert path.is_relative_to(tuned.run.folder)
+    with path.open(encoding="utf-8") as f:
+        table = list(csv.DictReader(f))
+    assert [t["string"] for t in table] == [r["text"] for r in rows]
+
+
+def test_health_and_neighbours_of_the_served_run(app, tuned):
+    health = app.explore.health(tuned)
+    for side in ("base", "tuned"):
+        assert {"mean_cosine", "uniformity", "alignment"} <= set(health[side])
+        assert -1.0 <= health[side]["mean_cosine"] <= 1.0 and health[side]["uniformity"] <= 0.0
+    assert "mean cosine" in health["summary"]
+    found = app.explore.neighbours(tuned, "cat", k=3)
+    assert found[0]["query"] == "cat" and "cat" not in [h["text"] for h in found[0]["tuned"]]
+    with pytest.raises(MirrorError, match="click a point"):
+        app.explore.neighbours(tuned, "  ")
+
+
+def test_nothing_to_explore_before_a_run(app):
+    s = app.session()
+    for call in (lambda: app.explore.moved(s), lambda: app.explore.health(s), lambda: app.explore.twin_map(s, 50)):
+        with pytest.raises(MirrorError, match="Nothing to explore yet"):
+            call()
+
+
+def test_blend_at_alpha_zero_serves_the_base_as_a_new_run_and_keeps_the_tuned_one(app, tuned):
+    parent = tuned.run
+    events = list(app.blend_run(tuned, 0))
+    assert events[-1].kind == "done", events[-1]
+    blended = tuned.run
+    assert blended is not parent and blended.stats["blend_alpha"] == 0.0
+    assert blended.stats["blended_from"] == parent.folder.name and parent.folder.is_dir()
+    loaded = app.models.loaded(blended)
+    base_vecs, blend_vecs = vectors_of(loaded.main.base), vectors_of(loaded.main.tuned)
+    np.testing.assert_allclose(blend_vecs, base_vecs, atol=1e-5)  # α = 0: the base model's own vectors
+    assert "forgetting" in blended.stats
+    # the blend of a blend starts from the unblended tuned weights: α = 1 gives the tuned run's vectors back
+    assert list(app.blend_run(tuned, 1))[-1].kind == "done"
+    tuned_vecs = vectors_of(app.models.loaded(parent).main.tuned)
+    np.testing.assert_allclose(vectors_of(app.models.loaded(tuned.run).main.tuned), tuned_vecs, atol=1e-5)
+
+
+def test_a_bad_or_failed_blend_leaves_the_served_run(app, tuned, monkeypatch):
+    served = tuned.run
+    for alpha in (1.5, "x", float("nan")):
+        events = list(app.blend_run(tuned, alpha))
+        assert events[-1].kind == "error" and "α" in events[-1].text
+        assert tuned.run is served
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("mirror.blend.blend_folder", broken)
+    runs_before = set(p.name for p in app.runs.root.iterdir())
+    events = list(app.blend_run(tuned, 0.5))
+    assert events[-1].kind == "error" and "previous model stays served" in events[-1].text
+    assert tuned.run is served and set(p.name for p in app.runs.root.iterdir()) == runs_before
+    assert list(app.blend_run(app.session(), 0.5))[-1].kind == "error"  # nothing served: nothing to blend
