@@ -416,7 +416,7 @@ class RunView:
         self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
         self.outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
         self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
-        self.outputs += [explore.health_md, explore.moved_table, explore.point_results]
+        self.outputs += [explore.health_md, explore.moved_table, explore.point_results, ui.input_md, ui.estimate_md]
 
     def run_list(self, memory: dict, value: str | None = None) -> Any:
         choices = [(r["label"], r["id"]) for r in self.app.list_runs(memory["runs"])]
@@ -520,7 +520,15 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
 
     def try_open(session: Session, run_id: str | None, memory: dict) -> dict | None:
         try:
-            return view.served(app.open_run(session, run_id), session, memory) if run_id else None
+            if not run_id:
+                return None
+            shown = view.served(app.open_run(session, run_id), session, memory)
+            restored = app.restore_texts(session)  # a reloaded page has no strings: the run's own come back
+            if restored is not None:
+                estimate = app.estimate(session, BUNDLED_MODEL, "auto", {})
+                shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: estimate})
+                shown[ui.launch] = gr.update(interactive=True)
+            return shown
         except MirrorError as exc:
             gr.Warning(render.toast_text(str(exc)))
             return None

@@ -506,6 +506,17 @@ class MirrorApp:
             session.run = info
         return info
 
+    def restore_texts(self, session: Session) -> dict[str, Any] | None:
+        """A session with no strings loaded (a reloaded page, a link opened elsewhere) gets the served run's own
+        strings back, so tuning them again is one click; what `set_texts` reports, or None when it had some."""
+        run = session.run
+        if run is None or session.texts:
+            return None
+        texts = list(self.models.loaded(run).main.tuned.texts)
+        info = self.set_texts(session, texts, f"run {run.folder.name[:8]} ({run.corpus or 'its strings'})")
+        info["notes"] = ["the strings of the run you opened, loaded again: Launch tunes them again"] + info["notes"]
+        return info
+
     def list_runs(self, run_ids: Sequence[str]) -> list[dict[str, Any]]:
         """id, label, created of the runs among `run_ids` still kept here, newest first."""
         return self.runs.describe(r for r in run_ids if isinstance(r, str))

@@ -196,6 +196,9 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_disarms_launch(serv
         fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()  # the link, elsewhere
         fresh.goto(urljoin(server, link))
         expect(fresh.locator("#mx-result")).to_contain_text(run_id[:8], timeout=60_000)
+        expect(fresh.locator("#mx-input")).to_contain_text("loaded again")  # the run's strings, ready to tune again
+        expect(fresh.locator("#mx-input")).to_contain_text("30 strings")
+        expect(fresh.locator("#mx-launch")).to_be_enabled()
         fresh.get_by_role("tab", name="② Search").click()
         fresh.locator("#mx-queries textarea").fill(WORDS[1])
         fresh.locator("#mx-search-btn").click()

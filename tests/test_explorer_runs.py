@@ -32,6 +32,21 @@ def test_a_run_outlives_its_session_and_the_server_process(app, tiny_bert):
     assert [r["id"] for r in restarted.list_runs(["f" * 32, run_id, "not an id"])] == [run_id]
 
 
+def test_opening_a_run_in_a_session_without_strings_loads_the_runs_strings_again(app, tiny_bert):
+    s = tuned_session(app, tiny_bert)
+    run_id = s.run.folder.name
+    fresh = app.session()  # a reloaded page, or the link opened in another browser: nothing loaded
+    app.open_run(fresh, run_id)
+    info = app.restore_texts(fresh)
+    assert fresh.texts == s.texts and info["strings"] == len(WORDS)
+    assert run_id[:8] in fresh.source and "loaded again" in info["notes"][0]
+    assert app.restore_texts(fresh) is None  # once it has strings, they are never replaced
+    other = app.session()
+    app.load_pasted(other, "apple\npear\nplum")
+    app.open_run(other, run_id)
+    assert app.restore_texts(other) is None and other.texts == ["apple", "pear", "plum"]
+
+
 @pytest.mark.parametrize("bad", ["", "../../etc", "0" * 31, "g" * 32, "/" + "a" * 32, "A" * 32])
 def test_only_run_ids_name_runs(app, bad):
     s = app.session()
