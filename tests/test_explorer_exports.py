@@ -1,0 +1,150 @@
+"""explorer.exports (Projector TSV, Parquet, neighbours CSV, the zip of all three), the model card (explorer.card),
+the download names, and `python -m mirror export`, on synthetic vectors with known neighbours."""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from explorer.exports import export_bundle
+from mirror.errors import MirrorError
+
+TEXTS = ["cat", "kitten", "dog", "puppy", "car", "bus", "tab\there", "two\nlines"]
+
+
+def vectors(seed: int = 0, dim: int = 6) -> np.ndarray:
+    """Pairs of near-identical unit rows (0-1, 2-3, ...): each string's nearest neighbour is its pair."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(len(TEXTS) // 2, dim))
+    x = np.repeat(centres, 2, axis=0) + 0.01 * rng.normal(size=(len(TEXTS), dim))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+BASE, TUNED = vectors(0), vectors(1)
+META = {"moved": [round(0.1 * i, 4) for i in range(len(TEXTS))]}
+COORDS = {
+    k: [float(i + j) for i in range(len(TEXTS))] for j, k in enumerate(["base_x", "base_y", "tuned_x", "tuned_y"])
+}
+
+
+def export(tmp_path: Path, fmt: str, **kw) -> Path:
+    kw = {"rows": None, "metadata": META, "coords": COORDS, "prefix": "mirror-abc", **kw}
+    return export_bundle(TEXTS, BASE, TUNED, tmp_path / "out", fmt=fmt, **kw)
+
+
+def test_projector_tsv_shapes_and_safe_texts(tmp_path):
+    path = export(tmp_path, "projector")
+    assert path.name == "mirror-abc-projector.zip"
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        assert {
+            f"mirror-abc/mirror-abc-{n}" for n in ("base-vectors.tsv", "tuned-vectors.tsv", "metadata.tsv")
+        } <= names
+        base = np.loadtxt(io.StringIO(zf.read("mirror-abc/mirror-abc-base-vectors.tsv").decode()), delimiter="\t")
+        tuned = np.loadtxt(io.StringIO(zf.read("mirror-abc/mirror-abc-tuned-vectors.tsv").decode()), delimiter="\t")
+        meta = zf.read("mirror-abc/mirror-abc-metadata.tsv").decode().splitlines()
+    assert base.shape == tuned.shape == (len(TEXTS), 6)
+    np.testing.assert_allclose(base, BASE, atol=1e-6)
+    assert meta[0] == "text\tmoved" and len(meta) == len(TEXTS) + 1  # a header: two columns
+    assert all(line.count("\t") == 1 for line in meta)
+    assert meta[7] == "tab here\t0.6" and meta[8] == "two lines\t0.7"
+
+
+def test_parquet_reads_back_with_pyarrow_and_pandas(tmp_path):
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = export(tmp_path, "parquet")
+    assert path.name == "mirror-abc.parquet"
+    table = pq.read_table(path)
+    assert table.column_names == [
+        "row", "text", "moved", "base_embedding", "tuned_embedding",
+        "base_x", "base_y", "tuned_x", "tuned_y", "x", "y",
+    ]  # fmt: skip
+    assert table.schema.field("tuned_embedding").type == pa.list_(pa.float32())
+    df = pd.read_parquet(path)
+    assert df["text"].tolist() == TEXTS and df["moved"].tolist() == META["moved"]
+    np.testing.assert_array_equal(np.stack(df["tuned_embedding"].to_numpy()), TUNED)
+    np.testing.assert_array_equal(np.stack(df["base_embedding"].to_numpy()), BASE)
+    assert df["x"].tolist() == COORDS["tuned_x"] and df["base_y"].tolist() == COORDS["base_y"]
+
+
+def test_parquet_without_a_full_map_has_no_coordinates(tmp_path):
+    import pandas as pd
+
+    df = pd.read_parquet(export(tmp_path, "parquet", coords=None))
+    assert "x" not in df.columns and "base_x" not in df.columns and len(df) == len(TEXTS)
+
+
+def test_neighbours_csv_finds_each_strings_pair_first(tmp_path):
+    path = export(tmp_path, "neighbours")
+    rows = list(csv.DictReader(path.open(encoding="utf-8", newline="")))
+    assert len(rows) == len(TEXTS) * 7  # k = min(10, n - 1) rows per string
+    first = [r for r in rows if r["rank"] == "1"]
+    assert [r["base_neighbour"] for r in first] == [TEXTS[i ^ 1] for i in range(len(TEXTS))]
+    assert [r["tuned_neighbour"] for r in first] == [TEXTS[i ^ 1] for i in range(len(TEXTS))]
+    assert all(r["string"] != r["base_neighbour"] for r in rows)  # never the string itself
+    scores = [float(r["tuned_score"]) for r in rows if r["row"] == "0"]
+    assert scores == sorted(scores, reverse=True) and scores[0] > 0.99
+    assert first[7]["string"] == "two\nlines"  # CSV quotes it: the text survives as it was
+
+
+def test_a_selection_exports_only_those_rows_but_searches_all(tmp_path):
+    import pandas as pd
+
+    df = pd.read_parquet(export(tmp_path, "parquet", rows=[5, 2]))
+    assert df["row"].tolist() == [5, 2] and df["text"].tolist() == ["bus", "dog"]
+    rows = list(csv.DictReader(export(tmp_path, "neighbours", rows=[2]).open(encoding="utf-8")))
+    assert {r["string"] for r in rows} == {"dog"} and rows[0]["base_neighbour"] == "puppy"
+    with zipfile.ZipFile(export(tmp_path, "projector", rows=[0, 1, 2])) as zf:
+        meta = zf.read("mirror-abc/mirror-abc-metadata.tsv").decode().splitlines()
+        vecs = zf.read("mirror-abc/mirror-abc-tuned-vectors.tsv").decode().splitlines()
+    assert len(meta) == 4 and len(vecs) == 3
+    with pytest.raises(MirrorError, match="outside"):
+        export(tmp_path, "parquet", rows=[99])
+
+
+def test_all_is_one_zip_with_a_readme(tmp_path):
+    path = export(tmp_path, "all")
+    assert path.name == "mirror-abc-all.zip"
+    with zipfile.ZipFile(path) as zf:
+        names = sorted(n.split("/", 1)[1] for n in zf.namelist())
+        readme = zf.read("mirror-abc/README.txt").decode()
+    assert names == [
+        "README.txt",
+        "mirror-abc-base-vectors.tsv",
+        "mirror-abc-metadata.tsv",
+        "mirror-abc-neighbours.csv",
+        "mirror-abc-tuned-vectors.tsv",
+        "mirror-abc.parquet",
+    ]
+    assert "projector.tensorflow.org" in readme and "embedding-atlas mirror-abc.parquet" in readme
+    assert "pd.read_parquet" in readme
+
+
+def test_bad_inputs_are_refused(tmp_path):
+    with pytest.raises(MirrorError, match="unknown export"):
+        export(tmp_path, "xlsx")
+    with pytest.raises(MirrorError, match="one row per string"):
+        export_bundle(TEXTS, BASE[:3], TUNED, tmp_path, fmt="parquet")
+    with pytest.raises(MirrorError, match="'moved' has 2 values"):
+        export(tmp_path, "parquet", metadata={"moved": [0, 1]})
+
+
+# ------------------------------------------------------------------------------ through the service
+
+
+def test_run_explorer_export_serves_files_of_the_run(app, tuned):
+    path = app.explore.export(tuned, "all")
+    assert path.is_file() and tuned.run.folder in path.parents
+    assert path.name == f"mirror-{tuned.run.folder.name[:12]}-all.zip"
+    sel = app.explore.export(tuned, "parquet", [0, 3])
+    import pandas as pd
+
+    assert pd.read_parquet(sel)["row"].tolist() == [0, 3]
