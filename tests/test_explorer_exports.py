@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import zipfile
 from pathlib import Path
 
@@ -148,3 +149,72 @@ def test_run_explorer_export_serves_files_of_the_run(app, tuned):
     import pandas as pd
 
     assert pd.read_parquet(sel)["row"].tolist() == [0, 3]
+
+
+# ------------------------------------------------------------------------------ the model card and download names
+
+FORGETTING = {
+    "checks": [
+        {"name": "SimLex-999", "what": "word similarity", "pairs": 500, "base": 44.6, "tuned": 53.6, "delta": 9.0,
+         "ci": [6.1, 12.0], "worse": False},
+        {"name": "Long texts", "what": "long texts", "pairs": 120, "base": 70.0, "tuned": 61.0, "delta": -9.0,
+         "ci": [-12.5, -5.0], "worse": True},
+    ],
+    "verdict": "Tuning made the model worse on 1 general check: Long texts.",
+}  # fmt: skip
+
+
+def saved_folder(tmp_path: Path, model: str = "bundled", **extra) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    config = {"mode": "words", "model": model, "pooling": "mean", "temperature": 0.2, "lr": 2e-5, "batch_size": 200}
+    stats = {"strings": 411, "steps": 6, "total_steps": 6, "seconds": 2.61, "device": "cpu", "first_loss": 5.1,
+             "final_loss": 1.9243}  # fmt: skip
+    (folder / "mirror_config.json").write_text(json.dumps({"config": config, "stats": stats, **extra}))
+    return folder
+
+
+def front_matter(card: str) -> dict:
+    import yaml
+
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_the_card_names_base_settings_data_and_the_forgetting_table(tmp_path):
+    from explorer.card import model_card, write_card
+
+    folder = saved_folder(tmp_path)
+    card = model_card(folder, {"forgetting": FORGETTING, "blend_alpha": 0.5}, repo_id="me/words")
+    meta = front_matter(card)
+    assert meta["library_name"] == "sentence-transformers" and meta["pipeline_tag"] == "sentence-similarity"
+    assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert meta["tags"] == ["sentence-transformers", "sentence-similarity", "mirror-bert"]
+    assert "Liu et al." in card and "| temperature τ | 0.2 |" in card and "| batch size (strings) | 200 |" in card
+    assert "| strings | 411 |" in card and "2.6 s on cpu" in card and "5.1 → 1.924" in card
+    assert "| SimLex-999 | word similarity | 500 | 44.6 | 53.6 | +9.0 [+6.1, +12.0] |  |" in card
+    assert "| Long texts |" in card and "| worse |" in card and FORGETTING["verdict"] in card
+    assert "α = 0.5" in card and 'SentenceTransformer("me/words")' in card
+    path = write_card(folder, {"forgetting": FORGETTING})
+    assert path == folder / "README.md" and "## Did tuning forget anything?" in path.read_text()
+
+
+def test_a_card_without_checks_and_a_local_base_shows_no_server_path(tmp_path):
+    from explorer.card import model_card
+
+    card = model_card(saved_folder(tmp_path, model="/srv/secret/models/my-bert"))
+    assert "base_model" not in front_matter(card) and "/srv/secret" not in card and "`my-bert`" in card
+    assert "forget" not in card and "α" not in card
+
+
+def test_a_tuned_runs_zips_carry_the_card_and_are_named_for_base_and_run(app, tuned):
+    run = tuned.run
+    short = Path(run.base_model).name
+    assert run.model_zip.name == f"mirror-{short}-{run.folder.name[:12]}-model.zip"
+    assert run.index_zip.name == f"mirror-{short}-{run.folder.name[:12]}-index.zip"
+    with zipfile.ZipFile(run.model_zip) as zf:
+        card = zf.read("mirror-model/README.md").decode()
+        assert "mirror-model/modules.json" in zf.namelist()
+    assert "library_name: sentence-transformers" in card and f"| strings | {run.n_texts} |" in card
+    with zipfile.ZipFile(run.index_zip) as zf:
+        assert all(n.startswith("mirror-index/") for n in zf.namelist())
