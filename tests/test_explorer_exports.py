@@ -218,3 +218,39 @@ def test_a_tuned_runs_zips_carry_the_card_and_are_named_for_base_and_run(app, tu
     assert "library_name: sentence-transformers" in card and f"| strings | {run.n_texts} |" in card
     with zipfile.ZipFile(run.index_zip) as zf:
         assert all(n.startswith("mirror-index/") for n in zf.namelist())
+
+
+# ------------------------------------------------------------------------------ the API handlers (ui/api.py)
+
+
+def test_explore_api_handlers_on_the_clients_run_and_on_a_kept_run(app, tuned):
+    import gradio as gr
+
+    import app as mx
+
+    fns = {f.name: f.fn for f in mx.build_demo(app).fns.values()}
+    path, same = fns["api_export"]("parquet", [0, 2], "", tuned)
+    import pandas as pd
+
+    assert same is tuned and pd.read_parquet(path)["row"].tolist() == [0, 2]
+    rows, _ = fns["api_moved"]("", 3, "", tuned)
+    assert len(rows) == 3 and {"text", "moved", "gained", "lost"} <= set(rows[0])
+    found, _ = fns["api_neighbours"]("cat", 3, "", tuned)
+    assert found[0]["query"] == "cat" and all(h["text"] != "cat" for h in found[0]["tuned"])
+    health, _ = fns["api_health"]("", tuned)
+    assert json.dumps(health, default=float)
+
+    # another client (no run of its own) reaches the kept run by its id; its session still serves nothing
+    other = app.session()
+    rows, same = fns["api_moved"]("ca", 500, tuned.run.folder.name, other)
+    assert same is other and other.run is None and all("ca" in r["text"] for r in rows) and rows
+    path, _ = fns["api_export"]("neighbours", None, tuned.run.folder.name, other)
+    assert Path(path).name.endswith("-neighbours.csv")
+    with pytest.raises(gr.Error, match="unknown export 'xlsx'"):
+        fns["api_export"]("xlsx", None, "", tuned)
+    with pytest.raises(gr.Error, match="not a run id"):
+        fns["api_health"]("../../etc", other)
+    with pytest.raises(gr.Error, match="Nothing to explore yet"):
+        fns["api_health"]("", app.session())
+    with pytest.raises(gr.Error, match="paste a Hugging Face access token"):
+        fns["api_push"]("me/x", "", True, "", tuned)
