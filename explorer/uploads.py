@@ -34,7 +34,8 @@ def download_name(base_model: str, run_id: str, what: str) -> str:
     index), so a user's downloads of several runs never collide; never a server path."""
     base = hub_base_model(base_model) or str(base_model or "model")
     short = re.sub(r"[^A-Za-z0-9._-]+", "-", re.split(r"[\\/]", base.rstrip("/\\"))[-1]).strip("-._")[:40]
-    return f"mirror-{short or 'model'}-{str(run_id)[:12]}-{what}.zip"
+    run = re.sub(r"[^A-Za-z0-9._-]+", "-", str(run_id))[:12].strip("-._")
+    return f"mirror-{short or 'model'}-{run or 'run'}-{what}.zip"
 
 
 def zip_folder(folder: Path, out: Path, arcroot: str, extra_files: dict[str, str] | None = None) -> Path:

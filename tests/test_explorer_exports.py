@@ -254,3 +254,32 @@ def test_explore_api_handlers_on_the_clients_run_and_on_a_kept_run(app, tuned):
         fns["api_health"]("", app.session())
     with pytest.raises(gr.Error, match="paste a Hugging Face access token"):
         fns["api_push"]("me/x", "", True, "", tuned)
+
+
+# ------------------------------------------------------------------------------ python -m mirror export
+
+
+def test_the_cli_exports_a_tuned_folder_against_the_base_it_names(tuned, tiny_bert, tmp_path, capsys):
+    from mirror.__main__ import main
+
+    strings = tmp_path / "strings.txt"
+    strings.write_text("cat\ndog\ncar\nbus\nred\nblue\n")
+    model = tuned.run.folder / "model"
+    assert main(["export", str(model), "--input", str(strings), "--format", "all", "--out", str(tmp_path / "x")]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.parent == tmp_path / "x" and path.name.endswith("-model-all.zip")
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        meta = next(zf.read(n).decode() for n in names if n.endswith("-metadata.tsv")).splitlines()
+    assert len(names) == 6 and meta[0] == "text\tmoved" and len(meta) == 7
+    out = tmp_path / "y"
+    assert main(["export", str(model), "--input", str(strings), "--format", "parquet", "--out", str(out)]) == 0
+    assert [p.suffix for p in out.iterdir()] == [".parquet"]
+
+    # a plain (untuned) folder names no base: error, exit 2
+    assert main(["export", str(tiny_bert), "--input", str(strings), "--out", str(tmp_path / "z")]) == 2
+    err = capsys.readouterr().err
+    assert "\nerror: " in "\n" + err and "give --base" in err and str(tmp_path) not in err
+    with pytest.raises(SystemExit) as exit_:  # argparse's own refusal: exit 2 too
+        main(["export", str(model), "--input", str(strings), "--format", "xlsx", "--out", str(out)])
+    assert exit_.value.code == 2

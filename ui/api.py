@@ -42,7 +42,7 @@ def api_components() -> SimpleNamespace:
             fmt=gr.Textbox(value="all", label="fmt"),
             rows=gr.JSON(value=[], label="rows"),
             export_out=gr.File(label="export"),
-            text_filter=gr.Textbox(value="", label="filter"),
+            filter=gr.Textbox(value="", label="filter"),
             limit=gr.Number(value=500, precision=0, label="limit"),
             text=gr.Textbox(label="text"),
             rows_out=gr.JSON(label="rows"),
@@ -119,12 +119,12 @@ def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> N
         "all" (a zip of the three with a README). Returns the file."""
         return explore_call(app, s, run, lambda session: str(ex.export(session, str(fmt or "").strip(), rows or None)))
 
-    def api_moved(text_filter: str = "", limit: float = 500, run: str = "", s: Session | None = None):
+    def api_moved(filter: str = "", limit: float = 500, run: str = "", s: Session | None = None):  # noqa: A002
         """The run's strings ranked by how much their 10 nearest neighbours changed with tuning (most first), those
-        containing `text_filter` (any case), at most `limit`: [{i, text, moved, gained, lost, base_neighbours,
+        containing `filter` (any case), at most `limit`: [{i, text, moved, gained, lost, base_neighbours,
         tuned_neighbours}]."""
         n = max(1, min(int(limit or 500), app.settings.max_strings))
-        return explore_call(app, s, run, lambda session: ex.moved(session, text_filter or "", n))
+        return explore_call(app, s, run, lambda session: ex.moved(session, filter or "", n))
 
     def api_neighbours(text: str, k: float = 10, run: str = "", s: Session | None = None):
         """The base and tuned neighbours of one string (its own hit left out), as /search returns them."""
@@ -145,7 +145,7 @@ def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> N
         api_export, [api.fmt, api.rows, api.run, state], [api.export_out, state], api_name="export", **encode
     )
     api.moved_btn.click(
-        api_moved, [api.text_filter, api.limit, api.run, state], [api.rows_out, state], api_name="moved", **encode
+        api_moved, [api.filter, api.limit, api.run, state], [api.rows_out, state], api_name="moved", **encode
     )
     api.neighbours_btn.click(
         api_neighbours, [api.text, api.k, api.run, state], [api.search_out, state], api_name="neighbours", **encode
