@@ -104,6 +104,9 @@ def hub_errors(what: str, token: str = "") -> Iterator[None]:
         raise MirrorError(
             f"the Hugging Face Hub answered {status} to {what}" + (f": {server}" if server else "")
         ) from None
+    except RuntimeError as exc:  # huggingface_hub wraps a failed LFS/Xet transfer: "Error while uploading 'x'"
+        log.warning("hub %s: %s (%s)", what, clean(str(exc)), clean(repr(exc.__cause__)))
+        raise MirrorError(f"the upload to the Hugging Face Hub failed: {clean(str(exc))}") from None
     except ValueError as exc:  # e.g. the Hub's validate-yaml refused the card
         raise MirrorError(f"the Hugging Face Hub refused {what}: {clean(str(exc))}") from None
 

@@ -184,3 +184,18 @@ def test_the_served_run_is_pushed_with_its_card(fake, app, tuned):
     app.settings = dataclasses.replace(app.settings, allow_hub=False)
     with pytest.raises(MirrorError, match="MIRROR_ALLOW_HUB is off"):
         app.explore.push(tuned, "me/tuned-run", TOKEN)
+
+
+def test_weights_go_through_lfs_when_the_hub_asks_for_it(online, monkeypatch, tmp_path):
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # the fake speaks LFS's basic transfer, not Xet
+    with FakeHub(tokens={TOKEN}, lfs_suffixes=(".safetensors",)) as fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        folder = model_folder(tmp_path)
+        hub.push_model(folder, "me/lfs", TOKEN, max_bytes=10**6)
+        files = fake.repos["me/lfs"]["files"]
+    assert files["model.safetensors"] == (folder / "model.safetensors").read_bytes() and len(fake.lfs) == 1
+    assert any(r["path"] == "/me/lfs.git/info/lfs/objects/batch" for r in fake.requests)
+    assert [r["authorization"] for r in fake.requests if r["method"] == "PUT"] == [None]  # storage never sees it
+    assert "README.md" in files
