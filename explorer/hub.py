@@ -30,6 +30,7 @@ log = logging.getLogger("mirror.app")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DATA_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json", ".txt")
 TIMEOUT_S = 30.0
+MAX_INFLATE = 5  # a Parquet column's text may be this many times the download limit (text compresses ~2-5x)
 USAGE_PLACEHOLDER = 'SentenceTransformer("path/to/this/folder")'
 
 
@@ -205,7 +206,9 @@ def load_hub_dataset(
                 break
             local = download(dataset, name, info.sha or revision or "main", tmp / f"{n}{_suffix(name)}", budget)
             budget -= local.stat().st_size
-            raw += read_column(local, column, name, max_bytes)
+            raw += read_column(
+                local, column, name, max_bytes, max_rows - len(raw), MAX_INFLATE * max_bytes - sum(map(len, raw))
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if len(raw) > max_rows:
@@ -265,8 +268,12 @@ def download(dataset: str, name: str, revision: str, dest: Path, max_bytes: int)
     return dest
 
 
-def read_column(path: Path, column: str, name: str, max_bytes: int) -> list[str]:
-    """The strings of `column` in one downloaded data file (named `name` in messages)."""
+def read_column(
+    path: Path, column: str, name: str, max_bytes: int, max_rows: int, max_text: int | None = None
+) -> list[str]:
+    """The strings of `column` in one downloaded data file (named `name` in messages); a Parquet file is read a
+    few rows at a time up to about `max_rows`, and refused when its text passes `max_text` characters (default
+    MAX_INFLATE x max_bytes: a file that compresses like a bomb)."""
     shown = PurePosixPath(name).name
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -278,7 +285,20 @@ def read_column(path: Path, column: str, name: str, max_bytes: int) -> list[str]
         names = pf.schema_arrow.names
         if column not in names:
             raise MirrorError(f"{shown} has no column {column!r}; its columns: {', '.join(names[:30])}")
-        values = pf.read(columns=[column]).column(column).to_pylist()
-        return [v for v in values if isinstance(v, str)]
+        out: list[str] = []
+        budget = MAX_INFLATE * max_bytes if max_text is None else max_text
+        for batch in pf.iter_batches(batch_size=256, columns=[column]):  # decoded a little at a time
+            values = [v for v in batch.column(0).to_pylist() if isinstance(v, str)]
+            budget -= sum(len(v) for v in values)
+            if budget < 0:
+                raise MirrorError(
+                    f"{shown}: its column {column!r} holds over {fmt_size(MAX_INFLATE * max_bytes)} of text (with "
+                    "the files before it); "
+                    f"this server reads up to {fmt_size(max_bytes)} files"
+                )
+            out += values
+            if len(out) >= max_rows:
+                break
+        return out
     raw, _ = read_file(path, None if path.suffix == ".txt" else column, max_bytes, name=shown)
     return raw

@@ -199,3 +199,10 @@ def test_weights_go_through_lfs_when_the_hub_asks_for_it(online, monkeypatch, tm
     assert any(r["path"] == "/me/lfs.git/info/lfs/objects/batch" for r in fake.requests)
     assert [r["authorization"] for r in fake.requests if r["method"] == "PUT"] == [None]  # storage never sees it
     assert "README.md" in files
+
+
+def test_a_parquet_column_that_inflates_too_far_is_refused(fake):
+    fake.datasets["me/bomb"] = {"train.parquet": parquet_bytes(text=["a" * 10_000] * 200)}  # 2 MB of one letter
+    assert len(fake.datasets["me/bomb"]["train.parquet"]) < 5_000
+    with pytest.raises(MirrorError, match="holds over .* of text"):
+        hub.load_hub_dataset("me/bomb", "text", max_rows=1000, max_bytes=50_000)
