@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from explorer.card import write_card
 from explorer.estimate import device_and_threads, estimate_seconds
 from explorer.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
@@ -44,7 +45,7 @@ from explorer.sessions import (
     write_stop,
 )
 from explorer.settings import Settings, inference_device
-from explorer.uploads import display_name, extract_model_zip, zip_folder
+from explorer.uploads import display_name, download_name, extract_model_zip, zip_folder
 from mirror.config import BUNDLED_MODEL, detect_mode
 from mirror.data import clean_texts, fmt_size, read_file
 from mirror.errors import MirrorError
@@ -568,7 +569,8 @@ class MirrorApp:
                 stats["summary"] = f"uploaded model {display_name(zip_path)}" + (
                     f" ({stats['summary']})" if stats.get("summary") else ""
                 )
-                kept = link_or_copy(Path(zip_path), run / "mirror-model.zip")  # served as uploaded, not re-zipped
+                # served as uploaded, not re-zipped
+                kept = link_or_copy(Path(zip_path), run / download_name(base_model, run.name, "model"))
                 info = self._serve(session, new_run_info(run, base_model, texts, source, stats, model_zip=kept))
                 served.append(info)
                 yield Done(info, tuple(notes))
@@ -773,8 +775,14 @@ class MirrorApp:
 def new_run_info(
     folder: Path, base_model: str, texts: list[str], source: str, stats: dict[str, Any], model_zip: Path | None = None
 ) -> RunInfo:
-    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), with its downloads zipped.
+    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), with its downloads zipped (named
+    for the base model and the run: `mirror-<base>-<run id>-model.zip`; inside, the folders stay mirror-model/ and
+    mirror-index/) and the model card written into model/ first, so the zip carries it.
     `model_zip`: serve this zip (an uploaded one) instead of zipping model/ again."""
+    try:
+        write_card(folder / "model", stats, base_model)
+    except Exception:  # a run is never failed for its card
+        log.exception("could not write the model card")
     return RunInfo(
         folder=folder,
         base_model=base_model,
@@ -785,9 +793,13 @@ def new_run_info(
         stats={k: v for k, v in stats.items() if k != "losses"},
         losses=list(stats.get("losses", [])),
         summary=stats.get("summary", ""),
-        model_zip=model_zip or zip_folder(folder / "model", folder / "mirror-model.zip", "mirror-model"),
+        model_zip=model_zip
+        or zip_folder(folder / "model", folder / download_name(base_model, folder.name, "model"), "mirror-model"),
         index_zip=zip_folder(
-            folder / "tuned_index", folder / "mirror-index.zip", "mirror-index", {"README.txt": INDEX_README}
+            folder / "tuned_index",
+            folder / download_name(base_model, folder.name, "index"),
+            "mirror-index",
+            {"README.txt": INDEX_README},
         ),
     )
 

@@ -1,4 +1,4 @@
-"""`python -m mirror train|eval ...`: the command line over mirror_tune and evaluate_pairs."""
+"""`python -m mirror train|eval|export ...`: the command line over mirror_tune, evaluate_pairs and the exports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from mirror.cli import add_limit_flags, check_out_dir, load_input, run_cli
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--pooling", default="auto", choices=POOLINGS)
     ev.add_argument("--device", default="auto")
     ev.add_argument("--json", action="store_true", help="print JSON")
+    add_export_parser(sub)
     return parser
 
 
@@ -168,8 +170,62 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+EXPORT_FORMATS = ("projector", "parquet", "neighbours", "all")
+
+
+def add_export_parser(sub: Any) -> None:
+    ex = sub.add_parser(
+        "export", help="embed strings with a tuned model and its base, for Embedding Projector, Parquet or a CSV"
+    )
+    ex.add_argument("model", help="a tuned model folder (mirror train --out, or model/ of a run folder)")
+    ex.add_argument("--input", required=True, help="the strings: .txt (one per line), .csv/.tsv or .jsonl")
+    ex.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
+    ex.add_argument("--base", help="the base model to compare with (default: the one the tuned folder names)")
+    ex.add_argument("--format", default="all", choices=EXPORT_FORMATS, help="(default: all, one zip of the three)")
+    ex.add_argument("--out", required=True, help="folder for the export (made if missing; same-named files replaced)")
+    ex.add_argument("--device", default="auto")
+    add_limit_flags(ex)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """`export`: the Explore tab's exports (explorer.exports) from the command line, without a map (no x, y)."""
+    from explorer.exports import export_bundle
+    from explorer.moved import neighbour_changes
+    from explorer.uploads import download_name
+    from mirror.encoder import load_encoder
+
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise MirrorError(f"--out {args.out} is a file; give a folder")
+    texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
+    if len(texts) < 2:
+        raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
+    tuned = load_encoder(args.model, device=args.device)
+    base_name = args.base or tuned.base_model
+    if not base_name:
+        raise MirrorError(f"{Path(args.model).name}: the folder does not name its base model; give --base")
+    base = load_encoder(check_model_name(base_name), pooling=tuned.pooling, device=args.device)
+    print(f"input: {stats.summary()}", file=sys.stderr)
+    tv, bv = tuned.encode(texts), base.encode(texts)
+    rows = neighbour_changes(texts, bv, tv)
+    moved = {r["i"]: round(float(r["moved"]), 4) for r in rows}
+    prefix = download_name(base_name, Path(args.model).resolve().name, "export").removesuffix("-export.zip")
+    path = export_bundle(
+        texts,
+        bv,
+        tv,
+        out,
+        fmt=args.format,
+        metadata={"moved": [moved.get(i, 0.0) for i in range(len(texts))]},
+        coords=None,
+        prefix=prefix,
+    )
+    print(path)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(build_parser(), {"train": cmd_train, "eval": cmd_eval}, argv)
+    return run_cli(build_parser(), {"train": cmd_train, "eval": cmd_eval, "export": cmd_export}, argv)
 
 
 if __name__ == "__main__":

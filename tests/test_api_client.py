@@ -83,3 +83,28 @@ def test_train_from_an_uploaded_csv_with_a_column(client, tmp_path):
     with pytest.raises(Exception, match="unsupported file type"):
         client.predict(file=handle_file(str(bad)), settings=FAST, api_name="/train")
     assert Path(table).exists()
+
+
+def test_the_explore_endpoints_on_this_clients_run_and_on_a_kept_run(server, tmp_path):
+    import pandas as pd
+    from gradio_client import Client
+
+    client = Client(server, verbose=False)
+    info = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert {"/export", "/moved", "/neighbours", "/health", "/push"} <= set(info)
+    assert [p["parameter_name"] for p in info["/export"]["parameters"]] == ["fmt", "rows", "run"]
+    summary, _, _ = client.predict(texts="\n".join(WORDS), settings=FAST, api_name="/train")
+    parquet = client.predict(fmt="parquet", api_name="/export")
+    df = pd.read_parquet(parquet)
+    assert len(df) == 50 and {"text", "moved", "base_embedding", "tuned_embedding"} <= set(df.columns)
+    with zipfile.ZipFile(client.predict(fmt="all", rows=[0, 1, 2], api_name="/export")) as zf:
+        assert any(n.endswith("README.txt") for n in zf.namelist())
+    rows = client.predict(filter="", limit=5, api_name="/moved")
+    assert len(rows) == 5 and rows[0]["moved"] >= rows[-1]["moved"]
+    assert client.predict(text=WORDS[0], k=3, api_name="/neighbours")[0]["query"] == WORDS[0]
+    assert client.predict(api_name="/health")
+
+    other = Client(server, verbose=False)  # another client: the kept run by its id
+    assert len(other.predict(filter="", limit=3, run=summary["run_id"], api_name="/moved")) == 3
+    with pytest.raises(Exception, match="paste a Hugging Face access token"):
+        other.predict(repo="me/x", token="", run=summary["run_id"], api_name="/push")

@@ -7,6 +7,7 @@ Screenshots go to tests/artifacts/. Without a chromium executable the test skips
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from urllib.parse import urljoin
 
@@ -101,7 +102,8 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         # the downloads are served: the index zip is a real zip, the model link answers
         model_href = page.locator("#mx-model-zip a[href]").first.get_attribute("href")
         index_href = page.locator("#mx-index-zip a[href]").first.get_attribute("href")
-        assert model_href.endswith("mirror-model.zip") and index_href.endswith("mirror-index.zip")
+        assert re.search(r"/mirror-all-MiniLM-L6-v2-[0-9a-f]{12}-model\.zip$", model_href)
+        assert re.search(r"/mirror-all-MiniLM-L6-v2-[0-9a-f]{12}-index\.zip$", index_href)
         index_zip = page.request.get(urljoin(server, index_href))
         assert index_zip.ok and index_zip.body()[:2] == b"PK"
         assert page.request.head(urljoin(server, model_href)).ok

@@ -1,8 +1,10 @@
-"""The named API endpoints for gradio_client (/train, /search, /cancel and the Explore tab's): their hidden
-components and handlers. Each Client is its own session; `run=<id>` reaches any kept run."""
+"""The named API endpoints for gradio_client (/train, /search, /cancel and the Explore tab's /export, /moved,
+/neighbours, /health, /push): their hidden components and handlers. Each Client is its own session; `run=<id>`
+reaches any kept run."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +38,24 @@ def api_components() -> SimpleNamespace:
             train_btn=gr.Button(),
             search_btn=gr.Button(),
             cancel_btn=gr.Button(),
+            # the Explore tab's endpoints
+            fmt=gr.Textbox(value="all", label="fmt"),
+            rows=gr.JSON(value=[], label="rows"),
+            export_out=gr.File(label="export"),
+            filter=gr.Textbox(value="", label="filter"),
+            limit=gr.Number(value=500, precision=0, label="limit"),
+            text=gr.Textbox(label="text"),
+            rows_out=gr.JSON(label="rows"),
+            health_out=gr.JSON(label="health"),
+            repo=gr.Textbox(label="repo"),
+            token=gr.Textbox(label="token", type="password"),
+            private=gr.Checkbox(value=True, label="private"),
+            push_out=gr.Textbox(label="url"),
+            export_btn=gr.Button(),
+            moved_btn=gr.Button(),
+            neighbours_btn=gr.Button(),
+            health_btn=gr.Button(),
+            push_btn=gr.Button(),
         )
 
 
@@ -85,6 +105,70 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
     search_io = ([api.queries, api.k, api.hide_query, api.run, state], [api.search_out, state])
     api.search_btn.click(api_search, *search_io, api_name="search", concurrency_limit=None)
     api.cancel_btn.click(api_cancel, [state], [api.cancel_out, state], api_name="cancel", queue=False)
+    wire_explore_api(app, state, api)
+
+
+def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
+    """The Explore tab's endpoints: /export, /moved, /neighbours, /health, /push. Each works on this client's last
+    run, or on the kept run whose id is `run` (as /search does)."""
+    ex = app.explore
+
+    def api_export(fmt: str = "all", rows: list | None = None, run: str = "", s: Session | None = None):
+        """One export of the run's strings (all, or the row numbers in `rows`): fmt "projector" (a zip of Embedding
+        Projector TSVs), "parquet" (text, both embeddings, map coordinates when drawn), "neighbours" (CSV) or
+        "all" (a zip of the three with a README). Returns the file."""
+        return explore_call(app, s, run, lambda session: str(ex.export(session, str(fmt or "").strip(), rows or None)))
+
+    def api_moved(filter: str = "", limit: float = 500, run: str = "", s: Session | None = None):  # noqa: A002
+        """The run's strings ranked by how much their 10 nearest neighbours changed with tuning (most first), those
+        containing `filter` (any case), at most `limit`: [{i, text, moved, gained, lost, base_neighbours,
+        tuned_neighbours}]."""
+        n = max(1, min(int(limit or 500), app.settings.max_strings))
+        return explore_call(app, s, run, lambda session: ex.moved(session, filter or "", n))
+
+    def api_neighbours(text: str, k: float = 10, run: str = "", s: Session | None = None):
+        """The base and tuned neighbours of one string (its own hit left out), as /search returns them."""
+        return explore_call(app, s, run, lambda session: ex.neighbours(session, text, k))
+
+    def api_health(run: str = "", s: Session | None = None):
+        """Space health of the run's strings under both encoders: mean cosine, alignment, uniformity, and what
+        changed."""
+        return explore_call(app, s, run, ex.health)
+
+    def api_push(repo: str, token: str, private: bool = True, run: str = "", s: Session | None = None):
+        """Push the run's tuned model, with its model card, to the Hugging Face Hub repository `repo` (made private
+        unless `private` is false) with your write `token` (used for this push only, never kept). Returns its URL."""
+        return explore_call(app, s, run, lambda session: ex.push(session, repo, token, bool(private)))
+
+    encode = {"concurrency_id": "encode", "concurrency_limit": 2}
+    api.export_btn.click(
+        api_export, [api.fmt, api.rows, api.run, state], [api.export_out, state], api_name="export", **encode
+    )
+    api.moved_btn.click(
+        api_moved, [api.filter, api.limit, api.run, state], [api.rows_out, state], api_name="moved", **encode
+    )
+    api.neighbours_btn.click(
+        api_neighbours, [api.text, api.k, api.run, state], [api.search_out, state], api_name="neighbours", **encode
+    )
+    api.health_btn.click(api_health, [api.run, state], [api.health_out, state], api_name="health", **encode)
+    push_in = [api.repo, api.token, api.private, api.run, state]
+    api.push_btn.click(
+        api_push, push_in, [api.push_out, state], api_name="push", concurrency_id="hub", concurrency_limit=2
+    )
+
+
+def explore_call(app: MirrorApp, s: Session | None, run: str, call: Any) -> tuple:
+    """`call(session)` on this client's session, or on a view of it that serves the kept run `run` (the client's own
+    session keeps what it serves); errors as gr.Error with the message the page shows."""
+    session = app.session(s)
+    try:
+        run_id = str(run or "").strip()
+        view = dataclasses.replace(session, run=app.runs.load(run_id)) if run_id else session
+        return call(view), session
+    except Exception as exc:  # MirrorError, or a bug: a render.message either way
+        if session is not s:  # a client's first call failed: its new session folder is never reused
+            app.close_session(session)
+        raise gr.Error(render.user_error(exc)) from None
 
 
 def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> Iterator[tuple]:

@@ -1,0 +1,247 @@
+"""Exports of a run's strings under both encoders, for tools outside the app: Embedding Projector TSV, Parquet
+(pandas, pyarrow, embedding-atlas), a neighbours CSV, or all three in one zip with a README saying how to load them.
+
+Plain values in (the strings, both embedding matrices, per-string metadata, map coordinates), a file out.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mirror.errors import MirrorError
+
+FORMATS = ("projector", "parquet", "neighbours", "all")
+NEIGHBOURS_K = 10
+BLOCK = 2048  # queries per exact-search block
+LINE_BREAKS = re.compile(r"[\t\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+COORDS = ("base_x", "base_y", "tuned_x", "tuned_y")
+
+README = """\
+Mirror Explorer export: your strings under the base and the tuned encoder.
+
+{files}
+Embedding Projector (https://projector.tensorflow.org): "Load", then choose
+  {prefix}-tuned-vectors.tsv (or -base-vectors.tsv) as the vectors and {prefix}-metadata.tsv as the metadata.
+  One row per string in the same order; the metadata's first row is its header.
+
+embedding-atlas (pip install embedding-atlas):
+  embedding-atlas {prefix}.parquet --text text --x x --y y    # the tuned map as drawn in the app
+  embedding-atlas {prefix}.parquet --text text --vector tuned_embedding    # its own projection
+  x, y are the tuned map's coordinates (also in tuned_x, tuned_y; the base map's in base_x, base_y); they are
+  only present when the app had drawn a map of every string. Without them use --vector.
+
+pandas / pyarrow:
+  import pandas as pd, numpy as np
+  df = pd.read_parquet("{prefix}.parquet")
+  tuned = np.stack(df["tuned_embedding"].to_numpy())   # (strings, dim) float32, unit rows: cosine = dot product
+  nb = pd.read_csv("{prefix}-neighbours.csv")          # row, string, rank, base/tuned neighbour and score
+
+Columns: row (the string's number in the run), text, moved (1 - overlap of its 10 nearest neighbours before and
+after tuning: 0 = same neighbourhood, 1 = all new), base_embedding, tuned_embedding{coord_note}.
+"""
+
+
+def export_bundle(
+    texts: Sequence[str],
+    base: np.ndarray,
+    tuned: np.ndarray,
+    out_dir: str | Path,
+    *,
+    fmt: str,
+    rows: Sequence[int] | None = None,
+    metadata: Mapping[str, Sequence[Any]] | None = None,
+    coords: Mapping[str, Sequence[float]] | None = None,
+    prefix: str = "mirror",
+) -> Path:
+    """Write one export of `texts` (all, or the `rows` picked) into `out_dir`; returns the file to hand out.
+
+    `fmt`: "projector" (a zip of the base and tuned vector TSVs and the metadata TSV), "parquet" (one file),
+    "neighbours" (one CSV: each string's top 10 under both encoders, searched among all the strings), "all" (a zip
+    of the three and a README.txt). `metadata`: per-string columns (e.g. moved), `coords`: base_x/base_y/tuned_x/
+    tuned_y per string (Parquet columns; x, y repeat the tuned map's)."""
+    if fmt not in FORMATS:
+        raise MirrorError(f"unknown export {fmt!r}; choose one of {', '.join(FORMATS)}")
+    texts = list(texts)
+    base, tuned = _matrix(base, len(texts), "base"), _matrix(tuned, len(texts), "tuned")
+    picked = list(range(len(texts))) if rows is None or len(rows) == 0 else [int(r) for r in rows]
+    if any(r < 0 or r >= len(texts) for r in picked):
+        raise MirrorError(f"a selection names rows outside 0..{len(texts) - 1}")
+    meta = {k: list(v) for k, v in (metadata or {}).items()}
+    for name, values in [*meta.items(), *(coords or {}).items()]:
+        if len(values) != len(texts):
+            raise MirrorError(f"the column {name!r} has {len(values)} values for {len(texts)} strings")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        return write_parquet(out / f"{prefix}.parquet", texts, base, tuned, picked, meta, coords)
+    if fmt == "neighbours":
+        return write_neighbours(out / f"{prefix}-neighbours.csv", texts, base, tuned, picked)
+    files = write_projector(out, prefix, texts, base, tuned, picked, meta)
+    if fmt == "all":
+        files += [
+            write_parquet(out / f"{prefix}.parquet", texts, base, tuned, picked, meta, coords),
+            write_neighbours(out / f"{prefix}-neighbours.csv", texts, base, tuned, picked),
+        ]
+    readme = README.format(
+        prefix=prefix,
+        files="".join(f"  {p.name}\n" for p in files),
+        coord_note=", base_x, base_y, tuned_x, tuned_y, x, y" if coords else "",
+    )
+    return zip_files(out / f"{prefix}-{fmt}.zip", prefix, files, {"README.txt": readme})
+
+
+def _matrix(x: np.ndarray, n: int, name: str) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[0] != n:
+        raise MirrorError(f"the {name} embeddings have shape {x.shape}, not one row per string ({n})")
+    return x
+
+
+def safe_cell(text: str) -> str:
+    """A string on one TSV line: tabs and every kind of line break become spaces."""
+    return LINE_BREAKS.sub(" ", str(text))
+
+
+def write_projector(
+    out: Path,
+    prefix: str,
+    texts: Sequence[str],
+    base: np.ndarray,
+    tuned: np.ndarray,
+    picked: Sequence[int],
+    meta: Mapping[str, Sequence[Any]],
+) -> list[Path]:
+    """The Embedding Projector's files: base and tuned vectors (tab-separated floats, no header, a row per string)
+    and the metadata (a header row when it has more than one column, as the Projector expects)."""
+    paths = []
+    for name, x in (("base", base), ("tuned", tuned)):
+        path = out / f"{prefix}-{name}-vectors.tsv"
+        buf = io.StringIO()
+        np.savetxt(buf, x[picked], fmt="%.7g", delimiter="\t")
+        _write_text(path, buf.getvalue())
+        paths.append(path)
+    columns = ["text", *meta]
+    lines = ["\t".join(columns)] if len(columns) > 1 else []
+    for i in picked:
+        lines.append("\t".join([safe_cell(texts[i]), *(safe_cell(_cell(meta[c][i])) for c in meta)]))
+    path = out / f"{prefix}-metadata.tsv"
+    _write_text(path, "\n".join(lines) + "\n")
+    return [*paths, path]
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def write_parquet(
+    path: Path,
+    texts: Sequence[str],
+    base: np.ndarray,
+    tuned: np.ndarray,
+    picked: Sequence[int],
+    meta: Mapping[str, Sequence[Any]],
+    coords: Mapping[str, Sequence[float]] | None,
+) -> Path:
+    """One Parquet file: row, text, the metadata columns, base_embedding and tuned_embedding (list<float32>), and
+    with `coords` base_x/base_y/tuned_x/tuned_y plus x, y (the tuned map's, the names embedding-atlas looks for)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def vectors(x: np.ndarray) -> pa.Array:
+        flat = pa.array(x[picked].reshape(-1), type=pa.float32())
+        return pa.FixedSizeListArray.from_arrays(flat, x.shape[1]).cast(pa.list_(pa.float32()))
+
+    cols: dict[str, Any] = {
+        "row": pa.array(picked, type=pa.int32()),
+        "text": pa.array([texts[i] for i in picked], type=pa.string()),
+    }
+    for name, values in meta.items():
+        cols[name] = pa.array([values[i] for i in picked])
+    cols["base_embedding"] = vectors(base)
+    cols["tuned_embedding"] = vectors(tuned)
+    if coords:
+        for name in COORDS:
+            cols[name] = pa.array([float(coords[name][i]) for i in picked], type=pa.float32())
+        cols["x"], cols["y"] = cols["tuned_x"], cols["tuned_y"]
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.table(cols), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def nearest(vecs: np.ndarray, queries: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each row number in `queries`, its k nearest other rows of `vecs` (cosine, exact FAISS inner product on
+    unit rows) and their scores, nearest first."""
+    import faiss
+
+    x = np.ascontiguousarray(vecs, dtype=np.float32)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    k = min(k, len(x) - 1)
+    ids = np.empty((len(queries), k), dtype=np.int64)
+    scores = np.empty((len(queries), k), dtype=np.float32)
+    q = np.asarray(queries, dtype=np.int64)
+    for start in range(0, len(q), BLOCK):
+        s, found = index.search(x[q[start : start + BLOCK]], k + 1)
+        for j, (row_s, row_i) in enumerate(zip(s, found, strict=True)):
+            own = q[start + j]
+            kept = [(i, v) for i, v in zip(row_i, row_s, strict=True) if i != own and i >= 0][:k]
+            ids[start + j] = [i for i, _ in kept]
+            scores[start + j] = [v for _, v in kept]
+    return ids, scores
+
+
+def write_neighbours(
+    path: Path, texts: Sequence[str], base: np.ndarray, tuned: np.ndarray, picked: Sequence[int]
+) -> Path:
+    """A CSV row per string and rank: row, string, rank, base_neighbour, base_score, tuned_neighbour, tuned_score
+    (the top 10 among all the run's strings, the string itself left out)."""
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(["row", "string", "rank", "base_neighbour", "base_score", "tuned_neighbour", "tuned_score"])
+    if len(texts) >= 2:
+        bi, bs = nearest(base, picked, NEIGHBOURS_K)
+        ti, ts = nearest(tuned, picked, NEIGHBOURS_K)
+        for j, i in enumerate(picked):
+            for rank in range(bi.shape[1]):
+                w.writerow(
+                    [
+                        i,
+                        texts[i],
+                        rank + 1,
+                        texts[bi[j, rank]],
+                        f"{bs[j, rank]:.4f}",
+                        texts[ti[j, rank]],
+                        f"{ts[j, rank]:.4f}",
+                    ]
+                )
+    _write_text(path, out.getvalue())
+    return path
+
+
+def zip_files(path: Path, folder: str, files: Sequence[Path], extra: Mapping[str, str]) -> Path:
+    """`files` (and `extra` texts) in a zip under `folder/`."""
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in files:
+            zf.write(p, f"{folder}/{p.name}")
+        for name, text in extra.items():
+            zf.writestr(f"{folder}/{name}", text)
+    os.replace(tmp, path)
+    return path
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8", newline="")
+    os.replace(tmp, path)

@@ -1,0 +1,285 @@
+"""explorer.exports (Projector TSV, Parquet, neighbours CSV, the zip of all three), the model card (explorer.card),
+the download names, and `python -m mirror export`, on synthetic vectors with known neighbours."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from explorer.exports import export_bundle
+from mirror.errors import MirrorError
+
+TEXTS = ["cat", "kitten", "dog", "puppy", "car", "bus", "tab\there", "two\nlines"]
+
+
+def vectors(seed: int = 0, dim: int = 6) -> np.ndarray:
+    """Pairs of near-identical unit rows (0-1, 2-3, ...): each string's nearest neighbour is its pair."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(len(TEXTS) // 2, dim))
+    x = np.repeat(centres, 2, axis=0) + 0.01 * rng.normal(size=(len(TEXTS), dim))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+BASE, TUNED = vectors(0), vectors(1)
+META = {"moved": [round(0.1 * i, 4) for i in range(len(TEXTS))]}
+COORDS = {
+    k: [float(i + j) for i in range(len(TEXTS))] for j, k in enumerate(["base_x", "base_y", "tuned_x", "tuned_y"])
+}
+
+
+def export(tmp_path: Path, fmt: str, **kw) -> Path:
+    kw = {"rows": None, "metadata": META, "coords": COORDS, "prefix": "mirror-abc", **kw}
+    return export_bundle(TEXTS, BASE, TUNED, tmp_path / "out", fmt=fmt, **kw)
+
+
+def test_projector_tsv_shapes_and_safe_texts(tmp_path):
+    path = export(tmp_path, "projector")
+    assert path.name == "mirror-abc-projector.zip"
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        assert {
+            f"mirror-abc/mirror-abc-{n}" for n in ("base-vectors.tsv", "tuned-vectors.tsv", "metadata.tsv")
+        } <= names
+        base = np.loadtxt(io.StringIO(zf.read("mirror-abc/mirror-abc-base-vectors.tsv").decode()), delimiter="\t")
+        tuned = np.loadtxt(io.StringIO(zf.read("mirror-abc/mirror-abc-tuned-vectors.tsv").decode()), delimiter="\t")
+        meta = zf.read("mirror-abc/mirror-abc-metadata.tsv").decode().splitlines()
+    assert base.shape == tuned.shape == (len(TEXTS), 6)
+    np.testing.assert_allclose(base, BASE, atol=1e-6)
+    assert meta[0] == "text\tmoved" and len(meta) == len(TEXTS) + 1  # a header: two columns
+    assert all(line.count("\t") == 1 for line in meta)
+    assert meta[7] == "tab here\t0.6" and meta[8] == "two lines\t0.7"
+
+
+def test_parquet_reads_back_with_pyarrow_and_pandas(tmp_path):
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = export(tmp_path, "parquet")
+    assert path.name == "mirror-abc.parquet"
+    table = pq.read_table(path)
+    assert table.column_names == [
+        "row", "text", "moved", "base_embedding", "tuned_embedding",
+        "base_x", "base_y", "tuned_x", "tuned_y", "x", "y",
+    ]  # fmt: skip
+    assert table.schema.field("tuned_embedding").type == pa.list_(pa.float32())
+    df = pd.read_parquet(path)
+    assert df["text"].tolist() == TEXTS and df["moved"].tolist() == META["moved"]
+    np.testing.assert_array_equal(np.stack(df["tuned_embedding"].to_numpy()), TUNED)
+    np.testing.assert_array_equal(np.stack(df["base_embedding"].to_numpy()), BASE)
+    assert df["x"].tolist() == COORDS["tuned_x"] and df["base_y"].tolist() == COORDS["base_y"]
+
+
+def test_parquet_without_a_full_map_has_no_coordinates(tmp_path):
+    import pandas as pd
+
+    df = pd.read_parquet(export(tmp_path, "parquet", coords=None))
+    assert "x" not in df.columns and "base_x" not in df.columns and len(df) == len(TEXTS)
+
+
+def test_neighbours_csv_finds_each_strings_pair_first(tmp_path):
+    path = export(tmp_path, "neighbours")
+    rows = list(csv.DictReader(path.open(encoding="utf-8", newline="")))
+    assert len(rows) == len(TEXTS) * 7  # k = min(10, n - 1) rows per string
+    first = [r for r in rows if r["rank"] == "1"]
+    assert [r["base_neighbour"] for r in first] == [TEXTS[i ^ 1] for i in range(len(TEXTS))]
+    assert [r["tuned_neighbour"] for r in first] == [TEXTS[i ^ 1] for i in range(len(TEXTS))]
+    assert all(r["string"] != r["base_neighbour"] for r in rows)  # never the string itself
+    scores = [float(r["tuned_score"]) for r in rows if r["row"] == "0"]
+    assert scores == sorted(scores, reverse=True) and scores[0] > 0.99
+    assert first[7]["string"] == "two\nlines"  # CSV quotes it: the text survives as it was
+
+
+def test_a_selection_exports_only_those_rows_but_searches_all(tmp_path):
+    import pandas as pd
+
+    df = pd.read_parquet(export(tmp_path, "parquet", rows=[5, 2]))
+    assert df["row"].tolist() == [5, 2] and df["text"].tolist() == ["bus", "dog"]
+    rows = list(csv.DictReader(export(tmp_path, "neighbours", rows=[2]).open(encoding="utf-8")))
+    assert {r["string"] for r in rows} == {"dog"} and rows[0]["base_neighbour"] == "puppy"
+    with zipfile.ZipFile(export(tmp_path, "projector", rows=[0, 1, 2])) as zf:
+        meta = zf.read("mirror-abc/mirror-abc-metadata.tsv").decode().splitlines()
+        vecs = zf.read("mirror-abc/mirror-abc-tuned-vectors.tsv").decode().splitlines()
+    assert len(meta) == 4 and len(vecs) == 3
+    with pytest.raises(MirrorError, match="outside"):
+        export(tmp_path, "parquet", rows=[99])
+
+
+def test_all_is_one_zip_with_a_readme(tmp_path):
+    path = export(tmp_path, "all")
+    assert path.name == "mirror-abc-all.zip"
+    with zipfile.ZipFile(path) as zf:
+        names = sorted(n.split("/", 1)[1] for n in zf.namelist())
+        readme = zf.read("mirror-abc/README.txt").decode()
+    assert names == [
+        "README.txt",
+        "mirror-abc-base-vectors.tsv",
+        "mirror-abc-metadata.tsv",
+        "mirror-abc-neighbours.csv",
+        "mirror-abc-tuned-vectors.tsv",
+        "mirror-abc.parquet",
+    ]
+    assert "projector.tensorflow.org" in readme and "embedding-atlas mirror-abc.parquet" in readme
+    assert "pd.read_parquet" in readme
+
+
+def test_bad_inputs_are_refused(tmp_path):
+    with pytest.raises(MirrorError, match="unknown export"):
+        export(tmp_path, "xlsx")
+    with pytest.raises(MirrorError, match="one row per string"):
+        export_bundle(TEXTS, BASE[:3], TUNED, tmp_path, fmt="parquet")
+    with pytest.raises(MirrorError, match="'moved' has 2 values"):
+        export(tmp_path, "parquet", metadata={"moved": [0, 1]})
+
+
+# ------------------------------------------------------------------------------ through the service
+
+
+def test_run_explorer_export_serves_files_of_the_run(app, tuned):
+    path = app.explore.export(tuned, "all")
+    assert path.is_file() and tuned.run.folder in path.parents
+    assert path.name == f"mirror-{tuned.run.folder.name[:12]}-all.zip"
+    sel = app.explore.export(tuned, "parquet", [0, 3])
+    import pandas as pd
+
+    assert pd.read_parquet(sel)["row"].tolist() == [0, 3]
+
+
+# ------------------------------------------------------------------------------ the model card and download names
+
+FORGETTING = {
+    "checks": [
+        {"name": "SimLex-999", "what": "word similarity", "pairs": 500, "base": 44.6, "tuned": 53.6, "delta": 9.0,
+         "ci": [6.1, 12.0], "worse": False},
+        {"name": "Long texts", "what": "long texts", "pairs": 120, "base": 70.0, "tuned": 61.0, "delta": -9.0,
+         "ci": [-12.5, -5.0], "worse": True},
+    ],
+    "verdict": "Tuning made the model worse on 1 general check: Long texts.",
+}  # fmt: skip
+
+
+def saved_folder(tmp_path: Path, model: str = "bundled", **extra) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    config = {"mode": "words", "model": model, "pooling": "mean", "temperature": 0.2, "lr": 2e-5, "batch_size": 200}
+    stats = {"strings": 411, "steps": 6, "total_steps": 6, "seconds": 2.61, "device": "cpu", "first_loss": 5.1,
+             "final_loss": 1.9243}  # fmt: skip
+    (folder / "mirror_config.json").write_text(json.dumps({"config": config, "stats": stats, **extra}))
+    return folder
+
+
+def front_matter(card: str) -> dict:
+    import yaml
+
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def test_the_card_names_base_settings_data_and_the_forgetting_table(tmp_path):
+    from explorer.card import model_card, write_card
+
+    folder = saved_folder(tmp_path)
+    card = model_card(folder, {"forgetting": FORGETTING, "blend_alpha": 0.5}, repo_id="me/words")
+    meta = front_matter(card)
+    assert meta["library_name"] == "sentence-transformers" and meta["pipeline_tag"] == "sentence-similarity"
+    assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert meta["tags"] == ["sentence-transformers", "sentence-similarity", "mirror-bert"]
+    assert "Liu et al." in card and "| temperature τ | 0.2 |" in card and "| batch size (strings) | 200 |" in card
+    assert "| strings | 411 |" in card and "2.6 s on cpu" in card and "5.1 → 1.924" in card
+    assert "| SimLex-999 | word similarity | 500 | 44.6 | 53.6 | +9.0 [+6.1, +12.0] |  |" in card
+    assert "| Long texts |" in card and "| worse |" in card and FORGETTING["verdict"] in card
+    assert "α = 0.5" in card and 'SentenceTransformer("me/words")' in card
+    path = write_card(folder, {"forgetting": FORGETTING})
+    assert path == folder / "README.md" and "## Did tuning forget anything?" in path.read_text()
+
+
+def test_a_card_without_checks_and_a_local_base_shows_no_server_path(tmp_path):
+    from explorer.card import model_card
+
+    card = model_card(saved_folder(tmp_path, model="/srv/secret/models/my-bert"))
+    assert "base_model" not in front_matter(card) and "/srv/secret" not in card and "`my-bert`" in card
+    assert "forget" not in card and "α" not in card
+
+
+def test_a_tuned_runs_zips_carry_the_card_and_are_named_for_base_and_run(app, tuned):
+    run = tuned.run
+    short = Path(run.base_model).name
+    assert run.model_zip.name == f"mirror-{short}-{run.folder.name[:12]}-model.zip"
+    assert run.index_zip.name == f"mirror-{short}-{run.folder.name[:12]}-index.zip"
+    with zipfile.ZipFile(run.model_zip) as zf:
+        card = zf.read("mirror-model/README.md").decode()
+        assert "mirror-model/modules.json" in zf.namelist()
+    assert "library_name: sentence-transformers" in card and f"| strings | {run.n_texts} |" in card
+    with zipfile.ZipFile(run.index_zip) as zf:
+        assert all(n.startswith("mirror-index/") for n in zf.namelist())
+
+
+# ------------------------------------------------------------------------------ the API handlers (ui/api.py)
+
+
+def test_explore_api_handlers_on_the_clients_run_and_on_a_kept_run(app, tuned):
+    import gradio as gr
+
+    import app as mx
+
+    fns = {f.name: f.fn for f in mx.build_demo(app).fns.values()}
+    path, same = fns["api_export"]("parquet", [0, 2], "", tuned)
+    import pandas as pd
+
+    assert same is tuned and pd.read_parquet(path)["row"].tolist() == [0, 2]
+    rows, _ = fns["api_moved"]("", 3, "", tuned)
+    assert len(rows) == 3 and {"text", "moved", "gained", "lost"} <= set(rows[0])
+    found, _ = fns["api_neighbours"]("cat", 3, "", tuned)
+    assert found[0]["query"] == "cat" and all(h["text"] != "cat" for h in found[0]["tuned"])
+    health, _ = fns["api_health"]("", tuned)
+    assert json.dumps(health, default=float)
+
+    # another client (no run of its own) reaches the kept run by its id; its session still serves nothing
+    other = app.session()
+    rows, same = fns["api_moved"]("ca", 500, tuned.run.folder.name, other)
+    assert same is other and other.run is None and all("ca" in r["text"] for r in rows) and rows
+    path, _ = fns["api_export"]("neighbours", None, tuned.run.folder.name, other)
+    assert Path(path).name.endswith("-neighbours.csv")
+    with pytest.raises(gr.Error, match="unknown export 'xlsx'"):
+        fns["api_export"]("xlsx", None, "", tuned)
+    with pytest.raises(gr.Error, match="not a run id"):
+        fns["api_health"]("../../etc", other)
+    with pytest.raises(gr.Error, match="Nothing to explore yet"):
+        fns["api_health"]("", app.session())
+    with pytest.raises(gr.Error, match="paste a Hugging Face access token"):
+        fns["api_push"]("me/x", "", True, "", tuned)
+
+
+# ------------------------------------------------------------------------------ python -m mirror export
+
+
+def test_the_cli_exports_a_tuned_folder_against_the_base_it_names(tuned, tiny_bert, tmp_path, capsys):
+    from mirror.__main__ import main
+
+    strings = tmp_path / "strings.txt"
+    strings.write_text("cat\ndog\ncar\nbus\nred\nblue\n")
+    model = tuned.run.folder / "model"
+    assert main(["export", str(model), "--input", str(strings), "--format", "all", "--out", str(tmp_path / "x")]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.parent == tmp_path / "x" and path.name.endswith("-model-all.zip")
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        meta = next(zf.read(n).decode() for n in names if n.endswith("-metadata.tsv")).splitlines()
+    assert len(names) == 6 and meta[0] == "text\tmoved" and len(meta) == 7
+    out = tmp_path / "y"
+    assert main(["export", str(model), "--input", str(strings), "--format", "parquet", "--out", str(out)]) == 0
+    assert [p.suffix for p in out.iterdir()] == [".parquet"]
+
+    # a plain (untuned) folder names no base: error, exit 2
+    assert main(["export", str(tiny_bert), "--input", str(strings), "--out", str(tmp_path / "z")]) == 2
+    err = capsys.readouterr().err
+    assert "\nerror: " in "\n" + err and "give --base" in err and str(tmp_path) not in err
+    with pytest.raises(SystemExit) as exit_:  # argparse's own refusal: exit 2 too
+        main(["export", str(model), "--input", str(strings), "--format", "xlsx", "--out", str(out)])
+    assert exit_.value.code == 2
