@@ -295,6 +295,8 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         moved_text = first.inner_text().strip()  # the most moved string
         first.click()
         expect(page.locator("#mx-point-md")).to_contain_text(moved_text, timeout=60_000)
+        page.wait_for_function("Number(document.querySelector('#mx-twinmap .tm').dataset.located) >= 1")
+        assert page.locator("#mx-twinmap .tm-locate").input_value() == moved_text  # located on both maps
         page.screenshot(path=ARTIFACTS / "explore_5_what_moved.png", full_page=True)
         page.get_by_role("tab", name="② Search").click()
         expect(page.locator("#mx-queries textarea")).to_have_value(moved_text)

@@ -21,6 +21,12 @@ EXPORTS = [
     ("Neighbours CSV", "neighbours"),
 ]
 MOVED_COLUMNS = ["string", "moved", "gained", "lost"]
+# a what-moved row's string typed into the map's "Locate a string" box: centred and ringed on both maps
+LOCATE_JS = """(text) => {
+  const box = document.querySelector('#mx-twinmap .tm-locate');
+  if (box && text) { box.value = text; box.dispatchEvent(new Event('input', {bubbles: true})); }
+  return [];
+}"""
 
 
 def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
@@ -205,7 +211,10 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
         text = str(evt.row_value[0]) if evt.row_value else ""
         return (*on_point(text, s)[:2], text, s)
 
-    ui.moved_table.select(on_moved_row, [state], [ui.point_md, ui.point_results, search.queries, state], **PRIVATE)
+    moved_row = ui.moved_table.select(
+        on_moved_row, [state], [ui.point_md, ui.point_results, search.queries, state], **PRIVATE
+    )
+    moved_row.then(None, [search.queries], None, js=LOCATE_JS)  # and located on the maps, when they are drawn
 
     def on_push(repo, token, private, s, progress=gr.Progress()):  # noqa: B008
         def push(session: Session) -> str:
