@@ -361,9 +361,18 @@ def forgetting_md(run: RunInfo | None) -> str:
 
 
 def default_alpha(run: RunInfo | None) -> float:
-    """Where the blend slider starts: the served run's own α (1 = the tuned model as trained)."""
-    alpha = (run.stats.get("blend_alpha") if run is not None else None) or 1.0
-    return float(alpha)
+    """Where the blend slider starts: a blend's own α; for a run as trained, the suggested α
+    (explorer.forgetting.SUGGESTED_ALPHA) when its forgetting check found a general check worse, else 1 (the
+    tuned model as trained: nothing to repair). Only a starting point: nothing is blended until the user asks."""
+    from explorer.forgetting import SUGGESTED_ALPHA
+
+    if run is None:
+        return 1.0
+    alpha = run.stats.get("blend_alpha")
+    if alpha is not None:
+        return float(alpha)
+    checks = (run.stats.get("forgetting") or {}).get("checks") or []
+    return float(SUGGESTED_ALPHA) if any(c.get("worse") for c in checks) else 1.0
 
 
 def blend_text(run: RunInfo) -> str:

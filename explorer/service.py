@@ -626,6 +626,7 @@ class MirrorApp:
                 index_with(blended, texts, run / "tuned_index", "Indexing your strings with the blend", events.append)
                 yield from events
                 stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
+                stats.pop("forgetting", None)  # the parent's checks are not the blend's
                 stats.update(blended_from=parent.folder.name, summary=f"blend α={alpha:g} of {parent.summary}")
                 if self.settings.general_checks:
                     yield Phase("Checking general similarity (the forgetting check)")

@@ -163,3 +163,34 @@ def test_forgetting_md_marks_the_worse_checks():
         and "| SimLex-999 | 499 | 40.0 | 45.0 | +5.0 |" in shown
     )
     assert render.forgetting_md(None) == ""
+
+
+def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
+    parent = tuned.run
+    events = list(app.blend_run(tuned, 0.5))
+    assert events[-1].kind == "done", events[-1]
+    run = tuned.run
+    assert run.folder != parent.folder and run.stats["blend_alpha"] == 0.5
+    assert "Checking general similarity (the forgetting check)" in [e.text for e in events if e.kind == "phase"]
+    assert run.stats["forgetting"] is not parent.stats["forgetting"] and run.stats["forgetting"]["checks"]
+    assert render.default_alpha(run) == 0.5 and "α = 0.5 of the tuned weights" in render.forgetting_md(run)
+    assert [e.kind for e in app.blend_run(tuned, 2)] == ["error"]
+
+
+def test_the_blend_slider_starts_at_the_suggestion_only_when_a_check_is_worse():
+    from types import SimpleNamespace
+
+    def run(stats):
+        return SimpleNamespace(stats=stats)
+
+    worse = {"checks": [{"worse": True}, {"worse": False}]}
+    fine = {"checks": [{"worse": False}]}
+    assert render.default_alpha(None) == 1.0
+    assert render.default_alpha(run({})) == 1.0 and render.default_alpha(run({"forgetting": None})) == 1.0
+    assert render.default_alpha(run({"forgetting": fine})) == 1.0
+    assert render.default_alpha(run({"forgetting": worse})) == forgetting.SUGGESTED_ALPHA
+    assert render.default_alpha(run({"forgetting": worse, "blend_alpha": 0.0})) == 0.0  # a blend: its own α
+    assert f"blend at α = {forgetting.SUGGESTED_ALPHA:g}" in verdict([{**r, "worse": True} for r in [ROW]])
+
+
+ROW = {"name": "Long texts", "what": "long", "pairs": 60, "base": 80.0, "tuned": 70.0, "delta": -10.0, "worse": False}
