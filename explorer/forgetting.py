@@ -102,6 +102,13 @@ def base_cosines(base, check: Check, half: str, pairs: Sequence[Pair]) -> np.nda
     return cached
 
 
+def warm_up(base, checks: Sequence[Check] = CHECKS, half: str = "check") -> None:
+    """Compute and keep the base model's scores ahead of the first run (server start), so it pays for the tuned
+    model only."""
+    for check in checks:
+        base_cosines(base, check, half, check_pairs(check, half))
+
+
 def verdict(rows: Sequence[dict[str, Any]]) -> str:
     """What the checks mean for the user, in plain words."""
     worse = [r for r in rows if r["worse"]]

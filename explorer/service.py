@@ -130,7 +130,17 @@ class MirrorApp:
         self.sweep(force=True)
 
     def warm_up(self) -> None:
+        """Ahead of the first request (a thread at server start): the bundled model, the base side of the forgetting
+        check and UMAP's compiled kernels (tens of seconds of CPU on a cold numba cache). Failures are only logged."""
         self.models.warm_up()
+        try:
+            from explorer import forgetting, maps
+
+            if self.settings.general_checks:
+                forgetting.warm_up(self.models.base_encoder(BUNDLED_MODEL))
+            maps.warm_up()
+        except Exception:
+            log.exception("warm-up of the forgetting check or the maps failed; the first request will do it")
 
     def check_model(self, model: str) -> str:
         return self.models.check_model(model)

@@ -194,3 +194,11 @@ def test_the_blend_slider_starts_at_the_suggestion_only_when_a_check_is_worse():
 
 
 ROW = {"name": "Long texts", "what": "long", "pairs": 60, "base": 80.0, "tuned": 70.0, "delta": -10.0, "worse": False}
+
+
+def test_warm_up_keeps_the_base_scores(toy_gold):
+    base = AngleEncoder(toy_gold, fingerprint="base-w")
+    forgetting.warm_up(base, [TOY])
+    assert base.encoded == 400
+    forgetting_check(base, AngleEncoder(toy_gold), checks=[TOY])
+    assert base.encoded == 400
