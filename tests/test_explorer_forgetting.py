@@ -117,7 +117,7 @@ def test_every_run_ends_with_the_forgetting_check(app, tiny_bert):
     assert [r["name"] for r in check["checks"]] == [c.name for c in CHECKS] and check["seconds"] >= 0
     assert app.open_run(app.session(), s.run.folder.name).stats["forgetting"] == check  # kept in run.json
     shown = render.forgetting_md(s.run)
-    assert "| general check (Spearman ×100) | pairs | base | tuned | change |" in shown
+    assert "| general check (Spearman ×100) | pairs | base | tuned | change | 95% interval of the change |" in shown
     assert all(f"| {c.name} |" in shown for c in CHECKS) and check["verdict"] in shown
 
 
