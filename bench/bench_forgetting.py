@@ -6,6 +6,7 @@ CHECK half (the pairs the app reports after each run) is then shown before and a
 
     .venv/bin/python bench/bench_forgetting.py                  # both presets (~15 min on 2 busy CPU cores)
     .venv/bin/python bench/bench_forgetting.py --limit 400      # smoke: 400 training strings per preset
+    .venv/bin/python bench/bench_forgetting.py --only sentences --set temperature=0.04 --set lr=2e-5  # the paper's
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ def choose(rows: list[dict], preset: str) -> float:
     return max(allowed, key=lambda r: (round(r["in_domain"], 1), -r["alpha"]))["alpha"]
 
 
-def run_preset(preset: str, base, limit: int | None) -> dict:
+def run_preset(preset: str, base, limit: int | None, overrides: dict) -> dict:
     corpus, proxy = PRESETS[preset]
     texts = read_texts(data_path(corpus))
     if limit:
         texts = texts[:limit]
-    config = MirrorConfig.preset(preset, model="bundled")
+    config = MirrorConfig.preset(preset, model="bundled", **overrides)
     started = time.perf_counter()
     tuned = mirror_tune(texts, config)
     train_s = round(time.perf_counter() - started, 1)
@@ -86,6 +87,7 @@ def run_preset(preset: str, base, limit: int | None) -> dict:
     ]  # fmt: skip
     return {
         "preset": preset,
+        "overrides": overrides,
         "train_strings": len(texts),
         "train_s": train_s,
         "steps": tuned.steps,
@@ -104,9 +106,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", choices=list(PRESETS), action="append")
     parser.add_argument("--limit", type=int, help="train on the first N strings only (a quick smoke run)")
+    parser.add_argument("--set", action="append", default=[], help="config override, e.g. temperature=0.04")
     args = parser.parse_args()
+    overrides = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
     base = load_encoder("bundled")
-    results = [run_preset(p, base, args.limit) for p in args.only or list(PRESETS)]
+    results = [run_preset(p, base, args.limit, overrides) for p in args.only or list(PRESETS)]
     names = [c.name for c in CHECKS]
     for r in results:
         print(f"\n## {r['preset']}: dev half, Spearman x100 (in-domain: {r['proxy']}); chosen α = {r['chosen_alpha']}")
