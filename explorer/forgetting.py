@@ -4,8 +4,9 @@ model worse at what it knew is told plainly, with the blend (mirror.blend) as th
 
 Each check is half of its set (every other pair, the "check" half; the other half chose the blend defaults, see
 bench/bench_forgetting.py), fixed and seeded. Sized by tokens encoded, which is what costs on a CPU: about 19k
-tokens per model (the long texts are ~75% of them), a few seconds on 2 CPU cores; the base model's scores are
-computed once per base and kept (BASE_SCORES), so a run pays for the tuned model only.
+tokens per model (the long texts are ~75% of them), ~22 s of CPU for the bundled model (about 11 s on 2 free
+cores); the base model's scores are computed once per base and kept (_BASE_SCORES; `warm_up` at server start), so a
+run pays for the tuned model only. MIRROR_GENERAL_CHECKS=0 turns the check off.
 """
 
 from __future__ import annotations
