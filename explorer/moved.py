@@ -60,9 +60,11 @@ def neighbour_changes(texts: Sequence[str], base: np.ndarray, tuned: np.ndarray,
 
 
 def filter_rows(rows: Sequence[dict[str, Any]], text_filter: str = "") -> list[dict[str, Any]]:
-    """The rows whose string contains `text_filter`, ignoring case (all of them for an empty filter)."""
+    """The rows whose string contains `text_filter`, ignoring case and runs of spaces (all rows for an empty filter)."""
     needle = " ".join(str(text_filter or "").split()).casefold()
-    return [r for r in rows if needle in r["text"].casefold()] if needle else list(rows)
+    if not needle:
+        return list(rows)
+    return [r for r in rows if needle in " ".join(r["text"].split()).casefold()]  # spacing ignored on both sides
 
 
 def moved_csv(rows: Sequence[dict[str, Any]]) -> str:

@@ -345,25 +345,49 @@ def health_md(health: dict[str, Any]) -> str:
 
 def forgetting_md(run: RunInfo | None) -> str:
     """The general checks of a run (base vs tuned on bundled word, sentence and long-text sets) and the verdict."""
+    from explorer.forgetting import MARGIN
+
     check = (run.stats.get("forgetting") if run is not None else None) or {}
     if not check.get("checks"):
         return "**General checks:** not run for this run." if run is not None else ""
     rows = "\n".join(
         f"| {c['name']} | {c['pairs']:,} | {c['base']:.1f} | {c['tuned']:.1f} | "
-        f"{'**' if c.get('worse') else ''}{c['delta']:+.1f}{'** ⚠' if c.get('worse') else ''} |"
+        f"{'**' if c.get('worse') else ''}{c['delta']:+.1f}{'** ⚠' if c.get('worse') else ''} | "
+        f"{_interval(c.get('ci'))} |"
         for c in check["checks"]
     )
-    head = "| general check (Spearman ×100) | pairs | base | tuned | change |\n|---|---:|---:|---:|---:|"
+    head = (
+        "| general check (Spearman ×100) | pairs | base | tuned | change | 95% interval of the change |\n"
+        "|---|---:|---:|---:|---:|---:|"
+    )
     kind = "warning" if any(c.get("worse") for c in check["checks"]) else "ok"
     alpha = run.stats.get("blend_alpha")
     blended = f" The served model is a blend: α = {alpha:g} of the tuned weights." if alpha not in (None, 1) else ""
-    return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}"
+    took = f" The checks took {check['seconds']:g} s." if check.get("seconds") is not None else ""
+    note = (
+        "\n\nHalf of each bundled set (the other half chose the defaults); *worse* means a drop of more than "
+        f"{MARGIN:g} point with its interval below zero.{took}"
+    )
+    return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}{note}"
+
+
+def _interval(ci: Any) -> str:
+    return f"{ci[0]:+.1f} to {ci[1]:+.1f}" if ci else ""
 
 
 def default_alpha(run: RunInfo | None) -> float:
-    """Where the blend slider starts: the served run's own α (1 = the tuned model as trained)."""
-    alpha = (run.stats.get("blend_alpha") if run is not None else None) or 1.0
-    return float(alpha)
+    """Where the blend slider starts: a blend's own α; for a run as trained, the suggested α
+    (explorer.forgetting.SUGGESTED_ALPHA) when its forgetting check found a general check worse, else 1 (the
+    tuned model as trained: nothing to repair). Only a starting point: nothing is blended until the user asks."""
+    from explorer.forgetting import SUGGESTED_ALPHA
+
+    if run is None:
+        return 1.0
+    alpha = run.stats.get("blend_alpha")
+    if alpha is not None:
+        return float(alpha)
+    checks = (run.stats.get("forgetting") or {}).get("checks") or []
+    return float(SUGGESTED_ALPHA) if any(c.get("worse") for c in checks) else 1.0
 
 
 def blend_text(run: RunInfo) -> str:

@@ -131,7 +131,17 @@ class MirrorApp:
         self.sweep(force=True)
 
     def warm_up(self) -> None:
+        """Ahead of the first request (a thread at server start): the bundled model, the base side of the forgetting
+        check and UMAP's compiled kernels (tens of seconds of CPU on a cold numba cache). Failures are only logged."""
         self.models.warm_up()
+        try:
+            from explorer import forgetting, maps
+
+            if self.settings.general_checks:
+                forgetting.warm_up(self.models.base_encoder(BUNDLED_MODEL))
+            maps.warm_up()
+        except Exception:
+            log.exception("warm-up of the forgetting check or the maps failed; the first request will do it")
 
     def check_model(self, model: str) -> str:
         return self.models.check_model(model)
@@ -450,8 +460,13 @@ class MirrorApp:
                         yield Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
                         return
                     if isinstance(ev, Finished):
+                        info = new_run_info(run, config.model, texts, source, ev.stats)
+                        if self.settings.general_checks:
+                            yield Phase("Checking general similarity (the forgetting check)")
+                            loaded = self.models.loaded(info)  # what _serve loads next: a broken model fails here
+                            info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned)
                         yield Phase("Preparing downloads")
-                        info = self._serve(session, new_run_info(run, config.model, texts, source, ev.stats))
+                        info = self._serve(session, info)
                         info.stats.update(
                             wall_seconds=round(time.perf_counter() - started, 1),
                             started_at=round(started_at, 3),
@@ -634,9 +649,11 @@ class MirrorApp:
                 index_with(blended, texts, run / "tuned_index", "Indexing your strings with the blend", events.append)
                 yield from events
                 stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
+                stats.pop("forgetting", None)  # the parent's checks are not the blend's
                 stats.update(blended_from=parent.folder.name, summary=f"blend α={alpha:g} of {parent.summary}")
-                yield Phase("Checking general similarity (the forgetting check)")
-                stats["forgetting"] = self.forgetting(loaded.base, blended)
+                if self.settings.general_checks:
+                    yield Phase("Checking general similarity (the forgetting check)")
+                    stats["forgetting"] = self.forgetting(loaded.base, blended)
                 info = self._serve(session, new_run_info(run, parent.base_model, texts, parent.corpus, stats))
                 served.append(info)
                 yield Done(info)
@@ -651,14 +668,17 @@ class MirrorApp:
 
     def forgetting(self, base, tuned) -> dict[str, Any] | None:
         """The general checks (explorer.forgetting) of a tuned encoder against its base; None (logged) when they
-        cannot run here: a run is never failed for its checks."""
+        cannot run here: a run is never failed for its checks. Seconds on a CPU (the base's scores are kept)."""
         from explorer.forgetting import forgetting_check
 
         try:
+            started = time.perf_counter()
             with self.search_slots:
-                return forgetting_check(base, tuned)
+                out = forgetting_check(base, tuned)
+            out["seconds"] = round(time.perf_counter() - started, 1)
+            return out
         except Exception:
-            log.exception("forgetting check failed")
+            log.exception("forgetting check failed; the run goes on without it")
             return None
 
     # ---------------------------------------------------------------- tab 2: search

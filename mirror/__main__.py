@@ -1,4 +1,5 @@
-"""`python -m mirror train|eval|export ...`: the command line over mirror_tune, evaluate_pairs and the exports."""
+"""`python -m mirror train|eval|export|blend ...`: the command line over mirror_tune, evaluate_pairs, the exports
+and blend_folder."""
 
 from __future__ import annotations
 
@@ -66,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto")
     ev.add_argument("--json", action="store_true", help="print JSON")
     add_export_parser(sub)
+
+    bl = sub.add_parser("blend", help="blend a tuned model with its base: (1 - alpha) base + alpha tuned weights")
+    bl.add_argument("tuned", help="a tuned model folder written by mirror (`train --out`)")
+    bl.add_argument(
+        "--alpha", required=True, help="weight of the tuned model, 0 (the base) to 1 (the tuned model as trained)"
+    )
+    bl.add_argument("--out", required=True, help="folder for the blend: new, empty, or a model mirror wrote (replaced)")
+    bl.add_argument("--base", help="the base model (default: the one the tuned folder names)")
     return parser
 
 
@@ -224,8 +233,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_blend(args: argparse.Namespace) -> int:
+    from mirror.blend import blend_folder, check_alpha
+
+    alpha = check_alpha(args.alpha)  # every check before the models load
+    tuned = Path(args.tuned).expanduser()
+    if not (tuned / MIRROR_CONFIG_FILE).is_file():
+        what = "a model folder written by mirror (no mirror_config.json)" if tuned.is_dir() else "an existing folder"
+        raise MirrorError(f"{args.tuned}: not {what}; give the --out folder of `python -m mirror train`")
+    check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)
+    base = check_model_name(args.base) if args.base is not None else None
+    out = blend_folder(base, tuned, alpha, args.out)
+    print(f"saved: {out}  (blend alpha={alpha:g}: {alpha:g} tuned, {1 - alpha:g} base)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(build_parser(), {"train": cmd_train, "eval": cmd_eval, "export": cmd_export}, argv)
+    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "blend": cmd_blend}
+    return run_cli(build_parser(), commands, argv)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 
 from mirror.encoder import Encoder, load_encoder, save_encoder
 from mirror.errors import MirrorError
+from mirror.names import check_model_name
 
 
 def check_alpha(alpha: Any) -> float:
@@ -72,6 +73,6 @@ def blend_folder(base: Encoder | str | Path | None, tuned_dir: str | Path, alpha
         name = base if base is not None else tuned.base_model
         if not name:
             raise MirrorError(f"{Path(tuned_dir).name}: the folder does not name its base model; give --base")
-        base = load_encoder(name, pooling=tuned.pooling)
+        base = load_encoder(check_model_name(str(name)), pooling=tuned.pooling)  # a name from a file: checked
     mixed = blend(base, tuned, alpha)
     return save_encoder(mixed, out_dir, extra=mixed.info)

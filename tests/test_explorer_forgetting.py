@@ -1,0 +1,204 @@
+"""The forgetting check (explorer.forgetting): its rows and `worse` logic on toy encoders with known scores, on the
+tiny random BERT over the bundled sets, and run after every training run by the service (never failing it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from explorer import forgetting, render
+from explorer.forgetting import CHECKS, Check, check_pairs, forgetting_check, verdict
+from explorer.settings import Settings
+from tests.conftest import train
+
+TOY = Check("Toy pairs", "toy.tsv", "toy similarity", 200)
+
+
+class AngleEncoder:
+    """A duck-typed encoder: string `a{k}` at angle 0, `b{k}` at the angle `angles[k]` (cosine falls as it
+    grows). Counts the strings it encoded."""
+
+    def __init__(self, angles: np.ndarray, fingerprint: str | None = None):
+        self.angles, self.encoded = angles, 0
+        if fingerprint is not None:
+            self.fingerprint = lambda: fingerprint
+
+    def encode(self, texts, batch_size=128, normalize=True):
+        self.encoded += len(texts)
+        theta = np.array([0.0 if t[0] == "a" else self.angles[int(t[1:])] for t in texts])
+        return np.stack([np.cos(theta), np.sin(theta)], 1).astype(np.float32)
+
+
+@pytest.fixture
+def toy_gold(tmp_path, monkeypatch):
+    """A 400-pair set, gold score k for pair k: check half = the 200 odd pairs. Returns the angle that ranks each
+    pair perfectly (higher gold, smaller angle)."""
+    n = 400
+    (tmp_path / "toy.tsv").write_text("".join(f"a{k}\tb{k}\t{k}\n" for k in range(n)))
+    monkeypatch.setattr(forgetting, "GOLD", tmp_path)
+    monkeypatch.setattr(forgetting, "_BASE_SCORES", {})
+    return np.linspace(3.0, 0.1, n)
+
+
+def test_check_halves_are_disjoint_capped_and_in_order(toy_gold):
+    check, dev = check_pairs(TOY), check_pairs(TOY, half="dev")
+    assert [p[2] for p in check[:3]] == [1.0, 3.0, 5.0] and [p[2] for p in dev[:3]] == [0.0, 2.0, 4.0]
+    assert len(check) == len(dev) == 200 and not {p[0] for p in check} & {p[0] for p in dev}
+    assert len(check_pairs(Check("Toy", "toy.tsv", "", 50))) == 50
+
+
+def test_a_tuned_model_that_scrambles_what_the_base_knew_is_worse(toy_gold):
+    perfect = AngleEncoder(toy_gold)
+    shuffled = AngleEncoder(np.random.default_rng(0).permutation(toy_gold))
+    out = forgetting_check(perfect, shuffled, checks=[TOY])
+    (row,) = out["checks"]
+    assert set(row) == {"name", "what", "pairs", "base", "tuned", "delta", "ci", "worse"}
+    assert row["name"] == "Toy pairs" and row["pairs"] == 200 and row["base"] == 100.0
+    assert row["tuned"] < 20 and row["delta"] == pytest.approx(row["tuned"] - row["base"], abs=0.11)
+    assert row["ci"][0] <= row["delta"] <= row["ci"][1] < 0 and row["worse"] is True
+    assert "worse on 1 general check: Toy pairs (toy similarity): 100.0 →" in out["verdict"]
+    assert "blend" in out["verdict"]
+
+
+def test_the_same_model_or_a_better_one_is_not_worse(toy_gold):
+    perfect = AngleEncoder(toy_gold)
+    shuffled = AngleEncoder(np.random.default_rng(0).permutation(toy_gold))
+    same = forgetting_check(perfect, perfect, checks=[TOY])
+    assert same["checks"][0]["delta"] == 0 and not same["checks"][0]["worse"]
+    assert same["verdict"] == "General checks: the tuned model is no worse than the base on any of them."
+    better = forgetting_check(shuffled, perfect, checks=[TOY])
+    assert not better["checks"][0]["worse"] and better["verdict"].endswith("and better on Toy pairs.")
+
+
+def test_a_drop_within_the_margin_is_not_called_worse():
+    rows = [{"name": "X", "what": "x", "base": 50.0, "tuned": 49.2, "delta": -0.8, "worse": False}]
+    assert "no worse" in verdict(rows)
+
+
+def test_the_base_is_encoded_once_per_base(toy_gold):
+    base = AngleEncoder(toy_gold, fingerprint="base-1")
+    tuned = AngleEncoder(toy_gold[::-1].copy())
+    first = forgetting_check(base, tuned, checks=[TOY])
+    encoded = base.encoded
+    assert encoded == 400  # 200 pairs of two distinct strings
+    second = forgetting_check(base, tuned, checks=[TOY])
+    assert base.encoded == encoded and second == first  # its scores were kept
+    forgetting_check(base, tuned, checks=[TOY], half="dev")
+    assert base.encoded == 2 * encoded  # another half: other pairs
+    other = AngleEncoder(toy_gold, fingerprint="base-2")
+    forgetting_check(other, tuned, checks=[TOY])
+    assert other.encoded == encoded
+
+
+def test_forgetting_check_on_the_tiny_model_over_the_bundled_sets(tiny_bert):
+    from mirror.encoder import load_encoder
+
+    base = load_encoder(tiny_bert, pooling="mean")
+    out = forgetting_check(base, base)
+    assert [r["name"] for r in out["checks"]] == [c.name for c in CHECKS]
+    for row, check in zip(out["checks"], CHECKS, strict=True):
+        assert row["pairs"] == len(check_pairs(check)) <= check.max_pairs and row["pairs"] >= 50
+        assert row["delta"] == 0 and not row["worse"] and row["base"] == row["tuned"]
+    assert "no worse" in out["verdict"]
+
+
+# ------------------------------------------------------------------------------------------------------ the service
+
+
+def test_every_run_ends_with_the_forgetting_check(app, tiny_bert):
+    s = app.session()
+    app.load_pasted(s, "cat\ndog\ncar\nbus\nred\nblue\nbig\nsmall")
+    events = train(app, s, tiny_bert)
+    assert events[-1].kind == "done", events[-1]
+    phases = [e.text for e in events if e.kind == "phase"]
+    at = phases.index("Checking general similarity (the forgetting check)")
+    assert at < phases.index("Preparing downloads")
+    check = s.run.stats["forgetting"]
+    assert [r["name"] for r in check["checks"]] == [c.name for c in CHECKS] and check["seconds"] >= 0
+    assert app.open_run(app.session(), s.run.folder.name).stats["forgetting"] == check  # kept in run.json
+    shown = render.forgetting_md(s.run)
+    assert "| general check (Spearman ×100) | pairs | base | tuned | change | 95% interval of the change |" in shown
+    assert all(f"| {c.name} |" in shown for c in CHECKS) and check["verdict"] in shown
+
+
+def test_a_failing_check_never_fails_the_run(app, tiny_bert, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no gold here")
+
+    monkeypatch.setattr(forgetting, "forgetting_check", broken)
+    s = app.session()
+    app.load_pasted(s, "cat\ndog\ncar\nbus")
+    events = train(app, s, tiny_bert)
+    assert events[-1].kind == "done" and s.run.stats["forgetting"] is None
+    assert "forgetting check failed" in caplog.text
+    assert render.forgetting_md(s.run) == "**General checks:** not run for this run."
+
+
+def test_the_check_can_be_switched_off(tmp_path, tiny_bert):
+    from explorer import MirrorApp
+
+    assert Settings.from_env({"MIRROR_GENERAL_CHECKS": "0"}).general_checks is False
+    assert Settings.from_env({}).general_checks is True
+    off = Settings(work_dir=tmp_path / "w", model_roots=(tiny_bert.resolve(),), general_checks=False)
+    app = MirrorApp(off)
+    s = app.session()
+    app.load_pasted(s, "cat\ndog\ncar\nbus")
+    events = train(app, s, tiny_bert)
+    assert events[-1].kind == "done" and "forgetting" not in s.run.stats
+    assert not any("forgetting" in e.text for e in events if e.kind == "phase")
+
+
+def test_forgetting_md_marks_the_worse_checks():
+    from types import SimpleNamespace
+
+    rows = [
+        {"name": "SimLex-999", "what": "w", "pairs": 499, "base": 40.0, "tuned": 45.0, "delta": 5.0, "worse": False},
+        {"name": "Long texts", "what": "l", "pairs": 60, "base": 80.0, "tuned": 70.0, "delta": -10.0, "worse": True},
+    ]
+    run = SimpleNamespace(stats={"forgetting": {"checks": rows, "verdict": verdict(rows)}})
+    shown = render.forgetting_md(run)
+    assert shown.startswith("> **Note:** Tuning made the model worse on 1 general check: Long texts")
+    assert (
+        "| Long texts | 60 | 80.0 | 70.0 | **-10.0** ⚠ |" in shown
+        and "| SimLex-999 | 499 | 40.0 | 45.0 | +5.0 |" in shown
+    )
+    assert render.forgetting_md(None) == ""
+
+
+def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
+    parent = tuned.run
+    events = list(app.blend_run(tuned, 0.5))
+    assert events[-1].kind == "done", events[-1]
+    run = tuned.run
+    assert run.folder != parent.folder and run.stats["blend_alpha"] == 0.5
+    assert "Checking general similarity (the forgetting check)" in [e.text for e in events if e.kind == "phase"]
+    assert run.stats["forgetting"] is not parent.stats["forgetting"] and run.stats["forgetting"]["checks"]
+    assert render.default_alpha(run) == 0.5 and "α = 0.5 of the tuned weights" in render.forgetting_md(run)
+    assert [e.kind for e in app.blend_run(tuned, 2)] == ["error"]
+
+
+def test_the_blend_slider_starts_at_the_suggestion_only_when_a_check_is_worse():
+    from types import SimpleNamespace
+
+    def run(stats):
+        return SimpleNamespace(stats=stats)
+
+    worse = {"checks": [{"worse": True}, {"worse": False}]}
+    fine = {"checks": [{"worse": False}]}
+    assert render.default_alpha(None) == 1.0
+    assert render.default_alpha(run({})) == 1.0 and render.default_alpha(run({"forgetting": None})) == 1.0
+    assert render.default_alpha(run({"forgetting": fine})) == 1.0
+    assert render.default_alpha(run({"forgetting": worse})) == forgetting.SUGGESTED_ALPHA
+    assert render.default_alpha(run({"forgetting": worse, "blend_alpha": 0.0})) == 0.0  # a blend: its own α
+    assert f"blend at α = {forgetting.SUGGESTED_ALPHA:g}" in verdict([{**r, "worse": True} for r in [ROW]])
+
+
+ROW = {"name": "Long texts", "what": "long", "pairs": 60, "base": 80.0, "tuned": 70.0, "delta": -10.0, "worse": False}
+
+
+def test_warm_up_keeps_the_base_scores(toy_gold):
+    base = AngleEncoder(toy_gold, fingerprint="base-w")
+    forgetting.warm_up(base, [TOY])
+    assert base.encoded == 400
+    forgetting_check(base, AngleEncoder(toy_gold), checks=[TOY])
+    assert base.encoded == 400
