@@ -134,6 +134,8 @@ class MirrorApp:
         """Ahead of the first request (a thread at server start): the bundled model, the base side of the forgetting
         check and UMAP's compiled kernels (tens of seconds of CPU on a cold numba cache). Failures are only logged."""
         self.models.warm_up()
+        if not self.settings.warm_up:
+            return
         try:
             from explorer import forgetting, maps
 

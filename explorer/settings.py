@@ -22,6 +22,8 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_LOADED_MB          ... and at most this much memory for them: weights + vectors (default: 3072)
   MIRROR_GENERAL_CHECKS     1/0: after each run and blend, the forgetting check on bundled general sets (~11 s
                             on 2 free CPU cores for the bundled model, explorer/forgetting.py) (default: 1)
+  MIRROR_WARM_UP            1/0: at start, in the background, score the base side of the general checks and compile
+                            UMAP's kernels, so the first run and the first map do not wait for them (default: 1)
   MIRROR_SEARCH_CONCURRENCY searches encoding at once, the others wait in arrival order (default: 4; on 2 cores
                             20 parallel searches ran ~1.3x faster with p99 -30% than unlimited, bench/RESULTS.md)
 """
@@ -69,6 +71,7 @@ class Settings:
     loaded_bytes: int = 3072 * 1024 * 1024  # ... but only ~6 runs of a bert-base-sized model
     search_concurrency: int = 4
     general_checks: bool = True  # the forgetting check after each run (explorer.forgetting); off saves seconds
+    warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> Settings:
@@ -115,6 +118,7 @@ class Settings:
             loaded_bytes=int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20),
             search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
             general_checks=env.get("MIRROR_GENERAL_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
+            warm_up=env.get("MIRROR_WARM_UP", "1").strip().lower() not in ("0", "false", "no", "off"),
         )
 
 

@@ -51,6 +51,7 @@ def serve(workdir: Path, env: dict[str, str] | None = None, timeout: float = 180
         "GRADIO_ANALYTICS_ENABLED": "False",
         "PYTHONUNBUFFERED": "1",
         "MIRROR_WORK_DIR": str(workdir / "sessions"),
+        "MIRROR_WARM_UP": "0",  # no background scoring and numba compiling competing with the tests for 2 cores
         **(env or {}),
     }
     log_path = workdir / "server.log"

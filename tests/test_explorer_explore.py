@@ -38,6 +38,10 @@ def test_align_leaves_an_unrelated_layout_centred_on_the_target():
     rng = np.random.default_rng(2)
     target, moving = rng.normal(size=(30, 2)) + 4.0, rng.normal(size=(30, 2))
     np.testing.assert_allclose(maps.align(moving, target).mean(0), target.mean(0), atol=1e-9)
+    # and keeps the target's spread: the tuned map is drawn at the base map's size, however much it moved
+    aligned = maps.align(moving, target)
+    spread = np.linalg.norm(aligned - aligned.mean(0)) / np.linalg.norm(target - target.mean(0))
+    assert spread == pytest.approx(1.0)
 
 
 def test_twin_map_on_a_few_strings_uses_pca_and_returns_the_documented_dict():
@@ -137,7 +141,11 @@ def test_check_points_and_cluster_counts():
         maps.check_points(5, 3000)
     with pytest.raises(MirrorError):
         maps.check_points("many", 3000)
-    assert maps.n_clusters_for(3000) == maps.MAX_CLUSTERS and maps.n_clusters_for(100) == 4
+    assert (
+        maps.n_clusters_for(3000) == maps.MAX_CLUSTERS
+        and maps.n_clusters_for(100) == 7
+        and maps.n_clusters_for(60) == 5
+    )
 
 
 # ------------------------------------------------------------------------------------------------------ moved

@@ -202,3 +202,21 @@ def test_warm_up_keeps_the_base_scores(toy_gold):
     assert base.encoded == 400
     forgetting_check(base, AngleEncoder(toy_gold), checks=[TOY])
     assert base.encoded == 400
+
+
+def test_warm_up_off_loads_the_bundled_model_only(tmp_path, monkeypatch):
+    from explorer import MirrorApp, forgetting, maps
+
+    assert Settings.from_env({"MIRROR_WARM_UP": "off"}).warm_up is False and Settings.from_env({}).warm_up is True
+    called = []
+    monkeypatch.setattr(forgetting, "warm_up", lambda enc: called.append("checks"))
+    monkeypatch.setattr(maps, "warm_up", lambda: called.append("maps"))
+    app = MirrorApp(Settings(work_dir=tmp_path / "w", warm_up=False))
+    monkeypatch.setattr(app.models, "warm_up", lambda: called.append("model"))
+    app.warm_up()
+    assert called == ["model"]
+    app = MirrorApp(Settings(work_dir=tmp_path / "w2", general_checks=False))
+    monkeypatch.setattr(app.models, "warm_up", lambda: called.append("model"))
+    called.clear()
+    app.warm_up()
+    assert called == ["model", "maps"]  # the checks are off: nothing of theirs to score
