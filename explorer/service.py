@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import logging
 import os
+import posixpath
 import secrets
 import shutil
 import threading
@@ -44,7 +45,7 @@ from explorer.sessions import (
     write_stop,
 )
 from explorer.settings import Settings, inference_device
-from explorer.uploads import display_name, extract_model_zip, zip_folder
+from explorer.uploads import display_name, extract_model_zip, model_folder_in_zip, zip_folder
 from mirror.config import BUNDLED_MODEL, detect_mode
 from mirror.data import clean_texts, fmt_size, read_file
 from mirror.errors import MirrorError
@@ -53,7 +54,7 @@ log = logging.getLogger("mirror.app")
 SLOT_WAIT_S = 30.0  # longer than explorer.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
 INDEX_README = (
     "A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.\n"
-    "Search it with: python -m index query mirror-index 'your query' --encoder mirror-model\n"
+    "Unzip the model zip beside it, then search it with: python -m index query mirror-index 'your query'\n"
 )
 
 
@@ -764,6 +765,10 @@ def new_run_info(
 ) -> RunInfo:
     """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), with its downloads zipped.
     `model_zip`: serve this zip (an uploaded one) instead of zipping model/ again."""
+    from index.folder import META_FILE, with_encoder_at
+
+    model_zip = model_zip or zip_folder(folder / "model", folder / "mirror-model.zip", "mirror-model")
+    model_dir = model_folder_in_zip(model_zip)  # "mirror-model" (what the app zips), or an uploaded zip's own
     return RunInfo(
         folder=folder,
         base_model=base_model,
@@ -774,9 +779,16 @@ def new_run_info(
         stats={k: v for k, v in stats.items() if k != "losses"},
         losses=list(stats.get("losses", [])),
         summary=stats.get("summary", ""),
-        model_zip=model_zip or zip_folder(folder / "model", folder / "mirror-model.zip", "mirror-model"),
+        model_zip=model_zip,
         index_zip=zip_folder(
-            folder / "tuned_index", folder / "mirror-index.zip", "mirror-index", {"README.txt": INDEX_README}
+            folder / "tuned_index",
+            folder / "mirror-index.zip",
+            "mirror-index",
+            # unzipped beside the model zip, the index finds its encoder without --encoder
+            {
+                "README.txt": INDEX_README,
+                META_FILE: with_encoder_at(folder / "tuned_index", posixpath.normpath(posixpath.join("..", model_dir))),
+            },
         ),
     )
 
