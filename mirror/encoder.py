@@ -238,6 +238,7 @@ class Encoder:
         model = self.model
         if (
             model.training
+            or hasattr(model, "module")  # wrapped by DistributedDataParallel: its process group is not copied
             or torch.is_grad_enabled()
             or not torch.is_autocast_enabled("cpu")
             or torch.get_autocast_dtype("cpu") != torch.bfloat16

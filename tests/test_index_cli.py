@@ -158,3 +158,20 @@ def test_the_apps_zips_unpacked_side_by_side_query_without_encoder(app, tiny_ber
     assert main(["query", str(out / "mirror-index"), "word"]) == 2
     err = capsys.readouterr().err
     assert "fingerprint" in err and "not comparable" in err and "Traceback" not in err
+
+
+def test_the_index_zip_follows_the_folder_an_uploaded_model_zip_unpacks_to(tmp_path):
+    import zipfile
+
+    from explorer.uploads import model_folder_in_zip
+
+    for names, folder in (
+        (["mirror-model/config.json", "mirror-model/1_Pooling/config.json"], "mirror-model"),
+        (["my model/modules.json", "my model/config.json"], "my model"),
+        (["config.json", "model.safetensors"], "."),  # the model's files at the zip's top
+    ):
+        path = tmp_path / "m.zip"
+        with zipfile.ZipFile(path, "w") as zf:
+            for name in names:
+                zf.writestr(name, "{}")
+        assert model_folder_in_zip(path) == folder
