@@ -26,7 +26,16 @@ from index.folder import (
 )
 from index.gpu import GPU_MAX_K, GpuReplica, gpu_can_search, want_gpu
 from index.inputs import as_encoder, as_matrix, unique_texts
-from index.options import DEFAULT_OPTIONS, IVF_KINDS, IndexOptions, check_positive, default_nlist, default_pq_m, pq_bits
+from index.options import (
+    BATCH_SIZE,
+    DEFAULT_OPTIONS,
+    IVF_KINDS,
+    IndexOptions,
+    check_positive,
+    default_nlist,
+    default_pq_m,
+    pq_bits,
+)
 from index.rows import Rows, float16_copy
 from mirror.errors import MirrorError
 
@@ -91,7 +100,7 @@ class VectorIndex:
         texts: Sequence[str],
         options: IndexOptions = DEFAULT_OPTIONS,
         *,
-        batch_size: int = 128,
+        batch_size: int = BATCH_SIZE,
         on_progress: ProgressFn | None = None,
         device: str = "auto",
         gpu: bool | None = None,
@@ -320,7 +329,7 @@ class VectorIndex:
 
     # ---------------------------------------------------------------- growing
 
-    def add(self, texts: Sequence[str], batch_size: int = 128, on_progress: ProgressFn | None = None) -> int:
+    def add(self, texts: Sequence[str], batch_size: int = BATCH_SIZE, on_progress: ProgressFn | None = None) -> int:
         """Embed and append the texts not already indexed; returns how many were added."""
         if self.encoder is None:
             raise MirrorError("this index has no encoder (it was built from vectors): grow it with add_vectors")
