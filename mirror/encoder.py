@@ -264,21 +264,46 @@ class Encoder:
 
 
 def _bf16_twin(model: Any) -> tuple[tuple, list[torch.Tensor], Any]:
-    """(key, weights, twin): a copy of `model` sharing all its tensors but the Linear ones, which it holds in bf16;
-    `key` (_weights_key of `weights`, the original Linear tensors) says whether it still matches them."""
+    """(key, weights, twin): a copy of `model` sharing all its tensors but the Linear ones, which it holds in bf16
+    (packed for oneDNN where the CPU has native bf16); `key` (_weights_key of `weights`, the original Linear
+    tensors) says whether it still matches them."""
     import copy
 
     shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     twin = copy.deepcopy(model, memo=shared)  # the module tree only: every tensor is shared
+    pack = cpu_has_native_bf16()
     weights = []
-    for original, linear in zip(model.modules(), twin.modules(), strict=True):
-        if isinstance(original, torch.nn.Linear):
-            for name, param in original.named_parameters(recurse=False):
-                weights.append(param)
-                cast = torch.nn.Parameter(param.detach().to(torch.bfloat16), requires_grad=False)
-                setattr(linear, name, cast)
+    for parent in twin.modules():
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                weights.extend(p for p in (child.weight, child.bias) if p is not None)
+                setattr(parent, name, _Bf16Linear(child, pack))
     twin.eval()
     return _weights_key(weights), weights, twin
+
+
+class _Bf16Linear(torch.nn.Module):
+    """A Linear's bf16 inference copy: what autocast computes (bf16 input, weight and bias; bf16 output), without
+    casting the weight on each call. Packed, oneDNN also skips re-laying the weight out on each call, which is
+    most of a few-token forward pass (a 384x1536 layer for 3 tokens: ~40 us instead of ~300-600 us)."""
+
+    def __init__(self, linear: torch.nn.Linear, pack: bool):
+        super().__init__()
+        self.weight = linear.weight.detach().to(torch.bfloat16)
+        self.bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
+        self.packed = False
+        if pack:
+            try:
+                self.weight = torch.ops.mkldnn._reorder_linear_weight(self.weight)
+                self.packed = True
+            except (AttributeError, RuntimeError):  # a torch built without oneDNN: the plain bf16 weight
+                pass
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.bfloat16)
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
 def _weights_key(weights: list[torch.Tensor]) -> tuple:

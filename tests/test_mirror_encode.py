@@ -78,9 +78,10 @@ def test_auto_is_bf16_on_this_cpu_and_the_twin_gives_autocasts_numbers(tiny_bert
     assert not np.allclose(auto, enc.encode(TEXTS, precision="fp32"), atol=1e-7)  # it is not fp32
     assert cosines(auto, enc.encode(TEXTS, precision="fp32")).min() > 0.999
     twin = enc._twin[2]
-    shared = {p.data_ptr() for p in enc.model.parameters()}
-    linear = [m.weight for m in twin.modules() if isinstance(m, torch.nn.Linear)]
-    assert linear and all(w.dtype == torch.bfloat16 and w.data_ptr() not in shared for w in linear)
+    linear = [m for m in twin.modules() if type(m).__name__ == "_Bf16Linear"]
+    assert len(linear) == sum(isinstance(m, torch.nn.Linear) for m in enc.model.modules()) > 0
+    assert all(m.weight.dtype == torch.bfloat16 and m.packed for m in linear)  # oneDNN's layout: no data_ptr
+    assert not any(isinstance(m, torch.nn.Linear) for m in twin.modules())
     assert twin.embeddings.word_embeddings.weight is enc.model.embeddings.word_embeddings.weight  # shared
 
     plain = load_encoder(tiny_bert)
