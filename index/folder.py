@@ -185,13 +185,16 @@ def located(meta: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 def with_encoder_at(folder: Path, path: str) -> str:
     """The meta.json text of the index `folder` with its encoder to be loaded from `path`, relative to the index
-    folder (for a copy shipped beside the model, as in the app's zips: `../mirror-model`); no absolute path."""
+    folder (for a copy shipped beside the model, as in the app's zips: `../mirror-model`); no path of this machine."""
     meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     if not _is_relative(path):
         raise MirrorError(f"{path!r}: give the encoder's path relative to the index folder (./… or ../…)")
-    encoder = {k: v for k, v in (meta.get("encoder") or {}).items() if k != "absolute"}
-    if not encoder:
+    stored = meta.get("encoder") or {}
+    if not stored:
         raise MirrorError(f"{folder}: this index has no encoder to point at {path!r}")
+    encoder = {k: v for k, v in stored.items() if k != "absolute"}
+    if stored.get("absolute"):  # a local folder: named by where the copy finds it, not by this machine's path
+        encoder["source"] = path
     meta["encoder"] = {**encoder, "path": path}
     return json.dumps(meta, indent=2)
 

@@ -233,7 +233,8 @@ class Encoder:
 
         Autocast would cast those weights on every call (most of a single query's time: a few tokens read ~40 MB
         of fp32 weights and write them again as bf16); the twin shares every other tensor and gives the same
-        numbers. It costs 2 bytes per Linear weight (~25% of an fp32 model) and is rebuilt when a weight changes.
+        numbers. It costs 2 bytes per Linear weight (+23% on an fp32 MiniLM, +39% on BERT-base) and is rebuilt when
+        a weight changes.
         """
         model = self.model
         if (

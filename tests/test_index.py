@@ -405,7 +405,8 @@ def test_the_meta_for_a_shipped_copy_names_the_model_relative_to_it(tiny_bert, t
 
     out = VectorIndex.build(tiny_bert, WORDS).save(tmp_path / "idx")
     meta = json.loads(with_encoder_at(out, "../mirror-model"))
-    assert meta["encoder"]["path"] == "../mirror-model" and "absolute" not in meta["encoder"]
+    assert meta["encoder"]["path"] == meta["encoder"]["source"] == "../mirror-model"
+    assert "absolute" not in meta["encoder"] and str(tiny_bert) not in json.dumps(meta)
     with pytest.raises(MirrorError, match="relative to the index folder"):
         with_encoder_at(out, "/abs/model")
 

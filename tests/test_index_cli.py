@@ -131,7 +131,8 @@ def test_the_apps_zips_unpacked_side_by_side_query_without_encoder(app, tiny_ber
     meta = json.loads((out / "mirror-index" / "meta.json").read_text())
     encoder = meta["encoder"]
     assert encoder["path"] == "../mirror-model" and "absolute" not in encoder  # no server path in a download
-    assert encoder["source"] != "bundled" and not encoder["source"].endswith("(changed, not saved)")
+    assert encoder["source"] == "../mirror-model"  # not "bundled", nor the server's path
+    assert str(run.folder) not in (out / "mirror-index" / "meta.json").read_text()
     served = json.loads((run.folder / "tuned_index" / "meta.json").read_text())["encoder"]
     assert served["path"] == "../model" and served["fingerprint"] == encoder["fingerprint"]
 
