@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import logging
 import os
+import posixpath
 import secrets
 import shutil
 import threading
@@ -45,7 +46,7 @@ from explorer.sessions import (
     write_stop,
 )
 from explorer.settings import Settings, inference_device
-from explorer.uploads import display_name, download_name, extract_model_zip, zip_folder
+from explorer.uploads import display_name, download_name, extract_model_zip, model_folder_in_zip, zip_folder
 from mirror.config import BUNDLED_MODEL, detect_mode
 from mirror.data import clean_texts, fmt_size, read_file
 from mirror.errors import MirrorError
@@ -54,7 +55,7 @@ log = logging.getLogger("mirror.app")
 SLOT_WAIT_S = 30.0  # longer than explorer.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
 INDEX_README = (
     "A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.\n"
-    "Search it with: python -m index query mirror-index 'your query' --encoder mirror-model\n"
+    "Unzip the model zip beside it, then search it with: python -m index query mirror-index 'your query'\n"
 )
 
 
@@ -801,10 +802,16 @@ def new_run_info(
     for the base model and the run: `mirror-<base>-<run id>-model.zip`; inside, the folders stay mirror-model/ and
     mirror-index/) and the model card written into model/ first, so the zip carries it.
     `model_zip`: serve this zip (an uploaded one) instead of zipping model/ again."""
+    from index.folder import META_FILE, with_encoder_at
+
     try:
         write_card(folder / "model", stats, base_model)
     except Exception:  # a run is never failed for its card
         log.exception("could not write the model card")
+    model_zip = model_zip or zip_folder(
+        folder / "model", folder / download_name(base_model, folder.name, "model"), "mirror-model"
+    )
+    model_dir = model_folder_in_zip(model_zip)  # "mirror-model" (what the app zips), or an uploaded zip's own
     return RunInfo(
         folder=folder,
         base_model=base_model,
@@ -815,13 +822,16 @@ def new_run_info(
         stats={k: v for k, v in stats.items() if k != "losses"},
         losses=list(stats.get("losses", [])),
         summary=stats.get("summary", ""),
-        model_zip=model_zip
-        or zip_folder(folder / "model", folder / download_name(base_model, folder.name, "model"), "mirror-model"),
+        model_zip=model_zip,
         index_zip=zip_folder(
             folder / "tuned_index",
             folder / download_name(base_model, folder.name, "index"),
             "mirror-index",
-            {"README.txt": INDEX_README},
+            # unzipped beside the model zip, the index finds its encoder without --encoder
+            {
+                "README.txt": INDEX_README,
+                META_FILE: with_encoder_at(folder / "tuned_index", posixpath.normpath(posixpath.join("..", model_dir))),
+            },
         ),
     )
 

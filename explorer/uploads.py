@@ -39,11 +39,12 @@ def download_name(base_model: str, run_id: str, what: str) -> str:
 
 
 def zip_folder(folder: Path, out: Path, arcroot: str, extra_files: dict[str, str] | None = None) -> Path:
-    """Zip `folder` under `arcroot/`; weights are stored, not deflated (they barely compress)."""
+    """Zip `folder` under `arcroot/`; weights are stored, not deflated (they barely compress). `extra_files`
+    (name: text) are added, in place of the folder's file of that name if it has one."""
     tmp = out.with_name(out.name + ".tmp")
     with zipfile.ZipFile(tmp, "w") as zf:
         for p in sorted(folder.rglob("*")):
-            if p.is_file():
+            if p.is_file() and p.relative_to(folder).as_posix() not in (extra_files or {}):
                 stored = p.suffix in (".safetensors", ".bin", ".faiss", ".pt")
                 zf.write(
                     p,
@@ -54,6 +55,14 @@ def zip_folder(folder: Path, out: Path, arcroot: str, extra_files: dict[str, str
             zf.writestr(f"{arcroot}/{name}", text)
     os.replace(tmp, out)
     return out
+
+
+def model_folder_in_zip(zip_path: Path) -> str:
+    """The folder a model zip unpacks its model to, relative to where it is unpacked ("." for a zip of the
+    model's files themselves): where its config.json or modules.json lies."""
+    with zipfile.ZipFile(zip_path) as zf:
+        tops = [Path(n).parent for n in zf.namelist() if Path(n).name in ("config.json", "modules.json")]
+    return min(tops, key=lambda p: len(p.parts)).as_posix() if tops else "."
 
 
 def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int) -> Path:

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from index.options import EXACT_MAX, KINDS, IndexOptions
+from index.options import BATCH_SIZE, EXACT_MAX, KINDS, IndexOptions
 from mirror.cli import add_limit_flags, load_input, run_cli
 from mirror.config import BUNDLED_MODEL
 from mirror.data import SURROGATE
@@ -49,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--rerank", type=int, help="ivfpq: candidates per hit re-ranked exactly (default: calibrated with nprobe)"
     )
-    build.add_argument("--batch-size", type=int, default=128, help="encoding batch size (default: 128)")
+    build.add_argument(
+        "--batch-size", type=int, default=BATCH_SIZE, help=f"most strings per encoding batch (default: {BATCH_SIZE})"
+    )
     build.add_argument("--device", default="auto", help="encoder device: auto, cpu or cuda (default: auto)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     add_limit_flags(build)

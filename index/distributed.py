@@ -27,7 +27,7 @@ import numpy as np
 
 from index.folder import check_target
 from index.inputs import as_encoder, unique_texts
-from index.options import DEFAULT_OPTIONS, IndexOptions, check_positive
+from index.options import BATCH_SIZE, DEFAULT_OPTIONS, IndexOptions, check_positive
 from index.rows import Rows
 from index.store import ProgressFn, VectorIndex
 from mirror.distributed import shard_bounds, world
@@ -51,7 +51,7 @@ def encode_shard(
     rank: int,
     world_size: int,
     *,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
     on_progress: ProgressFn | None = None,
     device: str = "auto",
 ) -> Path:
@@ -116,7 +116,7 @@ def build_index(
     out: str | Path,
     options: IndexOptions = DEFAULT_OPTIONS,
     *,
-    batch_size: int = 128,
+    batch_size: int = BATCH_SIZE,
     on_progress: ProgressFn | None = None,
     device: str = "auto",
     gpu: bool | None = None,

@@ -19,7 +19,9 @@ from index.calibrate import TARGET_RECALL
 from index.options import IndexOptions
 from index.rows import Rows
 from mirror.cli import check_out_dir
+from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
+from mirror.names import looks_local
 
 if TYPE_CHECKING:
     from mirror.encoder import Encoder
@@ -75,7 +77,7 @@ def write_folder(
         if rows is not None:
             rows.write(tmp / VECTORS_FILE)
         (tmp / TEXTS_FILE).write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        (tmp / META_FILE).write_text(json.dumps(located(meta, out), indent=2), encoding="utf-8")
         replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -149,13 +151,22 @@ def read_float16_rows(folder: Path, cpu: faiss.Index) -> Rows:
 
 
 def _encoder_meta(encoder: Encoder) -> dict[str, Any]:
-    """Where to reload the encoder from (an absolute path for a local folder) and what it must hash to."""
-    source = str(encoder.source)
-    path = Path(source).expanduser()
-    location = str(path.resolve()) if source != "bundled" and path.is_dir() else source
-    return {
-        "source": source,
-        "path": location,
+    """The encoder's name, where to reload it from and what it must hash to.
+
+    `source` is its real name ("bundled", a hub id, a folder); `absolute` a local folder's absolute path, which
+    `located` turns into `path` relative to the index folder when the index is saved. An encoder whose weights
+    changed since it was loaded (tuned or blended, not saved) has no name to reload it from: `path` is None.
+    """
+    name = encoder.name
+    out: dict[str, Any] = {"source": str(name if name is not None else f"{encoder.source} (changed, not saved)")}
+    if name is None:
+        out["path"] = None
+    else:
+        path = Path(name).expanduser()
+        if name != BUNDLED_MODEL and looks_local(name) and path.is_dir():
+            out["absolute"] = str(path.resolve())
+        out["path"] = name
+    return out | {
         "fingerprint": encoder.fingerprint(),
         "pooling": encoder.pooling,
         "dim": encoder.dim,
@@ -163,14 +174,77 @@ def _encoder_meta(encoder: Encoder) -> dict[str, Any]:
     }
 
 
+def located(meta: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`meta` as saved in the index `folder`: a local encoder's `path` relative to it (`../model`), so the two
+    folders can move together; `absolute` stays as the fallback on this machine."""
+    stored = meta.get("encoder")
+    if not stored or not stored.get("absolute"):
+        return meta
+    return {**meta, "encoder": {**stored, "path": relative_path(Path(stored["absolute"]), folder)}}
+
+
+def with_encoder_at(folder: Path, path: str) -> str:
+    """The meta.json text of the index `folder` with its encoder to be loaded from `path`, relative to the index
+    folder (for a copy shipped beside the model, as in the app's zips: `../mirror-model`); no path of this machine."""
+    meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+    if not _is_relative(path):
+        raise MirrorError(f"{path!r}: give the encoder's path relative to the index folder (./… or ../…)")
+    stored = meta.get("encoder") or {}
+    if not stored:
+        raise MirrorError(f"{folder}: this index has no encoder to point at {path!r}")
+    encoder = {k: v for k, v in stored.items() if k != "absolute"}
+    if stored.get("absolute"):  # a local folder: named by where the copy finds it, not by this machine's path
+        encoder["source"] = path
+    meta["encoder"] = {**encoder, "path": path}
+    return json.dumps(meta, indent=2)
+
+
+def relative_path(target: Path, folder: Path) -> str:
+    """`target` relative to `folder`, starting with ./ or ../ so it never reads as a hub id."""
+    rel = Path(os.path.relpath(target.resolve(), folder.resolve())).as_posix()
+    return rel if rel.startswith("..") else f"./{rel}"
+
+
+def anchored(meta: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`meta` read from the index `folder` with a relative encoder path that resolves there also recorded as
+    `absolute`, so saving the index elsewhere still finds the encoder."""
+    stored = meta.get("encoder")
+    path = stored.get("path") if stored else None
+    if not isinstance(path, str) or not _is_relative(path) or not Path(_against(folder, path)).is_dir():
+        return meta
+    return {**meta, "encoder": {**stored, "absolute": _against(folder, path)}}
+
+
+def _against(folder: Path, path: str) -> str:
+    """The absolute form of `path`, relative to `folder`."""
+    return os.path.normpath(folder.absolute() / path)
+
+
+def _is_relative(path: str) -> bool:
+    return path in (".", "..") or path.startswith(("./", "../"))
+
+
 def _load_stored_encoder(stored: dict[str, Any], folder: Path, device: str) -> Encoder:
+    """The encoder the metadata names: `path` (relative to the index folder when it starts with ./ or ../, else
+    a name or an absolute folder), then `absolute` where the relative one is not there."""
     from mirror.encoder import load_encoder
 
-    try:
-        return load_encoder(stored["path"], pooling=stored.get("pooling", "auto"), device=device)
-    except MirrorError as exc:
+    path = stored.get("path")
+    if not path:
         raise MirrorError(
-            f"{folder}: could not load the encoder this index was built with ({stored['path']}): {exc}. "
+            f"{folder}: this index was built with an encoder that was never saved ({stored.get('source')!r}); "
+            "pass that encoder explicitly (--encoder on the command line)"
+        )
+    candidates = [_against(folder, path)] if _is_relative(path) else [path]
+    if stored.get("absolute") and stored["absolute"] not in candidates:
+        candidates.append(stored["absolute"])
+    found = next((c for c in candidates if Path(c).is_dir()), candidates[0])
+    try:
+        return load_encoder(found, pooling=stored.get("pooling", "auto"), device=device)
+    except MirrorError as exc:
+        tried = " or ".join(repr(c) for c in dict.fromkeys([path, *candidates[1:]]))
+        raise MirrorError(
+            f"{folder}: could not load the encoder this index was built with ({tried}): {exc}. "
             "Pass the encoder explicitly (--encoder on the command line)."
         ) from None
 

@@ -14,10 +14,28 @@ import numpy as np
 
 from index.calibrate import calibrate_ivf, calibrate_ivfpq
 from index.exact import NUMPY_BATCH_MIN, flat_search_numpy
-from index.folder import VECTORS_FILE, new_meta, now, read_float16_rows, read_folder, stored_encoder, write_folder
+from index.folder import (
+    VECTORS_FILE,
+    anchored,
+    new_meta,
+    now,
+    read_float16_rows,
+    read_folder,
+    stored_encoder,
+    write_folder,
+)
 from index.gpu import GPU_MAX_K, GpuReplica, gpu_can_search, want_gpu
 from index.inputs import as_encoder, as_matrix, unique_texts
-from index.options import DEFAULT_OPTIONS, IVF_KINDS, IndexOptions, check_positive, default_nlist, default_pq_m, pq_bits
+from index.options import (
+    BATCH_SIZE,
+    DEFAULT_OPTIONS,
+    IVF_KINDS,
+    IndexOptions,
+    check_positive,
+    default_nlist,
+    default_pq_m,
+    pq_bits,
+)
 from index.rows import Rows, float16_copy
 from mirror.errors import MirrorError
 
@@ -82,7 +100,7 @@ class VectorIndex:
         texts: Sequence[str],
         options: IndexOptions = DEFAULT_OPTIONS,
         *,
-        batch_size: int = 128,
+        batch_size: int = BATCH_SIZE,
         on_progress: ProgressFn | None = None,
         device: str = "auto",
         gpu: bool | None = None,
@@ -255,18 +273,10 @@ class VectorIndex:
         ]
 
     def embed(self, queries: Sequence[str]) -> np.ndarray:
-        """Unit-length query embeddings from the index's encoder (one small forward pass for a few queries)."""
-        enc = self.encoder
-        if enc is None:
+        """Unit-length query embeddings from the index's encoder (Encoder.encode: one small batch for a few)."""
+        if self.encoder is None:
             raise MirrorError("this index has no encoder (it was built from vectors): search it with search_vectors")
-        if len(queries) > 8 or enc.model.training or enc.device.type != "cpu":
-            return enc.encode(queries, normalize=True)
-        import torch
-
-        # A few queries on CPU: skip encode()'s sorting, batching and mode switching (~1 ms of a ~5 ms query).
-        with torch.inference_mode():
-            emb = enc.embed(enc.tokenize(queries)).float()
-            return torch.nn.functional.normalize(emb, dim=-1).numpy()
+        return self.encoder.encode(queries, normalize=True)
 
     def _check_k(self, k: int) -> None:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -319,7 +329,7 @@ class VectorIndex:
 
     # ---------------------------------------------------------------- growing
 
-    def add(self, texts: Sequence[str], batch_size: int = 128, on_progress: ProgressFn | None = None) -> int:
+    def add(self, texts: Sequence[str], batch_size: int = BATCH_SIZE, on_progress: ProgressFn | None = None) -> int:
         """Embed and append the texts not already indexed; returns how many were added."""
         if self.encoder is None:
             raise MirrorError("this index has no encoder (it was built from vectors): grow it with add_vectors")
@@ -413,10 +423,12 @@ class VectorIndex:
     def load(
         cls, folder: str | Path, encoder: Encoder | None = None, *, device: str = "auto", gpu: bool | None = None
     ) -> VectorIndex:
-        """Open a saved index; the encoder (given, or loaded from the path in its metadata) must be the one it was
-        built with. `gpu=None` searches on the GPU(s) when faiss sees any."""
+        """Open a saved index; the encoder (given, or the one its metadata names: a folder relative to the index
+        folder such as `../model`, a hub id or "bundled") must be the one it was built with (same fingerprint).
+        `gpu=None` searches on the GPU(s) when faiss sees any."""
         folder = Path(folder).expanduser()
         cpu, texts, meta, store = read_folder(folder)
+        meta = anchored(meta, folder)
         self = cls(cpu, texts, meta, stored_encoder(meta, folder, encoder, device), store)
         if want_gpu(gpu) and gpu_can_search(cpu):
             self._gpu = GpuReplica(cpu, self.kind)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 
 import faiss
 import numpy as np
@@ -301,7 +303,8 @@ def test_save_load_round_trip_with_the_stored_encoder(tiny_encoder, tiny_bert, t
     out = index.save(tmp_path / "idx")
 
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["encoder"]["path"] == str(tiny_bert.resolve())
+    assert meta["encoder"]["absolute"] == str(tiny_bert.resolve())
+    assert meta["encoder"]["path"] == os.path.relpath(tiny_bert.resolve(), out)  # ../../tiny_bert0 or so
     assert meta["encoder"]["fingerprint"] == tiny_encoder.fingerprint()
     assert (meta["count"], meta["dim"], meta["index"]["type"]) == (len(WORDS), 32, "flat")
     assert {"created", "versions"} <= meta.keys() and meta["versions"]["faiss"] == faiss.__version__
@@ -354,6 +357,58 @@ def test_missing_stored_encoder_is_a_clear_error(tiny_bert, tmp_path):
 
     with pytest.raises(MirrorError, match="could not load the encoder this index was built with"):
         VectorIndex.load(out)
+
+
+def test_index_and_model_moved_together_still_find_each_other(tiny_bert, tmp_path):
+    from mirror.encoder import load_encoder
+
+    shutil.copytree(tiny_bert, tmp_path / "here" / "model")
+    encoder = load_encoder(tmp_path / "here" / "model")
+    VectorIndex.build(encoder, WORDS).save(tmp_path / "here" / "idx")
+    assert json.loads((tmp_path / "here" / "idx" / "meta.json").read_text())["encoder"]["path"] == "../model"
+
+    shutil.move(tmp_path / "here", tmp_path / "there")  # the absolute path recorded is gone: the relative one works
+    loaded = VectorIndex.load(tmp_path / "there" / "idx")
+    assert loaded.encoder.fingerprint() == encoder.fingerprint() and loaded.search("cat", 1)[0][0].text
+    again = loaded.save(tmp_path / "elsewhere" / "idx2")  # saved elsewhere: the path follows the model
+    assert json.loads((again / "meta.json").read_text())["encoder"]["path"] == "../../there/model"
+    assert VectorIndex.load(again).encoder.fingerprint() == encoder.fingerprint()
+
+
+def test_an_encoder_changed_since_loading_is_not_named_by_its_source(tiny_bert, tmp_path):
+    """A tuned encoder keeps its base's `source` until saved; the index must not name the base as its encoder."""
+    import torch
+
+    from mirror.encoder import load_encoder, save_encoder
+
+    encoder = load_encoder(tiny_bert)
+    assert encoder.name == str(tiny_bert)
+    with torch.no_grad():
+        next(encoder.model.parameters()).add_(0.01)  # what an optimiser step does
+    assert encoder.name is None
+    out = VectorIndex.build(encoder, WORDS).save(tmp_path / "idx")
+    stored = json.loads((out / "meta.json").read_text())["encoder"]
+    assert stored["path"] is None and "changed, not saved" in stored["source"]
+    with pytest.raises(MirrorError, match="never saved"):
+        VectorIndex.load(out)
+    assert len(VectorIndex.load(out, encoder)) == len(WORDS)  # given explicitly, it is checked and used
+
+    saved = save_encoder(encoder, tmp_path / "tuned")
+    assert encoder.name == encoder.source == str(saved)
+    out = VectorIndex.build(encoder, WORDS).save(tmp_path / "idx")
+    assert json.loads((out / "meta.json").read_text())["encoder"]["path"] == "../tuned"
+    assert VectorIndex.load(out).encoder.fingerprint() == encoder.fingerprint()
+
+
+def test_the_meta_for_a_shipped_copy_names_the_model_relative_to_it(tiny_bert, tmp_path):
+    from index.folder import with_encoder_at
+
+    out = VectorIndex.build(tiny_bert, WORDS).save(tmp_path / "idx")
+    meta = json.loads(with_encoder_at(out, "../mirror-model"))
+    assert meta["encoder"]["path"] == meta["encoder"]["source"] == "../mirror-model"
+    assert "absolute" not in meta["encoder"] and str(tiny_bert) not in json.dumps(meta)
+    with pytest.raises(MirrorError, match="relative to the index folder"):
+        with_encoder_at(out, "/abs/model")
 
 
 def test_save_replaces_an_index_atomically(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import faiss
 import pytest
@@ -108,3 +109,70 @@ def test_module_entry_point_runs(built):
     """`python -m index` is wired to main() (the only subprocess test: it costs an interpreter start)."""
     done = subprocess.run([sys.executable, "-m", "index", "query", str(built), ""], capture_output=True, text=True)
     assert done.returncode == 2 and "error: query 1 is empty" in done.stderr
+
+
+# ---------------------------------------------------------------- the encoder's name in meta.json (issue 15)
+
+
+def test_the_apps_zips_unpacked_side_by_side_query_without_encoder(app, tiny_bert, tmp_path, capsys):
+    """The run's index zip names its model as `../mirror-model`: unzip both zips into one folder and
+    `python -m index query mirror-index word` finds the tuned encoder; a changed model is refused (exit 2)."""
+    import os
+    import zipfile
+
+    from tests.conftest import WORDS as TUNED_ON
+    from tests.conftest import tuned_session
+
+    run = tuned_session(app, tiny_bert).run
+    out = tmp_path / "downloads"
+    for zipped in (run.model_zip, run.index_zip):
+        with zipfile.ZipFile(zipped) as zf:
+            zf.extractall(out)
+    meta = json.loads((out / "mirror-index" / "meta.json").read_text())
+    encoder = meta["encoder"]
+    assert encoder["path"] == "../mirror-model" and "absolute" not in encoder  # no server path in a download
+    assert encoder["source"] == "../mirror-model"  # not "bundled", nor the server's path
+    assert str(run.folder) not in (out / "mirror-index" / "meta.json").read_text()
+    served = json.loads((run.folder / "tuned_index" / "meta.json").read_text())["encoder"]
+    assert served["path"] == "../model" and served["fingerprint"] == encoder["fingerprint"]
+
+    done = subprocess.run(
+        [sys.executable, "-m", "index", "query", "mirror-index", "word", "-k", "3", "--json"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)[0]["hits"]
+    assert len(hits) == 3 and {h["text"] for h in hits} <= set(TUNED_ON)
+
+    assert main(["query", str(out / "mirror-index"), "word", "-k", "2"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+
+    weights = out / "mirror-model" / "model.safetensors"  # tamper: other weights under the same name
+    from mirror.encoder import load_encoder, save_encoder
+
+    other = load_encoder(tiny_bert)
+    save_encoder(other, tmp_path / "other")
+    weights.write_bytes((tmp_path / "other" / "model.safetensors").read_bytes())
+    assert main(["query", str(out / "mirror-index"), "word"]) == 2
+    err = capsys.readouterr().err
+    assert "fingerprint" in err and "not comparable" in err and "Traceback" not in err
+
+
+def test_the_index_zip_follows_the_folder_an_uploaded_model_zip_unpacks_to(tmp_path):
+    import zipfile
+
+    from explorer.uploads import model_folder_in_zip
+
+    for names, folder in (
+        (["mirror-model/config.json", "mirror-model/1_Pooling/config.json"], "mirror-model"),
+        (["my model/modules.json", "my model/config.json"], "my model"),
+        (["config.json", "model.safetensors"], "."),  # the model's files at the zip's top
+    ):
+        path = tmp_path / "m.zip"
+        with zipfile.ZipFile(path, "w") as zf:
+            for name in names:
+                zf.writestr(name, "{}")
+        assert model_folder_in_zip(path) == folder

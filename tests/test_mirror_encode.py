@@ -1,0 +1,142 @@
+"""Encoder.encode: token-budgeted batches in input order, precision by training's rule, the bf16 twin of the
+Linear weights for CPU inference; faithfulness of bf16 to fp32 on the bundled model (slow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mirror import encoder as encoder_module
+from mirror.encoder import cpu_has_native_bf16, load_encoder
+
+TEXTS = ["a much longer string about a red dog on the bus", "cat", "red bus", "", "the big man is on a small car",
+         "dog", "a woman", "blue sun and a blue moon on the big red tree", "rock", "is"]  # fmt: skip
+needs_bf16 = pytest.mark.skipif(not cpu_has_native_bf16(), reason="this CPU has no native bf16: auto is fp32")
+
+
+@pytest.fixture(scope="module")
+def enc(tiny_bert):
+    return load_encoder(tiny_bert)
+
+
+def one_by_one(enc, texts, precision):
+    return np.vstack([enc.encode([t], precision=precision) for t in texts])
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "auto"])
+def test_batches_restore_the_input_order_and_match_strings_encoded_alone(enc, precision):
+    together = enc.encode(TEXTS, batch_size=3, precision=precision)
+    alone = one_by_one(enc, TEXTS, precision)
+    if precision == "fp32":
+        np.testing.assert_allclose(together, alone, atol=1e-5)
+    else:  # bf16 rounding depends on the padded length a little
+        assert cosines(together, alone).min() > 0.999
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
+def test_batches_hold_at_most_the_token_budget_and_progress_counts_up(enc, monkeypatch):
+    monkeypatch.setattr(encoder_module, "CPU_BATCH_TOKENS", 24)
+    shapes, done = [], []
+    original = enc.embed
+    monkeypatch.setattr(enc, "embed", lambda b: shapes.append(tuple(b["input_ids"].shape)) or original(b))
+    budgeted = enc.encode(TEXTS * 3, batch_size=8, on_progress=lambda d, t: done.append(d), precision="fp32")
+
+    assert all(n * width <= 24 or n == 1 for n, width in shapes) and max(n for n, _ in shapes) == 8
+    assert [w for _, w in shapes] == sorted((w for _, w in shapes), reverse=True)  # longest first: little padding
+    assert done == sorted(done) and done[-1] == len(TEXTS) * 3 and len(done) == len(shapes)
+    monkeypatch.undo()
+    np.testing.assert_allclose(budgeted, enc.encode(TEXTS * 3, precision="fp32"), atol=1e-5)
+
+
+def test_chunks_of_strings_tokenized_apart_keep_their_rows(enc, monkeypatch):
+    whole = enc.encode(TEXTS, precision="fp32")
+    monkeypatch.setattr(encoder_module, "TOKENIZE_CHUNK", 3)
+    np.testing.assert_allclose(enc.encode(TEXTS, precision="fp32"), whole, atol=1e-5)
+
+
+def test_fp32_is_a_plain_forward_pass_and_the_training_mode_comes_back(enc):
+    batch = enc.tokenize(["cat", "a red bus"])
+    with torch.inference_mode():
+        plain = torch.nn.functional.normalize(enc.embed(batch), dim=-1).numpy()
+    enc.model.train()
+    try:
+        np.testing.assert_allclose(enc.encode(["cat", "a red bus"], precision="fp32"), plain, atol=1e-6)  # no dropout
+        assert enc.model.training
+    finally:
+        enc.model.eval()
+
+
+@needs_bf16
+def test_auto_is_bf16_on_this_cpu_and_the_twin_gives_autocasts_numbers(tiny_bert):
+    enc = load_encoder(tiny_bert)
+    auto = enc.encode(TEXTS)
+    assert not np.allclose(auto, enc.encode(TEXTS, precision="fp32"), atol=1e-7)  # it is not fp32
+    assert cosines(auto, enc.encode(TEXTS, precision="fp32")).min() > 0.999
+    twin = enc._twin[2]
+    linear = [m for m in twin.modules() if type(m).__name__ == "_Bf16Linear"]
+    assert len(linear) == sum(isinstance(m, torch.nn.Linear) for m in enc.model.modules()) > 0
+    assert all(m.weight.dtype == torch.bfloat16 and m.packed for m in linear)  # oneDNN's layout: no data_ptr
+    assert not any(isinstance(m, torch.nn.Linear) for m in twin.modules())
+    assert twin.embeddings.word_embeddings.weight is enc.model.embeddings.word_embeddings.weight  # shared
+
+    plain = load_encoder(tiny_bert)
+    plain._inference_model = lambda: plain.model  # autocast casting the fp32 weights on every call
+    np.testing.assert_array_equal(plain.encode(TEXTS), auto)
+
+
+@needs_bf16
+def test_the_twin_follows_the_weights_when_they_change(tiny_bert):
+    enc = load_encoder(tiny_bert)
+    before = enc.encode(TEXTS)
+    first = enc._twin
+    assert enc.encode(TEXTS) is not None and enc._twin is first  # reused while the weights stay
+    with torch.no_grad():
+        for p in enc.model.parameters():
+            p.mul_(1.5)  # an optimiser step writes the weights in place
+    after = enc.encode(TEXTS)
+    assert enc._twin is not first and not np.allclose(before, after, atol=1e-3)
+    fresh = load_encoder(tiny_bert)
+    with torch.no_grad():
+        for p in fresh.model.parameters():
+            p.mul_(1.5)
+    np.testing.assert_array_equal(fresh.encode(TEXTS), after)
+
+
+def test_training_forward_passes_never_use_the_twin(enc):
+    enc.model.train()
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert enc._inference_model() is enc.model  # gradients must reach the real weights
+    finally:
+        enc.model.eval()
+
+
+# ---------------------------------------------------------------- faithfulness on the bundled model
+
+
+@pytest.mark.slow
+def test_bf16_embeddings_are_faithful_to_fp32_on_a_real_set():
+    """bf16 (what auto picks on a CPU with native bf16) against fp32 on 2,000 words and 1,000 sentences:
+    cosine >= 0.999 for every string and >= 99% identical top-10 neighbours; fp32 matches sentence-transformers."""
+    from mirror.encoder import bundled_model_path, load_sentence_transformer
+    from tests.conftest import ROOT
+
+    enc = load_encoder("bundled")
+    for name, n in (("en_top10k.txt", 2000), ("stsb_train_sentences.txt", 1000)):
+        lines = (ROOT / "examples" / name).read_text().splitlines()
+        texts = list(dict.fromkeys(t.strip() for t in lines if t.strip()))[:n]
+        fp32 = enc.encode(texts, precision="fp32")
+        bf16 = enc.encode(texts, precision="bf16")
+        assert cosines(bf16, fp32).min() >= 0.999, name
+        top = lambda x: np.argsort(-(x[:300] @ x.T), axis=1, kind="stable")[:, :10]  # noqa: E731
+        same = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top(bf16), top(fp32), strict=True)])
+        assert same >= 0.99, (name, same)
+        if n == 1000:
+            st = load_sentence_transformer(bundled_model_path())
+            naive = st.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+            assert cosines(fp32, naive).min() > 0.99999
