@@ -49,9 +49,11 @@ class Loaded:
 
     @property
     def nbytes(self) -> int:
-        """Memory this run holds on its own (the base encoder is shared): tuned weights and index vectors."""
+        """Memory this run holds on its own (the base encoder is shared): tuned weights (and their bf16 inference
+        copy, once built) and index vectors."""
         model = self.tuned.model
         weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+        weights += self.tuned.twin_nbytes
         return weights + self.main.nbytes + (self.extra.nbytes if self.extra else 0)
 
 

@@ -252,6 +252,12 @@ class Encoder:
                 twin = self._twin = _bf16_twin(model)
         return twin[2]
 
+    @property
+    def twin_nbytes(self) -> int:
+        """Memory held by the bf16 inference copy of the Linear weights (0 until a CPU bf16 encode built it)."""
+        twin = self._twin
+        return sum(w.numel() * 2 for w in twin[1]) if twin is not None else 0
+
     def fingerprint(self) -> str:
         """A short hash of the weights (a strided sample of every tensor) and the pooling."""
         h = hashlib.sha256(self.pooling.encode())
@@ -295,9 +301,11 @@ class _Bf16Linear(torch.nn.Module):
         self.packed = False
         if pack:
             try:
-                self.weight = torch.ops.mkldnn._reorder_linear_weight(self.weight)
-                self.packed = True
-            except (AttributeError, RuntimeError):  # a torch built without oneDNN: the plain bf16 weight
+                packed = torch.ops.mkldnn._reorder_linear_weight(self.weight)
+                probe = torch.zeros(1, linear.in_features, dtype=torch.bfloat16)
+                torch.ops.mkldnn._linear_pointwise(probe, packed, self.bias, "none", [], "")  # runs here, or not at all
+                self.weight, self.packed = packed, True
+            except (AttributeError, RuntimeError, TypeError):  # private ops absent or changed: the plain bf16 weight
                 pass
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
