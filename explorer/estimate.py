@@ -1,18 +1,375 @@
-"""Time estimates for a run before it starts: planned steps and rough seconds on this device.
+"""Time estimates for a run before it starts: the plan mirror.train will run, priced with costs timed on this machine.
 
-(A first guess from string lengths and the model's name; calibrating it on the machine is the next step.)
+The first estimate for a (model, pooling, device, precision, threads) key calibrates (`calibrate`): a few real
+mirror training steps (`mirror_tune` on a throwaway copy of the base encoder, synthetic strings at a few padded
+lengths), a few encode batches with the base encoder, and a save, zip and reload of the copy. A step and an encode
+batch are each fitted as a + b * tokens (strings x padded length); the job's own plan (mirror.train's batches,
+length bucketing and memory splits; encode's length-sorted batches) is then priced phase by phase (`price`).
+`estimate_seconds` is the first guess from string lengths: what is shown while no calibration exists, and the
+ZeroGPU reservation (where the GPU is only ours inside the job).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+import dataclasses
+import random
+import statistics
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mirror.config import BUNDLED_MODEL, MirrorConfig
+
+if TYPE_CHECKING:
+    from mirror.encoder import Encoder
+
+Clock = Callable[[], float]
+
+# The forgetting check after each run (explorer.forgetting) encodes ~2,400 general texts (word pairs, STS-B
+# sentences, long texts) with the base and with the tuned encoder: their count and mean padded length
+# (16.2 tokens + 2 special ones with the bundled tokenizer). Adjust here when the checks change.
+FORGETTING_TEXTS = 2_400
+FORGETTING_TOKENS = 18
+FORGETTING_ENCODERS = 2
+ENCODE_BATCH = 128  # VectorIndex.build's batch size
+# (strings, padded tokens) of the timed training steps and encode batches: short strings and longer ones, two
+# shapes each (a line through two points), small enough that calibrating the bundled model takes a few seconds
+# on 2 quiet CPU cores (each shape is a fresh mirror_tune: its first step pays the warm-up again).
+TRAIN_SHAPES = ((32, 8), (16, 48))
+ENCODE_SHAPES = ((128, 8), (32, 64))
+TIMED_STEPS = 3  # steps per training shape: the first pays the warm-up, the median of the others is the steady cost
+PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", "general checks")
 
 # Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
 # on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
 CPU_STEP_COST = 3.3e-4
 GPU_SPEEDUP = 20.0
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Seconds of one call as a + b * tokens (tokens: strings x padded length), least squares over timed calls."""
+
+    a: float
+    b: float
+
+    def __call__(self, tokens: float) -> float:
+        return self.a + self.b * tokens
+
+    @staticmethod
+    def of(points: Sequence[tuple[float, float]]) -> Fit:
+        """The fit of (tokens, seconds) points; both terms kept >= 0 (noise must not make a cost negative)."""
+        xs, ys = [float(x) for x, _ in points], [float(y) for _, y in points]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+        b = max(0.0, b)
+        a = my - b * mx
+        if a < 0:  # through the origin instead
+            a, b = 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / max(sum(x * x for x in xs), 1e-12)
+        return Fit(a, b)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Costs timed on this machine for one (model, pooling, device, precision, threads)."""
+
+    step: Fit  # one training step (forward + backward + optimiser, both views)
+    encode: Fit  # one inference batch of Encoder.encode
+    warmup_s: float  # what a run's first step costs beyond a steady one (optimiser states, kernels for new shapes)
+    load_s: float  # loading the model from its folder
+    save_s: float  # writing the tuned model
+    zip_s: float  # zipping it for the download
+    seconds: float  # how long calibrating took
+    where: str  # "CPU (2 threads, bf16)"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A job's planned steps and its seconds phase by phase (PHASES order); `calibration` None: a rough guess."""
+
+    steps: int
+    phases: tuple[tuple[str, float], ...]
+    calibration: Calibration | None
+    fresh: bool = False  # calibrated by this very call
+
+    @property
+    def total(self) -> float:
+        return sum(s for _, s in self.phases)
+
+    def phase(self, name: str) -> float:
+        return dict(self.phases)[name]
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+
+
+def synthetic_texts(n: int, words: int) -> list[str]:
+    """`n` distinct strings of at least `words` + 1 words (each string's own number first)."""
+    return [f"{i} " + " ".join(["the"] * words) for i in range(n)]
+
+
+def calibrate(base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock = time.perf_counter) -> Calibration:
+    """Time real training steps, encode batches, a save, a zip and a load of `config`'s model on this machine.
+
+    `base` is only read (encoded with): the steps train a deep copy. `scratch` is a folder for the saved copy,
+    removed after. Takes a few seconds for the bundled model on 2 CPU cores.
+    """
+    from explorer.uploads import zip_folder
+    from mirror.encoder import load_encoder, resolve_device, resolve_precision, save_encoder
+    from mirror.train import mirror_tune
+
+    started = clock()
+    device = resolve_device(config.device)
+    throwaway = copy.deepcopy(base)
+    steps, warm = [], []
+    for n, length in TRAIN_SHAPES:
+        # epochs of one batch each, truncated to `length`: every step is n strings x `length` tokens
+        length = min(length, throwaway.token_limit)
+        cfg = dataclasses.replace(  # compile off: a compiled run pays its compile in the warm-up, not timed here
+            config, batch_size=n, max_length=length, epochs=TIMED_STEPS, max_steps=TIMED_STEPS, log_every=1
+        )
+        cfg = dataclasses.replace(cfg, compile=False)
+        marks = [clock()]
+        mirror_tune(synthetic_texts(n, length), cfg, on_step=lambda *_, m=marks: m.append(clock()), encoder=throwaway)
+        times = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+        steady = statistics.median(times[1:])
+        steps.append((n * length, steady))
+        warm.append(max(0.0, times[0] - steady))
+    encodes = []
+    for n, length in ENCODE_SHAPES:
+        texts = synthetic_texts(n, max(1, length - 3))
+        tokens = n * int(base.tokenize(texts)["input_ids"].shape[1])
+        base.encode(texts[:2], batch_size=n)  # this shape's kernels, once
+        t = clock()
+        base.encode(texts, batch_size=n)
+        encodes.append((tokens, clock() - t))
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=".calibrate-") as tmp:
+        t = clock()
+        save_encoder(throwaway, Path(tmp) / "model")
+        save_s, t = clock() - t, clock()
+        zip_folder(Path(tmp) / "model", Path(tmp) / "model.zip", "model")
+        zip_s, t = clock() - t, clock()
+        load_encoder(Path(tmp) / "model", device=str(device))
+        load_s = clock() - t
+    del throwaway
+    amp = resolve_precision(device, config.precision)
+    threads = torch_threads()
+    precision = (
+        "fp32"
+        if amp is None
+        else str(amp).removeprefix("torch.").replace("bfloat16", "bf16").replace("float16", "fp16")
+    )
+    where = "GPU" if device.type == "cuda" else f"CPU ({threads} thread{'s' if threads != 1 else ''}, {precision})"
+    return Calibration(
+        step=Fit.of(steps),
+        encode=Fit.of(encodes),
+        warmup_s=statistics.median(warm),
+        load_s=load_s,
+        save_s=save_s,
+        zip_s=zip_s,
+        seconds=clock() - started,
+        where=where,
+    )
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+# ---------------------------------------------------------------------------------------------- the job's plan
+
+
+def train_plan(
+    texts: Sequence[str],
+    lengths: Sequence[int],
+    config: MirrorConfig,
+    encoder: Encoder,
+    memory_budget: int | None = None,
+) -> list[int]:
+    """Tokens (strings x padded length) of each step `mirror_tune(texts, config, encoder=encoder,
+    memory_budget=...)` will run: mirror.train's own batches (shuffled, length-bucketed, split to fit memory),
+    each padded to its longest string with special tokens (one more where a span mask may split a word)."""
+    from mirror.train import plan_epoch, step_budget
+
+    if len(lengths) < 2:
+        return []
+    budget = step_budget(encoder, config, memory_budget)
+    extra = encoder.tokenizer.num_special_tokens_to_add()
+    maskable = bool(encoder.mask_token) and config.mask_span > 0
+    padded = [n + extra + (maskable and len(t) >= config.mask_min_chars) for n, t in zip(lengths, texts, strict=True)]
+    rng, tokens = random.Random(config.seed), []  # mirror_tune's plan_rng
+    for _ in range(config.epochs):
+        batches, _ = plan_epoch(lengths, config.batch_size, rng, budget, 2, config.bucket_by_length)
+        tokens += [len(b) * min(max(padded[i] for i in b), budget.max_length) for b in batches]
+        if config.max_steps and len(tokens) >= config.max_steps:
+            break
+    return tokens[: config.max_steps] if config.max_steps else tokens
+
+
+def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCODE_BATCH) -> list[int]:
+    """Tokens of each batch `encoder.encode` runs over strings of these token lengths (longest first, padded to
+    the batch's longest, capped at the inference length)."""
+    extra = encoder.tokenizer.num_special_tokens_to_add()
+    limit = min(encoder.max_seq_length, encoder.token_limit)
+    ordered = sorted(lengths, reverse=True)
+    return [
+        len(ordered[i : i + batch_size]) * min(ordered[i] + extra, limit) for i in range(0, len(ordered), batch_size)
+    ]
+
+
+def price(
+    texts: Sequence[str],
+    lengths: Sequence[int],
+    config: MirrorConfig,
+    encoder: Encoder,
+    cal: Calibration,
+    memory_budget: int | None = None,
+    build_base: bool = True,
+    tokenize_s: float = 0.0,
+) -> Estimate:
+    """The job's phases (PHASES) priced with `cal`: what a run of `config` on `texts` (of these token lengths)
+    costs here. `tokenize_s`: what tokenizing the strings took (the run does it again before its first step)."""
+    steps = train_plan(texts, lengths, config, encoder, memory_budget)
+    index_s = sum(cal.encode(t) for t in encode_plan(lengths, encoder))
+    check_lengths = [FORGETTING_TOKENS - encoder.tokenizer.num_special_tokens_to_add()] * FORGETTING_TEXTS
+    check_s = FORGETTING_ENCODERS * sum(cal.encode(t) for t in encode_plan(check_lengths, encoder))
+    train_s = sum(cal.step(t) for t in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
+    phases = (
+        ("load", cal.load_s),
+        ("base index", index_s if build_base else 0.0),
+        ("training", train_s),
+        ("save", cal.save_s),
+        ("tuned index", index_s),
+        ("downloads", cal.zip_s + cal.load_s),  # the served run reloads the tuned model, then zips it
+        ("general checks", check_s),
+    )
+    return Estimate(len(steps), phases, cal)
+
+
+class Estimator:
+    """Calibrations by key, each made once (in memory), and the token lengths of the last few string sets."""
+
+    LENGTHS_KEPT = 4
+
+    def __init__(self, scratch: Path, clock: Clock = time.perf_counter):
+        self.scratch, self.clock = Path(scratch), clock
+        self.calibrations: dict[tuple, Calibration] = {}
+        self._locks: dict[tuple, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._lengths: OrderedDict[tuple, tuple[list[int], float]] = OrderedDict()
+
+    @staticmethod
+    def key(config: MirrorConfig, device: str, threads: int) -> tuple:
+        from mirror.encoder import resolve_device, resolve_precision
+
+        amp = resolve_precision(resolve_device(device), config.precision)
+        return (config.model, config.pooling, device, str(amp), threads if device == "cpu" else 0)
+
+    def calibration(
+        self, key: tuple, base: Callable[[], Encoder], config: MirrorConfig, wait: bool = True
+    ) -> tuple[Calibration | None, bool]:
+        """(the calibration of `key`, made by this call?); (None, False) when another thread is making it and
+        `wait` is false."""
+        with self._lock:
+            if key in self.calibrations:
+                return self.calibrations[key], False
+            lock = self._locks.setdefault(key, threading.Lock())
+        if not lock.acquire(blocking=wait):
+            return None, False
+        try:
+            if key in self.calibrations:
+                return self.calibrations[key], False
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            cal = calibrate(base(), config, self.scratch, self.clock)
+            with self._lock:
+                self.calibrations[key] = cal
+            return cal, True
+        finally:
+            lock.release()
+
+    def lengths(self, texts: Sequence[str], encoder: Encoder, texts_key: str) -> tuple[list[int], float]:
+        """Token lengths of `texts` and the seconds tokenizing them took (kept for the last few sets)."""
+        key = (id(encoder.tokenizer), texts_key)
+        if key not in self._lengths:
+            t = self.clock()
+            lengths = encoder.token_lengths(texts)
+            self._lengths[key] = (lengths, self.clock() - t)
+            while len(self._lengths) > self.LENGTHS_KEPT:
+                self._lengths.popitem(last=False)
+        self._lengths.move_to_end(key)
+        return self._lengths[key]
+
+    def estimate(
+        self,
+        texts: Sequence[str],
+        texts_key: str,
+        config: MirrorConfig,
+        device: str,
+        threads: int,
+        base: Callable[[], Encoder],
+        memory_budget: int | None = None,
+        build_base: bool = True,
+        wait: bool = True,
+    ) -> Estimate | None:
+        """The job's estimate, calibrating first when this key has no calibration yet (None: another thread is
+        calibrating it and `wait` is false)."""
+        key = self.key(config, device, threads)
+        cal, fresh = self.calibration(key, base, config, wait)
+        if cal is None:
+            return None
+        encoder = base()
+        lengths, tokenize_s = self.lengths(texts, encoder, texts_key)
+        est = price(texts, lengths, config, encoder, cal, memory_budget, build_base, tokenize_s)
+        return dataclasses.replace(est, fresh=fresh)
+
+
+def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, threads: int) -> Estimate:
+    """`estimate_seconds` as an Estimate (training and the two indexes only): shown until a calibration exists."""
+    steps, train_s, index_s = estimate_seconds(texts, config, device, threads)
+    guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
+    phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
+    return Estimate(steps, phases, None)
+
+
+def short_seconds(s: float) -> str:
+    """A phase's seconds in a few characters: "<1 s", "12 s", "3 min"."""
+    from explorer.render import fmt_seconds
+
+    return "<1 s" if s < 1 else fmt_seconds(s)
+
+
+def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), why_rough: str = "") -> str:
+    """The Tune tab's Markdown: the plan, the estimated total and its phases, and how the costs were measured."""
+    from explorer.render import fmt_seconds
+
+    plan = (
+        f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
+        f"{'s' if config.epochs != 1 else ''})"
+    )
+    extra = f" · {'; '.join(notes)}" if notes else ""
+    cal = est.calibration
+    if cal is None:
+        train, index = est.phase("training"), est.phase("base index") + est.phase("tuned index")
+        return (
+            f"{plan} · **estimated** (rough guess) ~{fmt_seconds(train)} training + ~{fmt_seconds(index)} indexing"
+            f"{f' · {why_rough}' if why_rough else ''}{extra}"
+        )
+    shown = " · ".join(f"{name} {short_seconds(s)}" for name, s in est.phases if name != "base index" or s > 0)
+    reused = "" if est.phase("base index") > 0 else " (base index reused from your last run)"
+    how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
+    return f"{plan} · **estimated ~{fmt_seconds(est.total)}** on this {cal.where}: {shown}{reused} · _{how}_{extra}"
+
+
+# ---------------------------------------------------------------------------------------------- the first guess
 
 
 def planned_steps(n: int, config: MirrorConfig) -> int:
