@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 
@@ -256,15 +256,22 @@ def price(
 
 
 class Estimator:
-    """Calibrations by key, each made once (in memory), and the token lengths of the last few string sets."""
+    """Calibrations by key, each made once (in memory), and the token lengths of the last few string sets.
+
+    `shared`: use this process's calibrations, whichever MirrorApp asks (the machine is the same for all).
+    """
 
     LENGTHS_KEPT = 4
+    _process: ClassVar[tuple[dict, dict, threading.Lock]] = ({}, {}, threading.Lock())
 
-    def __init__(self, scratch: Path, clock: Clock = time.perf_counter):
+    def __init__(self, scratch: Path, clock: Clock = time.perf_counter, shared: bool = False):
         self.scratch, self.clock = Path(scratch), clock
-        self.calibrations: dict[tuple, Calibration] = {}
-        self._locks: dict[tuple, threading.Lock] = {}
-        self._lock = threading.Lock()
+        self.calibrations: dict[tuple, Calibration]
+        self._locks: dict[tuple, threading.Lock]
+        if shared:
+            self.calibrations, self._locks, self._lock = Estimator._process
+        else:
+            self.calibrations, self._locks, self._lock = {}, {}, threading.Lock()
         self._lengths: OrderedDict[tuple, tuple[list[int], float]] = OrderedDict()
 
     @staticmethod

@@ -77,7 +77,8 @@ class MirrorApp:
         self.train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)
         self.search_slots = FairSlots(self.settings.search_concurrency)
         self.base_indexes = BaseIndexes()  # the loaded strings under a base model, searched before any tuning
-        self.estimator = Estimator(self.settings.work_dir / ".estimate")  # time costs calibrated on this machine
+        # time costs calibrated on this machine: once per process and model, whichever app asks
+        self.estimator = Estimator(self.settings.work_dir / ".estimate", shared=True)
 
     def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
         return self

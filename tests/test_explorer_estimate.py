@@ -190,6 +190,7 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
         return real(base, config, scratch, clock)
 
     monkeypatch.setattr(est_mod, "calibrate", counting)
+    app.estimator = Estimator(app.settings.work_dir / ".estimate")  # not this process's: count from none
     s = app.session()
     app.load_pasted(s, "\n".join(WORDS))
     first = app.estimate(s, str(tiny_bert), "auto", TINY)
@@ -212,6 +213,7 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
 
 
 def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, tiny_bert, monkeypatch):
+    app.estimator = Estimator(app.settings.work_dir / ".estimate")
     s = app.session()
     app.load_pasted(s, "\n".join(WORDS))
     app.in_progress["someone"] = object()  # a run is training on this server: no calibration competes with it
@@ -235,3 +237,10 @@ def test_fit_keeps_costs_positive():
     assert noisy.b == 0 and noisy.a == pytest.approx(1.5)
     through_origin = Fit.of([(100, 0.1), (1000, 5.0)])
     assert through_origin.a >= 0 and through_origin(0) >= 0
+
+
+def test_apps_in_one_process_share_their_calibrations(tmp_path):
+    from explorer import MirrorApp, Settings
+
+    one, two = (MirrorApp(Settings(work_dir=tmp_path / name)) for name in ("one", "two"))
+    assert one.estimator.calibrations is two.estimator.calibrations
