@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import random
 import statistics
 import tempfile
@@ -38,10 +39,12 @@ FORGETTING_TEXTS = 2_400
 FORGETTING_TOKENS = 18
 FORGETTING_ENCODERS = 2
 ENCODE_BATCH = 128  # VectorIndex.build's batch size
-# (strings, padded tokens) of the timed training steps and encode batches: short strings and longer ones, two
-# shapes each (a line through two points), small enough that calibrating the bundled model takes a few seconds
-# on 2 quiet CPU cores (each shape is a fresh mirror_tune: its first step pays the warm-up again).
-TRAIN_SHAPES = ((32, 8), (16, 48))
+# Training steps are timed at the padded length the job's steps have (rounded to a power of 2: a calibration per
+# length class, as a token costs ~3x more at 48 tokens than at 5 on the bundled model), with two batch sizes of
+# about these many tokens (a line through two points); each is a fresh mirror_tune, so its first step pays the
+# warm-up again. Encode batches at two shapes (strings, padded tokens). Small enough that calibrating the bundled
+# model takes a few seconds on 2 quiet CPU cores.
+TRAIN_TOKENS = (256, 1024)
 ENCODE_SHAPES = ((128, 8), (32, 64))
 TIMED_STEPS = 3  # steps per training shape: the first pays the warm-up, the median of the others is the steady cost
 PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", "general checks")
@@ -115,8 +118,24 @@ def synthetic_texts(n: int, words: int) -> list[str]:
     return [f"{i} " + " ".join(["the"] * words) for i in range(n)]
 
 
-def calibrate(base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock = time.perf_counter) -> Calibration:
-    """Time real training steps, encode batches, a save, a zip and a load of `config`'s model on this machine.
+def train_shapes(length: int) -> list[tuple[int, int]]:
+    """(strings, padded tokens) of the timed training steps for steps padded to about `length` tokens."""
+    small = max(2, TRAIN_TOKENS[0] // length)
+    return [(small, length), (max(small + 2, TRAIN_TOKENS[1] // length), length)]
+
+
+def length_class(padded: Sequence[int]) -> int:
+    """The power of 2 nearest the median padded length of a job's steps (at least 4): its calibration's key."""
+    if not padded:
+        return 8
+    return max(4, 2 ** round(math.log2(max(1.0, statistics.median(padded)))))
+
+
+def calibrate(
+    base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock = time.perf_counter, length: int = 8
+) -> Calibration:
+    """Time real training steps (padded to `length` tokens), encode batches, a save, a zip and a load of
+    `config`'s model on this machine.
 
     `base` is only read (encoded with): the steps train a deep copy. `scratch` is a folder for the saved copy,
     removed after. Takes a few seconds for the bundled model on 2 CPU cores.
@@ -129,9 +148,9 @@ def calibrate(base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock =
     device = resolve_device(config.device)
     throwaway = copy.deepcopy(base)
     steps, warm = [], []
-    for n, length in TRAIN_SHAPES:
+    length = max(4, min(length, throwaway.token_limit))
+    for n, _ in train_shapes(length):
         # epochs of one batch each, truncated to `length`: every step is n strings x `length` tokens
-        length = min(length, throwaway.token_limit)
         cfg = dataclasses.replace(  # compile off: a compiled run pays its compile in the warm-up, not timed here
             config, batch_size=n, max_length=length, epochs=TIMED_STEPS, max_steps=TIMED_STEPS, log_every=1
         )
@@ -194,8 +213,8 @@ def train_plan(
     config: MirrorConfig,
     encoder: Encoder,
     memory_budget: int | None = None,
-) -> list[int]:
-    """Tokens (strings x padded length) of each step `mirror_tune(texts, config, encoder=encoder,
+) -> list[tuple[int, int]]:
+    """(strings, padded length) of each step `mirror_tune(texts, config, encoder=encoder,
     memory_budget=...)` will run: mirror.train's own batches (shuffled, length-bucketed, split to fit memory),
     each padded to its longest string with special tokens (one more where a span mask may split a word)."""
     from mirror.train import plan_epoch, step_budget
@@ -209,7 +228,7 @@ def train_plan(
     rng, tokens = random.Random(config.seed), []  # mirror_tune's plan_rng
     for _ in range(config.epochs):
         batches, _ = plan_epoch(lengths, config.batch_size, rng, budget, 2, config.bucket_by_length)
-        tokens += [len(b) * min(max(padded[i] for i in b), budget.max_length) for b in batches]
+        tokens += [(len(b), min(max(padded[i] for i in b), budget.max_length)) for b in batches]
         if config.max_steps and len(tokens) >= config.max_steps:
             break
     return tokens[: config.max_steps] if config.max_steps else tokens
@@ -242,7 +261,7 @@ def price(
     index_s = sum(cal.encode(t) for t in encode_plan(lengths, encoder))
     check_lengths = [FORGETTING_TOKENS - encoder.tokenizer.num_special_tokens_to_add()] * FORGETTING_TEXTS
     check_s = FORGETTING_ENCODERS * sum(cal.encode(t) for t in encode_plan(check_lengths, encoder))
-    train_s = sum(cal.step(t) for t in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
+    train_s = sum(cal.step(n * padded) for n, padded in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
     phases = (
         ("load", cal.load_s),
         ("base index", index_s if build_base else 0.0),
@@ -275,28 +294,29 @@ class Estimator:
         self._lengths: OrderedDict[tuple, tuple[list[int], float]] = OrderedDict()
 
     @staticmethod
-    def key(config: MirrorConfig, device: str, threads: int) -> tuple:
+    def key(config: MirrorConfig, device: str, threads: int, length: int = 8) -> tuple:
+        """What a calibration holds for: model, pooling, device, precision, CPU threads, padded length class."""
         from mirror.encoder import resolve_device, resolve_precision
 
         amp = resolve_precision(resolve_device(device), config.precision)
-        return (config.model, config.pooling, device, str(amp), threads if device == "cpu" else 0)
+        return (config.model, config.pooling, device, str(amp), threads if device == "cpu" else 0, length)
 
     def calibration(
-        self, key: tuple, base: Callable[[], Encoder], config: MirrorConfig, wait: bool = True
+        self, key: tuple, base: Encoder, config: MirrorConfig, wait: bool = True, may_calibrate: bool = True
     ) -> tuple[Calibration | None, bool]:
-        """(the calibration of `key`, made by this call?); (None, False) when another thread is making it and
-        `wait` is false."""
+        """(the calibration of `key`, made by this call?); (None, False) when there is none and it cannot be made
+        now: `may_calibrate` false, or another thread is making it and `wait` is false."""
         with self._lock:
             if key in self.calibrations:
                 return self.calibrations[key], False
             lock = self._locks.setdefault(key, threading.Lock())
-        if not lock.acquire(blocking=wait):
+        if not may_calibrate or not lock.acquire(blocking=wait):
             return None, False
         try:
             if key in self.calibrations:
                 return self.calibrations[key], False
             self.scratch.mkdir(parents=True, exist_ok=True)
-            cal = calibrate(base(), config, self.scratch, self.clock)
+            cal = calibrate(base, config, self.scratch, self.clock, length=key[-1])
             with self._lock:
                 self.calibrations[key] = cal
             return cal, True
@@ -322,20 +342,21 @@ class Estimator:
         config: MirrorConfig,
         device: str,
         threads: int,
-        base: Callable[[], Encoder],
+        base: Encoder,
         memory_budget: int | None = None,
         build_base: bool = True,
         wait: bool = True,
+        may_calibrate: bool = True,
     ) -> Estimate | None:
-        """The job's estimate, calibrating first when this key has no calibration yet (None: another thread is
-        calibrating it and `wait` is false)."""
-        key = self.key(config, device, threads)
-        cal, fresh = self.calibration(key, base, config, wait)
+        """The job's estimate, calibrating first when its key has no calibration yet (None: there is none and it
+        cannot be made now, see `calibration`). `base`: the base encoder (only read)."""
+        lengths, tokenize_s = self.lengths(texts, base, texts_key)
+        padded = [p for _, p in train_plan(texts, lengths, config, base, memory_budget)]
+        key = self.key(config, device, threads, length_class(padded))
+        cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
         if cal is None:
             return None
-        encoder = base()
-        lengths, tokenize_s = self.lengths(texts, encoder, texts_key)
-        est = price(texts, lengths, config, encoder, cal, memory_budget, build_base, tokenize_s)
+        est = price(texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s)
         return dataclasses.replace(est, fresh=fresh)
 
 

@@ -259,20 +259,18 @@ class MirrorApp:
         device, threads = device_and_threads(config.device)
         rough = rough_estimate(texts, config, device, threads)
         model = self.models.check_model(config.model)
-        calibrated = self.estimator.key(config, device, threads) in self.estimator.calibrations
-        base = self.models.cached_base(model, config.pooling)
         if zero_gpu():
             return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
-        if not calibrated and base is None and model != BUNDLED_MODEL and not looks_local(model):
+        base = self.models.cached_base(model, config.pooling)
+        if base is None and model != BUNDLED_MODEL and not looks_local(model):  # never a download for an estimate
             return rough, "calibrates on this machine once this model is loaded (by a run)"
-        if not calibrated and self.in_progress:
-            return rough, "calibrates on this machine when no run is training"
+        base = base or self.models.base_encoder(model, config.pooling)
         memory = self.settings.train_memory_bytes
         if memory:  # what the run will plan with (explorer.pipeline)
             memory = min(memory, available_bytes(resolve_device(config.device)))
         key, prev = texts_key(texts), session.run
         build_base = True
-        if prev and base is not None and (prev.base_model, prev.pooling, prev.texts_key) == (model, base.pooling, key):
+        if prev and (prev.base_model, prev.pooling, prev.texts_key) == (model, base.pooling, key):
             build_base = not (prev.folder / "base_index").is_dir()  # _train copies it
         est = self.estimator.estimate(
             texts,
@@ -280,11 +278,14 @@ class MirrorApp:
             config,
             device,
             threads,
-            lambda: self.models.base_encoder(model, config.pooling),
+            base,
             memory_budget=memory,
             build_base=build_base,
             wait=False,
+            may_calibrate=not self.in_progress,  # a calibration would slow a training run, and be slowed by it
         )
+        if est is None and self.in_progress:
+            return rough, "calibrates on this machine when no run is training"
         if est is None:
             return rough, "calibrating on this machine (another request started it)…"
         return est, ""

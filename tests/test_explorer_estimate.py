@@ -147,8 +147,8 @@ def test_a_really_slower_machine_is_seen_by_the_calibration(base, tiny_bert, tmp
     monkeypatch.setattr(mirror.train, "_train_step", slowed(real_step))
     monkeypatch.setattr(Encoder, "embed", embed)
     # bigger shapes than the bundled model needs: the tiny model's steps must outlast the scheduler's jitter
-    monkeypatch.setattr(est_mod, "TRAIN_SHAPES", ((64, 16), (64, 48), (32, 96)))
-    monkeypatch.setattr(est_mod, "ENCODE_SHAPES", ((256, 16), (128, 48), (64, 96)))
+    monkeypatch.setattr(est_mod, "TRAIN_TOKENS", (1024, 4096))
+    monkeypatch.setattr(est_mod, "ENCODE_SHAPES", ((256, 16), (64, 96)))
     config = words_config(tiny_bert, batch_size=64)
     texts = [" ".join(t.split() * 3) for t in three_token_words(300)]  # 9 tokens: within the timed shapes
     fast = price(texts, base.token_lengths(texts), config, base, calibrate(base, config, tmp_path))
@@ -167,14 +167,14 @@ def test_phases_are_all_there_and_sum_to_the_total(base, tiny_bert, tmp_path, mo
     clock = VirtualClock(monkeypatch)
     config = words_config(tiny_bert)
     texts = three_token_words(50)
-    est = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, lambda: base)
+    est = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, base)
     assert tuple(name for name, _ in est.phases) == PHASES
     assert est.total == pytest.approx(sum(s for _, s in est.phases)) and est.total > 0
     assert all(s >= 0 for _, s in est.phases)
     # 2,400 texts of 18 tokens: 18 batches of 128 and one of 96, with each of two encoders
     encode = est.calibration.encode
     assert est.phase("general checks") == pytest.approx(2 * (18 * encode(128 * 18) + encode(96 * 18)))
-    reused = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, lambda: base, build_base=False)
+    reused = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, base, build_base=False)
     assert reused.phase("base index") == 0 and reused.phase("tuned index") > 0
 
 
@@ -185,9 +185,9 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
     calls = []
     real = est_mod.calibrate
 
-    def counting(base, config, scratch, clock=time.perf_counter):
-        calls.append((config.model, config.pooling))
-        return real(base, config, scratch, clock)
+    def counting(base, config, scratch, clock=time.perf_counter, length=8):
+        calls.append((config.model, config.pooling, length))
+        return real(base, config, scratch, clock, length)
 
     monkeypatch.setattr(est_mod, "calibrate", counting)
     app.estimator = Estimator(app.settings.work_dir / ".estimate")  # not this process's: count from none
@@ -198,7 +198,7 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
     assert "**Plan:** 2 steps" in first and "estimated ~" in first
     for name in ("load", "base index", "training", "save", "tuned index", "downloads", "general checks"):
         assert name in first
-    again = app.estimate(s, str(tiny_bert), "auto", {**TINY, "batch_size": 4, "max_steps": 3})
+    again = app.estimate(s, str(tiny_bert), "auto", {**TINY, "max_steps": 3})  # same key: a setting of the plan
     assert len(calls) == 1 and "calibrated on this machine" in again and "just now" not in again
     assert "**Plan:** 3 steps" in again
     app.estimate(s, str(tiny_bert), "auto", {**TINY, "pooling": "cls"})  # another key: another calibration
@@ -207,7 +207,7 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
 
     monkeypatch.setattr(explorer.service, "device_and_threads", lambda device: ("cpu", 7))  # torch on 7 threads
     app.estimate(s, str(tiny_bert), "auto", TINY)
-    assert len(calls) == 3 and {key[-1] for key in app.estimator.calibrations} == {torch.get_num_threads(), 7}
+    assert len(calls) == 3 and {key[-2] for key in app.estimator.calibrations} == {torch.get_num_threads(), 7}
     app.estimate(s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 3
 
@@ -222,7 +222,8 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
     finally:
         app.in_progress.pop("someone")
     assert "rough guess" in text and "when no run is training" in text and not app.estimator.calibrations
-    key = app.estimator.key(MirrorConfig.preset("words", model=str(tiny_bert), **TINY), "cpu", torch.get_num_threads())
+    config = MirrorConfig.preset("words", model=str(tiny_bert), **TINY)
+    key = app.estimator.key(config, "cpu", torch.get_num_threads(), length=4)  # WORDS: ~5 tokens padded
     lock = app.estimator._locks.setdefault(key, threading.Lock())
     with lock:  # another request is calibrating this key
         text = app.estimate(s, str(tiny_bert), "auto", TINY)
@@ -244,3 +245,12 @@ def test_apps_in_one_process_share_their_calibrations(tmp_path):
 
     one, two = (MirrorApp(Settings(work_dir=tmp_path / name)) for name in ("one", "two"))
     assert one.estimator.calibrations is two.estimator.calibrations
+
+
+def test_steps_are_timed_at_the_job_s_own_length_class():
+    from explorer.estimate import length_class, train_shapes
+
+    assert length_class([5, 5, 6, 7]) == 4 and length_class([40, 50, 45]) == 32 and length_class([]) == 8
+    assert all(length == 32 for _, length in train_shapes(32))
+    (small, _), (big, _) = train_shapes(4)
+    assert small * 4 == 256 and big * 4 == 1024  # a words batch of ~200 strings lies within the timed shapes
