@@ -32,21 +32,22 @@ if TYPE_CHECKING:
 
 Clock = Callable[[], float]
 
-# The forgetting check after each run (explorer.forgetting) encodes ~2,400 general texts (word pairs, STS-B
-# sentences, long texts) with the base and with the tuned encoder: their count and mean padded length
-# (16.2 tokens + 2 special ones with the bundled tokenizer). Adjust here when the checks change.
-FORGETTING_TEXTS = 2_400
-FORGETTING_TOKENS = 18
+# The forgetting check after each run (explorer.forgetting) encodes ~2,400 general texts with the base and with
+# the tuned encoder: padded tokens -> how many texts (bundled tokenizer: SimLex + WordSim words at 3 tokens,
+# STS-B dev sentences at ~14, long texts at ~120). Adjust here when the checks change.
+FORGETTING_TEXTS = {3: 1_350, 14: 800, 120: 250}
 FORGETTING_ENCODERS = 2
 ENCODE_BATCH = 128  # VectorIndex.build's batch size
 # Training steps are timed at the padded length the job's steps have (rounded to a power of 2: a calibration per
 # length class, as a token costs ~3x more at 48 tokens than at 5 on the bundled model), with two batch sizes of
-# about these many tokens (a line through two points); each is a fresh mirror_tune, so its first step pays the
-# warm-up again. Encode batches at two shapes (strings, padded tokens). Small enough that calibrating the bundled
-# model takes a few seconds on 2 quiet CPU cores.
+# about these many tokens (a line through two points), in one short mirror_tune. Encode batches at three shapes
+# (strings, padded tokens): a token costs more in longer strings (attention), so the encode fit has a tokens x
+# length term. Small enough that calibrating the bundled model takes a few seconds on 2 quiet CPU cores.
 TRAIN_TOKENS = (256, 1024)
-ENCODE_SHAPES = ((128, 8), (32, 64))
-TIMED_STEPS = 3  # steps per training shape: the first pays the warm-up, the median of the others is the steady cost
+ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128))
+# Epochs of the timing run (one batch of each size per epoch); the first WARM_EPOCHS pay the warm-up (optimiser
+# states, allocations and kernels for new shapes: the first ~4 steps of a run are slow), the rest are timed.
+TIMED_EPOCHS, WARM_EPOCHS = 5, 2
 PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", "general checks")
 
 # Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
@@ -57,26 +58,33 @@ GPU_SPEEDUP = 20.0
 
 @dataclass(frozen=True)
 class Fit:
-    """Seconds of one call as a + b * tokens (tokens: strings x padded length), least squares over timed calls."""
+    """Seconds of one call as a + b * tokens + c * tokens * length (tokens: strings x padded length), least squares
+    over timed calls; c (attention's share, which grows with the length) only where calls of several lengths were
+    timed."""
 
     a: float
     b: float
+    c: float = 0.0
 
-    def __call__(self, tokens: float) -> float:
-        return self.a + self.b * tokens
+    def __call__(self, tokens: float, length: float = 0.0) -> float:
+        return self.a + self.b * tokens + self.c * tokens * length
 
     @staticmethod
-    def of(points: Sequence[tuple[float, float]]) -> Fit:
-        """The fit of (tokens, seconds) points; both terms kept >= 0 (noise must not make a cost negative)."""
-        xs, ys = [float(x) for x, _ in points], [float(y) for _, y in points]
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
-        b = max(0.0, b)
-        a = my - b * mx
-        if a < 0:  # through the origin instead
-            a, b = 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / max(sum(x * x for x in xs), 1e-12)
-        return Fit(a, b)
+    def of(points: Sequence[tuple[float, float, float]]) -> Fit:
+        """The fit of (tokens, length, seconds) points, every term kept >= 0 (noise must not make a cost negative):
+        a term that comes out negative is dropped and the rest refitted."""
+        import numpy as np
+
+        rows = np.array([[1.0, t, t * n] for t, n, _ in points])
+        y = np.array([s for _, _, s in points])
+        terms = [0, 1, 2] if len({n for _, n, _ in points}) >= 2 and len(points) >= 3 else [0, 1]
+        while True:
+            coef = np.linalg.lstsq(rows[:, terms], y, rcond=None)[0] if terms else np.zeros(0)
+            if len(terms) <= 1 or (coef >= 0).all():
+                break
+            terms.pop(int(np.argmin(coef)))
+        full = dict.fromkeys((0, 1, 2), 0.0) | {t: max(0.0, float(v)) for t, v in zip(terms, coef, strict=True)}
+        return Fit(full[0], full[1], full[2])
 
 
 @dataclass(frozen=True)
@@ -147,28 +155,30 @@ def calibrate(
     started = clock()
     device = resolve_device(config.device)
     throwaway = copy.deepcopy(base)
-    steps, warm = [], []
     length = max(4, min(length, throwaway.token_limit))
-    for n, _ in train_shapes(length):
-        # epochs of one batch each, truncated to `length`: every step is n strings x `length` tokens
-        cfg = dataclasses.replace(  # compile off: a compiled run pays its compile in the warm-up, not timed here
-            config, batch_size=n, max_length=length, epochs=TIMED_STEPS, max_steps=TIMED_STEPS, log_every=1
-        )
-        cfg = dataclasses.replace(cfg, compile=False)
-        marks = [clock()]
-        mirror_tune(synthetic_texts(n, length), cfg, on_step=lambda *_, m=marks: m.append(clock()), encoder=throwaway)
-        times = [b - a for a, b in zip(marks, marks[1:], strict=False)]
-        steady = statistics.median(times[1:])
-        steps.append((n * length, steady))
-        warm.append(max(0.0, times[0] - steady))
+    (small, _), (big, _) = train_shapes(length)
+    # One run (one warm-up): each epoch is a batch of `big` strings, then one of `small` (no bucketing, so in that
+    # order), every string truncated to `length` tokens.
+    cfg = dataclasses.replace(
+        config, batch_size=big, max_length=length, epochs=TIMED_EPOCHS, max_steps=2 * TIMED_EPOCHS, log_every=1
+    )
+    cfg = dataclasses.replace(cfg, bucket_by_length=False, compile=False)  # a compile is not timed here
+    marks = [clock()]
+    mirror_tune(synthetic_texts(big + small, length), cfg, on_step=lambda *_: marks.append(clock()), encoder=throwaway)
+    times = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+    timed = times[2 * WARM_EPOCHS :]
+    steady = {big: statistics.median(timed[0::2]), small: statistics.median(timed[1::2])}
+    steps = [(n * length, length, t) for n, t in steady.items()]
+    warmup = sum(t - steady[n] for n, t in zip([big, small] * WARM_EPOCHS, times, strict=False))
     encodes = []
     for n, length in ENCODE_SHAPES:
         texts = synthetic_texts(n, max(1, length - 3))
         tokens = n * int(base.tokenize(texts)["input_ids"].shape[1])
-        base.encode(texts[:2], batch_size=n)  # this shape's kernels, once
-        t = clock()
-        base.encode(texts, batch_size=n)
-        encodes.append((tokens, clock() - t))
+        base.encode(texts, batch_size=n)  # this shape's kernels, once
+        for _ in range(2):
+            t = clock()
+            base.encode(texts, batch_size=n)
+            encodes.append((tokens, tokens / n, clock() - t))
     with tempfile.TemporaryDirectory(dir=scratch, prefix=".calibrate-") as tmp:
         t = clock()
         save_encoder(throwaway, Path(tmp) / "model")
@@ -189,7 +199,7 @@ def calibrate(
     return Calibration(
         step=Fit.of(steps),
         encode=Fit.of(encodes),
-        warmup_s=statistics.median(warm),
+        warmup_s=max(0.0, warmup),
         load_s=load_s,
         save_s=save_s,
         zip_s=zip_s,
@@ -234,15 +244,21 @@ def train_plan(
     return tokens[: config.max_steps] if config.max_steps else tokens
 
 
-def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCODE_BATCH) -> list[int]:
-    """Tokens of each batch `encoder.encode` runs over strings of these token lengths (longest first, padded to
-    the batch's longest, capped at the inference length)."""
+def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCODE_BATCH) -> list[tuple[int, int]]:
+    """(strings, padded length) of each batch `encoder.encode` runs over strings of these token lengths (longest
+    first, padded to the batch's longest, capped at the inference length)."""
     extra = encoder.tokenizer.num_special_tokens_to_add()
     limit = min(encoder.max_seq_length, encoder.token_limit)
     ordered = sorted(lengths, reverse=True)
     return [
-        len(ordered[i : i + batch_size]) * min(ordered[i] + extra, limit) for i in range(0, len(ordered), batch_size)
+        (len(ordered[i : i + batch_size]), min(ordered[i] + extra, limit)) for i in range(0, len(ordered), batch_size)
     ]
+
+
+def forgetting_lengths(encoder: Encoder) -> list[int]:
+    """Token lengths (without special tokens) of the texts the forgetting check encodes (FORGETTING_TEXTS)."""
+    extra = encoder.tokenizer.num_special_tokens_to_add()
+    return [max(1, padded - extra) for padded, n in FORGETTING_TEXTS.items() for _ in range(n)]
 
 
 def price(
@@ -258,10 +274,10 @@ def price(
     """The job's phases (PHASES) priced with `cal`: what a run of `config` on `texts` (of these token lengths)
     costs here. `tokenize_s`: what tokenizing the strings took (the run does it again before its first step)."""
     steps = train_plan(texts, lengths, config, encoder, memory_budget)
-    index_s = sum(cal.encode(t) for t in encode_plan(lengths, encoder))
-    check_lengths = [FORGETTING_TOKENS - encoder.tokenizer.num_special_tokens_to_add()] * FORGETTING_TEXTS
-    check_s = FORGETTING_ENCODERS * sum(cal.encode(t) for t in encode_plan(check_lengths, encoder))
-    train_s = sum(cal.step(n * padded) for n, padded in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
+    index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
+    checks = encode_plan(forgetting_lengths(encoder), encoder)
+    check_s = FORGETTING_ENCODERS * sum(cal.encode(n * padded, padded) for n, padded in checks)
+    train_s = sum(cal.step(n * padded, padded) for n, padded in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
     phases = (
         ("load", cal.load_s),
         ("base index", index_s if build_base else 0.0),

@@ -79,6 +79,7 @@ def test_the_fit_recovers_the_measured_costs_and_the_estimate_is_what_the_run_me
     # a step embeds both views (2 rows per string), an encode batch one: b is twice the per-token cost there
     assert cal.step.a == pytest.approx(clock.fixed) and cal.step.b == pytest.approx(2 * clock.per_token)
     assert cal.encode.a == pytest.approx(clock.fixed) and cal.encode.b == pytest.approx(clock.per_token)
+    assert cal.step.c == 0 and cal.encode.c == pytest.approx(0, abs=1e-12)  # the virtual cost has no attention term
     assert cal.warmup_s == pytest.approx(0.0, abs=1e-9)  # the virtual first step costs what the others do
 
     texts = three_token_words(100)
@@ -106,8 +107,8 @@ def test_the_estimate_scales_with_steps_and_tokens(base, tiny_bert, tmp_path, mo
     assert eight.phase("training") == pytest.approx(2 * four.phase("training"))
     longer = price(long, base.token_lengths(long), config, base, cal)
     tokens = 10 * (9 + 2), 10 * (3 + 2)  # strings x (tokens + [CLS] and [SEP])
-    assert longer.phase("training") == pytest.approx(4 * cal.step(tokens[0]))
-    assert four.phase("training") == pytest.approx(4 * cal.step(tokens[1]))
+    assert longer.phase("training") == pytest.approx(4 * cal.step(tokens[0], 11))
+    assert four.phase("training") == pytest.approx(4 * cal.step(tokens[1], 5))
     assert longer.phase("base index") > four.phase("base index")
 
 
@@ -148,7 +149,7 @@ def test_a_really_slower_machine_is_seen_by_the_calibration(base, tiny_bert, tmp
     monkeypatch.setattr(Encoder, "embed", embed)
     # bigger shapes than the bundled model needs: the tiny model's steps must outlast the scheduler's jitter
     monkeypatch.setattr(est_mod, "TRAIN_TOKENS", (1024, 4096))
-    monkeypatch.setattr(est_mod, "ENCODE_SHAPES", ((256, 16), (64, 96)))
+    monkeypatch.setattr(est_mod, "ENCODE_SHAPES", ((256, 16), (128, 48), (64, 96)))
     config = words_config(tiny_bert, batch_size=64)
     texts = [" ".join(t.split() * 3) for t in three_token_words(300)]  # 9 tokens: within the timed shapes
     fast = price(texts, base.token_lengths(texts), config, base, calibrate(base, config, tmp_path))
@@ -171,9 +172,13 @@ def test_phases_are_all_there_and_sum_to_the_total(base, tiny_bert, tmp_path, mo
     assert tuple(name for name, _ in est.phases) == PHASES
     assert est.total == pytest.approx(sum(s for _, s in est.phases)) and est.total > 0
     assert all(s >= 0 for _, s in est.phases)
-    # 2,400 texts of 18 tokens: 18 batches of 128 and one of 96, with each of two encoders
-    encode = est.calibration.encode
-    assert est.phase("general checks") == pytest.approx(2 * (18 * encode(128 * 18) + encode(96 * 18)))
+    # FORGETTING_TEXTS in batches of 128, longest first, with each of two encoders
+    lengths = [padded for padded, n in est_mod.FORGETTING_TEXTS.items() for _ in range(n)]
+    assert len(lengths) == 2_400
+    lengths.sort(reverse=True)
+    batches = [(len(lengths[i : i + 128]), lengths[i]) for i in range(0, len(lengths), 128)]
+    expected = 2 * sum(est.calibration.encode(n * padded, padded) for n, padded in batches)
+    assert est.phase("general checks") == pytest.approx(expected)
     reused = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, base, build_base=False)
     assert reused.phase("base index") == 0 and reused.phase("tuned index") > 0
 
@@ -231,13 +236,16 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
     assert "calibrated" in app.estimate(s, str(tiny_bert), "auto", TINY)
 
 
-def test_fit_keeps_costs_positive():
-    exact = Fit.of([(100, 1.0), (200, 2.0)])
-    assert exact.a == pytest.approx(0.0, abs=1e-12) and exact.b == pytest.approx(0.01)
-    noisy = Fit.of([(100, 2.0), (200, 1.0)])  # a falling cost is noise: no negative slope
+def test_fit_keeps_costs_positive_and_sees_the_length_term():
+    exact = Fit.of([(100, 5, 1.0), (200, 5, 2.0)])
+    assert exact.a == pytest.approx(0.0, abs=1e-12) and exact.b == pytest.approx(0.01) and exact.c == 0
+    noisy = Fit.of([(100, 5, 2.0), (200, 5, 1.0)])  # a falling cost is noise: no negative slope
     assert noisy.b == 0 and noisy.a == pytest.approx(1.5)
-    through_origin = Fit.of([(100, 0.1), (1000, 5.0)])
+    through_origin = Fit.of([(100, 5, 0.1), (1000, 5, 5.0)])
     assert through_origin.a >= 0 and through_origin(0) >= 0
+    # 0.1 + 1e-3 per token + 1e-5 per token and token of length: recovered from three shapes
+    quadratic = Fit.of([(t, n, 0.1 + 1e-3 * t + 1e-5 * t * n) for t, n in ((1024, 8), (2048, 32), (2048, 128))])
+    assert (quadratic.a, quadratic.b, quadratic.c) == pytest.approx((0.1, 1e-3, 1e-5))
 
 
 def test_apps_in_one_process_share_their_calibrations(tmp_path):
