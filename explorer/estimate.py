@@ -1,18 +1,425 @@
-"""Time estimates for a run before it starts: planned steps and rough seconds on this device.
+"""Time estimates for a run before it starts: the plan mirror.train will run, priced with costs timed on this machine.
 
-(A first guess from string lengths and the model's name; calibrating it on the machine is the next step.)
+The first estimate for a (model, pooling, device, precision, threads) key calibrates (`calibrate`): a few real
+mirror training steps (`mirror_tune` on a throwaway copy of the base encoder, synthetic strings at a few padded
+lengths), a few encode batches with the base encoder, and a save, zip and reload of the copy. A step and an encode
+batch are each fitted as a + b * tokens (strings x padded length); the job's own plan (mirror.train's batches,
+length bucketing and memory splits; encode's length-sorted batches) is then priced phase by phase (`price`).
+`estimate_seconds` is the first guess from string lengths: what is shown while no calibration exists, and the
+ZeroGPU reservation (where the GPU is only ours inside the job).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+import dataclasses
+import math
+import random
+import statistics
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 from mirror.config import BUNDLED_MODEL, MirrorConfig
+
+if TYPE_CHECKING:
+    from mirror.encoder import Encoder
+
+Clock = Callable[[], float]
+
+# The forgetting check after each run (explorer.forgetting) encodes the ~2,000 distinct strings of its ~2,400 pairs
+# with the base and with the tuned encoder, each check in batches of 128 padded to their longest: padded tokens ->
+# how many strings, measured with the bundled tokenizer (SimLex + WordSim words; STS-B dev sentences; the long
+# texts, whose first batch pads to 217 tokens): ~58k tokens per encoder. Adjust here when the checks change.
+FORGETTING_TEXTS = {4: 950, 18: 775, 111: 112, 217: 128}
+FORGETTING_ENCODERS = 2
+ENCODE_BATCH = 128  # VectorIndex.build's batch size
+# Training steps are timed at the padded length the job's steps have (rounded to a power of 2: a calibration per
+# length class, as a token costs ~3x more at 48 tokens than at 5 on the bundled model), with two batch sizes of
+# about these many tokens (a line through two points), in one short mirror_tune. Encode batches at three shapes
+# (strings, padded tokens): a token costs more in longer strings (attention), so the encode fit has a tokens x
+# length term. Small enough that calibrating the bundled model takes a few seconds on 2 quiet CPU cores.
+TRAIN_TOKENS = (256, 1024)
+ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128))
+# Epochs of the timing run (one batch of each size per epoch); the first WARM_EPOCHS pay the warm-up (optimiser
+# states, allocations and kernels for new shapes: the first ~4 steps of a run are slow), the rest are timed (the
+# fastest sample of each size counts).
+TIMED_EPOCHS, WARM_EPOCHS = 5, 2
+PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", "general checks")
 
 # Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
 # on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
 CPU_STEP_COST = 3.3e-4
 GPU_SPEEDUP = 20.0
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Seconds of one call as a + b * tokens + c * tokens * length (tokens: strings x padded length), least squares
+    over timed calls; c (attention's share, which grows with the length) only where calls of several lengths were
+    timed."""
+
+    a: float
+    b: float
+    c: float = 0.0
+
+    def __call__(self, tokens: float, length: float = 0.0) -> float:
+        return self.a + self.b * tokens + self.c * tokens * length
+
+    @staticmethod
+    def of(points: Sequence[tuple[float, float, float]]) -> Fit:
+        """The fit of (tokens, length, seconds) points, every term kept >= 0 (noise must not make a cost negative):
+        a term that comes out negative is dropped and the rest refitted."""
+        import numpy as np
+
+        rows = np.array([[1.0, t, t * n] for t, n, _ in points])
+        y = np.array([s for _, _, s in points])
+        terms = [0, 1, 2] if len({n for _, n, _ in points}) >= 2 and len(points) >= 3 else [0, 1]
+        while True:
+            coef = np.linalg.lstsq(rows[:, terms], y, rcond=None)[0] if terms else np.zeros(0)
+            if len(terms) <= 1 or (coef >= 0).all():
+                break
+            terms.pop(int(np.argmin(coef)))
+        full = dict.fromkeys((0, 1, 2), 0.0) | {t: max(0.0, float(v)) for t, v in zip(terms, coef, strict=True)}
+        return Fit(full[0], full[1], full[2])
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Costs timed on this machine for one (model, pooling, device, precision, threads)."""
+
+    step: Fit  # one training step (forward + backward + optimiser, both views)
+    encode: Fit  # one inference batch of Encoder.encode
+    warmup_s: float  # what a run's first step costs beyond a steady one (optimiser states, kernels for new shapes)
+    load_s: float  # loading the model from its folder
+    save_s: float  # writing the tuned model
+    zip_s: float  # zipping it for the download
+    seconds: float  # how long calibrating took
+    where: str  # "CPU (2 threads, bf16)"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A job's planned steps and its seconds phase by phase (PHASES order); `calibration` None: a rough guess."""
+
+    steps: int
+    phases: tuple[tuple[str, float], ...]
+    calibration: Calibration | None
+    fresh: bool = False  # calibrated by this very call
+
+    @property
+    def total(self) -> float:
+        return sum(s for _, s in self.phases)
+
+    def phase(self, name: str) -> float:
+        return dict(self.phases)[name]
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+
+
+def synthetic_texts(n: int, words: int) -> list[str]:
+    """`n` distinct strings of at least `words` + 1 words (each string's own number first)."""
+    return [f"{i} " + " ".join(["the"] * words) for i in range(n)]
+
+
+def train_shapes(length: int) -> list[tuple[int, int]]:
+    """(strings, padded tokens) of the timed training steps for steps padded to about `length` tokens."""
+    small = max(2, TRAIN_TOKENS[0] // length)
+    return [(small, length), (max(small + 2, TRAIN_TOKENS[1] // length), length)]
+
+
+def length_class(padded: Sequence[int]) -> int:
+    """The power of 2 nearest the median padded length of a job's steps (at least 4): its calibration's key."""
+    if not padded:
+        return 8
+    return max(4, 2 ** round(math.log2(max(1.0, statistics.median(padded)))))
+
+
+def calibrate(
+    base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock = time.perf_counter, length: int = 8
+) -> Calibration:
+    """Time real training steps (padded to `length` tokens), encode batches, a save, a zip and a load of
+    `config`'s model on this machine.
+
+    `base` is only read (encoded with): the steps train a deep copy. `scratch` is a folder for the saved copy,
+    removed after. Takes a few seconds for the bundled model on 2 CPU cores.
+    """
+    from explorer.uploads import zip_folder
+    from mirror.encoder import load_encoder, resolve_device, resolve_precision, save_encoder
+    from mirror.train import mirror_tune
+
+    started = clock()
+    device = resolve_device(config.device)
+    throwaway = copy.deepcopy(base)
+    length = max(4, min(length, throwaway.token_limit))
+    (small, _), (big, _) = train_shapes(length)
+    # One run (one warm-up): each epoch is a batch of `big` strings, then one of `small` (no bucketing, so in that
+    # order), every string truncated to `length` tokens.
+    cfg = dataclasses.replace(
+        config, batch_size=big, max_length=length, epochs=TIMED_EPOCHS, max_steps=2 * TIMED_EPOCHS, log_every=1
+    )
+    cfg = dataclasses.replace(cfg, bucket_by_length=False, compile=False)  # a compile is not timed here
+    marks = [clock()]
+    mirror_tune(synthetic_texts(big + small, length), cfg, on_step=lambda *_: marks.append(clock()), encoder=throwaway)
+    times = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+    timed = times[2 * WARM_EPOCHS :]
+    # the fastest of each: another process's burst (2 cores shared, a load average of 2-8 seen here) must not be
+    # taken for this machine's speed; a slower CPU is slower in every sample
+    steady = {big: min(timed[0::2]), small: min(timed[1::2])}
+    steps = [(n * length, length, t) for n, t in steady.items()]
+    warmup = sum(t - steady[n] for n, t in zip([big, small] * WARM_EPOCHS, times, strict=False))
+    encodes = []
+    for n, length in ENCODE_SHAPES:
+        texts = synthetic_texts(n, max(1, length - 3))
+        tokens = n * int(base.tokenize(texts)["input_ids"].shape[1])
+        base.encode(texts, batch_size=n)  # this shape's kernels, once
+        timed = []
+        for _ in range(2):
+            t = clock()
+            base.encode(texts, batch_size=n)
+            timed.append(clock() - t)
+        encodes.append((tokens, tokens / n, min(timed)))
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=".calibrate-") as tmp:
+        t = clock()
+        save_encoder(throwaway, Path(tmp) / "model")
+        save_s, t = clock() - t, clock()
+        zip_folder(Path(tmp) / "model", Path(tmp) / "model.zip", "model")
+        zip_s, t = clock() - t, clock()
+        load_encoder(Path(tmp) / "model", device=str(device))
+        load_s = clock() - t
+    del throwaway
+    amp = resolve_precision(device, config.precision)
+    threads = torch_threads()
+    precision = (
+        "fp32"
+        if amp is None
+        else str(amp).removeprefix("torch.").replace("bfloat16", "bf16").replace("float16", "fp16")
+    )
+    where = "GPU" if device.type == "cuda" else f"CPU ({threads} thread{'s' if threads != 1 else ''}, {precision})"
+    return Calibration(
+        step=Fit.of(steps),
+        encode=Fit.of(encodes),
+        warmup_s=max(0.0, warmup),
+        load_s=load_s,
+        save_s=save_s,
+        zip_s=zip_s,
+        seconds=clock() - started,
+        where=where,
+    )
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+# ---------------------------------------------------------------------------------------------- the job's plan
+
+
+def train_plan(
+    texts: Sequence[str],
+    lengths: Sequence[int],
+    config: MirrorConfig,
+    encoder: Encoder,
+    memory_budget: int | None = None,
+) -> list[tuple[int, int]]:
+    """(strings, padded length) of each step `mirror_tune(texts, config, encoder=encoder,
+    memory_budget=...)` will run: mirror.train's own batches (shuffled, length-bucketed, split to fit memory),
+    each padded to its longest string with special tokens (one more where a span mask may split a word)."""
+    from mirror.train import plan_epoch, step_budget
+
+    if len(lengths) < 2:
+        return []
+    budget = step_budget(encoder, config, memory_budget)
+    extra = encoder.tokenizer.num_special_tokens_to_add()
+    maskable = bool(encoder.mask_token) and config.mask_span > 0
+    padded = [n + extra + (maskable and len(t) >= config.mask_min_chars) for n, t in zip(lengths, texts, strict=True)]
+    rng, tokens = random.Random(config.seed), []  # mirror_tune's plan_rng
+    for _ in range(config.epochs):
+        batches, _ = plan_epoch(lengths, config.batch_size, rng, budget, 2, config.bucket_by_length)
+        tokens += [(len(b), min(max(padded[i] for i in b), budget.max_length)) for b in batches]
+        if config.max_steps and len(tokens) >= config.max_steps:
+            break
+    return tokens[: config.max_steps] if config.max_steps else tokens
+
+
+def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCODE_BATCH) -> list[tuple[int, int]]:
+    """(strings, padded length) of each batch `encoder.encode` runs over strings of these token lengths (longest
+    first, padded to the batch's longest, capped at the inference length)."""
+    extra = encoder.tokenizer.num_special_tokens_to_add()
+    limit = min(encoder.max_seq_length, encoder.token_limit)
+    ordered = sorted(lengths, reverse=True)
+    return [
+        (len(ordered[i : i + batch_size]), min(ordered[i] + extra, limit)) for i in range(0, len(ordered), batch_size)
+    ]
+
+
+def forgetting_lengths(encoder: Encoder) -> list[int]:
+    """Token lengths (without special tokens) of the texts the forgetting check encodes (FORGETTING_TEXTS)."""
+    extra = encoder.tokenizer.num_special_tokens_to_add()
+    return [max(1, padded - extra) for padded, n in FORGETTING_TEXTS.items() for _ in range(n)]
+
+
+def price(
+    texts: Sequence[str],
+    lengths: Sequence[int],
+    config: MirrorConfig,
+    encoder: Encoder,
+    cal: Calibration,
+    memory_budget: int | None = None,
+    build_base: bool = True,
+    tokenize_s: float = 0.0,
+) -> Estimate:
+    """The job's phases (PHASES) priced with `cal`: what a run of `config` on `texts` (of these token lengths)
+    costs here. `tokenize_s`: what tokenizing the strings took (the run does it again before its first step)."""
+    steps = train_plan(texts, lengths, config, encoder, memory_budget)
+    index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
+    checks = encode_plan(forgetting_lengths(encoder), encoder)
+    check_s = FORGETTING_ENCODERS * sum(cal.encode(n * padded, padded) for n, padded in checks)
+    train_s = sum(cal.step(n * padded, padded) for n, padded in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
+    phases = (
+        ("load", cal.load_s),
+        ("base index", index_s if build_base else 0.0),
+        ("training", train_s),
+        ("save", cal.save_s),
+        ("tuned index", index_s),
+        ("downloads", cal.zip_s + cal.load_s),  # the served run reloads the tuned model, then zips it
+        ("general checks", check_s),
+    )
+    return Estimate(len(steps), phases, cal)
+
+
+class Estimator:
+    """Calibrations by key, each made once (in memory), and the token lengths of the last few string sets.
+
+    `shared`: use this process's calibrations, whichever MirrorApp asks (the machine is the same for all).
+    """
+
+    LENGTHS_KEPT = 4
+    _process: ClassVar[tuple[dict, dict, threading.Lock]] = ({}, {}, threading.Lock())
+
+    def __init__(self, scratch: Path, clock: Clock = time.perf_counter, shared: bool = False):
+        self.scratch, self.clock = Path(scratch), clock
+        self.calibrations: dict[tuple, Calibration]
+        self._locks: dict[tuple, threading.Lock]
+        if shared:
+            self.calibrations, self._locks, self._lock = Estimator._process
+        else:
+            self.calibrations, self._locks, self._lock = {}, {}, threading.Lock()
+        self._lengths: OrderedDict[tuple, tuple[list[int], float]] = OrderedDict()
+
+    @staticmethod
+    def key(config: MirrorConfig, device: str, threads: int, length: int = 8) -> tuple:
+        """What a calibration holds for: model, pooling, device, precision, CPU threads, padded length class."""
+        from mirror.encoder import resolve_device, resolve_precision
+
+        amp = resolve_precision(resolve_device(device), config.precision)
+        return (config.model, config.pooling, device, str(amp), threads if device == "cpu" else 0, length)
+
+    def calibration(
+        self, key: tuple, base: Encoder, config: MirrorConfig, wait: bool = True, may_calibrate: bool = True
+    ) -> tuple[Calibration | None, bool]:
+        """(the calibration of `key`, made by this call?); (None, False) when there is none and it cannot be made
+        now: `may_calibrate` false, or another thread is making it and `wait` is false."""
+        with self._lock:
+            if key in self.calibrations:
+                return self.calibrations[key], False
+            lock = self._locks.setdefault(key, threading.Lock())
+        if not may_calibrate or not lock.acquire(blocking=wait):
+            return None, False
+        try:
+            if key in self.calibrations:
+                return self.calibrations[key], False
+            self.scratch.mkdir(parents=True, exist_ok=True)
+            cal = calibrate(base, config, self.scratch, self.clock, length=key[-1])
+            with self._lock:
+                self.calibrations[key] = cal
+            return cal, True
+        finally:
+            lock.release()
+
+    def lengths(self, texts: Sequence[str], encoder: Encoder, texts_key: str) -> tuple[list[int], float]:
+        """Token lengths of `texts` and the seconds tokenizing them took (kept for the last few sets)."""
+        key = (id(encoder.tokenizer), texts_key)
+        if key not in self._lengths:
+            t = self.clock()
+            lengths = encoder.token_lengths(texts)
+            self._lengths[key] = (lengths, self.clock() - t)
+            while len(self._lengths) > self.LENGTHS_KEPT:
+                self._lengths.popitem(last=False)
+        self._lengths.move_to_end(key)
+        return self._lengths[key]
+
+    def estimate(
+        self,
+        texts: Sequence[str],
+        texts_key: str,
+        config: MirrorConfig,
+        device: str,
+        threads: int,
+        base: Encoder,
+        memory_budget: int | None = None,
+        build_base: bool = True,
+        wait: bool = True,
+        may_calibrate: bool = True,
+    ) -> Estimate | None:
+        """The job's estimate, calibrating first when its key has no calibration yet (None: there is none and it
+        cannot be made now, see `calibration`). `base`: the base encoder (only read)."""
+        lengths, tokenize_s = self.lengths(texts, base, texts_key)
+        padded = [p for _, p in train_plan(texts, lengths, config, base, memory_budget)]
+        key = self.key(config, device, threads, length_class(padded))
+        cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
+        if cal is None:
+            return None
+        est = price(texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s)
+        return dataclasses.replace(est, fresh=fresh)
+
+
+def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, threads: int) -> Estimate:
+    """`estimate_seconds` as an Estimate (training and the two indexes only): shown until a calibration exists."""
+    steps, train_s, index_s = estimate_seconds(texts, config, device, threads)
+    guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
+    phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
+    return Estimate(steps, phases, None)
+
+
+def short_seconds(s: float) -> str:
+    """A phase's seconds in a few characters: "<1 s", "12 s", "3 min"."""
+    from explorer.render import fmt_seconds
+
+    return "<1 s" if s < 1 else fmt_seconds(s)
+
+
+def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), why_rough: str = "") -> str:
+    """The Tune tab's Markdown: the plan, the estimated total and its phases, and how the costs were measured."""
+    from explorer.render import fmt_seconds
+
+    plan = (
+        f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
+        f"{'s' if config.epochs != 1 else ''})"
+    )
+    extra = f" · {'; '.join(notes)}" if notes else ""
+    cal = est.calibration
+    if cal is None:
+        train, index = est.phase("training"), est.phase("base index") + est.phase("tuned index")
+        return (
+            f"{plan} · **estimated** (rough guess) ~{fmt_seconds(train)} training + ~{fmt_seconds(index)} indexing"
+            f"{f' · {why_rough}' if why_rough else ''}{extra}"
+        )
+    shown = " · ".join(f"{name} {short_seconds(s)}" for name, s in est.phases if name != "base index" or s > 0)
+    reused = "" if est.phase("base index") > 0 else " (base index reused from your last run)"
+    how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
+    return f"{plan} · **estimated ~{fmt_seconds(est.total)}** on this {cal.where}: {shown}{reused} · _{how}_{extra}"
+
+
+# ---------------------------------------------------------------------------------------------- the first guess
 
 
 def planned_steps(n: int, config: MirrorConfig) -> int:

@@ -121,6 +121,11 @@ class ModelCache:
             )
         return model
 
+    def cached_base(self, model: str, pooling: str = "auto") -> Encoder | None:
+        """The base encoder when it is loaded already; never loads (or downloads) one."""
+        with self._base_lock:
+            return self._base.get((model, pooling))
+
     def base_encoder(self, model: str, pooling: str = "auto") -> Encoder:
         """The read-only base encoder, loaded once per process."""
         from mirror.encoder import load_encoder

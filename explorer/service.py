@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.card import write_card
-from explorer.estimate import device_and_threads, estimate_seconds
+from explorer.estimate import Estimator, device_and_threads, estimate_md, rough_estimate
 from explorer.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
 from explorer.explore import RunExplorer
@@ -79,6 +79,8 @@ class MirrorApp:
         self.train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)
         self.search_slots = FairSlots(self.settings.search_concurrency)
         self.base_indexes = BaseIndexes()  # the loaded strings under a base model, searched before any tuning
+        # time costs calibrated on this machine: once per process and model, whichever app asks
+        self.estimator = Estimator(self.settings.work_dir / ".estimate", shared=True)
 
     def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
         return self
@@ -238,7 +240,13 @@ class MirrorApp:
             return self.set_texts(session, raw, f"{dataset} · {column}", notes)
 
     def estimate(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
-        """One Markdown line: planned steps and a rough time on this device."""
+        """Markdown: the planned steps and the whole job's time on this machine, phase by phase.
+
+        The first estimate for a model (and pooling, device, precision, threads) calibrates: a few real training
+        steps and encodes of that model, timed here (explorer.estimate; a few seconds). Until then, and where it
+        cannot calibrate now (a hub model not loaded yet, a run training on this server, ZeroGPU, another request
+        calibrating the same key), it shows the rough guess from string lengths, saying why.
+        """
         if not session.texts:
             return "Load some strings to see the plan and a time estimate."
         try:
@@ -249,17 +257,52 @@ class MirrorApp:
                 overrides,
                 self.settings.max_steps,
             )
+            est, why = self._estimate(session, config)
         except MirrorError as exc:
             return message(str(exc), "warning")
+        return estimate_md(est, config, notes, why)
+
+    def _estimate(self, session: Session, config) -> tuple[Any, str]:
+        """The calibrated Estimate of a run of `config` on the session's strings, or the rough one and why."""
+        from explorer.settings import zero_gpu
+        from mirror.encoder import resolve_device
+        from mirror.memory import available_bytes
+        from mirror.names import looks_local
+
+        texts = list(session.texts)
         device, threads = device_and_threads(config.device)
-        steps, train_s, index_s = estimate_seconds(session.texts, config, device, threads)
-        where = "GPU" if device == "cuda" else f"CPU ({threads} thread{'s' if threads != 1 else ''})"
-        extra = f" · {'; '.join(notes)}" if notes else ""
-        return (
-            f"**Plan:** {steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
-            f"{'s' if config.epochs != 1 else ''}) · **estimated** ~{fmt_seconds(train_s)} training + "
-            f"~{fmt_seconds(index_s)} indexing on this {where}{extra}"
+        rough = rough_estimate(texts, config, device, threads)
+        model = self.models.check_model(config.model)
+        if zero_gpu():
+            return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
+        base = self.models.cached_base(model, config.pooling)
+        if base is None and model != BUNDLED_MODEL and not looks_local(model):  # never a download for an estimate
+            return rough, "calibrates on this machine once this model is loaded (by a run)"
+        base = base or self.models.base_encoder(model, config.pooling)
+        memory = self.settings.train_memory_bytes
+        if memory:  # what the run will plan with (explorer.pipeline)
+            memory = min(memory, available_bytes(resolve_device(config.device)))
+        key, prev = texts_key(texts), session.run
+        build_base = True
+        if prev and (prev.base_model, prev.pooling, prev.texts_key) == (model, base.pooling, key):
+            build_base = not (prev.folder / "base_index").is_dir()  # _train copies it
+        est = self.estimator.estimate(
+            texts,
+            key,
+            config,
+            device,
+            threads,
+            base,
+            memory_budget=memory,
+            build_base=build_base,
+            wait=False,
+            may_calibrate=not self.in_progress,  # a calibration would slow a training run, and be slowed by it
         )
+        if est is None and self.in_progress:
+            return rough, "calibrates on this machine when no run is training"
+        if est is None:
+            return rough, "calibrating on this machine (another request started it)…"
+        return est, ""
 
     # ---------------------------------------------------------------- tab 1: training
 

@@ -1,0 +1,136 @@
+"""Estimate vs measured: the Tune tab's calibrated time estimate (MirrorApp.estimate), then the real job the app
+runs on the same strings (MirrorApp.train: load, base index, training, save, tuned index, downloads) plus the
+forgetting check (explorer.forgetting, base vs tuned), each size on a fresh MirrorApp with its own work folder,
+so every size calibrates anew just before its run. Prints estimate vs measured per phase and in total, with the
+load average (2 cores shared with other work: the measurements move with it).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_estimate.py [--sizes 400,1500,10000]
+
+400 is examples/small_words.txt (411 words), 1500 the first 1,500 of examples/en_top10k.txt, 10000 all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from common import EXAMPLES, print_table, write_json
+
+from explorer import MirrorApp, Settings
+from explorer.estimate import PHASES
+from explorer.events import Cancelled, Done, Failed, Phase, Step
+from explorer.inputs import build_config
+
+# A job's Phase texts (explorer.pipeline, explorer.service) -> the estimate's phase they belong to.
+PHASE_OF = (
+    ("Checking the base model", "load"),
+    ("Loading the base model", "load"),
+    ("Indexing your strings with the base", "base index"),
+    ("Starting the training", "training"),
+    ("Saving the tuned model", "save"),
+    ("Indexing your strings with the tuned", "tuned index"),
+    ("Preparing downloads", "downloads"),
+)
+
+
+def texts_of(size: int) -> tuple[list[str], str]:
+    if size == 400:
+        return (EXAMPLES / "small_words.txt").read_text(encoding="utf-8").splitlines(), "small_words.txt"
+    lines = (EXAMPLES / "en_top10k.txt").read_text(encoding="utf-8").splitlines()
+    return lines[:size], f"en_top10k.txt[:{size}]"
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def run_size(size: int, work: Path) -> dict:
+    app = MirrorApp(Settings(work_dir=work / f"size-{size}"))
+    session = app.session()
+    raw, source = texts_of(size)
+    app.set_texts(session, raw, source)
+    row: dict = {"size": size, "strings": len(session.texts), "load_before": load()}
+    t = time.perf_counter()
+    markdown = app.estimate(session, "bundled", "auto", {})
+    row["estimate_call_s"] = round(time.perf_counter() - t, 2)  # includes the calibration
+    config, _ = build_config(session.texts, "bundled", "auto", {}, app.settings.max_steps)
+    est, why = app._estimate(session, config)  # the numbers behind that Markdown (calibrated: cached now)
+    assert est.calibration is not None, why
+    row.update(markdown=markdown, calibration_s=round(est.calibration.seconds, 2), steps=est.steps)
+    row["calibration"] = dataclasses.asdict(est.calibration)
+    row["estimated"] = {name: round(s, 2) for name, s in est.phases}
+
+    measured = dict.fromkeys(PHASES, 0.0)
+    current, mark = "load", time.perf_counter()
+    started = mark
+    for ev in app.train(session, "bundled", "auto", {}):
+        if isinstance(ev, Phase | Step | Done):
+            phase = "training" if isinstance(ev, Step) else current
+            if isinstance(ev, Phase):
+                phase = next((p for prefix, p in PHASE_OF if ev.text.startswith(prefix)), current)
+            now = time.perf_counter()
+            measured[current] += now - mark
+            current, mark = phase, now
+        if isinstance(ev, Failed | Cancelled):
+            raise SystemExit(f"size {size}: the run ended with {ev}")
+        if isinstance(ev, Done):
+            row["summary"] = ev.run.summary
+            run = ev.run
+    row["job_s"] = round(time.perf_counter() - started, 2)
+    # The forgetting check another change adds after each run: base vs tuned on the bundled general sets.
+    from explorer.forgetting import forgetting_check
+
+    loaded = app.loaded(run)
+    t = time.perf_counter()
+    forgetting_check(loaded.base, loaded.tuned)
+    measured["general checks"] = time.perf_counter() - t
+    row["measured"] = {name: round(s, 2) for name, s in measured.items()}
+    row["load_after"] = load()
+    row["estimated_total"] = round(est.total, 1)
+    row["measured_total"] = round(sum(measured.values()), 1)
+    row["ratio"] = round(row["measured_total"] / row["estimated_total"], 2)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="400,1500,10000", help="comma-separated: 400, 1500 and/or 10000")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-estimate-") as tmp:
+        for size in sizes:
+            row = run_size(size, Path(tmp))
+            rows.append(row)
+            print(f"\n{size}: {row['markdown']}")
+            print(f"   estimated {row['estimated']}")
+            print(f"   measured  {row['measured']}")
+    table = [
+        {
+            "strings": r["strings"],
+            "steps": r["steps"],
+            "calibration s": r["calibration_s"],
+            "estimated s": r["estimated_total"],
+            "measured s": r["measured_total"],
+            "measured / estimated": r["ratio"],
+            "training est / meas s": f"{r['estimated']['training']:.0f} / {r['measured']['training']:.0f}",
+            "indexes est / meas s": (
+                f"{r['estimated']['base index'] + r['estimated']['tuned index']:.0f} / "
+                f"{r['measured']['base index'] + r['measured']['tuned index']:.0f}"
+            ),
+            "checks est / meas s": f"{r['estimated']['general checks']:.0f} / {r['measured']['general checks']:.0f}",
+            "load avg before -> after": f"{r['load_before']} -> {r['load_after']}",
+        }
+        for r in rows
+    ]
+    print()
+    print_table(table, list(table[0]))
+    write_json("estimate.json", {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()
