@@ -116,7 +116,8 @@ def test_cli_flags_default_to_gradio_env(monkeypatch):
 def test_demo_wires_named_api_endpoints_and_every_config_field(app):
     demo = mx.build_demo(app)
     info = demo.get_api_info()
-    assert set(info["named_endpoints"]) == {"/train", "/search", "/cancel"}  # UI events are private
+    explore = {"/export", "/moved", "/neighbours", "/health", "/push"}
+    assert set(info["named_endpoints"]) == {"/train", "/search", "/cancel"} | explore  # UI events are private
     params = {p["parameter_name"]: p for p in info["named_endpoints"]["/train"]["parameters"]}
     assert list(params) == ["texts", "file", "column", "model", "mode", "settings"]
     assert params["model"]["parameter_default"] == "bundled"
