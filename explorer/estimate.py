@@ -45,7 +45,7 @@ ENCODE_BATCH = 128  # VectorIndex.build's batch size
 # (strings, padded tokens): a token costs more in longer strings (attention), so the encode fit has a tokens x
 # length term. Small enough that calibrating the bundled model takes a few seconds on 2 quiet CPU cores.
 TRAIN_TOKENS = (256, 1024)
-ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128))
+ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128), (4, 256))  # 256: the general checks' long texts pad to ~220
 # Epochs of the timing run (one batch of each size per epoch); the first WARM_EPOCHS pay the warm-up (optimiser
 # states, allocations and kernels for new shapes: the first ~4 steps of a run are slow), the rest are timed (the
 # fastest sample of each size counts).
@@ -111,6 +111,7 @@ class Estimate:
     phases: tuple[tuple[str, float], ...]
     calibration: Calibration | None
     fresh: bool = False  # calibrated by this very call
+    key: tuple = ()  # the Estimator key it was priced under (for `observe` once the run has run)
 
     @property
     def total(self) -> float:
@@ -267,6 +268,16 @@ def forgetting_lengths(encoder: Encoder) -> list[int]:
     return [max(1, padded - extra) for padded, n in FORGETTING_TEXTS.items() for _ in range(n)]
 
 
+@dataclass(frozen=True)
+class Observed:
+    """What the last finished run of a key measured, to correct the next estimate of that key with: the general
+    checks' seconds for one encoder, and measured / estimated training seconds (a calibration is the process's
+    first training, and pays one-off costs a later run does not)."""
+
+    check_s: float | None = None
+    train_ratio: float = 1.0
+
+
 def price(
     texts: Sequence[str],
     lengths: Sequence[int],
@@ -276,14 +287,21 @@ def price(
     memory_budget: int | None = None,
     build_base: bool = True,
     tokenize_s: float = 0.0,
+    observed: Observed | None = None,
+    check_encoders: int = FORGETTING_ENCODERS,
 ) -> Estimate:
     """The job's phases (PHASES) priced with `cal`: what a run of `config` on `texts` (of these token lengths)
-    costs here. `tokenize_s`: what tokenizing the strings took (the run does it again before its first step)."""
+    costs here. `tokenize_s`: what tokenizing the strings took (the run does it again before its first step).
+    `observed`: what the last run of this key measured (its checks replace the priced ones, its training ratio
+    scales the training); `check_encoders`: 1 when the base's scores on the checks are kept already."""
+    observed = observed or Observed()
     steps = train_plan(texts, lengths, config, encoder, memory_budget)
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
     checks = encode_plan(forgetting_lengths(encoder), encoder)
-    check_s = FORGETTING_ENCODERS * sum(cal.encode(n * padded, padded) for n, padded in checks)
+    per_encoder = sum(cal.encode(n * padded, padded) for n, padded in checks)
+    check_s = check_encoders * (observed.check_s if observed.check_s is not None else per_encoder)
     train_s = sum(cal.step(n * padded, padded) for n, padded in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
+    train_s *= observed.train_ratio
     phases = (
         ("load", cal.load_s),
         ("base index", index_s if build_base else 0.0),
@@ -314,6 +332,20 @@ class Estimator:
         else:
             self.calibrations, self._locks, self._lock = {}, {}, threading.Lock()
         self._lengths: OrderedDict[tuple, tuple[list[int], float]] = OrderedDict()
+        self.observed: dict[tuple, Observed] = Estimator._observed if shared else {}
+
+    _observed: ClassVar[dict[tuple, Observed]] = {}
+
+    def observe(self, key: tuple, estimated_train_s: float, train_s: float | None, check_s: float | None) -> None:
+        """A finished run of `key` (Estimator.key, any length class) measured `train_s` of training where
+        `estimated_train_s` was priced, and `check_s` for the general checks of one encoder: the next estimates of
+        that key use them (the training ratio bounded to 1/4..4, so one odd run cannot run away with it)."""
+        key = key[:-1]
+        seen = self.observed.get(key, Observed())
+        ratio = seen.train_ratio
+        if train_s and estimated_train_s > 0:
+            ratio = min(4.0, max(0.25, seen.train_ratio * train_s / estimated_train_s))
+        self.observed[key] = Observed(check_s if check_s is not None else seen.check_s, ratio)
 
     @staticmethod
     def key(config: MirrorConfig, device: str, threads: int, length: int = 8) -> tuple:
@@ -369,17 +401,20 @@ class Estimator:
         build_base: bool = True,
         wait: bool = True,
         may_calibrate: bool = True,
+        check_encoders: int = FORGETTING_ENCODERS,
     ) -> Estimate | None:
         """The job's estimate, calibrating first when its key has no calibration yet (None: there is none and it
-        cannot be made now, see `calibration`). `base`: the base encoder (only read)."""
+        cannot be made now, see `calibration`), corrected by what the last run of its key measured (`observe`).
+        `base`: the base encoder (only read); `check_encoders`: 1 when the base's general-check scores are kept."""
         lengths, tokenize_s = self.lengths(texts, base, texts_key)
         padded = [p for _, p in train_plan(texts, lengths, config, base, memory_budget)]
         key = self.key(config, device, threads, length_class(padded))
         cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
         if cal is None:
             return None
-        est = price(texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s)
-        return dataclasses.replace(est, fresh=fresh)
+        observed = self.observed.get(key[:-1])
+        est = price(texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders)
+        return dataclasses.replace(est, fresh=fresh, key=key)
 
 
 def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, threads: int) -> Estimate:
@@ -413,7 +448,9 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
             f"{plan} · **estimated** (rough guess) ~{fmt_seconds(train)} training + ~{fmt_seconds(index)} indexing"
             f"{f' · {why_rough}' if why_rough else ''}{extra}"
         )
-    shown = " · ".join(f"{name} {short_seconds(s)}" for name, s in est.phases if name != "base index" or s > 0)
+    shown = " · ".join(
+        f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in ("base index", "general checks")
+    )
     reused = "" if est.phase("base index") > 0 else " (base index reused from your last run)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
     return f"{plan} · **estimated ~{fmt_seconds(est.total)}** on this {cal.where}: {shown}{reused} · _{how}_{extra}"

@@ -103,6 +103,16 @@ def base_cosines(base, check: Check, half: str, pairs: Sequence[Pair]) -> np.nda
     return cached
 
 
+def base_scored(base, checks: Sequence[Check] = CHECKS, half: str = "check") -> bool:
+    """Whether the base model's scores on every check are kept already (a run then encodes its tuned model only)."""
+    fingerprint = getattr(base, "fingerprint", None)
+    if fingerprint is None:
+        return False
+    fp = f"{fingerprint()}/{getattr(base, 'max_seq_length', '')}"
+    with _BASE_LOCK:
+        return all((fp, c.name, half, len(check_pairs(c, half))) in _BASE_SCORES for c in checks)
+
+
 def warm_up(base, checks: Sequence[Check] = CHECKS, half: str = "check") -> None:
     """Compute and keep the base model's scores ahead of the first run (server start), so it pays for the tuned
     model only."""

@@ -297,12 +297,35 @@ class MirrorApp:
             build_base=build_base,
             wait=False,
             may_calibrate=not self.in_progress,  # a calibration would slow a training run, and be slowed by it
+            check_encoders=self._check_encoders(base),
         )
         if est is None and self.in_progress:
             return rough, "calibrates on this machine when no run is training"
         if est is None:
             return rough, "calibrating on this machine (another request started it)…"
         return est, ""
+
+    def _check_encoders(self, base) -> int:
+        """Encoders the general checks after a run encode: none when they are off, 1 when the base's scores are
+        kept (explorer.forgetting), else 2."""
+        from explorer.forgetting import base_scored
+
+        if not self.settings.general_checks:
+            return 0
+        return 1 if base_scored(base) else 2
+
+    def _planned(self, texts: list[str], key: str, config, base, build_base: bool) -> Any:
+        """The calibrated estimate of the run about to start, if its key is calibrated (never calibrates: the run
+        is about to use the machine); None otherwise. Only for `Estimator.observe` after the run."""
+        try:
+            device, threads = device_and_threads(config.device)
+            return self.estimator.estimate(
+                texts, key, config, device, threads, base, self.settings.train_memory_bytes, build_base,
+                wait=False, may_calibrate=False,
+            )  # fmt: skip
+        except Exception:  # an estimate must never stop a run
+            log.exception("could not price the run for the estimator")
+            return None
 
     # ---------------------------------------------------------------- tab 1: training
 
@@ -493,6 +516,7 @@ class MirrorApp:
             if (prev.folder / "base_index").is_dir():  # same strings, same base: reuse its index
                 shutil.copytree(prev.folder / "base_index", run / "base_index")
                 build_base = False
+        planned = self._planned(texts, key, config, base, build_base)  # to learn from, once the run has run
         started, started_at = time.perf_counter(), time.time()
         limits = {"max_seconds": self.settings.max_run_seconds, "memory": self.settings.train_memory_bytes}
         roots = [str(run)] + [str(r) for r in self.settings.model_roots]
@@ -507,10 +531,20 @@ class MirrorApp:
                         return
                     if isinstance(ev, Finished):
                         info = new_run_info(run, config.model, texts, source, ev.stats)
+                        check_s = None
                         if self.settings.general_checks:
+                            from explorer.forgetting import base_scored
+
                             yield Phase("Checking general similarity (the forgetting check)")
                             loaded = self.models.loaded(info)  # what _serve loads next: a broken model fails here
+                            encoders = 1 if base_scored(loaded.base) else 2
                             info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned)
+                            check_s = (info.stats["forgetting"] or {}).get("seconds")
+                            check_s = check_s / encoders if check_s is not None else None
+                        if planned is not None:
+                            self.estimator.observe(
+                                planned.key, planned.phase("training"), ev.stats.get("seconds"), check_s
+                            )
                         yield Phase("Preparing downloads")
                         info = self._serve(session, info)
                         info.stats.update(

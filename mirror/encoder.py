@@ -74,6 +74,18 @@ class Encoder:
     # _writes_key of the weights when loaded from (or saved to) `source`; None: built in memory, trusted as named
     _source_weights: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
+    def __deepcopy__(self, memo: dict) -> Encoder:
+        """A copy with its own weights and no bf16 twin (oneDNN's packed weights cannot be copied; the copy builds
+        its own on its first bf16 encode)."""
+        import copy
+
+        cls = type(self)
+        twin = cls.__new__(cls)
+        memo[id(self)] = twin
+        for name, value in self.__dict__.items():
+            setattr(twin, name, None if name == "_twin" else copy.deepcopy(value, memo))
+        return twin
+
     @property
     def base_model(self) -> str | None:
         """The base model a tuned folder's mirror_config.json names: a string from a file, never loaded here;

@@ -263,3 +263,47 @@ def test_steps_are_timed_at_the_job_s_own_length_class():
     assert all(length == 32 for _, length in train_shapes(32))
     (small, _), (big, _) = train_shapes(4)
     assert small * 4 == 256 and big * 4 == 1024  # a words batch of ~200 strings lies within the timed shapes
+
+
+def test_a_finished_run_corrects_the_next_estimate_of_its_key(base, tiny_bert, tmp_path, monkeypatch):
+    clock = VirtualClock(monkeypatch)
+    config = words_config(tiny_bert)
+    texts = three_token_words(50)
+    estimator = Estimator(tmp_path, clock)
+    first = estimator.estimate(texts, "k", config, "cpu", 1, base)
+    assert first.key and estimator.observed == {}
+    # the run took twice the priced training, and its general checks 3 s for the tuned encoder
+    estimator.observe(first.key, first.phase("training"), 2 * first.phase("training"), 3.0)
+    again = estimator.estimate(texts, "k", config, "cpu", 1, base)
+    assert again.phase("training") == pytest.approx(2 * first.phase("training"))
+    assert again.phase("general checks") == pytest.approx(2 * 3.0)  # base and tuned: the base's scores not kept
+    kept = estimator.estimate(texts, "k", config, "cpu", 1, base, check_encoders=1)
+    assert kept.phase("general checks") == pytest.approx(3.0)
+    assert estimator.estimate(texts, "k", config, "cpu", 1, base, check_encoders=0).phase("general checks") == 0
+    for _ in range(2):  # a run of 100 x the priced time cannot make the next estimate more than 4 x
+        estimator.observe(first.key, again.phase("training"), 100 * again.phase("training"), None)
+    capped = estimator.estimate(texts, "k", config, "cpu", 1, base)
+    assert capped.phase("training") == pytest.approx(4 * first.phase("training"))
+    assert capped.phase("general checks") == pytest.approx(2 * 3.0)  # a run without checks keeps the last figure
+    other = estimator.estimate(texts, "k", dataclasses.replace(config, pooling="cls"), "cpu", 1, base)
+    assert other.key[:-1] not in estimator.observed  # another key: uncorrected
+
+
+def test_the_service_learns_from_each_run_and_drops_checks_that_are_off(app, tiny_bert, tmp_path):
+    from explorer import MirrorApp, Settings
+
+    app.estimator = Estimator(app.settings.work_dir / ".estimate")
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    assert "general checks" in app.estimate(s, str(tiny_bert), "auto", TINY)  # calibrates
+    events = list(app.train(s, str(tiny_bert), "auto", TINY))
+    assert events[-1].kind == "done"
+    (seen,) = app.estimator.observed.values()
+    checks = s.run.stats["forgetting"]["seconds"]
+    assert seen.check_s is not None and seen.check_s <= checks + 1e-9 and 0.25 <= seen.train_ratio <= 4.0
+    off = MirrorApp(Settings(work_dir=tmp_path / "off", model_roots=(tiny_bert.resolve(),), general_checks=False))
+    off.estimator = Estimator(off.settings.work_dir / ".estimate")
+    t = off.session()
+    off.load_pasted(t, "\n".join(WORDS))
+    text = off.estimate(t, str(tiny_bert), "auto", TINY)
+    assert "training" in text and "general checks" not in text

@@ -144,3 +144,16 @@ def test_bf16_embeddings_are_faithful_to_fp32_on_a_real_set():
             st = load_sentence_transformer(bundled_model_path())
             naive = st.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
             assert cosines(fp32, naive).min() > 0.99999
+
+
+def test_an_encoder_with_its_bf16_twin_deep_copies_into_an_independent_one(tiny_bert):
+    import copy
+
+    enc = load_encoder(tiny_bert)
+    before = enc.encode(TEXTS)  # builds the twin where the CPU has native bf16 (packed weights cannot be copied)
+    other = copy.deepcopy(enc)  # what the estimate's calibration trains, and must not touch the original
+    assert other.model is not enc.model and other.twin_nbytes == 0
+    np.testing.assert_array_equal(other.encode(TEXTS), before)
+    with torch.no_grad():
+        next(other.model.parameters()).add_(1.0)
+    np.testing.assert_array_equal(enc.encode(TEXTS), before)
