@@ -311,7 +311,9 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         if mode_value == "auto":
             overrides = preset_values(info["mode"])
             updates = [gr.update(value=v) for v in overrides.values()]
-        estimate = app.estimate(session, model_value, mode_value, overrides)
+        # the plan and its time come in a second step (`then_estimate`): the first estimate of a model times it on
+        # this machine (seconds), and the strings' summary must not wait for that
+        estimate = render.message("Planning the run and timing it on this machine…", "info")
         can_launch = gr.update(interactive=session.active is None or session.active.finished)
         return [render.load_md(info), *updates, estimate, can_launch, session], info.get("columns", [])
 
@@ -356,11 +358,14 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
     inputs = [ui.mode, ui.model, state, *field_list]
     loaded = [ui.input_md, *field_list, ui.estimate_md, ui.launch, state]
-    ui.upload.change(on_upload, [ui.upload, ui.column, *inputs], [ui.input_md, ui.column, *loaded[1:]], **PRIVATE)
-    ui.column.input(on_column, [ui.upload, ui.column, *inputs], loaded, **PRIVATE)
-    ui.paste_btn.click(on_paste, [ui.pasted, *inputs], loaded, **PRIVATE)
-    ui.example_btn.click(on_example, [ui.example, *inputs], loaded, **PRIVATE)
-    ui.hub_btn.click(on_hub, [ui.hub_dataset, ui.hub_column, ui.hub_split, *inputs], loaded, **PRIVATE)
+    estimated = {"fn": on_settings, "inputs": inputs, "outputs": [ui.estimate_md, state], **PRIVATE}
+    upload_out = [ui.input_md, ui.column, *loaded[1:]]
+    ui.upload.change(on_upload, [ui.upload, ui.column, *inputs], upload_out, **PRIVATE).then(**estimated)
+    ui.column.input(on_column, [ui.upload, ui.column, *inputs], loaded, **PRIVATE).then(**estimated)
+    ui.paste_btn.click(on_paste, [ui.pasted, *inputs], loaded, **PRIVATE).then(**estimated)
+    ui.example_btn.click(on_example, [ui.example, *inputs], loaded, **PRIVATE).then(**estimated)
+    hub_in = [ui.hub_dataset, ui.hub_column, ui.hub_split, *inputs]
+    ui.hub_btn.click(on_hub, hub_in, loaded, **PRIVATE).then(**estimated)
     ui.mode.input(on_mode, inputs, [*field_list, ui.estimate_md, state], **PRIVATE)
     changes = [ui.model.change, *[f.input for f in field_list]]
     gr.on(changes, on_settings, inputs, [ui.estimate_md, state], show_progress="hidden", **PRIVATE)
@@ -524,9 +529,9 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
                 return None
             shown = view.served(app.open_run(session, run_id), session, memory)
             restored = app.restore_texts(session)  # a reloaded page has no strings: the run's own come back
-            if restored is not None:
-                estimate = app.estimate(session, BUNDLED_MODEL, "auto", {})
-                shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: estimate})
+            if restored is not None:  # (the plan and its time follow: `estimated` below)
+                planning = render.message("Planning the run and timing it on this machine…", "info")
+                shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
                 shown[ui.launch] = gr.update(interactive=True)
             return shown
         except MirrorError as exc:
@@ -537,11 +542,25 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         session = app.session(s)
         return try_open(session, run_id, remember(memory)) or {state: session}
 
-    ui.open_run.click(on_open, [ui.runs, browser, state], view.outputs, **PRIVATE)
+    # after a run is opened, the plan for its strings (loaded again when the page had none)
+    plan_in = [ui.mode, ui.model, state, *ui.fields.values()]
+    estimated = {"fn": lambda *a: estimate_only(app, ui, *a), "inputs": plan_in, "outputs": [ui.estimate_md, state]}
+    ui.open_run.click(on_open, [ui.runs, browser, state], view.outputs, **PRIVATE).then(**estimated, **PRIVATE)
     # the browser's stored value reaches the page a moment after it loads: read it once it is there
     wait = "async () => { await new Promise((done) => setTimeout(done, 400)); }"
     load = {"show_progress": "hidden", **PRIVATE}
-    demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], view.outputs, **load)
+    demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], view.outputs, **load).then(
+        **estimated, show_progress="hidden", **PRIVATE
+    )
+
+
+def estimate_only(app: MirrorApp, ui: SimpleNamespace, mode_value, model_value, s, *vals) -> tuple:
+    """The Tune tab's plan and time estimate for the session's strings and the settings shown (unchanged when the
+    session has no strings: the page's own text stays)."""
+    session = app.session(s)
+    if not session.texts:
+        return gr.update(), session
+    return app.estimate(session, model_value, mode_value, dict(zip(ui.fields, vals, strict=True))), session
 
 
 def wire_saved_zip(app: MirrorApp, view: RunView) -> None:

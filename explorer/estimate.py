@@ -356,15 +356,19 @@ class Estimator:
         return (config.model, config.pooling, device, str(amp), threads if device == "cpu" else 0, length)
 
     def calibration(
-        self, key: tuple, base: Encoder, config: MirrorConfig, wait: bool = True, may_calibrate: bool = True
+        self, key: tuple, base: Encoder, config: MirrorConfig, wait: bool | float = True, may_calibrate: bool = True
     ) -> tuple[Calibration | None, bool]:
         """(the calibration of `key`, made by this call?); (None, False) when there is none and it cannot be made
-        now: `may_calibrate` false, or another thread is making it and `wait` is false."""
+        now: `may_calibrate` false, or another thread is making it and `wait` is false (or, a number, that thread
+        took longer than `wait` seconds)."""
         with self._lock:
             if key in self.calibrations:
                 return self.calibrations[key], False
             lock = self._locks.setdefault(key, threading.Lock())
-        if not may_calibrate or not lock.acquire(blocking=wait):
+        if not may_calibrate:
+            return None, False
+        got = lock.acquire(blocking=bool(wait)) if isinstance(wait, bool) else lock.acquire(timeout=max(0.0, wait))
+        if not got:
             return None, False
         try:
             if key in self.calibrations:
@@ -399,7 +403,7 @@ class Estimator:
         base: Encoder,
         memory_budget: int | None = None,
         build_base: bool = True,
-        wait: bool = True,
+        wait: bool | float = True,
         may_calibrate: bool = True,
         check_encoders: int = FORGETTING_ENCODERS,
     ) -> Estimate | None:

@@ -141,12 +141,17 @@ def place_queries(
     out = []
     pts = map_data["points"]
     pos = {side: np.array([p[side] for p in pts], dtype=np.float64) for side in ("base", "tuned")}
+    shown_at = {" ".join(p["text"].split()).casefold(): j for j, p in enumerate(pts)}
     for qi, text in enumerate(queries):
         place: dict[str, Any] = {"text": text}
+        same = shown_at.get(" ".join(text.split()).casefold())
         for side, q, shown in (("base", query_base, base_shown), ("tuned", query_tuned, tuned_shown)):
+            if same is not None:  # the query is one of the shown strings: exactly on it
+                place[side] = list(pts[same][side])
+                continue
             sims = _unit(shown) @ _unit(q[qi : qi + 1])[0]
             top = np.argsort(-sims)[: min(k, len(sims))]
-            if sims[top[0]] > 0.9999:  # the query is one of the strings: exactly there
+            if sims[top[0]] > 0.9999:  # the same vector as a shown string (another spelling of it): there
                 w = np.zeros(len(top))
                 w[0] = 1.0
             else:

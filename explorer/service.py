@@ -239,6 +239,8 @@ class MirrorApp:
             )
             return self.set_texts(session, raw, f"{dataset} · {column}", notes)
 
+    CALIBRATION_WAIT_S = 90.0  # an estimate waits this long for another request's calibration of the same key
+
     def estimate(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
         """Markdown: the planned steps and the whole job's time on this machine, phase by phase.
 
@@ -295,7 +297,9 @@ class MirrorApp:
             base,
             memory_budget=memory,
             build_base=build_base,
-            wait=False,
+            # a second request while the first calibrates (the page asks again as a file lands) waits for it:
+            # its answer is the one the page keeps
+            wait=self.CALIBRATION_WAIT_S,
             may_calibrate=not self.in_progress,  # a calibration would slow a training run, and be slowed by it
             check_encoders=self._check_encoders(base),
         )

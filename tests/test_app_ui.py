@@ -510,7 +510,8 @@ def test_the_server_serves_only_the_files_it_made_for_a_session(server, tiny_ber
         r = httpx.get(served["url"])
         assert r.status_code == 200 and r.content[:2] == b"PK"
     inside = next(sessions.glob("runs/*/tuned_index/texts.json"))  # a run in the run store
-    for path in [inside, inside.parent.parent / "mirror-model.zip", ROOT / "app.py", Path("/etc/passwd")]:
+    model_zip_on_disk = next(inside.parent.parent.glob("mirror-*-model.zip"))  # named for the base and the run
+    for path in [inside, model_zip_on_disk, ROOT / "app.py", Path("/etc/passwd")]:
         assert path.exists()
         r = httpx.get(f"{url}gradio_api/file={path}")
         assert r.status_code == 403, path

@@ -82,7 +82,9 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         expect(summary).to_contain_text("50 strings loaded")
         text = summary.inner_text()
         assert "1 empty dropped" in text and "1 duplicate removed" in text and "words preset" in text
-        expect(page.locator("#mx-estimate")).to_contain_text("Plan:")
+        # the strings' summary comes at once; the plan once the model is timed on this machine (first time: seconds)
+        expect(page.locator("#mx-estimate")).to_contain_text("Plan:", timeout=180_000)
+        expect(page.locator("#mx-estimate")).to_contain_text("calibrated on this machine")
 
         # 2. a few steps: batch 16, max 3 steps (set in the Advanced accordion)
         page.get_by_text("Advanced settings").click()

@@ -231,7 +231,8 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
     config = MirrorConfig.preset("words", model=str(tiny_bert), **TINY)
     key = app.estimator.key(config, "cpu", torch.get_num_threads(), length=4)  # WORDS: ~5 tokens padded
     lock = app.estimator._locks.setdefault(key, threading.Lock())
-    with lock:  # another request is calibrating this key
+    app.CALIBRATION_WAIT_S = 0.2
+    with lock:  # another request is calibrating this key, for longer than this one waits
         text = app.estimate(s, str(tiny_bert), "auto", TINY)
     assert "rough guess" in text and "calibrating" in text
     assert "calibrated" in app.estimate(s, str(tiny_bert), "auto", TINY)
@@ -307,3 +308,25 @@ def test_the_service_learns_from_each_run_and_drops_checks_that_are_off(app, tin
     off.load_pasted(t, "\n".join(WORDS))
     text = off.estimate(t, str(tiny_bert), "auto", TINY)
     assert "training" in text and "general checks" not in text
+
+
+def test_a_second_request_waits_for_the_calibration_another_one_started(app, tiny_bert, monkeypatch):
+    real, started = est_mod.calibrate, threading.Event()
+
+    def slow(*args, **kwargs):
+        started.set()
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(est_mod, "calibrate", slow)
+    app.estimator = Estimator(app.settings.work_dir / ".estimate")
+    s = app.session()
+    app.load_pasted(s, "\n".join(WORDS))
+    first: list[str] = []
+    worker = threading.Thread(target=lambda: first.append(app.estimate(s, str(tiny_bert), "auto", TINY)))
+    worker.start()
+    assert started.wait(30)
+    second = app.estimate(s, str(tiny_bert), "auto", TINY)  # the page asks again while the first calibrates
+    worker.join(60)
+    assert "calibrated on this machine just now" in first[0]
+    assert "calibrated on this machine" in second and "rough guess" not in second
