@@ -358,7 +358,10 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
     inputs = [ui.mode, ui.model, state, *field_list]
     loaded = [ui.input_md, *field_list, ui.estimate_md, ui.launch, state]
-    estimated = {"fn": on_settings, "inputs": inputs, "outputs": [ui.estimate_md, state], **PRIVATE}
+    # (estimate_only leaves the text as it is when the session has no strings: a file input fires `change` as the
+    # file is cleared and again as it lands, and the first one's plan must not land after the second's)
+    plan = lambda *a: estimate_only(app, ui, *a)  # noqa: E731
+    estimated = {"fn": plan, "inputs": inputs, "outputs": [ui.estimate_md, state], **PRIVATE}
     upload_out = [ui.input_md, ui.column, *loaded[1:]]
     ui.upload.change(on_upload, [ui.upload, ui.column, *inputs], upload_out, **PRIVATE).then(**estimated)
     ui.column.input(on_column, [ui.upload, ui.column, *inputs], loaded, **PRIVATE).then(**estimated)
