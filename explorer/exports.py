@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from explorer.moved import nearest
 from mirror.errors import MirrorError
 
 FORMATS = ("projector", "parquet", "neighbours", "all")
 NEIGHBOURS_K = 10
-BLOCK = 2048  # queries per exact-search block
 LINE_BREAKS = re.compile(r"[\t\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 COORDS = ("base_x", "base_y", "tuned_x", "tuned_y")
 
@@ -178,29 +178,6 @@ def write_parquet(
     return path
 
 
-def nearest(vecs: np.ndarray, queries: Sequence[int], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each row number in `queries`, its k nearest other rows of `vecs` (cosine, exact FAISS inner product on
-    unit rows) and their scores, nearest first."""
-    import faiss
-
-    x = np.ascontiguousarray(vecs, dtype=np.float32)
-    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-    index = faiss.IndexFlatIP(x.shape[1])
-    index.add(x)
-    k = min(k, len(x) - 1)
-    ids = np.empty((len(queries), k), dtype=np.int64)
-    scores = np.empty((len(queries), k), dtype=np.float32)
-    q = np.asarray(queries, dtype=np.int64)
-    for start in range(0, len(q), BLOCK):
-        s, found = index.search(x[q[start : start + BLOCK]], k + 1)
-        for j, (row_s, row_i) in enumerate(zip(s, found, strict=True)):
-            own = q[start + j]
-            kept = [(i, v) for i, v in zip(row_i, row_s, strict=True) if i != own and i >= 0][:k]
-            ids[start + j] = [i for i, _ in kept]
-            scores[start + j] = [v for _, v in kept]
-    return ids, scores
-
-
 def write_neighbours(
     path: Path, texts: Sequence[str], base: np.ndarray, tuned: np.ndarray, picked: Sequence[int]
 ) -> Path:
@@ -210,8 +187,8 @@ def write_neighbours(
     w = csv.writer(out)
     w.writerow(["row", "string", "rank", "base_neighbour", "base_score", "tuned_neighbour", "tuned_score"])
     if len(texts) >= 2:
-        bi, bs = nearest(base, picked, NEIGHBOURS_K)
-        ti, ts = nearest(tuned, picked, NEIGHBOURS_K)
+        bi, bs = nearest(base, NEIGHBOURS_K, picked)
+        ti, ts = nearest(tuned, NEIGHBOURS_K, picked)
         for j, i in enumerate(picked):
             for rank in range(bi.shape[1]):
                 w.writerow(

@@ -13,8 +13,10 @@ import numpy as np
 BLOCK = 2048  # queries per exact-search block: 20k x 20k stays a few MB at a time
 
 
-def top_k(vecs: np.ndarray, k: int) -> np.ndarray:
-    """Each row's k nearest other rows (cosine, exact, FAISS inner product on unit rows), nearest first."""
+def nearest(vecs: np.ndarray, k: int, queries: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For each row number in `queries` (default: every row), its k nearest other rows of `vecs` (cosine, exact
+    FAISS inner product on unit rows) and their scores, nearest first; the row itself is left out wherever ties
+    put it."""
     import faiss
 
     x = np.ascontiguousarray(vecs, dtype=np.float32)
@@ -22,14 +24,22 @@ def top_k(vecs: np.ndarray, k: int) -> np.ndarray:
     index = faiss.IndexFlatIP(x.shape[1])
     index.add(x)
     k = min(k, len(x) - 1)
-    out = np.empty((len(x), k), dtype=np.int64)
-    for start in range(0, len(x), BLOCK):
-        _, ids = index.search(x[start : start + BLOCK], k + 1)
-        for j, row in enumerate(ids):
-            own = start + j
-            kept = [i for i in row if i != own and i >= 0][:k]  # the string itself out (wherever ties put it)
-            out[start + j] = kept
-    return out
+    q = np.arange(len(x)) if queries is None else np.asarray(queries, dtype=np.int64)
+    ids = np.empty((len(q), k), dtype=np.int64)
+    scores = np.empty((len(q), k), dtype=np.float32)
+    for start in range(0, len(q), BLOCK):
+        found_s, found_i = index.search(x[q[start : start + BLOCK]], k + 1)
+        for j, (row_s, row_i) in enumerate(zip(found_s, found_i, strict=True)):
+            own = q[start + j]
+            kept = [(i, v) for i, v in zip(row_i, row_s, strict=True) if i != own and i >= 0][:k]
+            ids[start + j] = [i for i, _ in kept]
+            scores[start + j] = [v for _, v in kept]
+    return ids, scores
+
+
+def top_k(vecs: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k nearest other rows (cosine, exact), nearest first."""
+    return nearest(vecs, k)[0]
 
 
 def neighbour_changes(texts: Sequence[str], base: np.ndarray, tuned: np.ndarray, k: int = 10) -> list[dict[str, Any]]:
