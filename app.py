@@ -467,7 +467,13 @@ class RunView:
                 return
             if isinstance(ev, Done):
                 box = render.status_box(f"Tuned and indexed in {ev.run.stats.get('wall_seconds', 0):.0f} s.", "ok")
-                yield {ui.status_md: box, **idle, **self.served(ev.run, session, memory)}
+                shown = {ui.status_md: box, **idle, **self.served(ev.run, session, memory)}
+                restored = self.app.restore_texts(session)  # a page reloaded during the run had no strings
+                if restored is not None:
+                    planning = render.message("Planning the run and timing it on this machine…", "info")
+                    shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
+                    shown[ui.launch] = gr.update(interactive=True)
+                yield shown
                 return
             view.take(ev)
             if view.due():

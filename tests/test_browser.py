@@ -182,6 +182,8 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_disarms_launch(serv
         expect(page.locator("#mx-status")).to_contain_text("step", timeout=60_000)
         expect(page.locator("#mx-cancel")).to_be_enabled()
         expect(page.locator("#mx-result")).to_contain_text("Done", timeout=300_000)
+        expect(page.locator("#mx-input")).to_contain_text("loaded again")  # the reloaded page gets the strings back
+        expect(page.locator("#mx-launch")).to_be_enabled()
         link = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href")
         run_id = link.split("run=")[1]
         page.screenshot(path=ARTIFACTS / "browser_5_reattached_done.png", full_page=True)
