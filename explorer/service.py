@@ -534,7 +534,7 @@ class MirrorApp:
                         yield Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
                         return
                     if isinstance(ev, Finished):
-                        info = new_run_info(run, config.model, texts, source, ev.stats)
+                        info = new_run_info(run, config.model, texts, source, ev.stats, package=False)
                         check_s = None
                         if self.settings.general_checks:
                             from explorer.forgetting import base_scored
@@ -550,7 +550,7 @@ class MirrorApp:
                                 planned.key, planned.phase("training"), ev.stats.get("seconds"), check_s
                             )
                         yield Phase("Preparing downloads")
-                        info = self._serve(session, info)
+                        info = self._serve(session, package_run(info))  # its card has the checks' results
                         info.stats.update(
                             wall_seconds=round(time.perf_counter() - started, 1),
                             started_at=round(started_at, 3),
@@ -877,23 +877,18 @@ class MirrorApp:
 
 
 def new_run_info(
-    folder: Path, base_model: str, texts: list[str], source: str, stats: dict[str, Any], model_zip: Path | None = None
+    folder: Path,
+    base_model: str,
+    texts: list[str],
+    source: str,
+    stats: dict[str, Any],
+    model_zip: Path | None = None,
+    package: bool = True,
 ) -> RunInfo:
-    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), with its downloads zipped (named
-    for the base model and the run: `mirror-<base>-<run id>-model.zip`; inside, the folders stay mirror-model/ and
-    mirror-index/) and the model card written into model/ first, so the zip carries it.
-    `model_zip`: serve this zip (an uploaded one) instead of zipping model/ again."""
-    from index.folder import META_FILE, with_encoder_at
-
-    try:
-        write_card(folder / "model", stats, base_model)
-    except Exception:  # a run is never failed for its card
-        log.exception("could not write the model card")
-    model_zip = model_zip or zip_folder(
-        folder / "model", folder / download_name(base_model, folder.name, "model"), "mirror-model"
-    )
-    model_dir = model_folder_in_zip(model_zip)  # "mirror-model" (what the app zips), or an uploaded zip's own
-    return RunInfo(
+    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), its downloads named for the base
+    model and the run (`mirror-<base>-<run id>-model.zip`) and, with `package`, made (`package_run`).
+    `model_zip`: serve this zip (an uploaded one) instead of zipping model/."""
+    info = RunInfo(
         folder=folder,
         base_model=base_model,
         pooling=stats["pooling"],
@@ -903,18 +898,30 @@ def new_run_info(
         stats={k: v for k, v in stats.items() if k != "losses"},
         losses=list(stats.get("losses", [])),
         summary=stats.get("summary", ""),
-        model_zip=model_zip,
-        index_zip=zip_folder(
-            folder / "tuned_index",
-            folder / download_name(base_model, folder.name, "index"),
-            "mirror-index",
-            # unzipped beside the model zip, the index finds its encoder without --encoder
-            {
-                "README.txt": INDEX_README,
-                META_FILE: with_encoder_at(folder / "tuned_index", posixpath.normpath(posixpath.join("..", model_dir))),
-            },
-        ),
+        model_zip=model_zip or folder / download_name(base_model, folder.name, "model"),
+        index_zip=folder / download_name(base_model, folder.name, "index"),
     )
+    return package_run(info, zip_model=model_zip is None) if package else info
+
+
+def package_run(info: RunInfo, zip_model: bool = True) -> RunInfo:
+    """The run's downloads: the model card written into model/ from the run's stats as they are now (the general
+    checks included, so run them first), model/ zipped (inside: mirror-model/) unless it is an uploaded zip, and
+    the tuned index zipped (inside: mirror-index/) with a meta.json pointing at the model beside it."""
+    from index.folder import META_FILE, with_encoder_at
+
+    folder = info.folder
+    try:
+        write_card(folder / "model", {**info.stats, "losses": info.losses}, info.base_model)
+    except Exception:  # a run is never failed for its card
+        log.exception("could not write the model card")
+    if zip_model:
+        zip_folder(folder / "model", info.model_zip, "mirror-model")
+    model_dir = model_folder_in_zip(info.model_zip)  # "mirror-model" (what the app zips), or an uploaded zip's own
+    index_at = posixpath.normpath(posixpath.join("..", model_dir))  # unzipped beside the model zip: no --encoder
+    extra = {"README.txt": INDEX_README, META_FILE: with_encoder_at(folder / "tuned_index", index_at)}
+    zip_folder(folder / "tuned_index", info.index_zip, "mirror-index", extra)
+    return info
 
 
 def tuned_weights(run: Path) -> Path:

@@ -216,6 +216,8 @@ def test_a_tuned_runs_zips_carry_the_card_and_are_named_for_base_and_run(app, tu
         card = zf.read("mirror-model/README.md").decode()
         assert "mirror-model/modules.json" in zf.namelist()
     assert "library_name: sentence-transformers" in card and f"| strings | {run.n_texts} |" in card
+    # the general checks ran before the downloads were made: the card in the zip has their table
+    assert run.stats["forgetting"] and "## Did tuning forget anything?" in card and "SimLex-999" in card
     with zipfile.ZipFile(run.index_zip) as zf:
         assert all(n.startswith("mirror-index/") for n in zf.namelist())
 
