@@ -11,6 +11,7 @@ run pays for the tuned model only. MIRROR_GENERAL_CHECKS=0 turns the check off.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,10 +50,16 @@ _BASE_LOCK = threading.Lock()
 
 
 def check_pairs(check: Check, half: str = "check") -> list[Pair]:
-    """The pairs of one check: its "check" half (odd pairs) or its "dev" half (even pairs), capped, in order."""
+    """The pairs of one check: its "check" half (odd pairs) or its "dev" half (even pairs), capped, in order.
+    (Read once per process: every run, and every estimate through `base_scored`, asks for them.)"""
+    return list(_check_pairs(check, half))
+
+
+@functools.lru_cache(maxsize=16)
+def _check_pairs(check: Check, half: str) -> tuple[Pair, ...]:
     pairs = read_pairs(GOLD / check.file)
     picked = pairs[1::2] if half == "check" else pairs[0::2]
-    return picked[: check.max_pairs]
+    return tuple(picked[: check.max_pairs])
 
 
 def forgetting_check(

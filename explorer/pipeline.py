@@ -29,13 +29,11 @@ def tune_and_index(
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
     and run/tuned_index. Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
     true, Stopped(stats) with nothing saved. `roots`: where a local model may be loaded from (None: anywhere)."""
-    from mirror.encoder import load_encoder, resolve_device
-    from mirror.memory import available_bytes
+    from mirror.encoder import load_encoder
     from mirror.train import mirror_tune, save_result
 
     texts = list(texts)
-    if memory:  # an operator's cap, never more than the machine has free now (mirror_tune's own default)
-        memory = min(memory, available_bytes(resolve_device(config.device)))
+    memory = run_memory(config, memory)
     emit(Phase("Loading the base model"))
     encoder = load_encoder(
         config.model, pooling=config.pooling, device=config.device, dropout=config.dropout, allowed_roots=roots
@@ -73,3 +71,12 @@ def index_with(encoder, texts: list[str], folder: Path, label: str, emit: Callab
 
     emit(Phase(label, 0, len(texts)))
     VectorIndex.build(encoder, texts, gpu=False, on_progress=lambda d, t: emit(Phase(label, d, t))).save(folder)
+
+
+def run_memory(config: MirrorConfig, memory: int | None) -> int | None:
+    """The memory a run plans its steps with: an operator's cap (`memory`), never more than the machine has free
+    now (mirror_tune's own default); None: that default. The estimate prices the same plan with it."""
+    from mirror.encoder import resolve_device
+    from mirror.memory import available_bytes
+
+    return min(memory, available_bytes(resolve_device(config.device))) if memory else memory

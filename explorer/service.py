@@ -267,8 +267,6 @@ class MirrorApp:
     def _estimate(self, session: Session, config) -> tuple[Any, str]:
         """The calibrated Estimate of a run of `config` on the session's strings, or the rough one and why."""
         from explorer.settings import zero_gpu
-        from mirror.encoder import resolve_device
-        from mirror.memory import available_bytes
         from mirror.names import looks_local
 
         texts = list(session.texts)
@@ -281,9 +279,6 @@ class MirrorApp:
         if base is None and model != BUNDLED_MODEL and not looks_local(model):  # never a download for an estimate
             return rough, "calibrates on this machine once this model is loaded (by a run)"
         base = base or self.models.base_encoder(model, config.pooling)
-        memory = self.settings.train_memory_bytes
-        if memory:  # what the run will plan with (explorer.pipeline)
-            memory = min(memory, available_bytes(resolve_device(config.device)))
         key, prev = texts_key(texts), session.run
         build_base = True
         if prev and (prev.base_model, prev.pooling, prev.texts_key) == (model, base.pooling, key):
@@ -295,7 +290,7 @@ class MirrorApp:
             device,
             threads,
             base,
-            memory_budget=memory,
+            memory_budget=self._memory_budget(config),
             build_base=build_base,
             # a second request while the first calibrates (the page asks again as a file lands) waits for it:
             # its answer is the one the page keeps
@@ -308,6 +303,12 @@ class MirrorApp:
         if est is None:
             return rough, "calibrating on this machine (another request started it)…"
         return est, ""
+
+    def _memory_budget(self, config) -> int | None:
+        """The memory a run of `config` will plan its steps with (explorer.pipeline.run_memory)."""
+        from explorer.pipeline import run_memory
+
+        return run_memory(config, self.settings.train_memory_bytes)
 
     def _check_encoders(self, base) -> int:
         """Encoders the general checks after a run encode: none when they are off, 1 when the base's scores are
@@ -324,7 +325,7 @@ class MirrorApp:
         try:
             device, threads = device_and_threads(config.device)
             return self.estimator.estimate(
-                texts, key, config, device, threads, base, self.settings.train_memory_bytes, build_base,
+                texts, key, config, device, threads, base, self._memory_budget(config), build_base,
                 wait=False, may_calibrate=False,
             )  # fmt: skip
         except Exception:  # an estimate must never stop a run
