@@ -14,7 +14,8 @@ import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,9 +71,13 @@ class Encoder:
     max_seq_length: int  # inference length; training uses its own (shorter) bound
     source: str  # what the user asked for: "bundled", a hub id or a path
     info: dict[str, Any] = field(default_factory=dict)  # e.g. mirror_config.json of a tuned model
-    _twin: tuple[tuple, list[torch.Tensor], Any] | None = field(default=None, init=False, repr=False, compare=False)
-    # _writes_key of the weights when loaded from (or saved to) `source`; None: built in memory, trusted as named
-    _source_weights: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    # The weights' generation: bumped by every writer of the weights (`changing_weights`). What is built from the
+    # weights (the bf16 inference copy, the "still the model at `source`" mark) remembers the generation it saw.
+    # Not tensor._version: in-place kernels do not promise to bump it (AdamW(fused=True) on a CPU does not).
+    generation: int = field(default=0, init=False, repr=False, compare=False)
+    _twin: tuple[tuple, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    # generation of the weights when loaded from (or saved to) `source`; None: built in memory, trusted as named
+    _source_generation: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __deepcopy__(self, memo: dict) -> Encoder:
         """A copy with its own weights and no bf16 twin (oneDNN's packed weights cannot be copied; the copy builds
@@ -98,14 +103,34 @@ class Encoder:
     def name(self) -> str | None:
         """The model these weights load from: `source` ("bundled", a hub id or a folder) while the weights are still
         the ones loaded from (or last saved to) it; None once they changed since (tuned or blended, not saved)."""
-        if self._source_weights is not None and self._source_weights != _writes_key(self.model):
+        if self._source_generation is not None and self._source_generation != self.generation:
             return None
         return self.source
 
     def mark_source(self, source: str) -> None:
         """Record that the current weights are the model at `source` (just loaded from, or saved to, it)."""
         self.source = source
-        self._source_weights = _writes_key(self.model)
+        self._source_generation = self.generation
+
+    @contextmanager
+    def changing_weights(self) -> Iterator[None]:
+        """Wrap every write of this encoder's weights (training, a blend, loading a state dict) in this: the
+        generation is bumped on entry and on exit (also when the write fails half-way), so the bf16 inference
+        copy and the source mark built from the old weights are never used again.
+
+            with encoder.changing_weights():
+                optimizer.step()
+        """
+        self._weights_changed()
+        try:
+            yield
+        finally:
+            self._weights_changed()
+
+    def _weights_changed(self) -> None:
+        with _TWIN_LOCK:
+            self.generation += 1
+            self._twin = None  # frees its bf16 weights now, not at the next encode
 
     @property
     def dim(self) -> int:
@@ -245,8 +270,9 @@ class Encoder:
 
         Autocast would cast those weights on every call (most of a single query's time: a few tokens read ~40 MB
         of fp32 weights and write them again as bf16); the twin shares every other tensor and gives the same
-        numbers. It costs 2 bytes per Linear weight (+23% on an fp32 MiniLM, +39% on BERT-base) and is rebuilt when
-        a weight changes.
+        numbers. It costs 2 bytes per Linear weight (+23% on an fp32 MiniLM, +39% on BERT-base). It is built for one
+        generation of the weights (and one model object): `changing_weights` makes it stale by construction. A
+        sample of the weights' values is compared too, as a guard against a writer that forgot to say so.
         """
         model = self.model
         if (
@@ -260,15 +286,18 @@ class Encoder:
             return model
         with _TWIN_LOCK:
             twin = self._twin
-            if twin is None or twin[0] != _weights_key(twin[1]):
-                twin = self._twin = _bf16_twin(model)
-        return twin[2]
+            key = (self.generation, id(model))
+            if twin is None or twin[0][:2] != key or not _same_sample(twin[0][2], model):
+                twin = self._twin = ((*key, _weights_sample(model)), _bf16_twin(model))
+        return twin[1]
 
     @property
     def twin_nbytes(self) -> int:
         """Memory held by the bf16 inference copy of the Linear weights (0 until a CPU bf16 encode built it)."""
         twin = self._twin
-        return sum(w.numel() * 2 for w in twin[1]) if twin is not None else 0
+        if twin is None:
+            return 0
+        return sum(m.weight.numel() * 2 for m in twin[1].modules() if isinstance(m, _Bf16Linear))
 
     def fingerprint(self) -> str:
         """A short hash of the weights (a strided sample of every tensor) and the pooling."""
@@ -282,23 +311,33 @@ class Encoder:
         return h.hexdigest()[:16]
 
 
-def _bf16_twin(model: Any) -> tuple[tuple, list[torch.Tensor], Any]:
-    """(key, weights, twin): a copy of `model` sharing all its tensors but the Linear ones, which it holds in bf16
-    (packed for oneDNN where the CPU has native bf16); `key` (_weights_key of `weights`, the original Linear
-    tensors) says whether it still matches them."""
+def _bf16_twin(model: Any) -> Any:
+    """A copy of `model` sharing all its tensors but the Linear ones, which it holds in bf16 (packed for oneDNN
+    where the CPU has native bf16): a snapshot of the weights as they are now."""
     import copy
 
     shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     twin = copy.deepcopy(model, memo=shared)  # the module tree only: every tensor is shared
     pack = cpu_has_native_bf16()
-    weights = []
     for parent in twin.modules():
         for name, child in list(parent.named_children()):
             if isinstance(child, torch.nn.Linear):
-                weights.extend(p for p in (child.weight, child.bias) if p is not None)
                 setattr(parent, name, _Bf16Linear(child, pack))
     twin.eval()
-    return _weights_key(weights), weights, twin
+    return twin
+
+
+def _weights_sample(model: Any) -> list[torch.Tensor]:
+    """A few values of the first and the last Linear weight: any training step, blend or state-dict load changes
+    them. ~10 us, where a single query takes ~1 ms."""
+    linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    picked = [linears[0], linears[-1]] if linears else []
+    return [w.detach().reshape(-1)[:: max(1, w.numel() // 64)].clone() for w in picked]
+
+
+def _same_sample(sample: list[torch.Tensor], model: Any) -> bool:
+    now = _weights_sample(model)
+    return len(now) == len(sample) and all(torch.equal(a, b) for a, b in zip(now, sample, strict=True))
 
 
 class _Bf16Linear(torch.nn.Module):
@@ -325,16 +364,6 @@ class _Bf16Linear(torch.nn.Module):
         if self.packed:
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return torch.nn.functional.linear(x, self.weight, self.bias)
-
-
-def _weights_key(weights: list[torch.Tensor]) -> tuple:
-    """Changes when any of the tensors is written in place (an optimiser step) or replaced (a move to a device)."""
-    return tuple((t.data_ptr(), t._version) for t in weights)
-
-
-def _writes_key(model: Any) -> tuple:
-    """Changes when any parameter is written in place (an optimiser step, a blend), not when moved to a device."""
-    return tuple((id(p), p._version) for p in model.parameters())
 
 
 def _rows_that_fit(model: Any, device: torch.device, precision: str, budget: int | None) -> Callable[[int, int], int]:

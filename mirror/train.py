@@ -331,42 +331,44 @@ def mirror_tune(
 
     started = time.perf_counter()
     model.train()  # dropout on in both forward passes: the "feature" augmentation
-    try:
-        for epoch in range(config.epochs):
-            queue, n_split = plan_epoch(lengths, batch_size, plan_rng, budget, *plan)
-            split += n_split
-            while queue and step < total:
-                if distributed.any_rank(should_stop is not None and should_stop()):
-                    cancelled = True
+    # Every write of the weights happens inside: what was built from the old ones (the bf16 inference copy) is dropped.
+    with encoder.changing_weights():
+        try:
+            for epoch in range(config.epochs):
+                queue, n_split = plan_epoch(lengths, batch_size, plan_rng, budget, *plan)
+                split += n_split
+                while queue and step < total:
+                    if distributed.any_rank(should_stop is not None and should_stop()):
+                        cancelled = True
+                        break
+                    batch_ids = queue.pop(0)
+                    try:
+                        pending.append(
+                            _train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device)
+                        )
+                    except torch.OutOfMemoryError:
+                        # Free what the failed step held and go on with half the batch: fewer negatives
+                        # per step, but the run finishes, and the result says so.
+                        batch_size = _halved_after_oom(batch_size, min_batch, world_size, optimizer, device)
+                        rest = [i for ids in [batch_ids, *queue] for i in ids]
+                        chunks = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
+                        if len(chunks) > 1 and len(chunks[-1]) < min_batch:
+                            chunks[-2].extend(chunks.pop())
+                        queue = [part for chunk in chunks for part in budget.split(chunk, lengths, min_batch)]
+                        later = count_steps(lengths, batch_size, plan_rng, budget, config.epochs - epoch - 1, *plan)
+                        total = min(step + len(queue) + later, config.max_steps or step + len(queue) + later)
+                        notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
+                        continue
+                    step += 1
+                    if len(pending) >= sync_every:
+                        read_back()
+                if cancelled or step >= total:
                     break
-                batch_ids = queue.pop(0)
-                try:
-                    pending.append(
-                        _train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device)
-                    )
-                except torch.OutOfMemoryError:
-                    # Free what the failed step held and go on with half the batch: fewer negatives
-                    # per step, but the run finishes, and the result says so.
-                    batch_size = _halved_after_oom(batch_size, min_batch, world_size, optimizer, device)
-                    rest = [i for ids in [batch_ids, *queue] for i in ids]
-                    chunks = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
-                    if len(chunks) > 1 and len(chunks[-1]) < min_batch:
-                        chunks[-2].extend(chunks.pop())
-                    queue = [part for chunk in chunks for part in budget.split(chunk, lengths, min_batch)]
-                    later = count_steps(lengths, batch_size, plan_rng, budget, config.epochs - epoch - 1, *plan)
-                    total = min(step + len(queue) + later, config.max_steps or step + len(queue) + later)
-                    notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
-                    continue
-                step += 1
-                if len(pending) >= sync_every:
-                    read_back()
-            if cancelled or step >= total:
-                break
-        read_back()
-    finally:
-        encoder.model = model  # unwrap DDP
-        model.eval()
-        optimizer.zero_grad(set_to_none=True)
+            read_back()
+        finally:
+            encoder.model = model  # unwrap DDP
+            model.eval()
+            optimizer.zero_grad(set_to_none=True)
     if step:
         _check_finite(encoder, step)
     if split:
