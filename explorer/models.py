@@ -7,9 +7,10 @@ this module adds the server's own limits: MIRROR_MODEL_ROOTS, MIRROR_ALLOW_HUB a
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,16 @@ if TYPE_CHECKING:
     from index.store import VectorIndex
     from mirror.encoder import Encoder
 
+log = logging.getLogger(__name__)
 BASE_MODELS_KEPT = 3
+# An index whose rows differ from what its encoder computes now by more than this (largest component of a unit
+# vector; bf16 noise is ~0.005) was built by other weights: rebuilt when its run loads (VectorIndex.drift).
+STALE_DRIFT = 0.02
+REBUILT_NOTE = (
+    "This run was made by an earlier version whose tuned index could hold the base model's vectors (on CPUs with "
+    "native bf16). Its tuned index was rebuilt from the saved tuned model just now: Search, What moved, the maps "
+    "and the downloads show the tuned model."
+)
 
 
 @dataclass
@@ -46,6 +56,7 @@ class Loaded:
     base: Encoder
     main: IndexPair
     extra: IndexPair | None = None  # another corpus the user indexed with both encoders
+    rebuilt: list[str] = field(default_factory=list)  # tuned indexes found stale on load and rebuilt
 
     @property
     def nbytes(self) -> int:
@@ -55,6 +66,22 @@ class Loaded:
         weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
         weights += self.tuned.twin_nbytes
         return weights + self.main.nbytes + (self.extra.nbytes if self.extra else 0)
+
+
+def fresh_index(folder: Path, encoder: Encoder, rebuilt: list[str]) -> VectorIndex:
+    """The index saved in `folder`, loaded with `encoder`; rebuilt from its texts with that encoder (and saved over
+    the old one, its name added to `rebuilt`) when its rows are not what the encoder computes (STALE_DRIFT)."""
+    from index.store import VectorIndex
+
+    index = VectorIndex.load(folder, encoder, gpu=False)
+    drift = index.drift()
+    if drift is None or drift <= STALE_DRIFT:
+        return index
+    log.warning("%s: rows differ from its encoder by %.3f: rebuilding it", folder.name, drift)
+    index = VectorIndex.build(encoder, index.texts, gpu=False)
+    index.save(folder)
+    rebuilt.append(folder.name)
+    return VectorIndex.load(folder, encoder, gpu=False)
 
 
 def release_memory(collect: bool = True) -> None:
@@ -175,15 +202,18 @@ class ModelCache:
         tuned = load_encoder(run.folder / "model", device=inference_device(), allowed_roots=[run.folder])
         tuned.model.eval()
 
+        rebuilt: list[str] = []
+
         def pair(base_dir: str, tuned_dir: str) -> IndexPair:
             return IndexPair(
                 VectorIndex.load(run.folder / base_dir, base, gpu=False),
-                VectorIndex.load(run.folder / tuned_dir, tuned, gpu=False),
+                fresh_index(run.folder / tuned_dir, tuned, rebuilt),
             )
 
         item = Loaded(tuned=tuned, base=base, main=pair("base_index", "tuned_index"))
         if run.extra_corpus and (run.folder / "extra_tuned").is_dir():
             item.extra = pair("extra_base", "extra_tuned")
+        item.rebuilt = rebuilt
         self._admit(key, item)
         return item
 

@@ -29,7 +29,7 @@ from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, 
 from explorer.explore import RunExplorer
 from explorer.inputs import EXAMPLES, EXAMPLES_DIR, build_config, clamp_k, split_queries
 from explorer.jobs import FairSlots, train_job
-from explorer.models import IndexPair, Loaded, ModelCache, release_memory
+from explorer.models import REBUILT_NOTE, IndexPair, Loaded, ModelCache, release_memory
 from explorer.render import fmt_seconds, message, run_caption, user_error
 from explorer.runs import RunStore
 from explorer.search import BaseIndexes, search_both
@@ -602,10 +602,21 @@ class MirrorApp:
     def open_run(self, session: Session, run_id: str) -> RunInfo:
         """Serve a kept run (by its id: a link, the browser's run list, an API call) to this session."""
         info = self.runs.load(run_id)
-        self.models.loaded(info)  # a run whose files went bad fails here, and the session keeps what it had
+        loaded = self.models.loaded(info)  # a run whose files went bad fails here, and the session keeps what it had
+        if loaded.rebuilt and REBUILT_NOTE not in info.stats.get("notes", []):
+            self._after_rebuild(info)
         with session.lock:
             session.run = info
         return info
+
+    def _after_rebuild(self, info: RunInfo) -> None:
+        """A kept run whose tuned index was rebuilt on load (made by a version with the stale bf16 copy): its index
+        download made again, its old exports dropped (they hold the old vectors), and a note on its page."""
+        info.stats["notes"] = [*info.stats.get("notes", []), REBUILT_NOTE]
+        shutil.rmtree(info.folder / "exports", ignore_errors=True)
+        self.explore.forget(info.folder)  # figures computed from the old index
+        package_run(info, zip_model=False)
+        self.runs.save(info)
 
     def restore_texts(self, session: Session) -> dict[str, Any] | None:
         """A session with no strings loaded (a reloaded page, a link opened elsewhere) gets the served run's own

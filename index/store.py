@@ -278,6 +278,30 @@ class VectorIndex:
             raise MirrorError("this index has no encoder (it was built from vectors): search it with search_vectors")
         return self.encoder.encode(queries, normalize=True)
 
+    def stored(self, ids: Sequence[int]) -> np.ndarray | None:
+        """The unit rows `ids` as the index holds them (float32; an ivfpq index's float16 copies), or None when the
+        index keeps no exact copy of its rows."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self._store is not None:
+            return self._store.take(ids)
+        try:
+            return np.vstack([self._cpu.reconstruct(int(i)) for i in ids]).astype(np.float32)
+        except RuntimeError:  # an IVF index without a direct map
+            return None
+
+    def drift(self, sample: int = 16) -> float | None:
+        """The largest |stored - encoded now| component over `sample` rows spread evenly over the index: what its
+        encoder computes for its texts today against what was indexed. ~0.005 is bf16 noise; an index built by
+        other weights than its encoder's (the base model's, say) is far off. None without an encoder or rows."""
+        if self.encoder is None or not len(self):
+            return None
+        ids = np.unique(np.linspace(0, len(self) - 1, min(sample, len(self))).round().astype(np.int64))
+        held = self.stored(ids)
+        if held is None:
+            return None
+        now = self.embed([self._texts[i] for i in ids])
+        return float(np.abs(held - now).max())
+
     def _check_k(self, k: int) -> None:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise MirrorError(f"k must be a positive integer, got {k!r}")

@@ -297,7 +297,8 @@ class Encoder:
         twin = self._twin
         if twin is None:
             return 0
-        return sum(m.weight.numel() * 2 for m in twin[1].modules() if isinstance(m, _Bf16Linear))
+        linears = [m for m in twin[1].modules() if isinstance(m, _Bf16Linear)]
+        return sum(2 * t.numel() for m in linears for t in (m.weight, m.bias) if t is not None)
 
     def fingerprint(self) -> str:
         """A short hash of the weights (a strided sample of every tensor) and the pooling."""

@@ -77,7 +77,7 @@ def test_auto_is_bf16_on_this_cpu_and_the_twin_gives_autocasts_numbers(tiny_bert
     auto = enc.encode(TEXTS)
     assert not np.allclose(auto, enc.encode(TEXTS, precision="fp32"), atol=1e-7)  # it is not fp32
     assert cosines(auto, enc.encode(TEXTS, precision="fp32")).min() > 0.999
-    twin = enc._twin[2]
+    twin = enc._twin[1]
     linear = [m for m in twin.modules() if type(m).__name__ == "_Bf16Linear"]
     assert len(linear) == sum(isinstance(m, torch.nn.Linear) for m in enc.model.modules()) > 0
     assert all(m.weight.dtype == torch.bfloat16 and m.packed for m in linear)  # oneDNN's layout: no data_ptr
@@ -109,6 +109,58 @@ def test_the_twin_follows_the_weights_when_they_change(tiny_bert):
         for p in fresh.model.parameters():
             p.mul_(1.5)
     np.testing.assert_array_equal(fresh.encode(TEXTS), after)
+
+
+@pytest.fixture
+def forced_bf16(monkeypatch):
+    """`precision="auto"` is bf16 here whatever the CPU (the twin is then plain bf16 where oneDNN cannot pack)."""
+    monkeypatch.setattr(encoder_module, "cpu_has_native_bf16", lambda: True)
+
+
+def fused_adamw_step(model) -> None:
+    """One step as mirror_tune takes it: torch's fused AdamW writes the weights in place without bumping
+    tensor._version on a CPU (torch 2.13), so a cache keyed on _version went stale."""
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    torch.manual_seed(0)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def test_training_makes_the_inference_copy_stale_by_construction(tiny_bert, forced_bf16):
+    from mirror.config import MirrorConfig
+    from mirror.train import mirror_tune
+
+    enc = load_encoder(tiny_bert)
+    before, generation = enc.encode(TEXTS), enc.generation
+    assert enc._twin is not None and enc.name == str(tiny_bert)
+    config = MirrorConfig.preset("words", batch_size=4, max_steps=3, lr=5e-2, device="cpu", precision="bf16")
+    mirror_tune(["cat", "dog", "car", "bus", "red", "blue", "big", "small"], config, encoder=enc)
+    assert enc.generation > generation and enc.name is None  # tuned, not saved: no longer the model at source
+    after, exact = enc.encode(TEXTS), enc.encode(TEXTS, precision="fp32")
+    assert cosines(after, exact).min() > 0.999  # the tuned weights, in bf16
+    assert cosines(before, exact).min() < 0.99  # ... not the copy made of the base
+
+
+def test_a_writer_that_does_not_bump_the_generation_is_caught_by_the_weights_sample(tiny_bert, forced_bf16):
+    enc = load_encoder(tiny_bert)
+    before, generation = enc.encode(TEXTS), enc.generation
+    with torch.no_grad():
+        fused_adamw_step(enc.model)  # not inside enc.changing_weights(): a writer that forgot
+    assert enc.generation == generation
+    after, exact = enc.encode(TEXTS), enc.encode(TEXTS, precision="fp32")
+    assert cosines(after, exact).min() > 0.999 and cosines(before, exact).min() < 0.99
+
+
+def test_changing_weights_drops_the_copy_even_when_the_write_fails(tiny_bert, forced_bf16):
+    enc = load_encoder(tiny_bert)
+    enc.encode(TEXTS)
+    assert enc.twin_nbytes > 0
+    with pytest.raises(RuntimeError), enc.changing_weights():
+        assert enc.twin_nbytes == 0  # freed as the write begins
+        raise RuntimeError("a step failed half-way")
+    assert enc.twin_nbytes == 0 and enc.name is None
 
 
 def test_training_forward_passes_never_use_the_twin(enc):
