@@ -311,7 +311,13 @@ def run_caption(run: RunInfo | None) -> str:
     """Which run a panel belongs to, in one Markdown line (its id, strings and base model), or the base-only case."""
     if run is None:
         return f"Base encoder only (`{BUNDLED_MODEL}`): no tuned model yet."
-    return f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
+    caption = (
+        f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
+    )
+    alpha, parent = run.stats.get("blend_alpha"), str(run.stats.get("blended_from") or "")
+    if alpha is not None:
+        caption += f" · blend α={float(alpha):g}" + (f" of run `{parent[:8]}`" if parent else "")
+    return caption
 
 
 def served_md(session: Session | None) -> str:

@@ -32,6 +32,17 @@ def remember(memory: dict | None, run_id: str | None = None, active: str | None 
     return {"runs": runs[-50:], "active": active}
 
 
+def run_label(info: RunInfo) -> str:
+    """What a run is, in a few words: "411 strings from small_words.txt · bundled", and for a blend
+    "blend α=0.5 of 411 strings from … (run 1a2b3c4d)" (otherwise it reads exactly like its parent)."""
+    label = f"{info.n_texts:,} strings from {info.corpus} · {info.base_model}"
+    alpha = info.stats.get("blend_alpha")
+    if alpha is None:
+        return label
+    parent = str(info.stats.get("blended_from") or "")
+    return f"blend α={float(alpha):g} of {label}" + (f" (run {parent[:8]})" if parent else "")
+
+
 class RunStore:
     """Run folders by id: save a finished run's RunInfo, load it back, list some, remove old ones."""
 
@@ -76,8 +87,7 @@ class RunStore:
                 info = self.load(run_id)
             except MirrorError:
                 continue
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created))
-            label = f"{when} · {info.n_texts:,} strings from {info.corpus} · {info.base_model}"
+            label = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(info.created))} · {run_label(info)}"
             out.append({"id": info.folder.name, "label": label, "created": info.created})
         return sorted(out, key=lambda r: -r["created"])
 
