@@ -455,7 +455,7 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     shown = " · ".join(
         f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in ("base index", "general checks")
     )
-    reused = "" if est.phase("base index") > 0 else " (base index reused from your last run)"
+    reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
     return f"{plan} · **estimated ~{fmt_seconds(est.total)}** on this {cal.where}: {shown}{reused} · _{how}_{extra}"
 

@@ -302,7 +302,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     return (
         f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
         f"Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below. "
-        f"[Link to this run](?run={run_id}) (whoever has it can open the run; kept while used, see MIRROR_RUN_TTL)."
+        f"[Link to this run](?run={run_id}) (whoever has it can open the run; a run unused for a while is removed)."
         f"{extra}"
     )
 

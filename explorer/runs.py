@@ -25,11 +25,14 @@ LAST_USED = ".last_used"
 
 
 def remember(memory: dict | None, run_id: str | None = None, active: str | None = None) -> dict:
-    """What a browser keeps of its runs (gr.BrowserState): the ids of its last 50 runs, plus `run_id`, and the
-    run it has going (`active`)."""
-    runs = [r for r in (memory or {}).get("runs", []) if isinstance(r, str)]
+    """What a browser keeps of its runs (gr.BrowserState): the ids of its last 50 runs, plus `run_id`, the run it
+    has going (`active`) and the run it serves (`served`: `run_id` when given, else the one it served before), so a
+    reloaded page serves it again."""
+    memory = memory or {}
+    runs = [r for r in memory.get("runs", []) if isinstance(r, str)]
     runs = [*runs, run_id] if run_id and run_id not in runs else runs
-    return {"runs": runs[-50:], "active": active}
+    served = run_id or memory.get("served")
+    return {"runs": runs[-50:], "active": active, "served": served if isinstance(served, str) else None}
 
 
 def run_label(info: RunInfo) -> str:

@@ -181,14 +181,9 @@ class MirrorApp:
 
     @contextlib.contextmanager
     def _replacing_texts(self, session: Session) -> Iterator[None]:
-        """A load replaces the session's strings or, when it fails, leaves none: a Launch after a failed upload
-        must not train on the strings of an earlier one without saying so."""
-        try:
-            yield
-        except Exception:
-            with session.lock:
-                session.texts, session.source, session.stats = [], "", None
-            raise
+        """A load replaces the session's strings or, when it fails, keeps the ones loaded before (issue 28: a bad
+        file after a good one must not cost the good one); the page says which strings are still loaded."""
+        yield
 
     def load_file(self, session: Session, path: str | None, column: str | None = None) -> dict[str, Any]:
         with self._replacing_texts(session):

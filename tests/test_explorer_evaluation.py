@@ -168,6 +168,8 @@ def test_the_eta_is_measured_from_the_first_report(monkeypatch):
     assert clock.left(0, 1000) == ""
     now[0] = 170.0
     assert clock.left(250, 1000) == "about 30 s left"  # 250 strings in 10 s, 750 to go
+    now[0] = 189.0
+    assert clock.left(990, 1000) == "almost done"  # not "about under a second left"
     assert clock.left(1000, 1000) == ""
 
 

@@ -40,7 +40,7 @@ def test_train_writes_a_loadable_model_and_summary(tiny_bert, words_file, tmp_pa
     assert code == 0
     text = capsys.readouterr().out
     assert "6 strings (8 lines, 1 empty dropped, 1 duplicates removed)" in text
-    assert "-> words preset" in text and "3/3 steps" in text
+    assert ", so the words preset" in text and "3/3 steps" in text
     meta = json.loads((out / "mirror_config.json").read_text())
     assert meta["config"]["epochs"] == 3 and meta["config"]["pooling"] == "mean" and meta["stats"]["steps"] == 3
     # the app's model card (the same builder), and every file with the usual permissions (safetensors wrote 0600)
