@@ -138,12 +138,13 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
         ui.cancel = gr.Button("Cancel", variant="secondary", scale=1, interactive=False, elem_id="mx-cancel")
     ui.status_md = gr.HTML("", elem_id="mx-status")
     ui.loss_plot = gr.LinePlot(
-        render.loss_frame([]),
+        None,  # no empty frame: Vega-Lite warns of an "Infinite extent" on a chart without rows
         x="step",
         y="loss",
         color="series",
         x_axis_format="d",  # steps are whole numbers, also on a 6-step run
-        title="Training loss (InfoNCE): each step, and smoothed",
+        y_title="loss ÷ log(2B−1)",
+        title=render.LOSS_TITLE,
         height=260,
         visible=False,
         elem_id="mx-loss",
@@ -388,6 +389,7 @@ class TrainView:
     def __init__(self, progress: gr.Progress):
         self.progress = progress
         self.losses: list[float] = []
+        self.batches: list[int] = []  # each step's strings: the curve divides its loss by log(2B-1)
         self.status = render.status_box("Starting…")
         self.last_drawn = 0.0
 
@@ -404,6 +406,7 @@ class TrainView:
             gr.Warning(render.toast_text(ev.text))
         elif isinstance(ev, Step):
             self.losses.append(ev.loss)
+            self.batches.append(ev.batch)
             eta = f"ETA {render.fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
@@ -418,8 +421,9 @@ class TrainView:
         return True
 
     @staticmethod
-    def plot(values: Sequence[float]) -> Any:
-        return gr.update(value=render.loss_frame(values), visible=len(values) > 1)  # a curve needs two points
+    def plot(values: Sequence[float], batches: Sequence[int] | None = None) -> Any:
+        """The loss curve (render.loss_frame); hidden until it has two points."""
+        return gr.update(value=render.loss_frame(values, batches), visible=len(values) > 1)
 
 
 class RunView:
@@ -446,7 +450,7 @@ class RunView:
             ui.result_md: render.run_md(run),
             ui.model_file: gr.update(value=str(run.model_zip), visible=True),
             ui.index_file: gr.update(value=str(run.index_zip), visible=True),
-            ui.loss_plot: TrainView.plot(run.losses),
+            ui.loss_plot: TrainView.plot(run.losses, run.stats.get("batch_sizes")),
             self.search.served_md: render.served_md(session),
             self.evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
             **explore_panels(self.explore, run),
@@ -465,7 +469,7 @@ class RunView:
                 kept = " Your previous model and index are still served." if session.run else ""
                 failed = isinstance(ev, Failed)
                 box = render.status_box(ev.text, "error") if failed else render.status_box(ev.text + kept, "warning")
-                curve = view.plot(view.losses or list(getattr(ev, "losses", [])))
+                curve = view.plot(view.losses, view.batches) if view.losses else view.plot(getattr(ev, "losses", []))
                 yield {
                     ui.status_md: box,
                     ui.loss_plot: curve,
@@ -486,7 +490,7 @@ class RunView:
                 return
             view.take(ev)
             if view.due():
-                yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses)}
+                yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses, view.batches)}
 
 
 def wire_training(app: MirrorApp, view: RunView) -> None:
