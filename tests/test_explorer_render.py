@@ -28,5 +28,7 @@ def test_the_loss_curve_divides_each_step_by_the_loss_of_knowing_nothing():
     frame = render.loss_frame([math.log(399), math.log(21), 0.3 * math.log(399)], [200, 11, 200])
     each = frame[frame.series == "each step"]["loss"].round(6).tolist()
     assert each == [1.0, 1.0, 0.3]
+    smooth = render.loss_frame([5.0, 0.5, 5.0], [200, 11, 200])[lambda f: f.series == "smoothed"]["loss"].tolist()
+    assert smooth[1] > 0.95 * smooth[0]  # a batch of 11 hardly moves the average (divided, it still reads lower)
     assert render.loss_frame([6.0, 3.0])[lambda f: f.series == "each step"]["loss"].tolist() == [6.0, 3.0]  # unknown B
     assert "log(2B−1)" in render.LOSS_TITLE

@@ -108,6 +108,7 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
         ui.map_md: "Press **Draw the maps** to lay out this run's strings.",
         ui.health_md: render.message("Measuring this run's space health…", "info"),
         ui.moved_md: "",
+        ui.moved_filter: "",  # the list that follows is of every string
         ui.moved_table: moved_frame([]),
         ui.moved_file: gr.update(value=None, visible=False),
         ui.point_md: POINT_HINT,
@@ -120,7 +121,8 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
 
 def explore_outputs(ui: SimpleNamespace) -> list[Any]:
     """The components `explore_panels` sets (outputs of every handler that serves a run)."""
-    names = ["caption", "forget_md", "alpha", "map", "map_md", "health_md", "moved_md", "moved_table", "moved_file"]
+    names = ["caption", "forget_md", "alpha", "map", "map_md", "health_md", "moved_md", "moved_filter", "moved_table"]
+    names += ["moved_file"]
     names += ["point_md", "point_results", "export_file", "selection_md", "selection"]
     return [getattr(ui, name) for name in names]
 
