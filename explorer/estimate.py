@@ -60,7 +60,7 @@ GPU_SPEEDUP = 20.0
 # cores), timed when calibrating and again when estimating (at most every PROBE_TTL seconds): on a shared machine the
 # load changes between the two (a calibration timed during another process's burst priced the bundled example at
 # 51 s for a 14 s run), so the calibrated costs are scaled by now / then, within 1/SPEED_BOUND..SPEED_BOUND.
-PROBE_TEXTS, PROBE_REPEATS, PROBE_TTL, SPEED_BOUND = 64, 3, 10.0, 8.0
+PROBE_TEXTS, PROBE_REPEATS, PROBE_TTL, SPEED_BOUND = 64, 5, 10.0, 8.0
 
 
 @dataclass(frozen=True)
