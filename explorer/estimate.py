@@ -56,11 +56,9 @@ PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", 
 # on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
 CPU_STEP_COST = 3.3e-4
 GPU_SPEEDUP = 20.0
-# The speed probe: one encode batch of PROBE_TEXTS short strings (the fastest of PROBE_REPEATS; ~20-50 ms on 2 quiet
-# cores), timed when calibrating and again when estimating (at most every PROBE_TTL seconds): on a shared machine the
-# load changes between the two (a calibration timed during another process's burst priced the bundled example at
-# 51 s for a 14 s run), so the calibrated costs are scaled by now / then, within 1/SPEED_BOUND..SPEED_BOUND.
-PROBE_TEXTS, PROBE_REPEATS, PROBE_TTL, SPEED_BOUND = 64, 5, 10.0, 8.0
+# A calibration timed while the machine is this busy (load average per core) says so: on 2 cores shared with other
+# work, one 6-step run of the small example took 2.7 to 21 s at a load average of 7-9 (bench/RESULTS.md).
+BUSY_LOAD = 1.5
 
 
 @dataclass(frozen=True)
@@ -106,20 +104,7 @@ class Calibration:
     zip_s: float  # zipping it for the download
     seconds: float  # how long calibrating took
     where: str  # "CPU (2 threads, bf16)"
-    probe_s: float = 0.0  # the speed probe (`probe`) while the steps were timed (0: none)
-
-    def scaled(self, factor: float) -> Calibration:
-        """Every cost `factor` times what was timed (the machine now slower or faster than then)."""
-        fit = lambda f: Fit(f.a * factor, f.b * factor, f.c * factor)  # noqa: E731
-        return dataclasses.replace(
-            self,
-            step=fit(self.step),
-            encode=fit(self.encode),
-            warmup_s=self.warmup_s * factor,
-            load_s=self.load_s * factor,
-            save_s=self.save_s * factor,
-            zip_s=self.zip_s * factor,
-        )
+    load: float = 0.0  # the load average per CPU core while it was timed (0: not known)
 
 
 @dataclass(frozen=True)
@@ -131,7 +116,6 @@ class Estimate:
     calibration: Calibration | None
     fresh: bool = False  # calibrated by this very call
     key: tuple = ()  # the Estimator key it was priced under (for `observe` once the run has run)
-    speed: float = 1.0  # the machine's slowness now against when it was calibrated (the speed probe's ratio)
 
     @property
     def total(self) -> float:
@@ -147,18 +131,6 @@ class Estimate:
 def synthetic_texts(n: int, words: int) -> list[str]:
     """`n` distinct strings of at least `words` + 1 words (each string's own number first)."""
     return [f"{i} " + " ".join(["the"] * words) for i in range(n)]
-
-
-def probe(base: Encoder, clock: Clock = time.perf_counter) -> float:
-    """Seconds of one small encode batch with `base` (the fastest of a few): how fast this machine is right now."""
-    texts = synthetic_texts(PROBE_TEXTS, 3)
-    base.encode(texts, batch_size=PROBE_TEXTS)  # its kernels, once
-    best = math.inf
-    for _ in range(PROBE_REPEATS):
-        t = clock()
-        base.encode(texts, batch_size=PROBE_TEXTS)
-        best = min(best, clock() - t)
-    return best
 
 
 def train_shapes(length: int) -> list[tuple[int, int]]:
@@ -198,10 +170,8 @@ def calibrate(
         config, batch_size=big, max_length=length, epochs=TIMED_EPOCHS, max_steps=2 * TIMED_EPOCHS, log_every=1
     )
     cfg = dataclasses.replace(cfg, bucket_by_length=False, compile=False)  # a compile is not timed here
-    before = probe(base, clock)
     marks = [clock()]
     mirror_tune(synthetic_texts(big + small, length), cfg, on_step=lambda *_: marks.append(clock()), encoder=throwaway)
-    probe_s = min(before, probe(base, clock))  # the fastest, as for the steps
     times = [b - a for a, b in zip(marks, marks[1:], strict=False)]
     timed = times[2 * WARM_EPOCHS :]
     # the fastest of each: another process's burst (2 cores shared, a load average of 2-8 seen here) must not be
@@ -246,8 +216,18 @@ def calibrate(
         zip_s=zip_s,
         seconds=clock() - started,
         where=where,
-        probe_s=probe_s,
+        load=load_per_core(),
     )
+
+
+def load_per_core() -> float:
+    """The 1-minute load average per CPU core (0 where the system does not say)."""
+    import os
+
+    try:
+        return os.getloadavg()[0] / max(1, os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return 0.0
 
 
 def torch_threads() -> int:
@@ -367,7 +347,6 @@ class Estimator:
         else:
             self.calibrations, self._locks, self._lock = {}, {}, threading.Lock()
         self._lengths: OrderedDict[tuple, tuple[list[int], float]] = OrderedDict()
-        self._probed: dict[int, tuple[float, float]] = {}  # id(base encoder) -> (monotonic time, probe seconds)
         self.observed: dict[tuple, Observed] = Estimator._observed if shared else {}
 
     _observed: ClassVar[dict[tuple, Observed]] = {}
@@ -453,24 +432,8 @@ class Estimator:
         if cal is None:
             return None
         observed = self.observed.get(key[:-1])
-        speed = 1.0 if fresh else self.speed(base, cal)
-        if speed != 1.0:
-            cal = cal.scaled(speed)
-            if observed is not None and observed.check_s is not None:
-                observed = dataclasses.replace(observed, check_s=observed.check_s * speed)
         est = price(texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders)
-        return dataclasses.replace(est, fresh=fresh, key=key, speed=speed)
-
-    def speed(self, base: Encoder, cal: Calibration) -> float:
-        """How much slower (> 1) or faster this machine is now than when `cal` was timed: the speed probe now (at
-        most every PROBE_TTL seconds) against the calibration's, bounded; 1 when the calibration has no probe."""
-        if cal.probe_s <= 0:
-            return 1.0
-        now, seen = time.monotonic(), self._probed.get(id(base))
-        if seen is None or now - seen[0] > PROBE_TTL:
-            seen = (now, probe(base, self.clock))
-            self._probed[id(base)] = seen
-        return min(SPEED_BOUND, max(1 / SPEED_BOUND, seen[1] / cal.probe_s))
+        return dataclasses.replace(est, fresh=fresh, key=key)
 
 
 def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, threads: int) -> Estimate:
@@ -509,12 +472,8 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     )
     reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
-    if est.speed >= 1.3 or est.speed <= 1 / 1.3:  # said, so a user knows why two estimates of one job differ
-        how += (
-            f", which is {est.speed:.1f}x slower now"
-            if est.speed > 1
-            else f", which is {1 / est.speed:.1f}x faster now"
-        )
+    if cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
+        how += f" while it was busy (load {cal.load:.1f} per core): the run may take much less, or more"
     return f"{plan} · **estimated ~{fmt_seconds(est.total)}** on this {cal.where}: {shown}{reused} · _{how}_{extra}"
 
 

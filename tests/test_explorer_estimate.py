@@ -332,26 +332,17 @@ def test_a_second_request_waits_for_the_calibration_another_one_started(app, tin
     assert "calibrated on this machine" in second and "rough guess" not in second
 
 
-def test_an_estimate_follows_the_machines_speed_now_not_when_it_was_calibrated(base, tiny_bert, tmp_path, monkeypatch):
-    """Issue 28: a calibration timed during another process's burst (or at a server's start) priced the bundled
-    example at 51 s for a 14 s run. The speed probe (one small encode batch) is timed with the calibration and again
-    at each estimate: the calibrated costs are scaled by now / then, and the plan says so."""
+def test_an_estimate_timed_on_a_busy_machine_says_so(base, tiny_bert, tmp_path, monkeypatch):
+    """Issue 28: on 2 cores shared with other work the same small run took 2.7 to 21 s; a calibration timed while
+    the load average per core was high says so rather than pretending to a precision it cannot have."""
+    import explorer.estimate as est_mod
+
     clock = VirtualClock(monkeypatch)
     config = words_config(tiny_bert)
     texts = three_token_words(50)
-    estimator = Estimator(tmp_path, clock)
-    first = estimator.estimate(texts, "k", config, "cpu", 1, base)
-    assert first.fresh and first.speed == 1.0 and first.calibration.probe_s > 0
-    clock.speed = 3.0  # the machine three times slower now (a burst); the probe of a new Estimator sees it at once
-    estimator._probed.clear()
-    slow = estimator.estimate(texts, "k", config, "cpu", 1, base)
-    assert not slow.fresh and slow.speed == pytest.approx(3.0)
-    assert slow.phase("training") == pytest.approx(3 * first.phase("training"))
-    assert slow.phase("base index") == pytest.approx(3 * first.phase("base index"))
-    assert "3.0x slower now" in estimate_md(slow, config)
-    clock.speed = 0.5  # and faster than when it was timed
-    estimator._probed.clear()
-    fast = estimator.estimate(texts, "k", config, "cpu", 1, base)
-    assert fast.speed == pytest.approx(0.5) and fast.total == pytest.approx(first.total / 2)
-    assert "2.0x faster now" in estimate_md(fast, config)
-    assert "now" not in estimate_md(first, config).split("·")[-1].replace("just now", "")
+    monkeypatch.setattr(est_mod, "load_per_core", lambda: 4.2)
+    busy = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, base)
+    assert busy.calibration.load == 4.2 and "while it was busy (load 4.2 per core)" in estimate_md(busy, config)
+    monkeypatch.setattr(est_mod, "load_per_core", lambda: 0.3)
+    quiet = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, base)
+    assert "busy" not in estimate_md(quiet, config)
