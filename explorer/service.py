@@ -143,26 +143,21 @@ class MirrorApp:
             from explorer import forgetting, maps
 
             if self.settings.general_checks:
-                started = time.perf_counter()
                 forgetting.warm_up(self.models.base_encoder(BUNDLED_MODEL))
-                self._warm_estimate(time.perf_counter() - started)
-            else:
-                self._warm_estimate(None)
+            self._warm_estimate()
             maps.warm_up()
         except Exception:
             log.exception("warm-up of the forgetting check, the estimate or the maps failed; the first request will")
 
-    def _warm_estimate(self, check_s: float | None) -> None:
+    def _warm_estimate(self) -> None:
         """At server start: calibrate the estimate of the bundled model on the small example (the run a newcomer
         tries first) in the background, so the first plan shown costs its visitor nothing and is not timed while
-        their own requests compete with it; and price the general checks with what scoring the base's side just
-        took (`check_s`: one encoder, the same texts a run's check encodes), not with encode costs extrapolated."""
+        their own requests compete with it. (What scoring the base's side of the checks took is not a price for
+        the run's checks: it pays oneDNN's kernels for every new shape once, 15-30 s against a run's 4 s here.)"""
         texts = clean_texts((EXAMPLES_DIR / EXAMPLES["small"][1]).read_text(encoding="utf-8").splitlines())[0]
         config, _ = build_config(texts, BUNDLED_MODEL, "auto", {}, self.settings.max_steps)
         device, threads = device_and_threads(config.device)
         base = self.models.base_encoder(BUNDLED_MODEL, config.pooling)
-        if check_s is not None:
-            self.estimator.observe(Estimator.key(config, device, threads), 0.0, None, check_s)
         self.estimator.estimate(
             texts, texts_key(texts), config, device, threads, base, self._memory_budget(config),
             may_calibrate=not self.in_progress, check_encoders=self._check_encoders(base),

@@ -346,3 +346,27 @@ def test_an_estimate_timed_on_a_busy_machine_says_so(base, tiny_bert, tmp_path, 
     monkeypatch.setattr(est_mod, "load_per_core", lambda: 0.3)
     quiet = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, base)
     assert "busy" not in estimate_md(quiet, config)
+
+
+def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkeypatch):
+    """Issue 28: the first plan of a fresh server cost its visitor a calibration longer than the run it priced. The
+    warm-up (a background thread at start) now calibrates the small example's key: the visitor's first estimate of
+    that example calibrates nothing."""
+    import explorer.forgetting
+    import explorer.maps
+    import explorer.service
+
+    monkeypatch.setattr(explorer.service, "BUNDLED_MODEL", str(tiny_bert))  # the tiny model stands in for it
+    monkeypatch.setattr(app.models, "warm_up", lambda: None)
+    monkeypatch.setattr(explorer.maps, "warm_up", lambda: None)
+    monkeypatch.setattr(explorer.forgetting, "warm_up", lambda base: None)
+    calls = []
+    real = est_mod.calibrate
+    monkeypatch.setattr(est_mod, "calibrate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    app.estimator = Estimator(app.settings.work_dir / ".estimate")
+    app.warm_up()
+    assert len(calls) == 1 and len(app.estimator.calibrations) == 1
+    s = app.session()
+    app.load_example(s, "small")
+    shown = app.estimate(s, str(tiny_bert), "auto", {})
+    assert len(calls) == 1 and "just now" not in shown and "calibrated on this machine" in shown
