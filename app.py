@@ -175,8 +175,8 @@ def advanced_settings() -> dict[str, gr.components.Component]:
         gr.Markdown(
             "Every setting of the engine. *Pooling* auto keeps the model's own ([CLS] for plain BERT checkpoints); "
             "each string is contrasted with the other 2B−2 views of its batch; the second view of a string at least "
-            "*Mask strings from* characters long has a span of *Mask span k* characters masked. Loading strings (preset *Auto*) or changing the preset resets "
-            "these to the preset's values."
+            "*Mask strings from* characters long has a span of *Mask span k* characters masked. Loading strings "
+            "(preset *Auto*) or changing the preset resets these to the preset's values."
         )
         fields: dict[str, gr.components.Component] = {}
         preset, names = MirrorConfig.preset("words"), list(ADVANCED)
