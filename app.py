@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import html
 import logging
+import os
 import sys
 import threading
 import time
@@ -31,7 +32,7 @@ from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.data import SUFFIXES
 from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
-from ui.explore import explore_panels, explore_tab, wire_explore
+from ui.explore import explore_outputs, explore_panels, explore_tab, wire_explore
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
@@ -137,12 +138,13 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
         ui.cancel = gr.Button("Cancel", variant="secondary", scale=1, interactive=False, elem_id="mx-cancel")
     ui.status_md = gr.HTML("", elem_id="mx-status")
     ui.loss_plot = gr.LinePlot(
-        render.loss_frame([]),
+        None,  # no empty frame: Vega-Lite warns of an "Infinite extent" on a chart without rows
         x="step",
         y="loss",
         color="series",
         x_axis_format="d",  # steps are whole numbers, also on a 6-step run
-        title="Training loss (InfoNCE): each step, and smoothed",
+        y_title="loss ÷ log(2B−1)",
+        title=render.LOSS_TITLE,
         height=260,
         visible=False,
         elem_id="mx-loss",
@@ -172,9 +174,9 @@ def advanced_settings() -> dict[str, gr.components.Component]:
     with gr.Accordion("Advanced settings", open=False):
         gr.Markdown(
             "Every setting of the engine. *Pooling* auto keeps the model's own ([CLS] for plain BERT checkpoints); "
-            "each string is contrasted with the other 2B−2 views of its batch; the second view masks k characters "
-            "of strings at least *mask from* long. Loading strings (preset *Auto*) or changing the preset resets "
-            "these to the preset's values."
+            "each string is contrasted with the other 2B−2 views of its batch; the second view of a string at least "
+            "*Mask strings from* characters long has a span of *Mask span k* characters masked. Loading strings "
+            "(preset *Auto*) or changing the preset resets these to the preset's values."
         )
         fields: dict[str, gr.components.Component] = {}
         preset, names = MirrorConfig.preset("words"), list(ADVANCED)
@@ -241,7 +243,7 @@ def evaluate_tab() -> SimpleNamespace:
         )
     ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn")
     ui.eval_md = gr.Markdown("", elem_id="mx-eval-md")
-    ui.eval_table = gr.Dataframe(interactive=False, elem_id="mx-eval-table")
+    ui.eval_table = gr.Dataframe(interactive=False, visible=False, elem_id="mx-eval-table")  # none before a result
     # HTML rather than gr.BarPlot: the bars carry their 95% intervals, and the plot kept the colours of its first
     # drawing (base only, before tuning) and dropped the tuned bars afterwards
     ui.eval_plot = gr.HTML("", elem_id="mx-eval-plot")
@@ -254,6 +256,8 @@ def evaluate_tab() -> SimpleNamespace:
 def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
     """The four-tab UI plus the /train, /search and /cancel API endpoints; `app` defaults to one from the env."""
     app = app or MirrorApp()
+    # the Hub parts (a dataset as input, the push) only where they can work: allowed, and this server is online
+    hub = app.settings.allow_hub and os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("1", "true", "yes")
     with gr.Blocks(title="Mirror Explorer", delete_cache=(3600, int(app.settings.session_ttl))) as demo:
         # A plain function, not the bound method: Gradio deep-copies the config (on every /config request), and a
         # bound method's copy walks into the app and its loaded models (0.7 s and +100 MB per request).
@@ -263,13 +267,13 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         gr.Markdown(INTRO, elem_id="mx-header")
         with gr.Tabs():
             with gr.Tab("① Tune", id="tune"):
-                tune = tune_tab(app.settings.allow_hub)
+                tune = tune_tab(hub)
             with gr.Tab("② Search", id="search"):
                 search = search_tab()
             with gr.Tab("③ Evaluate", id="evaluate"):
                 evaluate = evaluate_tab()
             with gr.Tab("④ Explore", id="explore"):
-                explore = explore_tab(app.settings.max_map_points, app.settings.allow_hub)
+                explore = explore_tab(app.settings.max_map_points, hub)
         api = api_components()
         wire_inputs(app, state, tune)
         view = RunView(app, state, browser, tune, search, evaluate, explore)
@@ -304,9 +308,14 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
             error = render.user_error(exc)
             gr.Warning(render.toast_text(error))
-            # the strings loaded before are gone too (explorer: a failed load leaves none): nothing to launch
-            failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
-            return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", [])
+            if not session.texts:
+                failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
+                return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", [])
+            # the strings loaded before stay loaded (and armed), and the page says so plainly
+            kept = f"Still loaded: **{len(session.texts):,} strings** from `{session.source}`; Launch tunes those."
+            can_launch = gr.update(interactive=session.active is None or session.active.finished)
+            shown = render.message(error) + "\n\n" + render.message(kept, "info")
+            return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", [])
         overrides, updates = dict(zip(fields, vals, strict=True)), keep_fields
         if mode_value == "auto":
             overrides = preset_values(info["mode"])
@@ -380,6 +389,7 @@ class TrainView:
     def __init__(self, progress: gr.Progress):
         self.progress = progress
         self.losses: list[float] = []
+        self.batches: list[int] = []  # each step's strings: the curve divides its loss by log(2B-1)
         self.status = render.status_box("Starting…")
         self.last_drawn = 0.0
 
@@ -396,6 +406,7 @@ class TrainView:
             gr.Warning(render.toast_text(ev.text))
         elif isinstance(ev, Step):
             self.losses.append(ev.loss)
+            self.batches.append(ev.batch)
             eta = f"ETA {render.fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
@@ -410,8 +421,9 @@ class TrainView:
         return True
 
     @staticmethod
-    def plot(values: Sequence[float]) -> Any:
-        return gr.update(value=render.loss_frame(values), visible=len(values) > 1)  # a curve needs two points
+    def plot(values: Sequence[float], batches: Sequence[int] | None = None) -> Any:
+        """The loss curve (render.loss_frame); hidden until it has two points."""
+        return gr.update(value=render.loss_frame(values, batches), visible=len(values) > 1)
 
 
 class RunView:
@@ -424,7 +436,8 @@ class RunView:
         self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
         self.outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
         self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
-        self.outputs += [explore.health_md, explore.moved_table, explore.point_results, ui.input_md, ui.estimate_md]
+        self.outputs += [ui.input_md, ui.estimate_md]
+        self.outputs += [c for c in explore_outputs(explore) if c not in self.outputs]
 
     def run_list(self, memory: dict, value: str | None = None) -> Any:
         choices = [(r["label"], r["id"]) for r in self.app.list_runs(memory["runs"])]
@@ -437,7 +450,7 @@ class RunView:
             ui.result_md: render.run_md(run),
             ui.model_file: gr.update(value=str(run.model_zip), visible=True),
             ui.index_file: gr.update(value=str(run.index_zip), visible=True),
-            ui.loss_plot: TrainView.plot(run.losses),
+            ui.loss_plot: TrainView.plot(run.losses, run.stats.get("batch_sizes")),
             self.search.served_md: render.served_md(session),
             self.evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
             **explore_panels(self.explore, run),
@@ -456,7 +469,7 @@ class RunView:
                 kept = " Your previous model and index are still served." if session.run else ""
                 failed = isinstance(ev, Failed)
                 box = render.status_box(ev.text, "error") if failed else render.status_box(ev.text + kept, "warning")
-                curve = view.plot(view.losses or list(getattr(ev, "losses", [])))
+                curve = view.plot(view.losses, view.batches) if view.losses else view.plot(getattr(ev, "losses", []))
                 yield {
                     ui.status_md: box,
                     ui.loss_plot: curve,
@@ -477,7 +490,7 @@ class RunView:
                 return
             view.take(ev)
             if view.due():
-                yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses)}
+                yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses, view.batches)}
 
 
 def wire_training(app: MirrorApp, view: RunView) -> None:
@@ -526,11 +539,19 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
             yield from view.draw(app.follow(active, session=session), session, memory, progress)
             return
-        yield try_open(session, asked or active, memory) or {
-            ui.runs: view.run_list(memory),
-            browser: memory,
-            state: session,
-        }
+        # the run asked for by a link, else the one that was going, else the one this page served before a reload
+        run_id = asked or active or memory.get("served")
+        shown = try_open(session, run_id, memory) if run_id else None
+        if shown is not None:
+            yield shown
+            return
+        idle = {ui.runs: view.run_list(memory), state: session}
+        if run_id:  # it could not be opened (expired, removed): say so, and serve nothing
+            memory = {**memory, "active": None, "served": None}
+            why = f"Nothing is served: your last run ({run_id[:8]}…) is no longer on this server (runs unused for a "
+            why += "while are removed). Tune a new one, or open another of your runs above."
+            idle[ui.status_md] = render.status_box(why, "warning")
+        yield {**idle, browser: memory}
 
     def try_open(session: Session, run_id: str | None, memory: dict) -> dict | None:
         try:
@@ -549,12 +570,16 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
 
     def on_open(run_id, memory, s):
         session = app.session(s)
+        if not run_id:
+            gr.Warning("Pick one of your runs in the list first, then press Open this run.")
+            return {state: session}
         return try_open(session, run_id, remember(memory)) or {state: session}
 
     # after a run is opened, the plan for its strings (loaded again when the page had none)
     plan_in = [ui.mode, ui.model, state, *ui.fields.values()]
     estimated = {"fn": lambda *a: estimate_only(app, ui, *a), "inputs": plan_in, "outputs": [ui.estimate_md, state]}
-    ui.open_run.click(on_open, [ui.runs, browser, state], view.outputs, **PRIVATE).then(**estimated, **PRIVATE)
+    opened = {"show_progress_on": [ui.result_md], **PRIVATE}
+    ui.open_run.click(on_open, [ui.runs, browser, state], view.outputs, **opened).then(**estimated, **PRIVATE)
     # the browser's stored value reaches the page a moment after it loads: read it once it is there
     wait = "async () => { await new Promise((done) => setTimeout(done, 400)); }"
     load = {"show_progress": "hidden", **PRIVATE}
@@ -609,7 +634,9 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
             yield {ui.blend_md: render.message(ended[-1].text, "error")}
 
     outputs = [*view.outputs, ui.blend_md, ui.forget_md]
-    ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **ENCODE_QUEUE, **PRIVATE)
+    # the progress on the blend's own line: the Explore tab is not greyed out while it works
+    kw = {"show_progress_on": [ui.blend_md], **ENCODE_QUEUE, **PRIVATE}
+    ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **kw)
 
 
 def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.components.Component) -> None:
@@ -673,18 +700,19 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             pd.DataFrame(render.eval_table_rows(report.rows)),
             render.eval_chart(report.rows, report.encoders),
         )
-        return render.eval_md(report.rows, report.notes, report.caption), table, chart, moved
+        shown = gr.update(value=table, visible=True)
+        return render.eval_md(report.rows, report.notes, report.caption), shown, chart, moved
 
     outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved, state]
-    ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **ENCODE_QUEUE, **PRIVATE)
+    # one progress bar (with the time left), over the scores' line: not a copy over every output
+    kw = {"show_progress_on": [ui.eval_md], **ENCODE_QUEUE, **PRIVATE}
+    ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **kw)
 
 
 # ----------------------------------------------------------------------------------------------- main
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    import os
-
     parser = argparse.ArgumentParser(description="Serve the Mirror Explorer web app.")
     host, port = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), os.environ.get("GRADIO_SERVER_PORT", "7860")
     parser.add_argument("--host", default=host, help="default: $GRADIO_SERVER_NAME or 127.0.0.1")

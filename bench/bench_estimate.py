@@ -3,11 +3,14 @@ runs on the same strings (MirrorApp.train: load, base index, training, save, tun
 general checks it runs after training (explorer.forgetting), each size on a fresh MirrorApp with its own work
 folder. Calibrations and what finished runs taught the estimator (Estimator.observe) are per process, as in a
 server: by default a later size is estimated with what the earlier sizes' runs measured; `--cold` forgets both
-before each size, so every size is a first estimate on a fresh server (it calibrates anew). Prints estimate vs
+before each size, so every size is a first estimate on a fresh server (it calibrates anew). `--warm-up` runs the
+server's start-up warm-up first (MirrorApp.warm_up, as app.py does in a background thread: the bundled model, the
+base's side of the general checks, the estimate's calibration on the small example, UMAP's kernels), timed, as a
+fresh `python app.py` whose visitor arrives after it. Prints estimate vs
 measured per phase and in total, with the load average (2 cores shared with other work: the measurements move
 with it).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_estimate.py [--sizes 400,1500,10000] [--cold]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_estimate.py [--sizes 400,1500,10000] [--cold] [--warm-up]
 
 400 is examples/small_words.txt (411 words), 1500 the first 1,500 of examples/en_top10k.txt, 10000 all of it.
 """
@@ -52,7 +55,7 @@ def load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def run_size(size: int, work: Path, cold: bool) -> dict:
+def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
     from explorer import forgetting
     from explorer.estimate import Estimator
 
@@ -60,11 +63,16 @@ def run_size(size: int, work: Path, cold: bool) -> dict:
         Estimator._process[0].clear()
         Estimator._observed.clear()
         forgetting._BASE_SCORES.clear()
-    app = MirrorApp(Settings(work_dir=work / f"size-{size}"))
+    app = MirrorApp(Settings(work_dir=work / f"size-{size}", warm_up=warm_up))
+    row: dict = {"size": size}
+    if warm_up:
+        t = time.perf_counter()
+        app.warm_up()
+        row["warm_up_s"] = round(time.perf_counter() - t, 2)
     session = app.session()
     raw, source = texts_of(size)
     app.set_texts(session, raw, source)
-    row: dict = {"size": size, "strings": len(session.texts), "load_before": load()}
+    row.update(strings=len(session.texts), load_before=load())
     t = time.perf_counter()
     markdown = app.estimate(session, "bundled", "auto", {})
     row["estimate_call_s"] = round(time.perf_counter() - t, 2)  # includes the calibration
@@ -105,12 +113,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="400,1500,10000", help="comma-separated: 400, 1500 and/or 10000")
     parser.add_argument("--cold", action="store_true", help="every size estimated as on a fresh server")
+    parser.add_argument("--warm-up", action="store_true", help="the server's start-up warm-up first (timed)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-estimate-") as tmp:
         for size in sizes:
-            row = run_size(size, Path(tmp), args.cold)
+            row = run_size(size, Path(tmp), args.cold, args.warm_up)
             rows.append(row)
             print(f"\n{size}: {row['markdown']}")
             print(f"   estimated {row['estimated']}")
@@ -119,7 +128,9 @@ def main() -> None:
         {
             "strings": r["strings"],
             "steps": r["steps"],
+            "warm-up s": r.get("warm_up_s", "-"),
             "calibration s": r["calibration_s"],
+            "estimate call s": r["estimate_call_s"],
             "estimated s": r["estimated_total"],
             "measured s": r["measured_total"],
             "measured / estimated": r["ratio"],
@@ -135,7 +146,8 @@ def main() -> None:
     ]
     print()
     print_table(table, list(table[0]))
-    write_json("estimate-cold.json" if args.cold else "estimate.json", {"rows": rows, "cold": args.cold})
+    name = "estimate" + ("-cold" if args.cold else "") + ("-warm-up" if args.warm_up else "")
+    write_json(f"{name}.json", {"rows": rows, "cold": args.cold, "warm_up": args.warm_up})
 
 
 if __name__ == "__main__":

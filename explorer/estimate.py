@@ -56,6 +56,9 @@ PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", 
 # on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
 CPU_STEP_COST = 3.3e-4
 GPU_SPEEDUP = 20.0
+# A calibration timed while the machine is this busy (load average per core) says so: on 2 cores shared with other
+# work, one 6-step run of the small example took 2.7 to 21 s at a load average of 7-9 (bench/RESULTS.md).
+BUSY_LOAD = 1.5
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Calibration:
     zip_s: float  # zipping it for the download
     seconds: float  # how long calibrating took
     where: str  # "CPU (2 threads, bf16)"
+    load: float = 0.0  # the load average per CPU core while it was timed (0: not known)
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,18 @@ def calibrate(
         zip_s=zip_s,
         seconds=clock() - started,
         where=where,
+        load=load_per_core(),
     )
+
+
+def load_per_core() -> float:
+    """The 1-minute load average per CPU core (0 where the system does not say)."""
+    import os
+
+    try:
+        return os.getloadavg()[0] / max(1, os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return 0.0
 
 
 def torch_threads() -> int:
@@ -455,8 +470,10 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     shown = " · ".join(
         f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in ("base index", "general checks")
     )
-    reused = "" if est.phase("base index") > 0 else " (base index reused from your last run)"
+    reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
+    if cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
+        how += f" while it was busy (load {cal.load:.1f} per core): the run may take much less, or more"
     return f"{plan} · **estimated ~{fmt_seconds(est.total)}** on this {cal.where}: {shown}{reused} · _{how}_{extra}"
 
 

@@ -142,4 +142,5 @@ class EtaClock:
         t0, d0 = self.origin
         if done <= d0 or total <= done or now - t0 < 1.0:
             return ""
-        return f"about {fmt_seconds((now - t0) * (total - done) / (done - d0))} left"
+        left = (now - t0) * (total - done) / (done - d0)
+        return "almost done" if left < 1.5 else f"about {fmt_seconds(left)} left"

@@ -33,6 +33,7 @@ class Step:
     total: int
     loss: float
     eta: float | None = None
+    batch: int = 0  # the step's strings (0: not known); its loss starts at mirror.loss.chance_loss(batch)
     kind: ClassVar[str] = "step"
 
 

@@ -25,6 +25,19 @@ NEIGHBOURS_K = 10
 LINE_BREAKS = re.compile(r"[\t\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 COORDS = ("base_x", "base_y", "tuned_x", "tuned_y")
 
+ATLAS_WITH_MAP = """\
+  embedding-atlas {prefix}.parquet --text text --x x --y y    # the tuned map as drawn in the app
+  embedding-atlas {prefix}.parquet --text text --vector tuned_embedding    # its own projection instead
+  x, y are the tuned map's coordinates (also in tuned_x, tuned_y; the base map's in base_x, base_y).
+"""
+# without a map (the command line, or no map of every string drawn) there are no x, y columns: --x x --y y would
+# open an empty map without an error, so only --vector is offered
+ATLAS_WITHOUT_MAP = """\
+  embedding-atlas {prefix}.parquet --text text --vector tuned_embedding    # projects the tuned vectors itself
+  (or --vector base_embedding). This export has no map coordinates (no x, y columns): the app adds them when
+  you export after drawing a map of every string.
+"""
+
 README = """\
 Mirror Explorer export: your strings under the base and the tuned encoder.
 
@@ -34,11 +47,7 @@ Embedding Projector (https://projector.tensorflow.org): "Load", then choose
   One row per string in the same order; the metadata's first row is its header.
 
 embedding-atlas (pip install embedding-atlas):
-  embedding-atlas {prefix}.parquet --text text --x x --y y    # the tuned map as drawn in the app
-  embedding-atlas {prefix}.parquet --text text --vector tuned_embedding    # its own projection
-  x, y are the tuned map's coordinates (also in tuned_x, tuned_y; the base map's in base_x, base_y); they are
-  only present when the app had drawn a map of every string. Without them use --vector.
-
+{atlas}
 pandas / pyarrow:
   import pandas as pd, numpy as np
   df = pd.read_parquet("{prefix}.parquet")
@@ -93,6 +102,7 @@ def export_bundle(
         ]
     readme = README.format(
         prefix=prefix,
+        atlas=(ATLAS_WITH_MAP if coords else ATLAS_WITHOUT_MAP).format(prefix=prefix),
         files="".join(f"  {p.name}\n" for p in files),
         coord_note=", base_x, base_y, tuned_x, tuned_y, x, y" if coords else "",
     )

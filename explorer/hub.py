@@ -80,7 +80,7 @@ def hub_errors(what: str, token: str = "") -> Iterator[None]:
     except MirrorError:
         raise
     except OfflineModeIsEnabled:
-        raise MirrorError("could not reach the Hugging Face Hub: this server runs offline (HF_HUB_OFFLINE)") from None
+        raise MirrorError("could not reach the Hugging Face Hub: this server has no internet access") from None
     except httpx2.TimeoutException:
         raise MirrorError("could not reach the Hugging Face Hub: the connection timed out") from None
     except (httpx2.TransportError, ConnectionError) as exc:

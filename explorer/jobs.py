@@ -9,6 +9,7 @@ stops asking for events (a closed tab, a disconnected or cancelled API client).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import queue
@@ -171,4 +172,4 @@ class StepClock:
             self.t1, self.first = now, ev.step
             return ev
         rate = (now - self.t1) / (ev.step - self.first) if ev.step > self.first else None
-        return Step(ev.step, ev.total, ev.loss, rate * (ev.total - ev.step) if rate is not None else None)
+        return dataclasses.replace(ev, eta=rate * (ev.total - ev.step) if rate is not None else None)

@@ -23,11 +23,13 @@ from mirror.errors import MirrorError
 
 MIN_UMAP = 50  # fewer strings than this: PCA (UMAP's neighbour graph means little on a handful of points)
 MAX_CLUSTERS = 20
-# 20 colours told apart on a light and a dark background (no near-white, no near-black); a cluster that persists
-# keeps its colour from the base map to the tuned one (matched by members, see _match_colours)
+# 20 colours of distinct hues, told apart on a light and a dark background (no near-white, no near-black): Sasha
+# Trubetskoy's list of 20 distinct colours without white, black and beige, plus dark goldenrod. (It was Tableau 10
+# followed by Category 10, the same ten hues twice: 14 clusters showed ~10 colours.) A cluster that persists keeps
+# its colour from the base map to the tuned one (matched by members, see _match_colours).
 PALETTE = (
-    "#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#b07aa1", "#edc948", "#76b7b2", "#ff9da7", "#9c755f", "#bab0ac",
-    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e", "#7f7f7f",
+    "#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45", "#ffe119", "#469990",
+    "#9a6324", "#800000", "#808000", "#000075", "#a9a9a9", "#fabed4", "#dcbeff", "#aaffc3", "#ffd8b1", "#b8860b",
 )  # fmt: skip
 _UMAP_LOCK = threading.Lock()  # numba compiles UMAP's kernels on first use: one thread does it
 

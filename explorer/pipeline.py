@@ -49,13 +49,13 @@ def tune_and_index(
     result = mirror_tune(
         texts,
         config,
-        on_step=lambda s, t, loss: emit(Step(s, t, loss)),
+        on_step=lambda s, t, loss, batch: emit(Step(s, t, loss, batch=batch)),
         should_stop=should_stop,
         encoder=encoder,
         memory_budget=memory,
     )
     stats = {**result.stats(), "summary": result.summary(), "pooling": result.config.pooling}
-    stats.update(mode=result.config.mode, losses=list(result.losses))
+    stats.update(mode=result.config.mode, losses=list(result.losses), batch_sizes=list(result.batch_sizes))
     if result.cancelled:
         emit(Stopped(stats))
         return

@@ -246,14 +246,29 @@ def eval_md(rows: list[dict[str, Any]], notes: Sequence[str], caption: str = "")
     return "\n\n".join([*([caption] if caption else []), message(head, "ok"), *(message(t, "warning") for t in notes)])
 
 
-def loss_frame(losses: Sequence[float]) -> Any:
-    """The loss curve as rows (step, loss, series): each step's raw loss and its moving average."""
+LOSS_TITLE = "Training loss ÷ log(2B−1) (1 = knows nothing; each step, and smoothed weighting each by its strings)"
+
+
+def loss_frame(losses: Sequence[float], batches: Sequence[int] | None = None) -> Any:
+    """The loss curve as rows (step, loss, series): each step's loss divided by log(2B-1) of its batch of B strings
+    (mirror.loss.chance_loss: the loss of a model that knows nothing), and their moving average with each step
+    weighted by its strings. Raw InfoNCE is not comparable across batch sizes (3.0 -> 0.52 -> 2.4 on the small
+    example, whose third batch has 11 strings): divided, a batch of 11 still reads lower than one of 200 (fewer
+    negatives make an easier task for a model that already knows something), hence the weighted average, which
+    a short batch hardly moves. Raw losses, plainly averaged, when the batch sizes are not known (older runs)."""
     import pandas as pd
 
+    from mirror.loss import chance_loss
+
     raw = [float(x) for x in losses]
+    weights = [1.0] * len(raw)
+    if batches is not None and len(batches) == len(raw) and all(b > 0 for b in batches):
+        raw = [x / chance_loss(b) for x, b in zip(raw, batches, strict=True)]
+        weights = [b / max(batches) for b in batches]
     smooth, avg = [], None
-    for x in raw:
-        avg = x if avg is None else SMOOTHING * avg + (1 - SMOOTHING) * x
+    for x, w in zip(raw, weights, strict=True):
+        step = (1 - SMOOTHING) * w  # a full batch moves the average as before, a batch of 11 of 200 by 1/18 of that
+        avg = x if avg is None else (1 - step) * avg + step * x
         smooth.append(avg)
     steps = list(range(1, len(raw) + 1))
     return pd.DataFrame(
@@ -302,7 +317,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     return (
         f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
         f"Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below. "
-        f"[Link to this run](?run={run_id}) (whoever has it can open the run; kept while used, see MIRROR_RUN_TTL)."
+        f"[Link to this run](?run={run_id}) (whoever has it can open the run; a run unused for a while is removed)."
         f"{extra}"
     )
 
@@ -311,7 +326,13 @@ def run_caption(run: RunInfo | None) -> str:
     """Which run a panel belongs to, in one Markdown line (its id, strings and base model), or the base-only case."""
     if run is None:
         return f"Base encoder only (`{BUNDLED_MODEL}`): no tuned model yet."
-    return f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
+    caption = (
+        f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
+    )
+    alpha, parent = run.stats.get("blend_alpha"), str(run.stats.get("blended_from") or "")
+    if alpha is not None:
+        caption += f" · blend α={float(alpha):g}" + (f" of run `{parent[:8]}`" if parent else "")
+    return caption
 
 
 def served_md(session: Session | None) -> str:
@@ -392,8 +413,9 @@ def default_alpha(run: RunInfo | None) -> float:
 
 def blend_text(run: RunInfo) -> str:
     """What the user reads when a blend is served."""
-    alpha = run.stats.get("blend_alpha", 1.0)
+    alpha, parent = run.stats.get("blend_alpha", 1.0), str(run.stats.get("blended_from") or "")
+    of = f" of run `{parent[:8]}`" if parent else ""
     return (
-        f"Serving a blend: α = {alpha:g} of the tuned weights, {1 - alpha:g} of the base (run "
-        f"`{run.folder.name[:8]}`). Search, the maps and the downloads now use it; the general checks below are its own."
+        f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of the tuned weights{of}, {1 - alpha:g} of "
+        "the base. Search, the maps and the downloads now use it; the general checks below are its own."
     )

@@ -25,11 +25,25 @@ LAST_USED = ".last_used"
 
 
 def remember(memory: dict | None, run_id: str | None = None, active: str | None = None) -> dict:
-    """What a browser keeps of its runs (gr.BrowserState): the ids of its last 50 runs, plus `run_id`, and the
-    run it has going (`active`)."""
-    runs = [r for r in (memory or {}).get("runs", []) if isinstance(r, str)]
+    """What a browser keeps of its runs (gr.BrowserState): the ids of its last 50 runs, plus `run_id`, the run it
+    has going (`active`) and the run it serves (`served`: `run_id` when given, else the one it served before), so a
+    reloaded page serves it again."""
+    memory = memory or {}
+    runs = [r for r in memory.get("runs", []) if isinstance(r, str)]
     runs = [*runs, run_id] if run_id and run_id not in runs else runs
-    return {"runs": runs[-50:], "active": active}
+    served = run_id or memory.get("served")
+    return {"runs": runs[-50:], "active": active, "served": served if isinstance(served, str) else None}
+
+
+def run_label(info: RunInfo) -> str:
+    """What a run is, in a few words: "411 strings from small_words.txt · bundled", and for a blend
+    "blend α=0.5 of 411 strings from … (run 1a2b3c4d)" (otherwise it reads exactly like its parent)."""
+    label = f"{info.n_texts:,} strings from {info.corpus} · {info.base_model}"
+    alpha = info.stats.get("blend_alpha")
+    if alpha is None:
+        return label
+    parent = str(info.stats.get("blended_from") or "")
+    return f"blend α={float(alpha):g} of {label}" + (f" (run {parent[:8]})" if parent else "")
 
 
 class RunStore:
@@ -76,8 +90,7 @@ class RunStore:
                 info = self.load(run_id)
             except MirrorError:
                 continue
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.created))
-            label = f"{when} · {info.n_texts:,} strings from {info.corpus} · {info.base_model}"
+            label = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(info.created))} · {run_label(info)}"
             out.append({"id": info.folder.name, "label": label, "created": info.created})
         return sorted(out, key=lambda r: -r["created"])
 

@@ -96,6 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"input: {stats.summary()}\npreset: {reason}")
         return train_and_index(args, texts, config, budget)
     from mirror import distributed
+    from mirror.card import write_card
     from mirror.train import mirror_tune, save_result
 
     rank, world_size = distributed.init_from_env()  # torchrun: one process per GPU (or CPU, gloo)
@@ -123,6 +124,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank == 0:  # only rank 0 writes; the others wait so the folder is complete when all exit
         try:
             out = save_result(result, args.out)
+            write_card(out)  # the model card the app writes too (README.md), from the folder's mirror_config.json
         except OSError as exc:  # disk full, permissions: save_result wrote to a temp folder, now removed
             raise MirrorError(
                 f"could not save the model to {args.out} ({exc.strerror or exc}); nothing was changed there"
@@ -142,6 +144,7 @@ def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorCo
     strings with the base and the tuned encoder (base_index/, tuned_index/), for `python -m index query`."""
     from explorer.events import Finished, Phase, Step, Stopped
     from explorer.pipeline import tune_and_index
+    from mirror.card import write_card
 
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -158,6 +161,7 @@ def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorCo
     tune_and_index(texts, config, out, emit=show, memory=budget)
     if not last or isinstance(last[-1], Stopped):
         raise MirrorError("the run stopped before its end; nothing was saved")
+    write_card(out / "model")
     print(last[-1].stats["summary"])
     print(f"saved: {out}/model, {out}/base_index, {out}/tuned_index")
     print(f"search: python -m index query {out / 'tuned_index'} 'your query' --encoder {out / 'model'}")
@@ -235,6 +239,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_blend(args: argparse.Namespace) -> int:
     from mirror.blend import blend_folder, check_alpha
+    from mirror.card import write_card
 
     alpha = check_alpha(args.alpha)  # every check before the models load
     tuned = Path(args.tuned).expanduser()
@@ -244,6 +249,7 @@ def cmd_blend(args: argparse.Namespace) -> int:
     check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)
     base = check_model_name(args.base) if args.base is not None else None
     out = blend_folder(base, tuned, alpha, args.out)
+    write_card(out)  # names the blend and its alpha
     print(f"saved: {out}  (blend alpha={alpha:g}: {alpha:g} tuned, {1 - alpha:g} base)")
     return 0
 

@@ -207,5 +207,5 @@ def detect_mode(texts: Sequence[str], threshold: float = 0.5) -> tuple[Mode, str
     mode: Mode = "sentences" if share >= threshold else "words"
     return (
         mode,
-        f"{share:.0%} of {len(texts)} strings have more than two words (threshold {threshold:.0%}) -> {mode} preset",
+        f"{share:.0%} of {len(texts)} strings have more than two words (threshold {threshold:.0%}), so the {mode} preset",
     )

@@ -508,6 +508,10 @@ def save_encoder(encoder: Encoder, out_dir: str | Path, extra: dict[str, Any] | 
         encoder.tokenizer.save_pretrained(tmp)
         write_st_files(tmp, encoder.dim, encoder.pooling, encoder.max_seq_length)
         (tmp / MIRROR_CONFIG_FILE).write_text(json.dumps(extra or {}, indent=2, default=str))
+        umask = os.umask(0o022)
+        os.umask(umask)
+        for path in [tmp, *tmp.rglob("*")]:  # mkdtemp's folder is 0700 and safetensors writes 0600: the usual modes
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
         replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
+
+
+def chance_loss(batch: int) -> float:
+    """nt_xent of a model that knows nothing (every view equally like the 2B-1 others): log(2B - 1). A loss divided
+    by it is comparable across batch sizes (a last batch of 11 strings starts at 3.0, one of 200 at 6.0).
+
+    >>> round(chance_loss(2), 4) == round(math.log(3), 4)
+    True
+    """
+    return math.log(max(3, 2 * int(batch) - 1))
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:

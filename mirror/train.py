@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 import platform
 import random
@@ -42,6 +43,7 @@ class MirrorResult:
     cancelled: bool
     n_texts: int
     notes: list[str] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)  # strings in each step (losses of different B differ)
 
     @property
     def final_loss(self) -> float | None:
@@ -69,6 +71,21 @@ class MirrorResult:
             f"{status}: {self.steps}/{self.total_steps} steps on {self.n_texts} strings in {self.seconds:.1f}s "
             f"on {self.device}; final loss {loss}; pooling {self.config.pooling}, mode {self.config.mode}"
         )
+
+
+def _step_reporter(on_step: Callable[..., None] | None) -> Callable[[int, int, float, int], None] | None:
+    """`on_step(step, total, loss)`, or `on_step(step, total, loss, batch)` for a callback that takes a fourth
+    argument (the step's strings: `mirror.loss.chance_loss(batch)` makes losses comparable across batch sizes)."""
+    if on_step is None:
+        return None
+    try:
+        params = list(inspect.signature(on_step).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 4 or any(p.kind == p.VAR_POSITIONAL for p in params):
+        return on_step
+    return lambda step, total, loss, batch: on_step(step, total, loss)
 
 
 BUCKET_CHUNK = 32  # batches per length-sorting chunk
@@ -276,7 +293,7 @@ def mirror_tune(
 ) -> MirrorResult:
     """Mirror-fine-tune an encoder on `texts` (cleaned and de-duplicated here too).
 
-    `on_step(step, total, loss)` is called after every optimiser step; `should_stop()` is polled
+    `on_step(step, total, loss[, batch])` is called after every optimiser step; `should_stop()` is polled
     between steps and ends the run cleanly (result.cancelled). `encoder` skips loading `config.model`.
     `memory_budget` (bytes, default read from the machine: `step_budget`) bounds what the run adds to the
     memory in use: batches of long strings that would exceed it are split (result.notes says so), and a
@@ -310,6 +327,8 @@ def mirror_tune(
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
     losses: list[float] = []
+    sizes: list[int] = []  # each step's strings: on_step may take it (the loss of a batch of B starts at log(2B-1))
+    report = _step_reporter(on_step)
     pending: list[torch.Tensor] = []  # losses still on the device: read back in one sync every log_every steps
     sync_every = 1 if device.type == "cpu" else config.log_every
     step, cancelled, split, batch_size = 0, False, 0, config.batch_size
@@ -326,8 +345,8 @@ def mirror_tune(
                     f"the loss became nan: the gradient norm was {grad_norm} at step {first + offset}; {LOWER_LR}"
                 )
             losses.append(value)
-            if on_step is not None:
-                on_step(first + offset, total, value)
+            if report is not None:
+                report(first + offset, total, value, sizes[len(losses) - 1])
 
     started = time.perf_counter()
     model.train()  # dropout on in both forward passes: the "feature" augmentation
@@ -360,6 +379,7 @@ def mirror_tune(
                         notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
                         continue
                     step += 1
+                    sizes.append(len(batch_ids))
                     if len(pending) >= sync_every:
                         read_back()
                 if cancelled or step >= total:
@@ -377,6 +397,7 @@ def mirror_tune(
         encoder=encoder,
         config=config,
         losses=losses,
+        batch_sizes=sizes[: len(losses)],
         steps=step,
         total_steps=total,
         seconds=time.perf_counter() - started,

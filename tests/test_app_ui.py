@@ -187,7 +187,8 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
     assert "3 strings" in out[0] and session.texts == ["1", "2", "3"]
     with pytest.warns(UserWarning, match="no column 'nope'"):
         out = fns["on_column"].fn(str(csv), "nope", "auto", "bundled", session, *defaults)
-    assert "Error" in out[0] and session.texts == []  # a failed load leaves nothing to launch on
+    assert "Error" in out[0] and session.texts == ["1", "2", "3"]  # a failed load keeps what was loaded...
+    assert "Still loaded: **3 strings** from `terms.csv`" in out[0]  # ...and says so
 
     # a zip downloaded from an earlier run, uploaded in a session that has strings loaded
     app.load_pasted(session, "\n".join(WORDS))
@@ -201,11 +202,11 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
 
 
 # The upload corpus (tests/upload_corpus.py) through the page's upload handler: a message, no traceback, and the
-# strings loaded before are unloaded with Launch disabled, so nothing trains on an earlier upload's strings (this
-# test was "..._keeps_what_was_loaded" until issue 15 asked for that). (Through the service:
-# tests/test_explorer_inputs.py; the CLI: tests/test_mirror_bad_inputs.py.)
+# strings loaded before stay loaded, Launch enabled, with a line saying which strings Launch would tune (issue 15
+# unloaded them and disabled Launch; issue 28 found that a newcomer lost a good file to a bad one). (Through the
+# service: tests/test_explorer_inputs.py; the CLI: tests/test_mirror_bad_inputs.py.)
 @pytest.mark.parametrize("case", list(BAD_UPLOADS))
-def test_bad_upload_is_a_clear_message_in_the_ui_and_disarms_launch(ui, tmp_path, case):
+def test_bad_upload_is_a_clear_message_in_the_ui_and_keeps_what_was_loaded(ui, tmp_path, case):
     app, _ = ui
     name, content, says, _ = BAD_UPLOADS[case]
     session = app.session()
@@ -215,7 +216,8 @@ def test_bad_upload_is_a_clear_message_in_the_ui_and_disarms_launch(ui, tmp_path
     assert same is session and shown.startswith("> **Error:** ")
     assert says in shown and name in shown, shown
     assert "something went wrong" not in shown and "Traceback" not in shown  # a known problem, not a bug
-    assert session.texts == [] and launch["interactive"] is False
+    assert session.texts == ["cat", "dog", "car"] and launch["interactive"] is True
+    assert "Still loaded: **3 strings** from `good.txt`; Launch tunes those." in shown
 
 
 def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):

@@ -149,8 +149,8 @@ def tune_a_few_steps(page, steps: int = 2) -> None:
     page.locator("#mx-launch").click()
 
 
-def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_disarms_launch(server, browser, tmp_path):
-    """Issue 15 as a user sees it: a good upload then a bad one leaves Launch disabled; a run survives a reload
+def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(server, browser, tmp_path):
+    """Issue 15 as a user sees it: a good upload then a bad one keeps the good strings (issue 28); a run survives a reload
     (the page reattaches, the run is listed and searchable); its link opens it in a fresh browser."""
     from playwright.sync_api import expect
 
@@ -171,7 +171,9 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_disarms_launch(serv
         expect(page.locator("#mx-launch")).to_be_enabled()
         upload_file(page, bad)
         expect(page.locator("#mx-input")).to_contain_text("binary")
-        expect(page.locator("#mx-launch")).to_be_disabled()  # the good file's strings are not armed any more
+        # issue 28: the good file's strings stay loaded (and armed), and the page says which strings Launch tunes
+        expect(page.locator("#mx-input")).to_contain_text("Still loaded: 30 strings from good.txt")
+        expect(page.locator("#mx-launch")).to_be_enabled()
         page.screenshot(path=ARTIFACTS / "browser_4_bad_after_good.png", full_page=True)
 
         upload_file(page, good)
@@ -312,3 +314,138 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         raise
     finally:
         page.close()
+
+
+def watch_console(page, errors: list[str]) -> None:
+    """Page errors and console errors (a script that threw, a failed frontend call) end up in `errors`."""
+    page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+    page.on("console", lambda msg: errors.append(f"console: {msg.text}") if msg.type == "error" else None)
+
+
+def toast_text(page) -> str:
+    return " ".join(page.locator(".toast-body").all_inner_texts())
+
+
+def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, browser, tmp_path):
+    """Issue 28 as a newcomer meets it: the bundled example tuned with its defaults; the Explore tab's health and
+    what moved without a button press; a blend, after which nothing of the run before is left on the Explore tab
+    and the run list names it as a blend; a reload that serves the blend again; and in a second browser Open with
+    nothing picked and a bad upload after a good one. No page or console error anywhere."""
+    from playwright.sync_api import expect
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    watch_console(page, errors)
+    try:
+        page.goto(server)
+        expect(page.locator("#mx-launch")).to_be_disabled()
+        # the Evaluate tab before any run: no empty table headed "1 · 2 · 3"
+        page.get_by_role("tab", name="③ Evaluate").click()
+        expect(page.locator("#mx-eval-table")).to_be_hidden()
+        page.get_by_role("tab", name="① Tune").click()
+        assert page.get_by_role("tab", name="Hugging Face dataset").count() == 0  # an offline server offers no Hub
+
+        # 1. the bundled example, as it comes
+        page.get_by_role("tab", name="Examples").click()
+        page.locator("#mx-example-btn").click()
+        expect(page.locator("#mx-input")).to_contain_text("411 strings loaded")
+        assert "->" not in page.locator("#mx-input").inner_text()
+        estimate = page.locator("#mx-estimate")
+        expect(estimate).to_contain_text("Plan:", timeout=180_000)
+        expect(estimate).to_contain_text("calibrated on this machine")
+        assert "reused" not in estimate.inner_text()  # this browser never ran anything
+        page.locator("#mx-launch").click()
+        expect(page.locator("#mx-result")).to_contain_text("Done: your tuned model is served", timeout=300_000)
+        run_id = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href").split("run=")[1]
+        assert "MIRROR_" not in page.locator("#mx-result").inner_text()  # no operator names shown to visitors
+        expect(page.locator("#mx-loss")).to_be_visible()
+        expect(page.locator("#mx-loss")).to_contain_text("log(2B−1)")
+        page.screenshot(path=ARTIFACTS / "newcomer_1_example_tuned.png", full_page=True)
+
+        # 2. Explore: health and what moved of the served run, without pressing anything
+        page.get_by_role("tab", name="④ Explore").click()
+        expect(page.locator("#mx-explore-caption")).to_contain_text(run_id[:8])
+        expect(page.locator("#mx-health")).to_contain_text("mean cosine", timeout=120_000)
+        expect(page.locator("#mx-moved-md")).to_contain_text("411 strings", timeout=120_000)
+        # what belongs to this run: a filtered list, a string's neighbours, an export
+        filter_box = page.get_by_label("Filter")
+        filter_box.fill("car")
+        page.locator("#mx-moved-btn").click()
+        expect(page.locator("#mx-moved-md")).to_contain_text("matching “car”")
+        first = page.locator("#mx-moved-table [data-testid=cell-0-0]")
+        moved_text = first.inner_text().strip()
+        first.click()
+        expect(page.locator("#mx-point-md")).to_contain_text(f"Neighbours of {moved_text}")
+        expect(page.locator("#mx-point-results .mx-query")).to_have_count(1)
+        page.locator("#mx-export-all-btn").click()
+        expect(page.locator("#mx-export-file a[href]").first).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "newcomer_2_explore_before_blend.png", full_page=True)
+
+        # 3. a blend: served as a new run, and nothing of the run before is left
+        alpha = page.get_by_label("number input for Blend with the base model (α: 0 = base, 1 = tuned)")
+        alpha.fill("0.5")
+        alpha.press("Enter")
+        page.locator("#mx-blend-btn").click()
+        expect(page.locator("#mx-explore-caption")).to_contain_text("blend α=0.5", timeout=300_000)
+        caption = page.locator("#mx-explore-caption").inner_text()
+        assert f"of run {run_id[:8]}" in caption
+        expect(page.locator("#mx-point-md")).to_contain_text("Click a point")  # not "Neighbours of ..."
+        assert page.locator("#mx-point-results .mx-query").count() == 0
+        expect(page.locator("#mx-export-file")).to_be_hidden()  # the previous run's export is not offered
+        expect(page.locator("#mx-moved-md")).to_contain_text("411 strings, most moved first", timeout=120_000)
+        assert "matching" not in page.locator("#mx-moved-md").inner_text() and filter_box.input_value() == ""
+        expect(page.locator("#mx-health")).to_contain_text("mean cosine", timeout=120_000)  # recomputed, not gone
+        expect(page.locator("#mx-moved-table [data-testid=cell-0-0]")).not_to_be_empty()
+        blend_link = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href")
+        blend_id = blend_link.split("run=")[1]
+        assert blend_id != run_id
+        page.screenshot(path=ARTIFACTS / "newcomer_3_after_blend.png", full_page=True)
+
+        # the run list names the blend as one
+        page.get_by_role("tab", name="① Tune").click()
+        page.locator("#mx-runs input").click()
+        options = page.get_by_role("option")
+        expect(options).to_have_count(2)
+        labels = options.all_inner_texts()
+        assert sum("blend α=0.5 of 411 strings from small_words.txt" in t for t in labels) == 1, labels
+        assert any(t.endswith("411 strings from small_words.txt · bundled") for t in labels), labels
+        page.keyboard.press("Escape")
+        page.screenshot(path=ARTIFACTS / "newcomer_4_run_list.png", full_page=True)
+
+        # 4. a reload serves the run it served: the blend
+        page.reload()
+        expect(page.locator("#mx-result")).to_contain_text(blend_id[:8], timeout=120_000)
+        expect(page.locator("#mx-runs input")).to_have_value(re.compile("blend α=0.5"))
+        page.get_by_role("tab", name="② Search").click()
+        expect(page.locator("#mx-served")).to_contain_text("411 strings")
+        page.get_by_role("tab", name="④ Explore").click()
+        expect(page.locator("#mx-explore-caption")).to_contain_text(blend_id[:8])
+        page.screenshot(path=ARTIFACTS / "newcomer_5_reloaded.png", full_page=True)
+
+        # 5. a second browser: Open with nothing picked, then a bad upload after a good one
+        other = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        other.set_default_timeout(60_000)
+        watch_console(other, errors)
+        other.goto(server)
+        expect(other.locator("#mx-launch")).to_be_disabled()
+        other.locator("#mx-open-run").click()
+        expect(other.locator(".toast-body").first).to_contain_text("Pick one of your runs in the list first")
+        good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
+        good.write_text("\n".join(WORDS[:30]) + "\n")
+        bad.write_bytes(b"\x00\x01\x02binary\xff" * 50)
+        upload_file(other, good)
+        expect(other.locator("#mx-input")).to_contain_text("30 strings loaded")
+        upload_file(other, bad)
+        expect(other.locator("#mx-input")).to_contain_text("binary")
+        expect(other.locator("#mx-input")).to_contain_text("Still loaded: 30 strings from good.txt")
+        expect(other.locator("#mx-launch")).to_be_enabled()
+        other.screenshot(path=ARTIFACTS / "newcomer_6_second_browser.png", full_page=True)
+        assert not errors, errors
+    except Exception:
+        page.screenshot(path=ARTIFACTS / "newcomer_failure.png", full_page=True)
+        raise
+    finally:
+        context.close()

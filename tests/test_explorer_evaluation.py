@@ -168,6 +168,8 @@ def test_the_eta_is_measured_from_the_first_report(monkeypatch):
     assert clock.left(0, 1000) == ""
     now[0] = 170.0
     assert clock.left(250, 1000) == "about 30 s left"  # 250 strings in 10 s, 750 to go
+    now[0] = 189.0
+    assert clock.left(990, 1000) == "almost done"  # not "about under a second left"
     assert clock.left(1000, 1000) == ""
 
 
@@ -210,6 +212,8 @@ def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_
         md, table, bars, moved, session = fns["on_eval"].fn([], str(pairs), tuned)
     assert session is tuned and "only 5 pairs" in md and "bootstrap 95% intervals" in md
     assert md.startswith(f"Run `{tuned.run.folder.name[:8]}`")  # the panel says which run it belongs to
+    assert table["visible"] is True  # hidden until there is a result (issue 28: no empty "1 · 2 · 3" table)
+    table = table["value"]
     assert "base 95% CI" in table.columns and "tuned 95% CI" in table.columns
     assert bars.count('class="mx-eval-bar"') == 2 and session.run is not None  # base and tuned
     # two tiny steps of a random model may move no pair: then the table says so

@@ -127,6 +127,15 @@ def test_all_is_one_zip_with_a_readme(tmp_path):
     ]
     assert "projector.tensorflow.org" in readme and "embedding-atlas mirror-abc.parquet" in readme
     assert "pd.read_parquet" in readme
+    assert "--x x --y y" in readme  # a map was drawn: its coordinates are offered first
+
+
+def test_the_readme_of_an_export_without_a_map_offers_only_what_it_holds(tmp_path):
+    """The command line's export has no x, y: `embedding-atlas --x x --y y` would open an empty map."""
+    with zipfile.ZipFile(export(tmp_path, "all", coords=None)) as zf:
+        readme = zf.read("mirror-abc/README.txt").decode()
+    assert "--x x" not in readme and "--text text --vector tuned_embedding" in readme
+    assert "no map coordinates" in readme and "base_x" not in readme
 
 
 def test_bad_inputs_are_refused(tmp_path):

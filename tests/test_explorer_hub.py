@@ -94,7 +94,7 @@ def test_offline_mode_is_could_not_reach(monkeypatch, tmp_path):
     import huggingface_hub.constants as constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(MirrorError, match="could not reach the Hugging Face Hub: this server runs offline"):
+    with pytest.raises(MirrorError, match="could not reach the Hugging Face Hub: this server has no internet access"):
         hub.push_model(model_folder(tmp_path), "me/x", TOKEN, max_bytes=10**6)
 
 

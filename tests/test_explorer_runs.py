@@ -91,3 +91,17 @@ def test_the_browser_key_is_made_once_and_kept(app):
     key = app.secret
     assert len(key) == 64 and MirrorApp(app.settings).secret == key
     assert oct(Path(app.settings.work_dir / ".browser-secret").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_blend_is_listed_and_captioned_as_a_blend_of_its_parent(app, tiny_bert):
+    """Issue 28: a blend read exactly like its parent in the run list (only the time differed)."""
+    from explorer import render
+
+    s = tuned_session(app, tiny_bert)
+    parent = s.run.folder.name
+    assert list(app.blend_run(s, 0.5))[-1].kind == "done"
+    blend = s.run.folder.name
+    labels = {r["id"]: r["label"] for r in app.list_runs([parent, blend])}
+    assert "blend" not in labels[parent] and f"strings from {s.run.corpus}" in labels[parent]
+    assert f"blend α=0.5 of {len(WORDS)} strings from" in labels[blend] and f"(run {parent[:8]})" in labels[blend]
+    assert f"blend α=0.5 of run `{parent[:8]}`" in render.run_caption(s.run)

@@ -40,9 +40,21 @@ def test_train_writes_a_loadable_model_and_summary(tiny_bert, words_file, tmp_pa
     assert code == 0
     text = capsys.readouterr().out
     assert "6 strings (8 lines, 1 empty dropped, 1 duplicates removed)" in text
-    assert "-> words preset" in text and "3/3 steps" in text
+    assert ", so the words preset" in text and "3/3 steps" in text
     meta = json.loads((out / "mirror_config.json").read_text())
     assert meta["config"]["epochs"] == 3 and meta["config"]["pooling"] == "mean" and meta["stats"]["steps"] == 3
+    # the app's model card (the same builder), and every file with the usual permissions (safetensors wrote 0600)
+    from mirror.card import model_card
+
+    card = (out / "README.md").read_text()
+    assert card == model_card(out) and "base_model" not in card.split("---")[1]  # a local base: no hub id
+    assert "| epochs | 3 |" in card and "| steps | 3 of 3 |" in card
+    umask = os.umask(0o022)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.rglob("*")}
+    assert modes["model.safetensors"] == 0o666 & ~umask, modes
+    assert set(modes.values()) <= {0o666 & ~umask, 0o777 & ~umask}, modes
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask
 
 
 def test_eval_prints_spearman(tiny_bert, tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -48,6 +49,20 @@ def test_an_upload_smaller_than_the_batch_still_trains(tiny_bert):
     assert result.steps == 2 == result.total_steps  # 2 epochs x 1 batch of 10 (drop_last would give 0)
     assert [s for s, _, _ in steps] == [1, 2] and all(t == 2 for _, t, _ in steps)
     assert all(np.isfinite(loss) and loss > 0 for _, _, loss in steps)
+
+
+def test_each_steps_batch_size_is_reported_and_makes_losses_comparable(tiny_bert):
+    """Issue 28: 11 strings in batches of 4 end with a batch of 3, whose raw loss starts near log(5), not log(7);
+    divided by mirror.loss.chance_loss(B) = log(2B-1) the steps of an untrained model all read about 1."""
+    from mirror.loss import chance_loss
+
+    steps = []
+    config = cfg(tiny_bert, batch_size=4, epochs=1, lr=1e-9, bucket_by_length=False)
+    result = mirror_tune(WORDS[:11], config, on_step=lambda s, t, loss, batch: steps.append((s, loss, batch)))
+    assert [b for _, _, b in steps] == result.batch_sizes == [4, 4, 3]
+    normalised = [loss / chance_loss(b) for _, loss, b in steps]
+    assert all(0.8 < x < 1.2 for x in normalised), normalised  # a random model knows nothing: about chance
+    assert abs(steps[-1][1] - math.log(5)) < abs(steps[-1][1] - math.log(7))  # raw: the last batch reads lower
 
 
 def test_a_trailing_single_string_is_merged_not_nan(tiny_bert):

@@ -48,14 +48,10 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
     ui.selection = gr.State([])  # the map's lassoed rows (the service's "i"), for "Export the selection"
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            ui.point_md = gr.Markdown(
-                "Click a point (or a row of the table below) to see its neighbours.", elem_id="mx-point-md"
-            )
+            ui.point_md = gr.Markdown(POINT_HINT, elem_id="mx-point-md")
             ui.point_results = gr.HTML("", elem_id="mx-point-results")
         with gr.Column(scale=2):
-            ui.selection_md = gr.Markdown(
-                "Lasso some points (the lasso tool above the maps) to export just those.", elem_id="mx-selection-md"
-            )
+            ui.selection_md = gr.Markdown(SELECTION_HINT, elem_id="mx-selection-md")
             ui.export_fmt = gr.Dropdown(EXPORTS, value="all", label="Export format", elem_id="mx-export-fmt")
             with gr.Row():
                 ui.export_sel_btn = gr.Button("Export the selection", elem_id="mx-export-sel-btn")
@@ -96,19 +92,39 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
     return ui
 
 
+POINT_HINT = "Click a point (or a row of the table below) to see its neighbours."
+SELECTION_HINT = "Lasso some points (the lasso tool above the maps) to export just those."
+
+
 def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
-    """The Explore tab switched to a newly served run: its name, its general checks and blend, and no figure of
-    the run before (they are drawn again on request)."""
+    """The Explore tab switched to a newly served run: its name, its general checks and blend, and nothing of the
+    run before (neighbours shown, what moved, exports, the selection); its health and what moved follow at once
+    (`on_served`, on the caption's change), the maps on request."""
     return {
         ui.caption: render.run_caption(run),
         ui.forget_md: render.forgetting_md(run),
         ui.alpha: gr.update(value=render.default_alpha(run)),
         ui.map: None,
         ui.map_md: "Press **Draw the maps** to lay out this run's strings.",
-        ui.health_md: "",
+        ui.health_md: render.message("Measuring this run's space health…", "info"),
+        ui.moved_md: "",
+        ui.moved_filter: "",  # the list that follows is of every string
         ui.moved_table: moved_frame([]),
+        ui.moved_file: gr.update(value=None, visible=False),
+        ui.point_md: POINT_HINT,
         ui.point_results: "",
+        ui.export_file: gr.update(value=None, visible=False),
+        ui.selection_md: SELECTION_HINT,
+        ui.selection: [],
     }
+
+
+def explore_outputs(ui: SimpleNamespace) -> list[Any]:
+    """The components `explore_panels` sets (outputs of every handler that serves a run)."""
+    names = ["caption", "forget_md", "alpha", "map", "map_md", "health_md", "moved_md", "moved_filter", "moved_table"]
+    names += ["moved_file"]
+    names += ["point_md", "point_results", "export_file", "selection_md", "selection"]
+    return [getattr(ui, name) for name in names]
 
 
 def moved_frame(rows: list[dict[str, Any]]) -> Any:
@@ -151,8 +167,27 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
             gr.update(value=render.default_alpha(session.run)),
         )
 
+    def on_served(s):
+        """A newly served run (the caption names it): its space health and what moved, without a button press."""
+        session = app.session(s)
+        if session.run is None:
+            return "", gr.update(), gr.update(), session
+
+        def figures(session: Session) -> tuple:
+            rows = ex.moved(session)
+            head = f"{len(rows):,} strings, most moved first. Filter them, or select a row to see its neighbours."
+            return render.health_md(ex.health(session)), render.message(head, "info"), moved_frame(rows)
+
+        return call_service(app, s, 3, figures)
+
+    # hidden progress: the rest of the tab stays usable while these two are measured
+    served_out = [ui.health_md, ui.moved_md, ui.moved_table, state]
+    ui.caption.change(on_served, [state], served_out, show_progress="hidden", **ENCODE_QUEUE, **PRIVATE)
+
     map_out = [ui.map_md, ui.map, ui.caption, ui.health_md, ui.forget_md, ui.alpha, state]
-    ui.map_btn.click(on_map, [ui.n_points, ui.queries, state], map_out, **ENCODE_QUEUE, **PRIVATE)
+    # the progress on the maps only: the rest of the tab stays usable while they are laid out
+    map_kw = {"show_progress_on": [ui.map], **ENCODE_QUEUE, **PRIVATE}
+    ui.map_btn.click(on_map, [ui.n_points, ui.queries, state], map_out, **map_kw)
 
     def on_point(text, s):
         def show(session: Session) -> tuple:

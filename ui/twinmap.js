@@ -130,16 +130,16 @@ function centreOn(ks) {
     S.centre[m] = [(x0 + x1) / 2, (y0 + y1) / 2];
   }
   const b = D.bounds, span = Math.max(b.x1 - b.x0, b.y1 - b.y0);
-  let need = Infinity;  // zoom in until the matches' box fills about half the map, up to 6x
+  let need = Infinity;  // zoom in until the matches' box fills about half the map, up to 2.5x (the surroundings stay)
   for (const m of MAPS) {
     let w = 0, h = 0;
     for (const k of ks) {
       w = Math.max(w, Math.abs(D[m][2 * k] - S.centre[m][0]));
       h = Math.max(h, Math.abs(D[m][2 * k + 1] - S.centre[m][1]));
     }
-    need = Math.min(need, span / (4 * Math.max(w, h, span / 24)));
+    need = Math.min(need, span / (4 * Math.max(w, h, span / 10)));
   }
-  S.zoom = Math.max(1, Math.min(6, need));
+  S.zoom = Math.max(1, Math.min(2.5, need));
 }
 
 // ---------- drawing ----------
@@ -422,6 +422,7 @@ function nearestQuery(map, sx, sy) {
 // ---------- tooltip ----------
 function tip(map, sx, sy, k, q) {
   const el = $(".tm-tip");
+  if (!el) return;  // the map was replaced (a new run served) while a pointer event was on its way
   if (k < 0 && !q) { el.hidden = true; return; }
   el.replaceChildren();
   const strong = document.createElement("div");

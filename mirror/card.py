@@ -1,0 +1,197 @@
+"""The model card of a tuned model: a sentence-transformers style README.md (YAML front matter the Hub reads, then
+the recipe, its settings, data, training, checks and a usage snippet), written into the model folder so the
+model zip and a Hub push carry it. It lives in the engine so that `python -m mirror train` and `blend` write the
+same card as the app (explorer.card re-exports it).
+
+What it says comes from the folder's mirror_config.json (the config and stats `mirror.train.save_result` wrote,
+the blend `mirror.blend` recorded) and, when given, the run's stats (the app's: forgetting check, blend α).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE
+from mirror.names import HUB_ID, shown_model
+
+CARD_FILE = "README.md"
+BUNDLED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the bundled package ships
+TAGS = ("sentence-transformers", "sentence-similarity", "mirror-bert")
+SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are shown
+    ("mode", "preset"),
+    ("pooling", "pooling"),
+    ("temperature", "temperature τ"),
+    ("epochs", "epochs"),
+    ("max_steps", "max steps"),
+    ("batch_size", "batch size (strings)"),
+    ("lr", "learning rate"),
+    ("weight_decay", "weight decay"),
+    ("max_length", "training max length (tokens)"),
+    ("mask_span", "masked span (characters)"),
+    ("mask_min_chars", "span masking from (characters)"),
+    ("dropout", "dropout"),
+    ("grad_clip", "gradient clip"),
+    ("seed", "seed"),
+    ("precision", "precision"),
+)
+
+
+def hub_base_model(name: str | None) -> str | None:
+    """The Hub id of a base model, for the card's `base_model`: the bundled model's id, a hub id as it is, None for
+    a local folder (never a server path)."""
+    name = str(name or "").strip()
+    if name == BUNDLED_MODEL:
+        return BUNDLED_HUB_ID
+    if name and HUB_ID.match(name) and ".." not in name and not name.startswith((".", "/", "~")):
+        return name
+    return None
+
+
+def read_mirror_config(folder: Path) -> dict[str, Any]:
+    """The folder's mirror_config.json ({} when missing or unreadable)."""
+    try:
+        data = json.loads((Path(folder) / MIRROR_CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def model_card(
+    folder: str | Path,
+    stats: Mapping[str, Any] | None = None,
+    base_model: str | None = None,
+    repo_id: str | None = None,
+) -> str:
+    """The card's text for the tuned model in `folder`; `stats`: the run's (the app's), `repo_id`: where it goes."""
+    info = read_mirror_config(Path(folder))
+    config = info.get("config") if isinstance(info.get("config"), dict) else {}
+    saved = info.get("stats") if isinstance(info.get("stats"), dict) else {}
+    stats = {**saved, **dict(stats or {})}
+    base = str(base_model or config.get("model") or BUNDLED_MODEL)
+    hub_base = hub_base_model(base)
+    blend = info.get("blend") if isinstance(info.get("blend"), dict) else {}
+    alpha = stats.get("blend_alpha", blend.get("alpha"))
+
+    front = ["---", "library_name: sentence-transformers"]
+    if hub_base:
+        front.append(f"base_model: {hub_base}")
+    front += ["tags:", *(f"- {t}" for t in TAGS), "pipeline_tag: sentence-similarity", "---", ""]
+
+    shown_base = hub_base or shown_model(base)
+    name = repo_id or "this model"
+    out = [
+        f"# {repo_id.split('/')[-1] if repo_id else 'A mirror-tuned encoder'}",
+        "",
+        f"`{shown_base}` fine-tuned with **Mirror-BERT** (Liu et al., *Fast, Effective, and Self-Supervised: "
+        "Transforming Masked Language Models into Universal Lexical and Sentence Encoders*, EMNLP 2021) on the "
+        "user's own strings, without labels, by Mirror Explorer. Every string is duplicated "
+        "into two views (one with a random span of characters replaced by the mask token, both with dropout on) and "
+        "an InfoNCE loss pulls each view towards its twin and away from the other views in the batch. The result "
+        "is a sentence-transformers model: cosine similarity of its embeddings ranks strings by meaning.",
+        "",
+    ]
+    if alpha is not None and float(alpha) != 1.0:
+        out += [
+            f"**Blended with its base:** the weights are α = {float(alpha):g} of the tuned model and "
+            f"{1 - float(alpha):g} of `{shown_base}` (keeps more of what the base knew).",
+            "",
+        ]
+    out += ["## Training", ""]
+    out += _table(["setting", "value"], [(label, _value(config[k])) for k, label in SETTINGS if k in config])
+    data = [("strings", _value(stats.get("strings")))]
+    if stats.get("steps") is not None:
+        data.append(("steps", f"{stats.get('steps')} of {stats.get('total_steps', stats.get('steps'))}"))
+    if stats.get("seconds") is not None:
+        data.append(("training time", f"{float(stats['seconds']):.1f} s on {stats.get('device', '?')}"))
+    if stats.get("first_loss") is not None or stats.get("final_loss") is not None:
+        data.append(("loss (first → final)", f"{_value(stats.get('first_loss'))} → {_value(stats.get('final_loss'))}"))
+    out += ["", *_table(["data and run", "value"], [(k, v) for k, v in data if v not in ("", "None")])]
+    out += _evaluation(stats.get("eval"))
+    out += _forgetting(stats.get("forgetting"))
+    out += [
+        "",
+        "## Usage",
+        "",
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        "",
+        f'model = SentenceTransformer("{repo_id or "path/to/this/folder"}")',
+        'emb = model.encode(["a string", "another string"], normalize_embeddings=True)',
+        "print(emb @ emb.T)  # cosine similarities",
+        "```",
+        "",
+        f"The pooling {name} was trained with is saved with it (`1_Pooling/config.json`); the mirror config and "
+        "run stats are in `mirror_config.json`.",
+        "",
+    ]
+    return "\n".join(front + out)
+
+
+def write_card(
+    folder: str | Path,
+    stats: Mapping[str, Any] | None = None,
+    base_model: str | None = None,
+    repo_id: str | None = None,
+) -> Path:
+    """Write README.md (the model card) into the model folder, atomically: a new file replaces the old, so a card
+    hard-linked from another run's folder is never changed in place."""
+    path = Path(folder) / CARD_FILE
+    tmp = path.with_name(f".{CARD_FILE}.tmp-{os.getpid()}")
+    tmp.write_text(model_card(folder, stats, base_model, repo_id), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def _table(head: list[str], rows: list[tuple[Any, ...]]) -> list[str]:
+    if not rows:
+        return []
+    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(cell(v) for v in row) + " |" for row in rows),
+    ]
+
+
+def _evaluation(rows: Any) -> list[str]:
+    """An evaluation table, when the run kept one: [{name, base, tuned, ...}] (Spearman ×100)."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return []
+    keys = [k for k in rows[0] if not isinstance(rows[0][k], list | dict)]
+    return ["", "## Evaluation", "", *_table(keys, [tuple(_value(r.get(k)) for k in keys) for r in rows])]
+
+
+def _forgetting(check: Any) -> list[str]:
+    """The forgetting check (explorer.forgetting): Spearman ×100 of base and tuned on general sets."""
+    if not isinstance(check, dict) or not check.get("checks"):
+        return []
+    rows = []
+    for r in check["checks"]:
+        ci = r.get("ci")
+        rows.append(
+            (
+                r.get("name", "?"),
+                r.get("what", ""),
+                r.get("pairs", ""),
+                _value(r.get("base")),
+                _value(r.get("tuned")),
+                f"{float(r.get('delta', 0)):+.1f}" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else ""),
+                "worse" if r.get("worse") else "",
+            )
+        )
+    head = ["general check", "what it tests", "pairs", "base", "tuned", "change [95% CI]", ""]
+    out = ["", "## Did tuning forget anything?", "", "Spearman ×100 of cosine similarity with gold scores.", ""]
+    out += _table(head, rows)
+    if check.get("verdict"):
+        out += ["", str(check["verdict"])]
+    return out
