@@ -638,6 +638,11 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
     kw = {"show_progress_on": [ui.blend_md], **ENCODE_QUEUE, **PRIVATE}
     ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **kw)
 
+    def on_remedy(memory, s, progress=gr.Progress()):  # noqa: B008
+        yield from on_blend(render.SUGGESTED_ALPHA, memory, s, progress)  # the real blend, at the suggested α
+
+    ui.remedy_btn.click(on_remedy, [view.browser, view.state], outputs, **kw)
+
 
 def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.components.Component) -> None:
     """Search (button or Enter; before any tuning with the base `model` chosen in tab ①) and indexing another

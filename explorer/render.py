@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from mirror.checks import SUGGESTED_ALPHA
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError
 
@@ -365,31 +366,49 @@ def health_md(health: dict[str, Any]) -> str:
 
 
 def forgetting_md(run: RunInfo | None) -> str:
-    """The general checks of a run (base vs tuned on bundled word, sentence and long-text sets) and the verdict."""
+    """The general checks of a run (base -> tuned on bundled word pairs, sentence pairs and real long documents,
+    each change with its interval and a plain word) and the verdict."""
     from explorer.forgetting import MARGIN
+    from mirror.checks import word_of
 
     check = (run.stats.get("forgetting") if run is not None else None) or {}
     if not check.get("checks"):
         return "**General checks:** not run for this run." if run is not None else ""
     rows = "\n".join(
-        f"| {c['name']} | {c['pairs']:,} | {c['base']:.1f} | {c['tuned']:.1f} | "
-        f"{'**' if c.get('worse') else ''}{c['delta']:+.1f}{'** ⚠' if c.get('worse') else ''} | "
-        f"{_interval(c.get('ci'))} |"
+        f"| {c['name']} | {c.get('metric', 'Spearman ×100')} | {c.get('items', c.get('pairs', ''))} | "
+        f"{c['base']:.1f} | {c['tuned']:.1f} | {'**' if c.get('worse') else ''}{c['delta']:+.1f}"
+        f"{'** ⚠' if c.get('worse') else ''} | {_interval(c.get('ci'))} | {word_of(c)} |"
         for c in check["checks"]
     )
     head = (
-        "| general check (Spearman ×100) | pairs | base | tuned | change | 95% interval of the change |\n"
-        "|---|---:|---:|---:|---:|---:|"
+        "| general check | score | items | base | tuned | change | 95% interval of the change | verdict |\n"
+        "|---|---|---:|---:|---:|---:|---:|---|"
     )
     kind = "warning" if any(c.get("worse") for c in check["checks"]) else "ok"
     alpha = run.stats.get("blend_alpha")
     blended = f" The served model is a blend: α = {alpha:g} of the tuned weights." if alpha not in (None, 1) else ""
     took = f" The checks took {check['seconds']:g} s." if check.get("seconds") is not None else ""
     note = (
-        "\n\nHalf of each bundled set (the other half chose the defaults); *worse* means a drop of more than "
-        f"{MARGIN:g} point with its interval below zero.{took}"
+        "\n\nHalf of each bundled set (the other half chose the defaults). *Worse* means a drop of more than "
+        f"{MARGIN:g} point with its whole interval below zero, *better* the same upwards; *Long documents* asks "
+        "whether the top 10 for a real document are its related documents (World English Bible chapters: the next "
+        f"chapter, then its book, then books of its kind).{took}"
     )
-    return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}{note}"
+    return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}{note}{own_long_md(check)}"
+
+
+def own_long_md(check: dict[str, Any]) -> str:
+    """The label-free self-check on the run's own long strings (explorer.forgetting.own_long_texts), if it ran."""
+    own = check.get("own_long_texts")
+    if not own:
+        return ""
+    return (
+        f"\n\n**Your own long texts — information, not a quality score.** On your {own['strings']:,} longest strings "
+        f"(≥ {own['min_tokens']} tokens): the tuned model keeps {100 * own['overlap_at_10']:.0f}% of each one's 10 "
+        f"nearest long strings under the base; finding a string's second half from its first half, MRR ×100 "
+        f"{own['halves_mrr_base']:.1f} (base) → {own['halves_mrr_tuned']:.1f} (tuned). No labels say which neighbours "
+        "are right: a low overlap means tuning changed how your long texts relate, not that it made them worse."
+    )
 
 
 def _interval(ci: Any) -> str:
@@ -398,10 +417,8 @@ def _interval(ci: Any) -> str:
 
 def default_alpha(run: RunInfo | None) -> float:
     """Where the blend slider starts: a blend's own α; for a run as trained, the suggested α
-    (explorer.forgetting.SUGGESTED_ALPHA) when its forgetting check found a general check worse, else 1 (the
+    (mirror.checks.SUGGESTED_ALPHA) when its forgetting check found a general check worse, else 1 (the
     tuned model as trained: nothing to repair). Only a starting point: nothing is blended until the user asks."""
-    from explorer.forgetting import SUGGESTED_ALPHA
-
     if run is None:
         return 1.0
     alpha = run.stats.get("blend_alpha")
@@ -409,6 +426,14 @@ def default_alpha(run: RunInfo | None) -> float:
         return float(alpha)
     checks = (run.stats.get("forgetting") or {}).get("checks") or []
     return float(SUGGESTED_ALPHA) if any(c.get("worse") for c in checks) else 1.0
+
+
+def remedy_offered(run: RunInfo | None) -> bool:
+    """Whether the one-click remedy (a blend at the suggested α) is offered: the run as trained (not a blend) has a
+    general check worse than the base."""
+    if run is None or run.stats.get("blend_alpha") is not None:
+        return False
+    return any(c.get("worse") for c in (run.stats.get("forgetting") or {}).get("checks") or [])
 
 
 def blend_text(run: RunInfo) -> str:
