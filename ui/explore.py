@@ -129,7 +129,18 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
 
 def explore_outputs(ui: SimpleNamespace) -> list[Any]:
     """The components `explore_panels` sets (outputs of every handler that serves a run)."""
-    names = ["caption", "forget_md", "remedy_btn", "alpha", "map", "map_md", "health_md", "moved_md", "moved_filter", "moved_table"]
+    names = [
+        "caption",
+        "forget_md",
+        "remedy_btn",
+        "alpha",
+        "map",
+        "map_md",
+        "health_md",
+        "moved_md",
+        "moved_filter",
+        "moved_table",
+    ]
     names += ["moved_file"]
     names += ["point_md", "point_results", "export_file", "selection_md", "selection"]
     return [getattr(ui, name) for name in names]
