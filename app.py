@@ -696,7 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from starlette.middleware import Middleware
 
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(render.message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         app = MirrorApp(Settings.from_env())
