@@ -33,6 +33,7 @@ from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
 from ui.explore import explore_panels, explore_tab, wire_explore
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
+from ui.numbers import Number, Slider
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -61,7 +62,7 @@ def setting_component(name: str, value: Any) -> gr.components.Component:
     # at the chosen model's own limit (with a note), for API callers too.
     limit = {"maximum": 512, "minimum": 4} if name == "max_length" else {}
     precision = 0 if kind == "int" else None
-    return gr.Number(value=value, label=label(name), precision=precision, elem_id=elem_id, **limit)
+    return Number(value=value, label=label(name), precision=precision, elem_id=elem_id, **limit)
 
 
 # ----------------------------------------------------------------------------------------------- layout
@@ -202,7 +203,7 @@ def search_tab() -> SimpleNamespace:
             elem_id="mx-queries",
         )
         with gr.Column(scale=1):
-            ui.k = gr.Slider(1, MAX_K, value=10, step=1, label="Hits per query (k)")
+            ui.k = Slider(1, MAX_K, value=10, step=1, label="Hits per query (k)")
             ui.corpus = gr.Radio([("Your strings", "main"), ("Other corpus", "extra")], value="main", label="Search in")
             ui.hide_query = gr.Checkbox(
                 value=True,

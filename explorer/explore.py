@@ -7,6 +7,7 @@ with the run in memory (`RunSpace`, the last few runs). Plain values in and out;
 
 from __future__ import annotations
 
+import numbers
 import threading
 import time
 from collections import OrderedDict
@@ -245,10 +246,10 @@ def _checked_rows(rows: Sequence[int] | None, n: int) -> list[int] | None:
     """A selection as row numbers in range, or None for all; MirrorError for anything else."""
     if rows is None or len(rows) == 0:
         return None
-    try:
-        picked = sorted({int(r) for r in rows})
-    except (TypeError, ValueError):
-        raise MirrorError("a selection is a list of row numbers") from None
+    whole = [r for r in rows if isinstance(r, numbers.Real) and not isinstance(r, bool) and float(r).is_integer()]
+    if len(whole) != len(rows):  # 1.5, NaN, "3", true: no row has that number
+        raise MirrorError("a selection is a list of whole row numbers")
+    picked = sorted({int(r) for r in whole})
     if picked[0] < 0 or picked[-1] >= n:
         raise MirrorError(f"a selection names rows outside 0..{n - 1}")
     return picked
