@@ -694,6 +694,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import os
+
     from starlette.middleware import Middleware
 
     args = parse_args(argv)
@@ -712,7 +714,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # in an hour is bounded separately (UploadQuota). Gradio serves the files handlers return, nothing else of
     # the work folder (no allowed_paths).
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
-    quota = Middleware(UploadQuota, quota=app.settings.upload_quota_bytes)
+    quota = Middleware(
+        UploadQuota,
+        quota=app.settings.upload_quota_bytes,
+        address_quota=app.settings.upload_address_bytes,
+        total_quota=app.settings.upload_disk_bytes,
+        trusted=app.settings.trusted_proxies,
+        max_body=limit + 2**20,  # the file and its multipart framing
+    )
+    # uvicorn believes X-Forwarded-For from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): only from our proxies
+    os.environ["FORWARDED_ALLOW_IPS"] = ",".join(app.settings.trusted_proxies)
     demo.launch(
         server_name=args.host,
         server_port=args.port,
