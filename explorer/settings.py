@@ -9,7 +9,9 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_MAX_STRINGS        strings kept from one input (default: 20000)
   MIRROR_MAX_STEPS          cap on training steps per run, 0 = none (default: 1000)
   MIRROR_MAX_RUN_SECONDS    a run still training after this long is stopped, nothing saved, 0 = none (default: 1800)
-  MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for, at most half of what is free; 0 = that half (default: 8192)
+  MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for, at most half of what is free; 0 = that half (default:
+                            half of the machine's or container's memory after MIRROR_LOADED_MB and 1.5 GB for the
+                            process, at most 8192: 5.75 GB on a 16 GB CPU Space; mirror.memory.host_train_budget)
   MIRROR_DISK_MB            disk for all runs (and for all sessions); least recently used first past it (default: 10240)
   MIRROR_SESSION_DISK_MB    disk for one session (default: 2048)
   MIRROR_UPLOAD_QUOTA_MB    upload bytes one visitor (browser) may have on disk, uploaded in the last hour (default: 1024)
@@ -103,7 +105,10 @@ class Settings:
         )
         max_steps = number("MIRROR_MAX_STEPS", d.max_steps, 0)
         max_run_s = number("MIRROR_MAX_RUN_SECONDS", d.max_run_seconds, 0, float)
-        train_mb = number("MIRROR_TRAIN_MEMORY_MB", d.train_memory_bytes / 2**20, 0, float)
+        from mirror.memory import host_train_budget  # torch: only when a server reads its settings
+
+        loaded_bytes = int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20)
+        train_mb = number("MIRROR_TRAIN_MEMORY_MB", host_train_budget(loaded_bytes) / 2**20, 0, float)
         return Settings(
             work_dir=Path(env.get("MIRROR_WORK_DIR") or default_work_dir(env)).expanduser().resolve(),
             session_ttl=number("MIRROR_SESSION_TTL", d.session_ttl, 60, float),
@@ -128,7 +133,7 @@ class Settings:
             max_hub_bytes=int(number("MIRROR_MAX_HUB_MB", d.max_hub_bytes / 2**20, 1, float) * 2**20),
             train_concurrency=number("MIRROR_TRAIN_CONCURRENCY", d.train_concurrency, 1),
             loaded_runs=number("MIRROR_LOADED_RUNS", d.loaded_runs, 1),
-            loaded_bytes=int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20),
+            loaded_bytes=loaded_bytes,
             search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
             general_checks=env.get("MIRROR_GENERAL_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
             warm_up=env.get("MIRROR_WARM_UP", "1").strip().lower() not in ("0", "false", "no", "off"),
