@@ -392,8 +392,9 @@ def _remove_upload(path: str) -> None:
     p = Path(path)
     try:
         p.unlink(missing_ok=True)
-        p.parent.rmdir()
-    except OSError:
+        if re.fullmatch(r"[0-9a-f]{64}", p.parent.name):  # Gradio's own folder for it (a sha256), not anything else
+            p.parent.rmdir()
+    except OSError:  # not empty (another upload of the same content), or gone already
         pass
 
 
