@@ -330,9 +330,10 @@ class UploadQuota:
 
     @staticmethod
     def _with_cookie(scope: dict, send: Callable) -> Callable:
-        """`send` that gives a new visitor its cookie (SameSite=None over https: a Space is shown in an iframe)."""
+        """`send` that gives a new visitor its cookie. Over https SameSite=None and Partitioned (CHIPS): a Space is
+        shown in an iframe of huggingface.co, where browsers keep a cookie only partitioned by the top site."""
         secure = scope.get("scheme") == "https"
-        attrs = "; SameSite=None; Secure" if secure else "; SameSite=Lax"
+        attrs = "; SameSite=None; Secure; Partitioned" if secure else "; SameSite=Lax"
         value = f"{VISITOR_COOKIE}={secrets.token_hex(16)}; Path=/; Max-Age=31536000; HttpOnly{attrs}"
 
         async def cookie_send(message: dict) -> None:
