@@ -126,6 +126,7 @@ def test_numbers_that_are_not_numbers_get_a_message_and_no_traceback(trained):
         ("moved", float("nan")): "limit must be a finite number",
         ("moved", -1): "limit must be a whole number from 1 to",
         ("moved", 1e15): "limit must be a whole number from 1 to",
+        ("moved", 2.5): "limit must be a whole number, not 2.5",
     }
     for (api, value), message in cases.items():
         data = ["cat", value, False, run] if api == "search" else ["", value, run]

@@ -1,4 +1,4 @@
-"""Number inputs that refuse what is not a finite number with a message: gr.Number and gr.Slider as the page
+"""Number inputs that refuse what is not a finite number (or, for a whole-number field, not whole) with a message: gr.Number and gr.Slider as the page
 shows them, but a raw API call's NaN, Infinity, "ten" or true gets "k must be a number" instead of an unhandled
 ValueError / OverflowError / TypeError in Gradio's own preprocessing (`{"error": null}` and a traceback in the log).
 """
@@ -29,7 +29,12 @@ class Number(gr.Number):
     is_template = True  # the page draws it with gr.Number's own front end
 
     def preprocess(self, payload: Any) -> float | int | None:
-        return super().preprocess(finite(payload, self.label))
+        value = finite(payload, self.label)
+        if self.precision == 0 and value is not None and not float(value).is_integer():  # not rounded: refused
+            raise gr.Error(
+                f"{self.label or 'a number field'} must be a whole number, not {value}", print_exception=False
+            )
+        return super().preprocess(value)
 
 
 class Slider(gr.Slider):
