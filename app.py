@@ -34,6 +34,7 @@ from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
 from ui.explore import explore_outputs, explore_panels, explore_tab, wire_explore
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
+from ui.numbers import Number, Slider
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -62,7 +63,7 @@ def setting_component(name: str, value: Any) -> gr.components.Component:
     # at the chosen model's own limit (with a note), for API callers too.
     limit = {"maximum": 512, "minimum": 4} if name == "max_length" else {}
     precision = 0 if kind == "int" else None
-    return gr.Number(value=value, label=label(name), precision=precision, elem_id=elem_id, **limit)
+    return Number(value=value, label=label(name), precision=precision, elem_id=elem_id, **limit)
 
 
 # ----------------------------------------------------------------------------------------------- layout
@@ -204,7 +205,7 @@ def search_tab() -> SimpleNamespace:
             elem_id="mx-queries",
         )
         with gr.Column(scale=1):
-            ui.k = gr.Slider(1, MAX_K, value=10, step=1, label="Hits per query (k)")
+            ui.k = Slider(1, MAX_K, value=10, step=1, label="Hits per query (k)")
             ui.corpus = gr.Radio([("Your strings", "main"), ("Other corpus", "extra")], value="main", label="Search in")
             ui.hide_query = gr.Checkbox(
                 value=True,
@@ -726,10 +727,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import os
+
     from starlette.middleware import Middleware
 
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(render.message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         app = MirrorApp(Settings.from_env())
@@ -744,7 +747,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # in an hour is bounded separately (UploadQuota). Gradio serves the files handlers return, nothing else of
     # the work folder (no allowed_paths).
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
-    quota = Middleware(UploadQuota, quota=app.settings.upload_quota_bytes)
+    quota = Middleware(
+        UploadQuota,
+        quota=app.settings.upload_quota_bytes,
+        address_quota=app.settings.upload_address_bytes,
+        total_quota=app.settings.upload_disk_bytes,
+        trusted=app.settings.trusted_proxies,
+        max_body=limit + 2**20,  # the file and its multipart framing
+    )
+    # uvicorn believes X-Forwarded-For from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): only from our proxies
+    os.environ["FORWARDED_ALLOW_IPS"] = ",".join(app.settings.trusted_proxies)
     demo.launch(
         server_name=args.host,
         server_port=args.port,

@@ -7,8 +7,9 @@ with the run in memory (`RunSpace`, the last few runs). Plain values in and out;
 
 from __future__ import annotations
 
+import numbers
+import shutil
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.render import run_caption
-from explorer.sessions import RunInfo, Session
+from explorer.sessions import RunInfo, Session, disk_usage
+from mirror.data import fmt_size
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ class RunExplorer:
         self.app = app
         self._spaces: OrderedDict[str, RunSpace] = OrderedDict()
         self._lock = threading.Lock()
+        self._export_lock = threading.Lock()  # one export written at a time: a repeated one reuses the first
 
     def space(self, session: Session) -> RunSpace:
         """The served run's vectors (both encoders, the user's strings), loaded once per run."""
@@ -189,21 +192,39 @@ class RunExplorer:
             raise MirrorError(f"unknown export {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
         space = self.space(session)
         picked = _checked_rows(rows, len(space.texts))
-        self.app.check_disk(session)
-        out = space.run.folder / "exports" / f"{fmt}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6:06d}"
-        out.mkdir(parents=True, exist_ok=True)
-        meta = self._metadata(space)
-        return exports.export_bundle(
-            space.texts,
-            space.base,
-            space.tuned,
-            out,
-            fmt=fmt,
-            rows=picked,
-            metadata=meta,
-            coords=self._coords(space),
-            prefix=f"mirror-{space.run.folder.name[:12]}",
-        )
+        coords = self._coords(space)
+        prefix = f"mirror-{space.run.folder.name[:12]}"
+        # One file per run, format, selection and map, whoever asks: a repeated export is the same file again.
+        out = space.run.folder / "exports" / f"{fmt}-{exports.export_key(fmt, picked, coords)}"
+        with self._export_lock:
+            done = exports.export_path(out, fmt, prefix)
+            if done.is_file():
+                out.touch()  # recently used: the last of the run's exports to go
+                return done
+            self.app.check_disk(session)
+            path = exports.export_bundle(
+                space.texts,
+                space.base,
+                space.tuned,
+                out,
+                fmt=fmt,
+                rows=picked,
+                metadata=self._metadata(space),
+                coords=coords,
+                prefix=prefix,
+            )
+            # Charged to the run, whichever session asked: its folder (model, indexes, exports) stays within a
+            # session's disk budget, its older exports going first; an export that alone does not fit is refused.
+            budget = self.app.settings.session_disk_bytes
+            held = disk_usage(space.run.folder)
+            held -= exports.prune_exports([space.run.folder], held, budget, keep=out)
+            if held > budget:
+                shutil.rmtree(out, ignore_errors=True)
+                raise MirrorError(
+                    f"this export would take the run past {fmt_size(budget)} of disk (MIRROR_SESSION_DISK_MB); "
+                    "export a selection instead"
+                )
+            return path
 
     def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:
         """Per string: how much its neighbourhood moved (always known once asked for; computed here if not)."""
@@ -245,10 +266,10 @@ def _checked_rows(rows: Sequence[int] | None, n: int) -> list[int] | None:
     """A selection as row numbers in range, or None for all; MirrorError for anything else."""
     if rows is None or len(rows) == 0:
         return None
-    try:
-        picked = sorted({int(r) for r in rows})
-    except (TypeError, ValueError):
-        raise MirrorError("a selection is a list of row numbers") from None
+    whole = [r for r in rows if isinstance(r, numbers.Real) and not isinstance(r, bool) and float(r).is_integer()]
+    if len(whole) != len(rows):  # 1.5, NaN, "3", true: no row has that number
+        raise MirrorError("a selection is a list of whole row numbers")
+    picked = sorted({int(r) for r in whole})
     if picked[0] < 0 or picked[-1] >= n:
         raise MirrorError(f"a selection names rows outside 0..{n - 1}")
     return picked

@@ -6,12 +6,15 @@ Plain values in (the strings, both embedding matrices, per-string metadata, map 
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
 import io
 import os
 import re
+import shutil
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +109,47 @@ def export_bundle(
         files="".join(f"  {p.name}\n" for p in files),
         coord_note=", base_x, base_y, tuned_x, tuned_y, x, y" if coords else "",
     )
-    return zip_files(out / f"{prefix}-{fmt}.zip", prefix, files, {"README.txt": readme})
+    path = zip_files(export_path(out, fmt, prefix), prefix, files, {"README.txt": readme})
+    for loose in files:  # they are in the zip: the folder holds one copy, not two
+        loose.unlink(missing_ok=True)
+    return path
+
+
+def export_path(out_dir: str | Path, fmt: str, prefix: str = "mirror") -> Path:
+    """The file `export_bundle(..., fmt=fmt, prefix=prefix)` hands out from `out_dir`."""
+    name = {"parquet": f"{prefix}.parquet", "neighbours": f"{prefix}-neighbours.csv"}.get(fmt, f"{prefix}-{fmt}.zip")
+    return Path(out_dir) / name
+
+
+def export_key(fmt: str, rows: Sequence[int] | None, coords: Mapping[str, Sequence[float]] | None) -> str:
+    """What makes two exports of one run the same file: the format, the rows picked and the map coordinates."""
+    h = hashlib.sha256(fmt.encode())
+    h.update(b"all" if not rows else np.asarray(rows, dtype=np.int64).tobytes())
+    for name in COORDS if coords else ():
+        h.update(name.encode() + np.asarray(coords[name], dtype=np.float32).tobytes())
+    return h.hexdigest()[:16]
+
+
+def prune_exports(runs: Iterable[Path], held: int, budget: int, keep: Path | None = None) -> int:
+    """Remove the exports (entries of `<run>/exports/`) of `runs`, least recently written first, while `held` bytes
+    are over `budget`; `keep` stays. Returns the bytes freed."""
+    entries = []
+    for run in runs:
+        for entry in (run / "exports").iterdir() if (run / "exports").is_dir() else ():
+            with contextlib.suppress(OSError):
+                entries.append((entry.stat().st_mtime, entry))
+    freed = 0
+    for _, entry in sorted(entries):
+        if held - freed <= budget:
+            break
+        if keep is not None and entry == keep:
+            continue
+        size = (
+            sum(f.stat().st_size for f in entry.rglob("*") if f.is_file()) if entry.is_dir() else entry.stat().st_size
+        )
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        freed += size
+    return freed
 
 
 def _matrix(x: np.ndarray, n: int, name: str) -> np.ndarray:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from explorer.exports import prune_exports
 from explorer.sessions import RunInfo, disk_usage, evict
 from mirror.errors import MirrorError
 
@@ -102,8 +103,8 @@ class RunStore:
             pass
 
     def sweep(self, max_age: float, max_bytes: int, keep: set[Path], min_idle: float) -> list[Path]:
-        """Remove runs unused for `max_age` seconds, then the least recently used while all runs hold more
-        than `max_bytes`. Runs in `keep` (being made or served now) and runs used in the last `min_idle`
+        """Remove runs unused for `max_age` seconds, then, while all runs hold more than `max_bytes`, the runs'
+        exports (oldest first, any run's), then the least recently used runs. Runs in `keep` (being made or served now) and runs used in the last `min_idle`
         seconds are never removed; a folder without run.json is a run being made (or a crashed one, removed
         once it is `max_age` old)."""
         now = time.time()
@@ -118,4 +119,8 @@ class RunStore:
                 entries.append((last, folder))
         expired = [f for last, f in sorted(entries) if now - last > max_age]
         finished = lambda folder: (folder / RUN_FILE).is_file()  # noqa: E731 - a run being made stays
-        return evict(entries, expired, disk_usage(self.root), max_bytes, self.forget, finished)
+        held = disk_usage(self.root)
+        if held > max_bytes:  # the runs' exports go first, even of runs in use: they can be made again
+            runs = [f for f in self.root.iterdir() if f.is_dir()]
+            held -= prune_exports(runs, held, max_bytes)
+        return evict(entries, expired, held, max_bytes, self.forget, finished)

@@ -9,10 +9,16 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_MAX_STRINGS        strings kept from one input (default: 20000)
   MIRROR_MAX_STEPS          cap on training steps per run, 0 = none (default: 1000)
   MIRROR_MAX_RUN_SECONDS    a run still training after this long is stopped, nothing saved, 0 = none (default: 1800)
-  MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for, at most half of what is free; 0 = that half (default: 8192)
+  MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for, at most half of what is free; 0 = that half (default:
+                            half of the machine's or container's memory after MIRROR_LOADED_MB and 1.5 GB for the
+                            process, at most 8192: 5.75 GB on a 16 GB CPU Space; mirror.memory.host_train_budget)
   MIRROR_DISK_MB            disk for all runs (and for all sessions); least recently used first past it (default: 10240)
   MIRROR_SESSION_DISK_MB    disk for one session (default: 2048)
-  MIRROR_UPLOAD_QUOTA_MB    bytes one client may upload per hour (default: 2048)
+  MIRROR_UPLOAD_QUOTA_MB    upload bytes one visitor (browser) may have on disk, uploaded in the last hour (default: 1024)
+  MIRROR_UPLOAD_ADDRESS_MB  ... one client address, all its visitors together (default: 4096)
+  MIRROR_UPLOAD_DISK_MB     ... everyone together (default: 8192); uploads are removed an hour after they arrive
+  MIRROR_TRUSTED_PROXIES    addresses or CIDRs (comma-separated) of the proxies whose X-Forwarded-For is believed,
+                            "*" for any (default: none: the client is the peer)
   MIRROR_MAX_MAP_POINTS     most strings drawn in the Map tab (default: 3000)
   MIRROR_MODEL_ROOTS        folders (os.pathsep-separated) from which local models may be loaded (default: none)
   MIRROR_ALLOW_HUB          1/0: allow Hugging Face Hub model ids (default: 1)
@@ -62,7 +68,11 @@ class Settings:
     train_memory_bytes: int | None = 8 * 1024**3
     disk_bytes: int = 10 * 1024**3
     session_disk_bytes: int = 2 * 1024**3
-    upload_quota_bytes: int = 2 * 1024**3  # per client and hour, through Gradio's upload route
+    # Gradio's upload route (explorer.uploads.UploadQuota): bytes uploaded in the last hour and still on disk
+    upload_quota_bytes: int = 1024**3  # per visitor (a browser's cookie; a model zip is at most 600 MB)
+    upload_address_bytes: int = 4 * 1024**3  # per client address (all its visitors: a NAT, a proxy)
+    upload_disk_bytes: int = 8 * 1024**3  # everyone together
+    trusted_proxies: tuple[str, ...] = ()  # whose X-Forwarded-For is believed (addresses or CIDRs)
     max_map_points: int = 3000
     model_roots: tuple[Path, ...] = ()
     allow_hub: bool = True
@@ -96,7 +106,10 @@ class Settings:
         )
         max_steps = number("MIRROR_MAX_STEPS", d.max_steps, 0)
         max_run_s = number("MIRROR_MAX_RUN_SECONDS", d.max_run_seconds, 0, float)
-        train_mb = number("MIRROR_TRAIN_MEMORY_MB", d.train_memory_bytes / 2**20, 0, float)
+        from mirror.memory import host_train_budget  # torch: only when a server reads its settings
+
+        loaded_bytes = int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20)
+        train_mb = number("MIRROR_TRAIN_MEMORY_MB", host_train_budget(loaded_bytes) / 2**20, 0, float)
         return Settings(
             work_dir=Path(env.get("MIRROR_WORK_DIR") or default_work_dir(env)).expanduser().resolve(),
             session_ttl=number("MIRROR_SESSION_TTL", d.session_ttl, 60, float),
@@ -110,17 +123,31 @@ class Settings:
             disk_bytes=int(number("MIRROR_DISK_MB", d.disk_bytes / 2**20, 100, float) * 2**20),
             session_disk_bytes=int(number("MIRROR_SESSION_DISK_MB", d.session_disk_bytes / 2**20, 10, float) * 2**20),
             upload_quota_bytes=int(number("MIRROR_UPLOAD_QUOTA_MB", d.upload_quota_bytes / 2**20, 1, float) * 2**20),
+            upload_address_bytes=int(
+                number("MIRROR_UPLOAD_ADDRESS_MB", d.upload_address_bytes / 2**20, 1, float) * 2**20
+            ),
+            upload_disk_bytes=int(number("MIRROR_UPLOAD_DISK_MB", d.upload_disk_bytes / 2**20, 1, float) * 2**20),
+            trusted_proxies=trusted_proxies(env.get("MIRROR_TRUSTED_PROXIES", "")),
             max_map_points=number("MIRROR_MAX_MAP_POINTS", d.max_map_points, 10),
             model_roots=roots,
             allow_hub=env.get("MIRROR_ALLOW_HUB", "1").strip().lower() not in ("0", "false", "no", "off"),
             max_hub_bytes=int(number("MIRROR_MAX_HUB_MB", d.max_hub_bytes / 2**20, 1, float) * 2**20),
             train_concurrency=number("MIRROR_TRAIN_CONCURRENCY", d.train_concurrency, 1),
             loaded_runs=number("MIRROR_LOADED_RUNS", d.loaded_runs, 1),
-            loaded_bytes=int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20),
+            loaded_bytes=loaded_bytes,
             search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
             general_checks=env.get("MIRROR_GENERAL_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
             warm_up=env.get("MIRROR_WARM_UP", "1").strip().lower() not in ("0", "false", "no", "off"),
         )
+
+
+def trusted_proxies(raw: str) -> tuple[str, ...]:
+    """MIRROR_TRUSTED_PROXIES as a tuple of addresses/CIDRs ("*": any), each checked (MirrorError if not one)."""
+    from explorer.uploads import parse_proxies
+
+    items = tuple(x.strip() for x in raw.split(",") if x.strip())
+    parse_proxies(items)
+    return items
 
 
 def default_work_dir(env: dict[str, str]) -> Path:

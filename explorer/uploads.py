@@ -1,4 +1,4 @@
-"""Files in and out: model zips handed out and taken back, and a per-client quota on Gradio's upload route.
+"""Files in and out: model zips handed out and taken back, and the quotas on Gradio's upload route.
 
 Reading text uploads is mirror.data's job (`read_file`); this module never parses their content.
 """
@@ -6,14 +6,20 @@ Reading text uploads is mirror.data's job (`read_file`); this module never parse
 from __future__ import annotations
 
 import collections
+import ipaddress
+import json
 import logging
 import os
 import re
+import secrets
+import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from explorer.card import hub_base_model
 from mirror.data import fmt_size
@@ -107,40 +113,296 @@ def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int) -> Path:
     raise MirrorError(f"`{name}` does not contain a model folder (no config.json or modules.json at its top)")
 
 
-class UploadQuota:
-    """ASGI middleware: each client (first X-Forwarded-For address, else the peer) may send at most `quota` bytes
-    per `window` seconds to Gradio's upload route. Gradio has one global upload size limit, which must admit a
-    model zip; this bounds what one anonymous visitor can park on the server's disk with it."""
+VISITOR_COOKIE = "mirror_visitor"
+SPOOL_CHUNK = 64 * 1024
+TOO_BIG = "an upload is at most"
 
-    def __init__(self, app: Callable, quota: int, window: float = 3600.0):
+
+def parse_proxies(raw: str | Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Trusted proxies from `MIRROR_TRUSTED_PROXIES` ("10.0.0.0/8, 127.0.0.1"): addresses or CIDRs; "*" (every
+    address) is 0.0.0.0/0 and ::/0. MirrorError for anything else."""
+    items = [x.strip() for x in (raw.split(",") if isinstance(raw, str) else raw) if x.strip()]
+    nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for item in items:
+        if item == "*":
+            nets += [ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")]
+            continue
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise MirrorError(f"MIRROR_TRUSTED_PROXIES: {item!r} is not an address or a CIDR (10.0.0.0/8)") from None
+    return tuple(nets)
+
+
+def client_address(scope: dict, trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> str:
+    """Who sent a request: the peer, unless the peer is a trusted proxy; then the right-most X-Forwarded-For entry
+    that is not a trusted proxy (as uvicorn's forwarded_allow_ips and werkzeug's ProxyFix read it). Entries to its
+    left were written by the client itself and prove nothing."""
+    peer = str((scope.get("client") or ("?",))[0])
+    if not trusted or not _trusted(peer, trusted):
+        return peer
+    values = [v.decode("latin-1") for k, v in scope.get("headers") or [] if k == b"x-forwarded-for"]
+    hops = [h.strip() for h in ",".join(values).split(",") if h.strip()]
+    for hop in reversed(hops):
+        if not _trusted(hop, trusted):
+            return hop
+    return hops[0] if hops else peer
+
+
+def _trusted(host: str, trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False  # not an address (a name, garbage): never a trusted proxy
+    return any(address in net for net in trusted)
+
+
+@dataclass
+class Upload:
+    """One upload request's bookkeeping: bytes received so far, and the files Gradio wrote for it."""
+
+    t: float
+    address: str
+    visitor: str
+    size: int = 0
+    paths: list[str] = field(default_factory=list)
+    done: bool = False
+    charged: bool = True  # its bytes count against its visitor, address and the total
+
+
+class UploadQuota:
+    """ASGI middleware on Gradio's upload route: counts the bytes that arrive (chunked bodies included) and cuts a
+    request off, before Gradio sees any of it, the moment it would pass a limit.
+
+    Limits hold for uploads of the last `window` seconds still on disk (a file removed gives its bytes back):
+    `quota` per visitor (a browser, told apart by a cookie this middleware sets; a client without one is
+    "the anonymous visitor of its address"), `address_quota` per client address (so a visitor who drops cookies
+    gets no more), `total_quota` for everyone. Uploads older than `window` are removed from disk. The client address
+    is the peer, or behind `trusted` proxies the right-most untrusted X-Forwarded-For entry. At most `max_entries`
+    uploads are tracked; past that, 429 until the oldest age out."""
+
+    def __init__(
+        self,
+        app: Callable,
+        quota: int,
+        window: float = 3600.0,
+        *,
+        address_quota: int | None = None,
+        total_quota: int | None = None,
+        trusted: str | Iterable[str] = (),
+        max_body: int | None = None,
+        max_entries: int = 10_000,
+    ):
         self.app, self.quota, self.window = app, quota, window
-        self.sent: dict[str, collections.deque[tuple[float, int]]] = {}
+        self.address_quota = address_quota or 4 * quota
+        self.total_quota = total_quota or 8 * quota
+        self.trusted = parse_proxies(trusted)
+        self.max_body, self.max_entries = max_body, max_entries
+        self.uploads: collections.deque[Upload] = collections.deque()
+        self.by_visitor: collections.Counter[str] = collections.Counter()
+        self.by_address: collections.Counter[str] = collections.Counter()
+        self.total = 0
         self.lock = threading.Lock()
 
-    def used(self, client: str, now: float) -> int:
-        log_ = self.sent.setdefault(client, collections.deque())
-        while log_ and now - log_[0][0] > self.window:
-            log_.popleft()
-        if not log_:
-            del self.sent[client]
-            return 0
-        return sum(n for _, n in log_)
+    # ------------------------------------------------------------------ bookkeeping (under self.lock)
+
+    def _charge(self, upload: Upload, n: int) -> None:
+        upload.size += n
+        self.by_visitor[upload.visitor] += n
+        self.by_address[upload.address] += n
+        self.total += n
+
+    def _release(self, upload: Upload) -> None:
+        if not upload.charged:
+            return
+        upload.charged = False
+        for counter, key in ((self.by_visitor, upload.visitor), (self.by_address, upload.address)):
+            counter[key] -= upload.size
+            if counter[key] <= 0:
+                del counter[key]
+        self.total -= upload.size
+
+    def prune(self, now: float) -> None:
+        """Forget (and remove from disk) uploads older than the window; give back the bytes of files gone."""
+        while self.uploads and (now - self.uploads[0].t > self.window) and self.uploads[0].done:
+            old = self.uploads.popleft()
+            self._release(old)
+            for path in old.paths:
+                _remove_upload(path)
+        for upload in self.uploads:
+            if upload.done and upload.charged and upload.paths and not any(os.path.exists(p) for p in upload.paths):
+                self._release(upload)  # consumed or swept: its bytes are no longer parked here
+
+    def refusal(self, upload: Upload, more: int) -> str | None:
+        """Why `more` bytes for `upload` would pass a limit, or None."""
+        if self.by_visitor[upload.visitor] + more > self.quota:
+            return f"upload quota reached: at most {fmt_size(self.quota)} per visitor and hour (MIRROR_UPLOAD_QUOTA_MB)"
+        if self.by_address[upload.address] + more > self.address_quota:
+            return f"upload quota reached: at most {fmt_size(self.address_quota)} per address and hour"
+        if self.total + more > self.total_quota:
+            return "the server holds as many uploads as it may for now; try again later"
+        return None
+
+    def used(self, visitor: str) -> int:
+        with self.lock:
+            return self.by_visitor.get(visitor, 0)
+
+    # ------------------------------------------------------------------ the middleware
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope.get("type") != "http" or scope.get("method") != "POST" or not scope["path"].endswith("/upload"):
+        if scope.get("type") != "http":
             return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        forwarded = headers.get(b"x-forwarded-for", b"").decode("latin-1").split(",")[0].strip()
-        client = forwarded or (scope.get("client") or ("?",))[0]
-        length = int(headers.get(b"content-length", b"0") or 0) if headers.get(b"content-length", b"").isdigit() else 0
-        now = time.monotonic()
+        cookie = visitor_cookie(scope)
+        send = self._with_cookie(scope, send) if cookie is None else send
+        if scope.get("method") != "POST" or not scope["path"].endswith("/upload"):
+            return await self.app(scope, receive, send)
+        address = client_address(scope, self.trusted)
+        upload = Upload(time.monotonic(), address, cookie or f"@{address}")
+        declared = _content_length(scope)
         with self.lock:
-            over = self.used(client, now) + length > self.quota
-            if not over:
-                self.sent.setdefault(client, collections.deque()).append((now, length))
-        if over:
-            body = f"upload quota reached: at most {fmt_size(self.quota)} per hour (MIRROR_UPLOAD_QUOTA_MB)".encode()
-            await send({"type": "http.response.start", "status": 429, "headers": [(b"content-type", b"text/plain")]})
-            await send({"type": "http.response.body", "body": body})
-            return None
-        return await self.app(scope, receive, send)
+            self.prune(upload.t)
+            why = "too many uploads in flight; try again later" if len(self.uploads) >= self.max_entries else None
+            if self.max_body is not None and declared is not None and declared > self.max_body:
+                why = f"{TOO_BIG} {fmt_size(self.max_body)}"
+            why = why or self.refusal(upload, declared or 0)
+            if why is None:
+                self.uploads.append(upload)
+        if why is not None:
+            return await _refuse(send, why)
+        spool = tempfile.SpooledTemporaryFile(max_size=2**20)
+        try:
+            why = await self._receive_all(upload, receive, spool)
+            if why is not None:
+                with self.lock:
+                    upload.done = True
+                    self._release(upload)
+                if why:  # "" : the client went away, nobody to answer
+                    await _refuse(send, why)
+                return None
+            spool.seek(0)
+            await self.app(scope, _replay(spool, upload.size, receive), self._recording(upload, send))
+        finally:
+            spool.close()
+            with self.lock:
+                if not upload.done:  # the app failed before answering: nothing of it is kept
+                    upload.done = True
+                    self._release(upload)
+        return None
+
+    async def _receive_all(self, upload: Upload, receive: Callable, spool: Any) -> str | None:
+        """Read the whole body into `spool`, charging it as it arrives; a refusal message ("" for a disconnect)
+        the moment it passes a limit, else None."""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return ""
+            chunk = message.get("body", b"")
+            with self.lock:
+                over = self.max_body is not None and upload.size + len(chunk) > self.max_body
+                why = f"{TOO_BIG} {fmt_size(self.max_body)}" if over else self.refusal(upload, len(chunk))
+                if why is None:
+                    self._charge(upload, len(chunk))
+            if why is not None:
+                return why
+            spool.write(chunk)
+            if not message.get("more_body", False):
+                return None
+
+    def _recording(self, upload: Upload, send: Callable) -> Callable:
+        """`send` that notes the files Gradio wrote (its JSON answer) once the answer is complete."""
+        state: dict[str, Any] = {"status": 0, "body": b""}
+
+        async def recording_send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                if len(state["body"]) < 2**20:
+                    state["body"] += message.get("body", b"")
+                if not message.get("more_body", False):
+                    paths = _answer_paths(state["body"]) if state["status"] == 200 else []
+                    with self.lock:
+                        upload.paths, upload.done = paths, True
+                        if not paths:
+                            self._release(upload)  # refused by Gradio (size, type): nothing of it is on disk
+            await send(message)
+
+        return recording_send
+
+    @staticmethod
+    def _with_cookie(scope: dict, send: Callable) -> Callable:
+        """`send` that gives a new visitor its cookie. Over https SameSite=None and Partitioned (CHIPS): a Space is
+        shown in an iframe of huggingface.co, where browsers keep a cookie only partitioned by the top site."""
+        secure = scope.get("scheme") == "https"
+        attrs = "; SameSite=None; Secure; Partitioned" if secure else "; SameSite=Lax"
+        value = f"{VISITOR_COOKIE}={secrets.token_hex(16)}; Path=/; Max-Age=31536000; HttpOnly{attrs}"
+
+        async def cookie_send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", value.encode())]}
+            await send(message)
+
+        return cookie_send
+
+
+def visitor_cookie(scope: dict) -> str | None:
+    """The visitor's cookie value (32 hex characters), or None."""
+    for key, value in scope.get("headers") or []:
+        if key == b"cookie":
+            for part in value.decode("latin-1").split(";"):
+                name, _, token = part.strip().partition("=")
+                if name == VISITOR_COOKIE and re.fullmatch(r"[0-9a-f]{32}", token):
+                    return token
+    return None
+
+
+def _content_length(scope: dict) -> int | None:
+    for key, value in scope.get("headers") or []:
+        if key == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _replay(spool: Any, size: int, receive: Callable) -> Callable:
+    """A `receive` that hands the spooled body (`size` bytes) over in chunks, then passes on to the real one."""
+    left = size
+    finished = False
+
+    async def replay() -> dict:
+        nonlocal left, finished
+        if finished:
+            return await receive()
+        chunk = spool.read(min(SPOOL_CHUNK, left))
+        left -= len(chunk)
+        finished = left <= 0 or not chunk
+        return {"type": "http.request", "body": chunk, "more_body": not finished}
+
+    return replay
+
+
+def _answer_paths(body: bytes) -> list[str]:
+    """The file paths in Gradio's upload answer (a JSON list of paths)."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return []
+    return [p for p in answer if isinstance(p, str)] if isinstance(answer, list) else []
+
+
+def _remove_upload(path: str) -> None:
+    """Remove an aged-out upload and its folder (Gradio writes each into its own hashed folder) if now empty."""
+    p = Path(path)
+    try:
+        p.unlink(missing_ok=True)
+        if re.fullmatch(r"[0-9a-f]{64}", p.parent.name):  # Gradio's own folder for it (a sha256), not anything else
+            p.parent.rmdir()
+    except OSError:  # not empty (another upload of the same content), or gone already
+        pass
+
+
+async def _refuse(send: Callable, text: str) -> None:
+    """413 for a body larger than any upload may be, 429 for a quota (it comes back with time)."""
+    status = 413 if text.startswith(TOO_BIG) else 429
+    body = text.encode()
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

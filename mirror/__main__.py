@@ -132,11 +132,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             ) from None
         say(result.summary())
         say(f"saved: {out}  (load with SentenceTransformer({str(out)!r}))")
-    if world_size > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
-        dist.destroy_process_group()
+    del result
+    distributed.shutdown()  # torchrun: garbage, a barrier, then destroy (mirror.distributed.shutdown says why)
     return 0
 
 

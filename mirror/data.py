@@ -25,6 +25,10 @@ TEXT_COLUMN_HINTS = ("text", "sentence", "string", "word", "term", "name", "quer
 # encoded or tokenized: they become U+FFFD.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff]")
 SURROGATE = re.compile(r"[\ud800-\udfff]")
+# Letters that render as nothing (Hangul fillers, the blank Braille pattern): with format (Cf: zero-width space,
+# bidi overrides), combining (Mn/Me) and separator characters, a string made only of these shows as blank.
+BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+INVISIBLE_CATEGORIES = frozenset(("Cc", "Cf", "Mn", "Me", "Zs", "Zl", "Zp"))
 BINARY_MAGIC = {
     b"\x89PNG": "a PNG image",
     b"\xff\xd8\xff": "a JPEG image",
@@ -71,7 +75,7 @@ def clean_texts(texts: Iterable[str], notes: Iterable[str] = ()) -> tuple[list[s
     for raw in texts:
         lines += 1
         text = " ".join(CONTROL.sub(" ", SURROGATE.sub("\ufffd", str(raw))).split())  # no control chars, one space
-        if not text:
+        if not text or is_invisible(text):
             empty += 1
         elif text in seen:
             dups += 1
@@ -84,6 +88,13 @@ def clean_texts(texts: Iterable[str], notes: Iterable[str] = ()) -> tuple[list[s
             out.append(text)
     stats = CleanStats(lines, empty, dups, len(out), tuple(notes), case_duplicates=case_dups)
     return out, stats
+
+
+def is_invisible(text: str) -> bool:
+    """True when nothing of `text` would show: only format, combining, separator or blank-looking characters
+    (U+200B, U+202E, U+FEFF, ...). Such a string is dropped as empty; inside a visible string they are kept (a
+    zero-width joiner is part of an emoji)."""
+    return all(ch in BLANK_LETTERS or unicodedata.category(ch) in INVISIBLE_CATEGORIES for ch in text)
 
 
 def fmt_size(n_bytes: float, limit: bool = False) -> str:

@@ -9,6 +9,7 @@ so the update equals the single-process update on the global batch.
 
 from __future__ import annotations
 
+import gc
 import os
 
 import torch
@@ -35,6 +36,20 @@ def init_from_env() -> tuple[int, int]:
     else:
         dist.init_process_group("gloo")
     return world()
+
+
+def shutdown() -> None:
+    """Leave the process group cleanly (every rank calls it on the way out, after its last collective).
+
+    Garbage first: a DistributedDataParallel wrapper lives in a reference cycle, and its reducer holds the group and
+    its finished work; left to the interpreter's exit, it is freed after the group is destroyed and gloo's threads are
+    gone, and the process aborts ("terminate called without an active exception"). Then a barrier, so no rank
+    tears its connections down while another is still in a collective or writing its results; then destroy."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def shard_bounds(n: int, world_size: int, rank: int) -> tuple[int, int]:

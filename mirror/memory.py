@@ -65,6 +65,12 @@ GPU_FRACTION = 0.8
 # The plain count is only ~5% above the largest measured peaks (32 strings x 128, fp32): the backward's
 # transient buffers and the allocator's slack vary with shapes and threads, so training gets this margin.
 TRAIN_SLACK = 1.2
+# The default plan of a server's training step (host_train_budget): this share of the machine's (container's)
+# memory left after the loaded models and the process itself; the estimate is an upper bound (1.1-1.6x the
+# measured peak), so a run planned at half stays well inside what is left.
+HOST_FRACTION = 0.5
+PROCESS_BYTES = 1536 * 1024**2  # a web process: Python, torch, Gradio, the bundled base model, FAISS, UMAP
+DEFAULT_TRAIN_CAP = 8 * 1024**3
 FIRST_STEP_BYTES = 128 * 1024**2  # a 2-string, 8-token step of the bundled model adds 110 MB beyond its states
 FIRST_CALL_BYTES = 64 * 1024**2  # thread pools and kernel scratch of an inference call (2 x 8 tokens peak at 52 MB)
 
@@ -161,6 +167,40 @@ def available_bytes(device: str | torch.device = "cpu") -> int:
         except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
             candidates = [8 * 1024**3]
     return int(min(candidates) * CPU_FRACTION)
+
+
+def total_bytes() -> int:
+    """The machine's memory, or the container's (cgroup v2/v1 limit) when that is smaller."""
+    candidates = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    candidates.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit_file) as f:
+                raw = f.read().strip()
+            if raw != "max" and int(raw) < 1 << 60:
+                candidates.append(int(raw))
+        except (OSError, ValueError):
+            continue
+    if not candidates:
+        try:
+            candidates = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+            candidates = [16 * 1024**3]
+    return min(candidates)
+
+
+def host_train_budget(reserved: int, total: int | None = None, cap: int = DEFAULT_TRAIN_CAP) -> int:
+    """What a server's training step may plan for by default: HOST_FRACTION of the machine's (container's) memory
+    (`total`, read when None) after `reserved` bytes (the models it keeps loaded) and PROCESS_BYTES, at most `cap`,
+    at least 256 MB (a run that cannot fit that is refused). A 16 GB CPU Space keeping 3 GB of models: 5.75 GB."""
+    total = total_bytes() if total is None else total
+    return int(max(256 * 1024**2, min(cap, (total - reserved - PROCESS_BYTES) * HOST_FRACTION)))
 
 
 def fmt_gb(n: float) -> str:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import socket
+import datetime
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from mirror import MirrorConfig
-from mirror.distributed import shard_bounds
+from mirror.distributed import shard_bounds, shutdown
 from mirror.encoder import load_encoder
 from mirror.train import mirror_tune
 
@@ -47,23 +46,20 @@ def plain_sgd(params, lr, **_):
     return torch.optim.SGD(params, lr=lr)
 
 
-def _worker(rank: int, world: int, port: int, model: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _worker(rank: int, world: int, store: str, model: str, out: str) -> None:
     torch.set_num_threads(1)
     torch.optim.AdamW = plain_sgd
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        result = mirror_tune(STRINGS, config(model))
-        if rank == 0:
-            torch.save({"losses": result.losses, "state": result.encoder.model.state_dict()}, out)
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # Rendezvous through a file, not a port picked by one process and bound later by another: under load (other
+    # servers and tests starting) a freed port can be taken in between, or another run's rank can connect to ours.
+    timeout = datetime.timedelta(seconds=300)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world, timeout=timeout)
+    result = mirror_tune(STRINGS, config(model))
+    if rank == 0:
+        torch.save({"losses": result.losses, "state": result.encoder.model.state_dict()}, out)
+    del result
+    # On success only: after an exception the other rank may sit in a collective, and destroying the group then
+    # can hang; mp.spawn stops it and reports the error instead.
+    shutdown()
 
 
 def test_shard_bounds_cover_the_batch():
@@ -78,7 +74,8 @@ def test_shard_bounds_cover_the_batch():
 def test_two_gloo_processes_match_one_process(tiny_bert, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.optim, "AdamW", plain_sgd)
     out = tmp_path / "ddp.pt"
-    mp.spawn(_worker, args=(2, _free_port(), str(tiny_bert), str(out)), nprocs=2, join=True)
+    store = tmp_path / "rendezvous"
+    mp.spawn(_worker, args=(2, str(store), str(tiny_bert), str(out)), nprocs=2, join=True)
     ddp = torch.load(out)
     single = mirror_tune(STRINGS, config(str(tiny_bert)))
     assert len(ddp["losses"]) == len(single.losses) == 2

@@ -295,3 +295,54 @@ def test_the_cli_exports_a_tuned_folder_against_the_base_it_names(tuned, tiny_be
     with pytest.raises(SystemExit) as exit_:  # argparse's own refusal: exit 2 too
         main(["export", str(model), "--input", str(strings), "--format", "xlsx", "--out", str(out)])
     assert exit_.value.code == 2
+
+
+# Attack review, disk: repeated exports (from the run's session or from anyone holding its link) used to write a new
+# timestamped folder each time, kept for the run's TTL and charged to nobody.
+def test_a_repeated_export_is_one_file_whoever_asks(app, tuned):
+    import dataclasses
+
+    from explorer.sessions import disk_usage
+
+    folder = tuned.run.folder
+    by_link = dataclasses.replace(app.session(), run=app.runs.load(folder.name))  # as ui.api.explore_call makes it
+    before = disk_usage(folder)
+    first = app.explore.export(tuned, "all")
+    one = disk_usage(folder) - before
+    assert one > 0 and not [p for p in first.parent.iterdir() if p != first]  # the zip only, not its loose files too
+    paths = {app.explore.export(s, "all") for s in [by_link, tuned] * 4}
+    assert paths == {first} and disk_usage(folder) - before == one
+    assert len(list((folder / "exports").iterdir())) == 1
+    assert app.explore.export(by_link, "all", [0, 2]) != first  # another selection is another file
+
+
+def test_a_runs_exports_stay_within_its_budget_oldest_first(app, tuned):
+    import dataclasses
+
+    from explorer.sessions import disk_usage
+
+    folder = tuned.run.folder
+    first = app.explore.export(tuned, "parquet", [0])
+    size = disk_usage(first.parent)
+    app.settings = dataclasses.replace(app.settings, session_disk_bytes=disk_usage(folder) + size)  # room for 2
+    made = [first] + [app.explore.export(tuned, "parquet", [i]) for i in (1, 2, 3)]
+    kept = sorted(p.name for p in (folder / "exports").iterdir())
+    assert not made[0].exists() and not made[1].exists() and made[3].exists()  # the oldest went first
+    assert len(kept) <= 2 and disk_usage(folder) <= app.settings.session_disk_bytes
+    app.settings = dataclasses.replace(app.settings, session_disk_bytes=disk_usage(folder) - size)
+    with pytest.raises(MirrorError, match="past"):  # one that cannot fit even alone is refused, nothing left
+        app.explore.export(tuned, "all")
+    assert not [p for p in (folder / "exports").iterdir() if p.name.startswith("all-")]
+
+
+def test_the_global_sweep_removes_exports_before_any_run(app, tuned):
+    import dataclasses
+
+    app.explore.export(tuned, "all")
+    app.explore.export(tuned, "parquet")
+    exports_dir = tuned.run.folder / "exports"
+    assert len(list(exports_dir.iterdir())) == 2
+    app.settings = dataclasses.replace(app.settings, disk_bytes=1)  # far over: everything that may go, goes
+    app.sweep(force=True)
+    assert list(exports_dir.iterdir()) == [] and (tuned.run.folder / "run.json").is_file()  # served: kept
+    assert app.search(tuned, "cat", 2)[0]["tuned"]

@@ -8,12 +8,17 @@ import pytest
 
 from explorer.settings import Settings
 from mirror.errors import MirrorError
+from mirror.memory import host_train_budget
 
 
 def test_settings_from_env(tmp_path):
     s = Settings.from_env({})
     assert s.max_upload_bytes == 20 * 1024 * 1024 and s.max_strings == 20_000
-    assert s.max_steps == 1000 and s.max_run_seconds == 1800 and s.train_memory_bytes == 8 * 2**30  # public-Space caps
+    assert s.max_steps == 1000 and s.max_run_seconds == 1800  # public-Space caps
+    # the training plan is sized to this machine (or container) after the loaded models, at most 8 GB
+    assert s.train_memory_bytes == host_train_budget(s.loaded_bytes) <= 8 * 2**30
+    small = Settings.from_env({"MIRROR_LOADED_MB": "12000"}).train_memory_bytes
+    assert small == host_train_budget(12000 * 2**20) and (small < s.train_memory_bytes or small == 256 * 2**20)
     assert Settings.from_env({"MIRROR_TRAIN_MEMORY_MB": "0"}).train_memory_bytes is None  # half of what is free
     assert Settings.from_env({"MIRROR_MAX_STEPS": "0", "MIRROR_MAX_RUN_SECONDS": "0"}).max_steps is None
     assert s.train_concurrency == 1 and s.allow_hub and s.model_roots == ()

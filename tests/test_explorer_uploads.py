@@ -8,6 +8,7 @@ file name never becomes a path; the per-client upload quota (ASGI middleware) co
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import zipfile
@@ -140,33 +141,97 @@ def test_uploaded_file_names_never_become_paths(app, tiny_bert, tmp_path):
     assert not any(Path(p).name == "pwned" for p in new)
 
 
-# Attack review, disk: what one client may send through Gradio's upload route in an hour is bounded.
-def test_upload_quota_counts_per_client_and_forgets_after_the_window():
-    calls = []
+# Attack review, disk: what one visitor, one address and everyone may park through Gradio's upload route is bounded;
+# the bytes are counted as they arrive (no Content-Length needed), and an address is the peer unless it is a proxy
+# named in MIRROR_TRUSTED_PROXIES. (Over HTTP, against the real server: tests/test_abuse.py.)
 
-    async def inner(scope, receive, send):
-        calls.append(scope["path"])
 
-    quota = UploadQuota(inner, quota=1000, window=0.2)
+class FakeGradioUpload:
+    """Gradio's upload route as far as the middleware sees it: reads the body, writes it to a file, answers the
+    file's path as a JSON list."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.calls = folder, 0
+
+    async def __call__(self, scope, receive, send):
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.calls += 1
+        path = self.folder / hashlib.sha256(body + bytes([self.calls])).hexdigest() / f"up{self.calls}.bin"
+        path.parent.mkdir()
+        path.write_bytes(body)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": json.dumps([str(path)]).encode()})
+
+
+def post(quota: UploadQuota, chunks: list[bytes], peer: str = "1.1.1.1", headers: dict | None = None) -> int:
+    """One upload through the middleware, its body in `chunks` with no Content-Length (chunked); the status."""
+    messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
     sent: list[dict] = []
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
 
     async def send(message):
         sent.append(message)
 
-    def post(length: int, client: str = "1.1.1.1") -> None:
-        scope = {
-            "type": "http",
-            "method": "POST",
-            "path": "/gradio_api/upload",
-            "headers": [(b"content-length", str(length).encode())],
-            "client": (client, 1),
-        }
-        asyncio.run(quota(scope, None, send))
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/gradio_api/upload",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "client": (peer, 1),
+    }
+    asyncio.run(quota(scope, receive, send))
+    return sent[0]["status"]
 
-    post(600)
-    post(600)  # over 1000 for this client
-    post(600, "2.2.2.2")
-    assert len(calls) == 2 and sent[0]["status"] == 429
+
+def test_upload_quota_counts_the_bytes_that_arrive_and_keeps_nothing_of_a_refused_body(tmp_path):
+    inner = FakeGradioUpload(tmp_path)
+    quota = UploadQuota(inner, quota=1000, address_quota=1500, total_quota=10_000)
+    assert post(quota, [b"x" * 300, b"x" * 300]) == 200
+    assert post(quota, [b"x" * 300] * 3) == 429  # chunked, no Content-Length: cut off at the 4th hundred
+    assert inner.calls == 1 and quota.used("@1.1.1.1") == 600  # nothing of the refused body reached Gradio
+    # a file removed (consumed, swept) gives its bytes back
+    next(tmp_path.rglob("up1.bin")).unlink()
+    assert post(quota, [b"x" * 900]) == 200 and quota.used("@1.1.1.1") == 900
+
+
+def test_upload_quota_believes_x_forwarded_for_only_from_trusted_proxies(tmp_path):
+    inner = FakeGradioUpload(tmp_path)
+    quota = UploadQuota(inner, quota=1000, address_quota=1000, trusted=["10.0.0.0/8"])
+    spoofs = [post(quota, [b"x" * 400], headers={"X-Forwarded-For": f"9.9.9.{i}"}) for i in range(5)]
+    assert spoofs == [200, 200, 429, 429, 429]  # the peer 1.1.1.1 is no proxy: its header proves nothing
+    assert set(quota.by_address) == {"1.1.1.1"}
+    # through the trusted proxy the client is the right-most address that is not a proxy, whatever comes first
+    via = [
+        post(quota, [b"x" * 400], "10.0.0.2", {"X-Forwarded-For": f"6.6.6.{i}, 5.5.5.5, 10.0.0.9"}) for i in range(3)
+    ]
+    assert via == [200, 200, 429] and quota.by_address["5.5.5.5"] == 800
+
+
+def test_upload_quota_is_per_visitor_so_one_does_not_lock_out_an_address(tmp_path):
+    inner = FakeGradioUpload(tmp_path)
+    quota = UploadQuota(inner, quota=1000, address_quota=2500, total_quota=10_000)
+    alice, bob, carol = ({"Cookie": f"mirror_visitor={c * 32}"} for c in "abc")
+    assert post(quota, [b"x" * 1000], headers=alice) == 200
+    assert post(quota, [b"x"], headers=alice) == 429  # alice is spent
+    assert post(quota, [b"x" * 1000], headers=bob) == 200  # bob, behind the same address, is not
+    assert post(quota, [b"x" * 600], headers=carol) == 429  # but the address as a whole is bounded (2,500)
+
+
+def test_upload_quota_forgets_and_removes_uploads_after_the_window_and_bounds_its_bookkeeping(tmp_path):
+    inner = FakeGradioUpload(tmp_path)
+    quota = UploadQuota(inner, quota=1000, window=0.2, max_entries=3)
+    assert post(quota, [b"x" * 600]) == 200
+    assert post(quota, [b"x" * 600]) == 429
     time.sleep(0.3)
-    post(600)
-    assert len(calls) == 3
+    assert post(quota, [b"x" * 600]) == 200
+    assert not list(tmp_path.rglob("up1.bin")) and len(list(tmp_path.iterdir())) == 1  # aged out: removed, folder too
+    for i in range(4):  # 4 more addresses: the fourth entry waits for the oldest to age out
+        post(quota, [b"x"], f"2.2.2.{i}")
+    assert len(quota.uploads) <= 3 and post(quota, [b"x"], "3.3.3.3") == 429

@@ -210,3 +210,12 @@ def test_read_texts_keeps_naming_the_users_own_path(tmp_path):
     with pytest.raises(MirrorError, match="no such file") as exc:
         read_texts(tmp_path / "nope.txt")
     assert str(exc.value) == f"{tmp_path / 'nope.txt'}: no such file"  # the CLI runs on the user's machine
+
+
+def test_strings_made_only_of_invisible_characters_are_dropped_as_empty():
+    """U+200B, U+202E, U+FEFF, a Hangul filler, combining marks alone: nothing shows, so nothing to train on."""
+    texts, stats = clean_texts(["\u200b\u200b", "\u202e", "\ufeff\u200b", "\u3164", "\u0301\u200d", "cat", "\u200bdog"])
+    assert texts == ["cat", "\u200bdog"]  # inside a visible string they stay (a ZWJ belongs to an emoji)
+    assert stats.empty == 5 and stats.kept == 2
+    emoji = "\U0001f469\u200d\U0001f4bb"
+    assert clean_texts([emoji])[0] == [emoji]

@@ -267,3 +267,15 @@ def test_the_long_string_attack_stays_within_its_memory_budget(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     peak_mb = int(proc.stdout.strip().splitlines()[-1]) / 1024
     assert peak_mb < budget_mb + 1500, peak_mb
+
+
+def test_the_default_training_plan_is_sized_to_the_host_after_the_loaded_models():
+    """A free CPU Space (16 GB) keeping 3 GB of tuned models plans a step within 5.75 GB, not 8 GB; a big machine
+    stops at the 8 GB cap; a small container still gets the 256 MB floor (a long string is then refused)."""
+    from mirror.memory import PROCESS_BYTES, host_train_budget, total_bytes
+
+    gb = 1024**3
+    assert host_train_budget(3 * gb, total=16 * gb) == int((13 * gb - PROCESS_BYTES) * 0.5) == int(5.75 * gb)
+    assert host_train_budget(3 * gb, total=64 * gb) == 8 * gb
+    assert host_train_budget(3 * gb, total=4 * gb) == 256 * 1024**2
+    assert 0 < total_bytes() and host_train_budget(0) == host_train_budget(0, total=total_bytes())

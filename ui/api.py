@@ -14,6 +14,7 @@ import gradio as gr
 from explorer import MirrorApp, Session, render
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
+from ui.numbers import Number
 
 
 def api_components() -> SimpleNamespace:
@@ -30,7 +31,7 @@ def api_components() -> SimpleNamespace:
             model_zip=gr.File(label="model zip"),
             index_zip=gr.File(label="index zip"),
             queries=gr.Textbox(label="queries"),
-            k=gr.Number(value=10, precision=0, label="k"),
+            k=Number(value=10, precision=0, label="k"),
             run=gr.Textbox(value="", label="run"),
             hide_query=gr.Checkbox(value=False, label="hide_query"),
             search_out=gr.JSON(label="results"),
@@ -43,7 +44,7 @@ def api_components() -> SimpleNamespace:
             rows=gr.JSON(value=[], label="rows"),
             export_out=gr.File(label="export"),
             filter=gr.Textbox(value="", label="filter"),
-            limit=gr.Number(value=500, precision=0, label="limit"),
+            limit=Number(value=500, precision=0, label="limit"),
             text=gr.Textbox(label="text"),
             rows_out=gr.JSON(label="rows"),
             health_out=gr.JSON(label="health"),
@@ -91,7 +92,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         except Exception as exc:  # MirrorError, or a bug: a render.message either way
             if session is not s:  # a client's first call failed: its new session folder is never reused
                 app.close_session(session)
-            raise gr.Error(render.user_error(exc)) from None
+            raise gr.Error(render.user_error(exc), print_exception=False) from None
 
     def api_cancel(s: Session | None = None):
         """Stop this client's run (from another call of the same Client while /train runs)."""
@@ -123,8 +124,14 @@ def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> N
         """The run's strings ranked by how much their 10 nearest neighbours changed with tuning (most first), those
         containing `filter` (any case), at most `limit`: [{i, text, moved, gained, lost, base_neighbours,
         tuned_neighbours}]."""
-        n = max(1, min(int(limit or 500), app.settings.max_strings))
-        return explore_call(app, s, run, lambda session: ex.moved(session, filter or "", n))
+
+        def moved(session: Session) -> list[dict]:
+            n = 500 if limit is None else int(limit)
+            if not 1 <= n <= app.settings.max_strings:
+                raise MirrorError(f"limit must be a whole number from 1 to {app.settings.max_strings}, not {limit}")
+            return ex.moved(session, filter or "", n)
+
+        return explore_call(app, s, run, moved)
 
     def api_neighbours(text: str, k: float = 10, run: str = "", s: Session | None = None):
         """The base and tuned neighbours of one string (its own hit left out), as /search returns them."""
@@ -168,7 +175,7 @@ def explore_call(app: MirrorApp, s: Session | None, run: str, call: Any) -> tupl
     except Exception as exc:  # MirrorError, or a bug: a render.message either way
         if session is not s:  # a client's first call failed: its new session folder is never reused
             app.close_session(session)
-        raise gr.Error(render.user_error(exc)) from None
+        raise gr.Error(render.user_error(exc), print_exception=False) from None
 
 
 def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> Iterator[tuple]:
@@ -181,4 +188,4 @@ def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> 
     except MirrorError as exc:
         if session is not s:  # a client's first call failed: its new session folder is never reused
             app.close_session(session)
-        raise gr.Error(str(exc)) from None
+        raise gr.Error(str(exc), print_exception=False) from None

@@ -12,6 +12,7 @@ import gradio as gr
 
 from explorer import MirrorApp, Session, render
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
+from ui.numbers import Slider
 from ui.twinmap import TwinMap
 
 EXPORTS = [
@@ -36,9 +37,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
         "Tune a model in tab ① (or open one of your runs) to explore what changed.", elem_id="mx-explore-caption"
     )
     with gr.Row():
-        ui.n_points = gr.Slider(
-            50, max_points, value=min(3000, max_points), step=50, label="Strings on the map", scale=2
-        )
+        ui.n_points = Slider(50, max_points, value=min(3000, max_points), step=50, label="Strings on the map", scale=2)
         ui.queries = gr.Textbox(
             label="Place queries on the map", placeholder="one per line (optional)", lines=1, max_lines=4, scale=3
         )
@@ -78,7 +77,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             elem_id="mx-remedy-btn",
         )
         with gr.Row():
-            ui.alpha = gr.Slider(
+            ui.alpha = Slider(
                 0,
                 1,
                 value=1,
