@@ -57,6 +57,12 @@ class MirrorConfig:
     bucket_by_length: bool = True
     log_every: int = 10  # on a GPU, read the loss back (a host sync) every this many steps
     compile: bool = False  # torch.compile the encoder (pays a compile on the first steps)
+    # Remedies against forgetting: each keeps the tuned model nearer its base (measured: bench/RESULTS.md, "Remedies").
+    distill: float = 0.0  # λ of λ·mean(1 − cos(tuned, base)) on every view: the frozen base (no dropout) as teacher
+    l2_base: float = 0.0  # λ of λ·Σ‖θ − θ_base‖² (L2-SP): every trained weight pulled toward the base's value
+    freeze_layers: int = 0  # the lowest N transformer layers keep the base's weights (0: every layer trains)
+    freeze_embeddings: bool = False  # the token and position embeddings keep the base's weights
+    blend_alpha: float = 1.0  # WiSE-FT after training: weights (1 − α)·base + α·tuned (1: the tuned model as trained)
 
     @staticmethod
     def preset(mode: Mode, **overrides: Any) -> MirrorConfig:
@@ -138,6 +144,10 @@ NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "seed": ("seed", True, 0, 2**32 - 1),  # what torch and numpy seeds take
     "max_steps": ("max steps", True, 1, None),
     "log_every": ("log every", True, 1, None),
+    "distill": ("distillation weight", False, 0.0, 1000.0),
+    "l2_base": ("L2-to-base weight", False, 0.0, None),
+    "freeze_layers": ("frozen layers", True, 0, 1000),  # and at most the model's layers: mirror_tune checks
+    "blend_alpha": ("blend α", False, 0.0, 1.0),
 }
 
 
