@@ -41,6 +41,7 @@ SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are
     ("freeze_layers", "frozen lower layers"),
     ("freeze_embeddings", "frozen embeddings"),
     ("blend_alpha", "blend with the base after training (α)"),
+    ("join_views", "strings joined per training view"),
 )
 
 

@@ -63,6 +63,7 @@ LABELS: dict[str, str] = {
     "freeze_layers": "Frozen lower layers (0 = none)",
     "freeze_embeddings": "Freeze the embeddings",
     "blend_alpha": "Blend with the base after training: α (1 = off)",
+    "join_views": "Longer views: strings joined per view (1 = off)",
 }
 CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS}
 _DEFAULTS = MirrorConfig()

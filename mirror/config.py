@@ -63,6 +63,7 @@ class MirrorConfig:
     freeze_layers: int = 0  # the lowest N transformer layers keep the base's weights (0: every layer trains)
     freeze_embeddings: bool = False  # the token and position embeddings keep the base's weights
     blend_alpha: float = 1.0  # WiSE-FT after training: weights (1 − α)·base + α·tuned (1: the tuned model as trained)
+    join_views: int = 1  # longer views: N of the strings (shuffled) joined into one training string; raise max_length
 
     @staticmethod
     def preset(mode: Mode, **overrides: Any) -> MirrorConfig:
@@ -148,6 +149,7 @@ NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "l2_base": ("L2-to-base weight", False, 0.0, None),
     "freeze_layers": ("frozen layers", True, 0, 1000),  # and at most the model's layers: mirror_tune checks
     "blend_alpha": ("blend α", False, 0.0, 1.0),
+    "join_views": ("strings joined per view", True, 1, 64),
 }
 
 

@@ -251,6 +251,15 @@ def count_steps(
     return min(total, max_steps) if max_steps else total
 
 
+def joined(texts: list[str], n: int, seed: int) -> list[str]:
+    """Longer views: the strings in a seeded random order, joined `n` at a time with a space (as they are for n 1)."""
+    if n <= 1:
+        return texts
+    order = list(texts)
+    random.Random(seed + 2).shuffle(order)  # its own stream: the batch plan and the views draw from theirs
+    return [" ".join(order[i : i + n]) for i in range(0, len(order), n)]
+
+
 def plan_steps(texts: Sequence[str], config: MirrorConfig, encoder: Encoder, memory_budget: int | None = None) -> int:
     """The optimiser steps `mirror_tune(texts, config, encoder=encoder, memory_budget=...)` will run.
 
@@ -259,6 +268,7 @@ def plan_steps(texts: Sequence[str], config: MirrorConfig, encoder: Encoder, mem
     """
     config = config.validated()
     texts, _ = clean_texts(texts)
+    texts = joined(texts, config.join_views, config.seed)
     if len(texts) < 2:
         return 0
     budget = step_budget(encoder, config, memory_budget)
@@ -289,10 +299,15 @@ def mirror_tune(
     texts, _ = clean_texts(texts)
     if len(texts) < 2:
         raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
+    n_texts, texts = len(texts), joined(texts, config.join_views, config.seed)
+    if len(texts) < 2:
+        raise MirrorError(f"{n_texts} strings joined {config.join_views} at a time make 1 training string: join fewer")
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     encoder = _ready_encoder(encoder, config, device)
     config, notes = _as_run(config, encoder)
+    if config.join_views > 1:
+        notes.append(f"{n_texts:,} strings joined {config.join_views} at a time: {len(texts):,} training strings")
     rank, world_size = distributed.world()
     min_batch = max(2, world_size)
     if len(texts) < min_batch:
@@ -393,7 +408,7 @@ def mirror_tune(
         seconds=time.perf_counter() - started,
         device=_device_name(device) + ", " + {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype],
         cancelled=cancelled,
-        n_texts=len(texts),
+        n_texts=n_texts,
         notes=notes,
     )
 

@@ -13,7 +13,7 @@ from mirror.__main__ import build_parser
 from mirror.encoder import load_encoder
 from mirror.errors import MirrorError
 from mirror.loss import distill_cosine, l2_to_anchor
-from mirror.train import Anchor, mirror_tune, save_result
+from mirror.train import Anchor, joined, mirror_tune, plan_steps, save_result
 
 SENTENCES = [
     "a man is riding a big red bus to the city",
@@ -140,6 +140,26 @@ def test_a_remedy_run_saves_and_reloads_with_its_settings(tiny_bert, tmp_path):
     np.testing.assert_allclose(again.encode(SENTENCES), result.encoder.encode(SENTENCES), atol=1e-5)
 
 
+def test_joined_views_use_every_string_once_in_a_seeded_order():
+    texts = [f"s{i}" for i in range(10)]
+    assert joined(texts, 1, 0) is texts
+    views = joined(texts, 3, 0)
+    assert [len(v.split()) for v in views] == [3, 3, 3, 1]
+    assert sorted(w for v in views for w in v.split()) == sorted(texts)
+    assert joined(texts, 3, 0) == views != joined(texts, 3, 1)
+
+
+def test_a_run_on_joined_views_trains_fewer_longer_strings_and_says_so(tiny_bert):
+    enc = load_encoder(tiny_bert)
+    config = cfg(tiny_bert, join_views=3, batch_size=2, epochs=1, max_length=64)
+    planned = plan_steps(SENTENCES, config, enc)
+    result = mirror_tune(SENTENCES, config, encoder=enc)
+    assert result.steps == planned == 1  # 8 sentences -> 3 views of up to 3 sentences -> one batch (2 + a merged 1)
+    assert result.n_texts == len(SENTENCES) and any("joined 3 at a time: 3 training strings" in n for n in result.notes)
+    with pytest.raises(MirrorError, match="make 1 training string"):
+        mirror_tune(SENTENCES[:3], cfg(tiny_bert, join_views=3))
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -149,6 +169,7 @@ def test_a_remedy_run_saves_and_reloads_with_its_settings(tiny_bert, tmp_path):
         ("freeze_layers", 1.5, "frozen layers must be a whole number"),
         ("blend_alpha", 1.5, "blend α must be <= 1"),
         ("blend_alpha", float("nan"), "blend α must be a finite number"),
+        ("join_views", 0, "strings joined per view must be >= 1"),
     ],
 )
 def test_bad_remedy_settings_are_clear_errors(field, value, message):
