@@ -3,7 +3,7 @@ freeze_layers/freeze_embeddings, blend_alpha) for a preset, then score every sav
 folder: in-domain (sentences: STS-B dev; words: SimLex-999) and every general check, each on its DEV half (to choose)
 and its CHECK half (to report), plus STS-B test (held out, where ../shared/data has it); with training time and peak
 memory (max RSS of the training process). WiSE-FT rows ("+blend") blend a trained model with its base at the α that
-keeps the most in-domain dev score with no general dev check more than MARGIN below the base.
+keeps the most in-domain dev score with no general dev check more than its margin below the base.
 
     .venv/bin/python bench/bench_remedies.py --preset sentences                      # every remedy in REMEDIES
     .venv/bin/python bench/bench_remedies.py --preset sentences --remedy none --remedy distill10 --blend none
@@ -27,10 +27,28 @@ from pathlib import Path
 
 from common import ROOT, SHARED, data_path, print_table, write_json
 
-from explorer.forgetting import CHECKS, MARGIN, forgetting_check
 from mirror.blend import blend_folder
 from mirror.encoder import load_encoder
 from mirror.evaluate import bootstrap_spearman, interval, pair_cosines, read_pairs, spearman
+
+try:  # the general checks: mirror.checks (issue 25), else the app's older explorer.forgetting
+    from mirror.checks import CHECKS, run_checks
+
+    def general_checks(base, tuned, half: str) -> list[dict]:
+        return run_checks(base, tuned, half=half)
+
+    def margin_of(name: str) -> float:
+        return next(c.margin for c in CHECKS if c.name == name)
+
+except ImportError:
+    from explorer.forgetting import CHECKS, MARGIN, forgetting_check
+
+    def general_checks(base, tuned, half: str) -> list[dict]:
+        return forgetting_check(base, tuned, half=half)["checks"]
+
+    def margin_of(name: str) -> float:
+        return MARGIN
+
 
 MODELS = Path(os.environ.get("MIRROR_BENCH_MODELS", "/work/models"))
 # name: the MirrorConfig overrides on top of the preset, and what the remedy does
@@ -96,15 +114,15 @@ def scores(preset: str, base, folder: Path) -> dict:
     names = [c.name for c in CHECKS]
     if cache.is_file():
         cached = json.loads(cache.read_text())
-        if cached.get("checks") == names:
+        if cached.get("checks") == names and cached.get("v") == 2:
             return cached
     tuned = load_encoder(folder)  # a fresh load of what was saved, never the training process's encoder
     _, proxy, _ = PRESETS[preset]
     pairs = read_pairs(data_path(proxy))
     started = time.perf_counter()
-    out: dict = {"checks": names}
+    out: dict = {"checks": names, "v": 2}
     for half, picked in (("dev", pairs[0::2]), ("check", pairs[1::2])):
-        out[half] = {"in_domain": in_domain(base, tuned, picked), "general": forgetting_check(base, tuned, half=half)}
+        out[half] = {"in_domain": in_domain(base, tuned, picked), "general": general_checks(base, tuned, half)}
     test = SHARED / "stsb" / "sts-test.csv"
     if test.is_file():
         out["sts_test"] = in_domain(base, tuned, read_pairs(test))
@@ -114,12 +132,12 @@ def scores(preset: str, base, folder: Path) -> dict:
 
 
 def general_deltas(score: dict, half: str, own: str) -> dict[str, float]:
-    return {c["name"]: c["delta"] for c in score[half]["general"]["checks"] if c["name"] != own}
+    return {c["name"]: c["delta"] for c in score[half]["general"] if c["name"] != own}
 
 
 def best_blend(preset: str, base, folder: Path) -> tuple[float, Path, dict]:
     """Blend the model in `folder` at each α in ALPHAS (saved, then scored from a fresh load) and pick the α with the
-    most in-domain DEV score whose general DEV checks all stay within MARGIN of the base (1.0 when none does)."""
+    most in-domain DEV score whose general DEV checks all stay within their margin of the base (1.0 when none does)."""
     own = PRESETS[preset][2]
     tried = {1.0: (folder, scores(preset, base, folder))}
     for alpha in ALPHAS:
@@ -127,7 +145,9 @@ def best_blend(preset: str, base, folder: Path) -> tuple[float, Path, dict]:
         if not (out / "mirror_config.json").is_file():
             blend_folder(base, folder, alpha, out)
         tried[alpha] = (out, scores(preset, base, out))
-    ok = {a: s for a, (_, s) in tried.items() if min(general_deltas(s, "dev", own).values()) >= -MARGIN}
+    ok = {
+        a: s for a, (_, s) in tried.items() if all(d >= -margin_of(n) for n, d in general_deltas(s, "dev", own).items())
+    }
     pool = ok or {1.0: tried[1.0][1]}
     alpha = max(pool, key=lambda a: (pool[a]["dev"]["in_domain"]["tuned"], a))
     return alpha, tried[alpha][0], {a: s["dev"] for a, (_, s) in tried.items()}
@@ -143,7 +163,7 @@ def row(name: str, what: str, score: dict, train: dict, own: str) -> dict:
     }
     if "sts_test" in score:
         r["STS-B test"] = f"{score['sts_test']['tuned']} ({score['sts_test']['delta']:+})"
-    for c in score["check"]["general"]["checks"]:
+    for c in score["check"]["general"]:
         ci = f" [{c['ci'][0]:+}, {c['ci'][1]:+}]" if c.get("ci") else ""
         r[c["name"] + (" (in-domain)" if c["name"] == own else "")] = f"{c['tuned']} ({c['delta']:+}{ci})" + (
             " WORSE" if c["worse"] else ""
@@ -172,7 +192,10 @@ def main() -> None:
             shutil.rmtree(folder)
         if not (folder / "mirror_config.json").is_file():
             train_one(args.preset, overrides, folder)
-        train = json.loads((folder / TRAIN_FILE).read_text()) if (folder / TRAIN_FILE).is_file() else {}
+        if (folder / TRAIN_FILE).is_file():
+            train = json.loads((folder / TRAIN_FILE).read_text())
+        else:  # trained elsewhere (e.g. copied from a plain `mirror train`): its time, no memory figure
+            train = {"train_s": json.loads((folder / "mirror_config.json").read_text())["stats"]["seconds"]}
         score = scores(args.preset, base, folder)
         results[name] = {"overrides": overrides, "train": train, "scores": score}
         rows.append(row(name, what, score, train, own))
@@ -187,12 +210,13 @@ def main() -> None:
     print(f"\n## {args.preset}: Spearman ×100, check half (Δ vs base [95% interval]); in-domain dev chose")
     print(
         f"base: in-domain dev {base_dev['dev']['in_domain']['base']}, check {base_dev['check']['in_domain']['base']}; "
-        + "; ".join(f"{c['name']} {c['base']}" for c in base_dev["check"]["general"]["checks"])
+        + "; ".join(f"{c['name']} {c['base']}" for c in base_dev["check"]["general"])
         + (f"; STS-B test {base_dev['sts_test']['base']}" if "sts_test" in base_dev else "")
     )
     print_table(rows, [k for k in rows[0] if k != "what"])
     stamp = int(time.time())
-    write_json(f"remedies-{args.preset}-{stamp}.json", {"preset": args.preset, "margin": MARGIN, "results": results})
+    margins = {c.name: margin_of(c.name) for c in CHECKS}
+    write_json(f"remedies-{args.preset}-{stamp}.json", {"preset": args.preset, "margins": margins, "results": results})
 
 
 if __name__ == "__main__":
