@@ -80,7 +80,7 @@ def run_preset(preset: str, base, limit: int | None, overrides: dict) -> dict:
     check_seconds = round(time.perf_counter() - t0, 1)
     check_blend = forgetting_check(base, blends[chosen], half="check")
     check_rows = [
-        {"check": a["name"], "pairs": a["pairs"], "base": a["base"], "tuned": a["tuned"], "delta": a["delta"],
+        {"check": a["name"], "pairs": a["items"], "base": a["base"], "tuned": a["tuned"], "delta": a["delta"],
          "ci": a["ci"], "worse": a["worse"], f"blend α={chosen:g}": b["tuned"], "blend delta": b["delta"],
          "blend worse": b["worse"]}
         for a, b in zip(check_tuned["checks"], check_blend["checks"], strict=True)

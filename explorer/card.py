@@ -177,7 +177,10 @@ def _evaluation(rows: Any) -> list[str]:
 
 
 def _forgetting(check: Any) -> list[str]:
-    """The forgetting check (explorer.forgetting): Spearman ×100 of base and tuned on general sets."""
+    """The general checks (mirror.checks, run by explorer.forgetting): base -> tuned on general sets, each change with
+    its 95% interval and its word (better, same, worse)."""
+    from mirror.checks import word_of
+
     if not isinstance(check, dict) or not check.get("checks"):
         return []
     rows = []
@@ -187,15 +190,16 @@ def _forgetting(check: Any) -> list[str]:
             (
                 r.get("name", "?"),
                 r.get("what", ""),
-                r.get("pairs", ""),
+                r.get("metric", "Spearman ×100"),
+                r.get("items", r.get("pairs", "")),
                 _value(r.get("base")),
                 _value(r.get("tuned")),
                 f"{float(r.get('delta', 0)):+.1f}" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else ""),
-                "worse" if r.get("worse") else "",
+                word_of(r),
             )
         )
-    head = ["general check", "what it tests", "pairs", "base", "tuned", "change [95% CI]", ""]
-    out = ["", "## Did tuning forget anything?", "", "Spearman ×100 of cosine similarity with gold scores.", ""]
+    head = ["general check", "what it tests", "score", "items", "base", "tuned", "change [95% CI]", "verdict"]
+    out = ["", "## Did tuning forget anything?", "", "Base and tuned model on the bundled general checks.", ""]
     out += _table(head, rows)
     if check.get("verdict"):
         out += ["", str(check["verdict"])]

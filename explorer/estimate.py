@@ -32,11 +32,10 @@ if TYPE_CHECKING:
 
 Clock = Callable[[], float]
 
-# The forgetting check after each run (explorer.forgetting) encodes the ~2,000 distinct strings of its ~2,400 pairs
-# with the base and with the tuned encoder, each check in batches of 128 padded to their longest: padded tokens ->
-# how many strings, measured with the bundled tokenizer (SimLex + WordSim words; STS-B dev sentences; the long
-# texts, whose first batch pads to 217 tokens): ~58k tokens per encoder. Adjust here when the checks change.
-FORGETTING_TEXTS = {4: 950, 18: 775, 111: 112, 217: 128}
+# The forgetting check after each run (explorer.forgetting over mirror.checks) encodes the distinct strings of its
+# checks (SimLex + WordSim words, STS-B dev sentences, ~200 real documents of 150-256 tokens) with the base and with
+# the tuned encoder: their token lengths are counted with the encoder's own tokenizer (forgetting_lengths), so the
+# estimate follows the checks when they change.
 FORGETTING_ENCODERS = 2
 ENCODE_BATCH = 128  # VectorIndex.build's batch size
 # Training steps are timed at the padded length the job's steps have (rounded to a power of 2: a calibration per
@@ -45,7 +44,7 @@ ENCODE_BATCH = 128  # VectorIndex.build's batch size
 # (strings, padded tokens): a token costs more in longer strings (attention), so the encode fit has a tokens x
 # length term. Small enough that calibrating the bundled model takes a few seconds on 2 quiet CPU cores.
 TRAIN_TOKENS = (256, 1024)
-ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128), (4, 256))  # 256: the general checks' long texts pad to ~220
+ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128), (4, 256))  # 256: the general checks' long documents pad to 256
 # Epochs of the timing run (one batch of each size per epoch); the first WARM_EPOCHS pay the warm-up (optimiser
 # states, allocations and kernels for new shapes: the first ~4 steps of a run are slow), the rest are timed (the
 # fastest sample of each size counts).
@@ -263,9 +262,25 @@ def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCO
 
 
 def forgetting_lengths(encoder: Encoder) -> list[int]:
-    """Token lengths (without special tokens) of the texts the forgetting check encodes (FORGETTING_TEXTS)."""
-    extra = encoder.tokenizer.num_special_tokens_to_add()
-    return [max(1, padded - extra) for padded, n in FORGETTING_TEXTS.items() for _ in range(n)]
+    """Token lengths (without special tokens) of the texts the forgetting check encodes, by this encoder's tokenizer
+    (counted once per tokenizer and kept)."""
+    return list(_check_lengths(encoder.tokenizer))
+
+
+_CHECK_LENGTHS: dict[tuple[str, int], tuple[int, ...]] = {}
+
+
+def _check_lengths(tokenizer) -> tuple[int, ...]:
+    key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer))
+    if key not in _CHECK_LENGTHS:
+        from mirror.checks import CHECKS, check_texts
+
+        texts = [t for check in CHECKS for t in check_texts(check)]
+        ids = tokenizer(texts, add_special_tokens=False, truncation=False)["input_ids"]
+        if len(_CHECK_LENGTHS) > 16:
+            _CHECK_LENGTHS.clear()
+        _CHECK_LENGTHS[key] = tuple(max(1, len(x)) for x in ids)
+    return _CHECK_LENGTHS[key]
 
 
 @dataclass(frozen=True)

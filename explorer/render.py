@@ -344,29 +344,33 @@ def health_md(health: dict[str, Any]) -> str:
 
 
 def forgetting_md(run: RunInfo | None) -> str:
-    """The general checks of a run (base vs tuned on bundled word, sentence and long-text sets) and the verdict."""
+    """The general checks of a run (base -> tuned on bundled word pairs, sentence pairs and real long documents,
+    each change with its interval and a plain word) and the verdict."""
     from explorer.forgetting import MARGIN
+    from mirror.checks import word_of
 
     check = (run.stats.get("forgetting") if run is not None else None) or {}
     if not check.get("checks"):
         return "**General checks:** not run for this run." if run is not None else ""
     rows = "\n".join(
-        f"| {c['name']} | {c['pairs']:,} | {c['base']:.1f} | {c['tuned']:.1f} | "
-        f"{'**' if c.get('worse') else ''}{c['delta']:+.1f}{'** ⚠' if c.get('worse') else ''} | "
-        f"{_interval(c.get('ci'))} |"
+        f"| {c['name']} | {c.get('metric', 'Spearman ×100')} | {c.get('items', c.get('pairs', ''))} | "
+        f"{c['base']:.1f} | {c['tuned']:.1f} | {'**' if c.get('worse') else ''}{c['delta']:+.1f}"
+        f"{'** ⚠' if c.get('worse') else ''} | {_interval(c.get('ci'))} | {word_of(c)} |"
         for c in check["checks"]
     )
     head = (
-        "| general check (Spearman ×100) | pairs | base | tuned | change | 95% interval of the change |\n"
-        "|---|---:|---:|---:|---:|---:|"
+        "| general check | score | items | base | tuned | change | 95% interval of the change | verdict |\n"
+        "|---|---|---:|---:|---:|---:|---:|---|"
     )
     kind = "warning" if any(c.get("worse") for c in check["checks"]) else "ok"
     alpha = run.stats.get("blend_alpha")
     blended = f" The served model is a blend: α = {alpha:g} of the tuned weights." if alpha not in (None, 1) else ""
     took = f" The checks took {check['seconds']:g} s." if check.get("seconds") is not None else ""
     note = (
-        "\n\nHalf of each bundled set (the other half chose the defaults); *worse* means a drop of more than "
-        f"{MARGIN:g} point with its interval below zero.{took}"
+        "\n\nHalf of each bundled set (the other half chose the defaults). *Worse* means a drop of more than "
+        f"{MARGIN:g} point with its whole interval below zero, *better* the same upwards; *Long documents* asks "
+        "whether the top 10 for a real document are its related documents (World English Bible chapters: the next "
+        f"chapter, then its book, then books of its kind).{took}"
     )
     return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}{note}"
 

@@ -1,5 +1,5 @@
-"""`python -m mirror train|eval|export|blend ...`: the command line over mirror_tune, evaluate_pairs, the exports
-and blend_folder."""
+"""`python -m mirror train|eval|check|export|blend ...`: the command line over mirror_tune, evaluate_pairs, the
+general checks (mirror.checks), the exports and blend_folder."""
 
 from __future__ import annotations
 
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--pooling", default="auto", choices=POOLINGS)
     ev.add_argument("--device", default="auto")
     ev.add_argument("--json", action="store_true", help="print JSON")
+    add_check_parser(sub)
     add_export_parser(sub)
 
     bl = sub.add_parser("blend", help="blend a tuned model with its base: (1 - alpha) base + alpha tuned weights")
@@ -179,6 +180,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_check_parser(sub: Any) -> None:
+    ck = sub.add_parser(
+        "check", help="the general checks: a tuned model against its base on bundled word, sentence and document sets"
+    )
+    ck.add_argument("tuned", help="a tuned model folder (mirror train --out), or any model to compare with --base")
+    ck.add_argument("--base", help="the base model (default: the one the tuned folder's mirror_config.json names)")
+    ck.add_argument("--half", default="check", choices=["check", "dev"], help="(default: check; dev chose defaults)")
+    ck.add_argument("--device", default="auto")
+    ck.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of {check, what, base, tuned, low, high, verdict}: low/high bound the 95%% interval "
+        "of tuned - base, verdict is better, same or worse",
+    )
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """`check`: every general check, base -> tuned with its interval and a word; exit 0 whatever the verdict."""
+    from mirror import checks
+    from mirror.encoder import load_encoder
+
+    tuned = load_encoder(args.tuned, device=args.device)
+    base_name = args.base or tuned.base_model
+    if not base_name:
+        raise MirrorError(f"{Path(args.tuned).name}: the folder does not name its base model; give --base")
+    base = load_encoder(check_model_name(base_name), pooling=tuned.pooling, device=args.device)
+    rows = checks.run_checks(base, tuned, half=args.half)
+    if args.json:
+        print(json.dumps(checks.json_rows(rows)))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    print(f"base: {base_name}   tuned: {args.tuned}   ({args.half} half)")
+    for r in rows:
+        ci = f"[{r['ci'][0]:+.1f}, {r['ci'][1]:+.1f}]" if r["ci"] else ""
+        print(
+            f"{r['name']:<{width}}  {r['base']:5.1f} -> {r['tuned']:5.1f}  {r['delta']:+5.1f} {ci:<15} {r['verdict']:<6}"
+            f"  {r['metric']}, {r['items']} {r['unit']}: {r['what']}"
+        )
+    print(checks.summary(rows))
+    return 0
+
+
 EXPORT_FORMATS = ("projector", "parquet", "neighbours", "all")
 
 
@@ -249,7 +292,7 @@ def cmd_blend(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "blend": cmd_blend}
+    commands = {"train": cmd_train, "eval": cmd_eval, "check": cmd_check, "export": cmd_export, "blend": cmd_blend}
     return run_cli(build_parser(), commands, argv)
 
 

@@ -172,10 +172,14 @@ def test_phases_are_all_there_and_sum_to_the_total(base, tiny_bert, tmp_path, mo
     assert tuple(name for name, _ in est.phases) == PHASES
     assert est.total == pytest.approx(sum(s for _, s in est.phases)) and est.total > 0
     assert all(s >= 0 for _, s in est.phases)
-    # FORGETTING_TEXTS in batches of 128, longest first, with each of two encoders
-    lengths = [padded for padded, n in est_mod.FORGETTING_TEXTS.items() for _ in range(n)]
-    assert 1_900 < len(lengths) < 2_100
-    lengths.sort(reverse=True)
+    # every text of the general checks (mirror.checks), counted by this tokenizer, in batches of 128, longest first,
+    # with each of two encoders
+    from mirror.checks import CHECKS, check_texts
+
+    lengths = est_mod.forgetting_lengths(base)
+    assert len(lengths) == sum(len(check_texts(c)) for c in CHECKS) > 1_500
+    assert max(lengths) > 150  # the long documents (the tiny vocab cuts words into more pieces)
+    lengths = sorted((n + base.tokenizer.num_special_tokens_to_add() for n in lengths), reverse=True)
     limit = min(base.max_seq_length, base.token_limit)  # the tiny BERT takes 128 tokens: longer texts are cut
     batches = [(len(lengths[i : i + 128]), min(lengths[i], limit)) for i in range(0, len(lengths), 128)]
     expected = 2 * sum(est.calibration.encode(n * padded, padded) for n, padded in batches)

@@ -156,9 +156,9 @@ def test_run_explorer_export_serves_files_of_the_run(app, tuned):
 FORGETTING = {
     "checks": [
         {"name": "SimLex-999", "what": "word similarity", "pairs": 500, "base": 44.6, "tuned": 53.6, "delta": 9.0,
-         "ci": [6.1, 12.0], "worse": False},
+         "ci": [6.1, 12.0], "verdict": "better", "worse": False},
         {"name": "Long texts", "what": "long texts", "pairs": 120, "base": 70.0, "tuned": 61.0, "delta": -9.0,
-         "ci": [-12.5, -5.0], "worse": True},
+         "ci": [-12.5, -5.0], "verdict": "worse", "worse": True},
     ],
     "verdict": "Tuning made the model worse on 1 general check: Long texts.",
 }  # fmt: skip
@@ -192,7 +192,7 @@ def test_the_card_names_base_settings_data_and_the_forgetting_table(tmp_path):
     assert meta["tags"] == ["sentence-transformers", "sentence-similarity", "mirror-bert"]
     assert "Liu et al." in card and "| temperature τ | 0.2 |" in card and "| batch size (strings) | 200 |" in card
     assert "| strings | 411 |" in card and "2.6 s on cpu" in card and "5.1 → 1.924" in card
-    assert "| SimLex-999 | word similarity | 500 | 44.6 | 53.6 | +9.0 [+6.1, +12.0] |  |" in card
+    assert "| SimLex-999 | word similarity | Spearman ×100 | 500 | 44.6 | 53.6 | +9.0 [+6.1, +12.0] | better |" in card
     assert "| Long texts |" in card and "| worse |" in card and FORGETTING["verdict"] in card
     assert "α = 0.5" in card and 'SentenceTransformer("me/words")' in card
     path = write_card(folder, {"forgetting": FORGETTING})
@@ -218,6 +218,7 @@ def test_a_tuned_runs_zips_carry_the_card_and_are_named_for_base_and_run(app, tu
     assert "library_name: sentence-transformers" in card and f"| strings | {run.n_texts} |" in card
     # the general checks ran before the downloads were made: the card in the zip has their table
     assert run.stats["forgetting"] and "## Did tuning forget anything?" in card and "SimLex-999" in card
+    assert "| Long documents |" in card and "graded nDCG@10" in card  # the real-documents check is in it too
     with zipfile.ZipFile(run.index_zip) as zf:
         assert all(n.startswith("mirror-index/") for n in zf.namelist())
 

@@ -1,5 +1,6 @@
-"""The forgetting check (explorer.forgetting): its rows and `worse` logic on toy encoders with known scores, on the
-tiny random BERT over the bundled sets, and run after every training run by the service (never failing it)."""
+"""The forgetting check in the app (explorer.forgetting over mirror.checks): its rows and `worse` logic on toy encoders
+with known scores, the base's side kept per base, on the tiny random BERT over the bundled sets, and run after every
+training run by the service (never failing it)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import numpy as np
 import pytest
 
 from explorer import forgetting, render
-from explorer.forgetting import CHECKS, Check, check_pairs, forgetting_check, verdict
+from explorer.forgetting import CHECKS, Check, forgetting_check, verdict
 from explorer.settings import Settings
+from mirror import checks as engine
+from mirror.checks import check_items
 from tests.conftest import train
 
 TOY = Check("Toy pairs", "toy.tsv", "toy similarity", 200)
@@ -35,16 +38,16 @@ def toy_gold(tmp_path, monkeypatch):
     pair perfectly (higher gold, smaller angle)."""
     n = 400
     (tmp_path / "toy.tsv").write_text("".join(f"a{k}\tb{k}\t{k}\n" for k in range(n)))
-    monkeypatch.setattr(forgetting, "GOLD", tmp_path)
+    monkeypatch.setattr(engine, "GOLD", tmp_path)
     monkeypatch.setattr(forgetting, "_BASE_SCORES", {})
     return np.linspace(3.0, 0.1, n)
 
 
 def test_check_halves_are_disjoint_capped_and_in_order(toy_gold):
-    check, dev = check_pairs(TOY), check_pairs(TOY, half="dev")
+    check, dev = check_items(TOY), check_items(TOY, half="dev")
     assert [p[2] for p in check[:3]] == [1.0, 3.0, 5.0] and [p[2] for p in dev[:3]] == [0.0, 2.0, 4.0]
     assert len(check) == len(dev) == 200 and not {p[0] for p in check} & {p[0] for p in dev}
-    assert len(check_pairs(Check("Toy", "toy.tsv", "", 50))) == 50
+    assert len(check_items(Check("Toy", "toy.tsv", "", 50))) == 50
 
 
 def test_a_tuned_model_that_scrambles_what_the_base_knew_is_worse(toy_gold):
@@ -52,10 +55,10 @@ def test_a_tuned_model_that_scrambles_what_the_base_knew_is_worse(toy_gold):
     shuffled = AngleEncoder(np.random.default_rng(0).permutation(toy_gold))
     out = forgetting_check(perfect, shuffled, checks=[TOY])
     (row,) = out["checks"]
-    assert set(row) == {"name", "what", "pairs", "base", "tuned", "delta", "ci", "worse"}
-    assert row["name"] == "Toy pairs" and row["pairs"] == 200 and row["base"] == 100.0
+    assert set(row) == {"name", "what", "metric", "items", "unit", "base", "tuned", "delta", "ci", "verdict", "worse"}
+    assert row["name"] == "Toy pairs" and row["items"] == 200 and row["unit"] == "pairs" and row["base"] == 100.0
     assert row["tuned"] < 20 and row["delta"] == pytest.approx(row["tuned"] - row["base"], abs=0.11)
-    assert row["ci"][0] <= row["delta"] <= row["ci"][1] < 0 and row["worse"] is True
+    assert row["ci"][0] <= row["delta"] <= row["ci"][1] < 0 and row["worse"] is True and row["verdict"] == "worse"
     assert "worse on 1 general check: Toy pairs (toy similarity): 100.0 →" in out["verdict"]
     assert "blend" in out["verdict"]
 
@@ -97,8 +100,8 @@ def test_forgetting_check_on_the_tiny_model_over_the_bundled_sets(tiny_bert):
     out = forgetting_check(base, base)
     assert [r["name"] for r in out["checks"]] == [c.name for c in CHECKS]
     for row, check in zip(out["checks"], CHECKS, strict=True):
-        assert row["pairs"] == len(check_pairs(check)) <= check.max_pairs and row["pairs"] >= 50
-        assert row["delta"] == 0 and not row["worse"] and row["base"] == row["tuned"]
+        assert row["items"] == len(check_items(check)) <= check.max_items and row["items"] >= 50
+        assert row["delta"] == 0 and row["verdict"] == "same" and row["base"] == row["tuned"]
     assert "no worse" in out["verdict"]
 
 
@@ -117,7 +120,7 @@ def test_every_run_ends_with_the_forgetting_check(app, tiny_bert):
     assert [r["name"] for r in check["checks"]] == [c.name for c in CHECKS] and check["seconds"] >= 0
     assert app.open_run(app.session(), s.run.folder.name).stats["forgetting"] == check  # kept in run.json
     shown = render.forgetting_md(s.run)
-    assert "| general check (Spearman ×100) | pairs | base | tuned | change | 95% interval of the change |" in shown
+    assert "| general check | score | items | base | tuned | change | 95% interval of the change | verdict |" in shown
     assert all(f"| {c.name} |" in shown for c in CHECKS) and check["verdict"] in shown
 
 
@@ -153,15 +156,25 @@ def test_forgetting_md_marks_the_worse_checks():
 
     rows = [
         {"name": "SimLex-999", "what": "w", "pairs": 499, "base": 40.0, "tuned": 45.0, "delta": 5.0, "worse": False},
-        {"name": "Long texts", "what": "l", "pairs": 60, "base": 80.0, "tuned": 70.0, "delta": -10.0, "worse": True},
+        {
+            "name": "Long documents",
+            "what": "l",
+            "metric": "graded nDCG@10 ×100",
+            "items": 206,
+            "base": 48.3,
+            "tuned": 46.6,
+            "delta": -1.7,
+            "ci": [-3.4, -0.3],
+            "verdict": "worse",
+            "worse": True,
+        },
     ]
     run = SimpleNamespace(stats={"forgetting": {"checks": rows, "verdict": verdict(rows)}})
     shown = render.forgetting_md(run)
-    assert shown.startswith("> **Note:** Tuning made the model worse on 1 general check: Long texts")
-    assert (
-        "| Long texts | 60 | 80.0 | 70.0 | **-10.0** ⚠ |" in shown
-        and "| SimLex-999 | 499 | 40.0 | 45.0 | +5.0 |" in shown
-    )
+    assert shown.startswith("> **Note:** Tuning made the model worse on 1 general check: Long documents")
+    assert "| Long documents | graded nDCG@10 ×100 | 206 | 48.3 | 46.6 | **-1.7** ⚠ | -3.4 to -0.3 | worse |" in shown
+    # a row kept before the words and the metric existed (an old run's stats) still shows
+    assert "| SimLex-999 | Spearman ×100 | 499 | 40.0 | 45.0 | +5.0 |  | same |" in shown
     assert render.forgetting_md(None) == ""
 
 

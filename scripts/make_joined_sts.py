@@ -1,12 +1,13 @@
-"""Build examples/gold/long-docs.tsv: pairs of texts several times longer than the sentences preset trains on
-(50 tokens), with graded similarity, from the STS Benchmark TEST split (so it shares nothing with STS-B dev).
+"""Build examples/gold/joined-sts-pairs.tsv (the "Joined STS pairs" check, not run by default: mirror/checks.py): pairs
+of texts several times longer than the sentences preset trains on (50 tokens), with graded similarity, from the STS
+Benchmark TEST split (so it shares nothing with STS-B dev). Real sentences, joined: not real documents.
 
 Each document pair joins 10 STS-B test pairs of similar score: document A is their first sentences, document B
 their second sentences, in the same order; the pair's score is the mean of the 10 scores (0-5). Seeded: the
 file is reproducible. Licence: as the STS Benchmark (scores CC BY-SA 4.0, texts under their own licences; see
 examples/STSB_LICENSE.txt).
 
-    python scripts/make_long_docs.py ../shared/data/stsb/sts-test.csv examples/gold/long-docs.tsv
+    python scripts/make_joined_sts.py ../shared/data/stsb/sts-test.csv examples/gold/joined-sts-pairs.tsv
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def main(src: str, dst: str) -> int:
             pairs.append((float(cols[4]), cols[5].strip(), cols[6].strip()))
     pairs.sort()
     rng = random.Random(SEED)
-    lines = ["# long-docs: STS-B test pairs joined 10 at a time (scripts/make_long_docs.py); text A, text B, score 0-5"]
+    lines = [
+        "# joined-sts-pairs: STS-B test pairs joined 10 at a time (scripts/make_joined_sts.py); text A, text B, score 0-5"
+    ]
     for _ in range(N_DOCS):
         target = rng.uniform(0.0, 5.0)
         near = sorted(pairs, key=lambda p: abs(p[0] - target))[: PER_DOC * 3]  # the 30 closest scores
