@@ -3,7 +3,7 @@ freeze_layers/freeze_embeddings, blend_alpha) for a preset, then score every sav
 folder: in-domain (sentences: STS-B dev; words: SimLex-999) and every general check, each on its DEV half (to choose)
 and its CHECK half (to report), plus STS-B test (held out, where ../shared/data has it); with training time and peak
 memory (max RSS of the training process). WiSE-FT rows ("+blend") blend a trained model with its base at the α that
-keeps the most in-domain dev score with no general dev check more than its margin below the base.
+keeps the most in-domain dev score with no general dev check more than half its margin below the base (`holds`).
 
     .venv/bin/python bench/bench_remedies.py --preset sentences                      # every remedy in REMEDIES
     .venv/bin/python bench/bench_remedies.py --preset sentences --remedy none --remedy distill10 --blend none
@@ -28,26 +28,24 @@ from pathlib import Path
 from common import ROOT, SHARED, data_path, print_table, write_json
 
 from mirror.blend import blend_folder
+from mirror.checks import CHECKS, run_checks, side
 from mirror.encoder import load_encoder
 from mirror.evaluate import bootstrap_spearman, interval, pair_cosines, read_pairs, spearman
 
-try:  # the general checks: mirror.checks (issue 25), else the app's older explorer.forgetting
-    from mirror.checks import CHECKS, run_checks
+_BASE_SIDES: dict[tuple[str, str], object] = {}  # (check, half): the base's side, scored once per process
 
-    def general_checks(base, tuned, half: str) -> list[dict]:
-        return run_checks(base, tuned, half=half)
 
-    def margin_of(name: str) -> float:
-        return next(c.margin for c in CHECKS if c.name == name)
+def general_checks(base, tuned, half: str) -> list[dict]:
+    def base_side(encoder, check, items):
+        if (check.name, half) not in _BASE_SIDES:
+            _BASE_SIDES[check.name, half] = side(encoder, check, items)
+        return _BASE_SIDES[check.name, half]
 
-except ImportError:
-    from explorer.forgetting import CHECKS, MARGIN, forgetting_check
+    return run_checks(base, tuned, half=half, base_side=base_side)
 
-    def general_checks(base, tuned, half: str) -> list[dict]:
-        return forgetting_check(base, tuned, half=half)["checks"]
 
-    def margin_of(name: str) -> float:
-        return MARGIN
+def margin_of(name: str) -> float:
+    return next(c.margin for c in CHECKS if c.name == name)
 
 
 MODELS = Path(os.environ.get("MIRROR_BENCH_MODELS", "/work/models"))
@@ -135,9 +133,16 @@ def general_deltas(score: dict, half: str, own: str) -> dict[str, float]:
     return {c["name"]: c["delta"] for c in score[half]["general"] if c["name"] != own}
 
 
+def holds(score: dict, own: str) -> bool:
+    """No general DEV check more than half its margin below the base: "at or above the base", with the checks' noise.
+    Half, not the whole margin: the long-document check sees a muted loss (the sentences default: -1.8 here, -11 on
+    the issue's held-out news set), so a drop it can only just see is not waved through."""
+    return all(d >= -margin_of(n) / 2 for n, d in general_deltas(score, "dev", own).items())
+
+
 def best_blend(preset: str, base, folder: Path) -> tuple[float, Path, dict]:
     """Blend the model in `folder` at each α in ALPHAS (saved, then scored from a fresh load) and pick the α with the
-    most in-domain DEV score whose general DEV checks all stay within their margin of the base (1.0 when none does)."""
+    most in-domain DEV score whose general DEV checks all hold (`holds`; 1.0 when none does)."""
     own = PRESETS[preset][2]
     tried = {1.0: (folder, scores(preset, base, folder))}
     for alpha in ALPHAS:
@@ -145,9 +150,7 @@ def best_blend(preset: str, base, folder: Path) -> tuple[float, Path, dict]:
         if not (out / "mirror_config.json").is_file():
             blend_folder(base, folder, alpha, out)
         tried[alpha] = (out, scores(preset, base, out))
-    ok = {
-        a: s for a, (_, s) in tried.items() if all(d >= -margin_of(n) for n, d in general_deltas(s, "dev", own).items())
-    }
+    ok = {a: s for a, (_, s) in tried.items() if holds(s, own)}
     pool = ok or {1.0: tried[1.0][1]}
     alpha = max(pool, key=lambda a: (pool[a]["dev"]["in_domain"]["tuned"], a))
     return alpha, tried[alpha][0], {a: s["dev"] for a, (_, s) in tried.items()}
@@ -169,6 +172,7 @@ def row(name: str, what: str, score: dict, train: dict, own: str) -> dict:
             " WORSE" if c["worse"] else ""
         )
     r["min general dev Δ"] = min(general_deltas(score, "dev", own).values())
+    r["holds on dev"] = holds(score, own)
     r["train s"] = train.get("train_s", "")
     r["peak MB"] = round(train["peak_rss_mb"]) if train.get("peak_rss_mb") else ""
     return r
