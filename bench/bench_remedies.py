@@ -8,6 +8,7 @@ keeps the most in-domain dev score with no general dev check more than half its 
     .venv/bin/python bench/bench_remedies.py --preset sentences                      # every remedy in REMEDIES
     .venv/bin/python bench/bench_remedies.py --preset sentences --remedy none --remedy distill10 --blend none
     .venv/bin/python bench/bench_remedies.py --preset words --remedy none --remedy distill10
+    .venv/bin/python bench/bench_remedies.py --table                                 # RESULTS' table, from the caches
 
 Models go to --models (default /work/models, or $MIRROR_BENCH_MODELS) as <preset>-<remedy>; a folder already there
 is scored, not retrained (--retrain to redo it). Scores are cached in the folder (bench_scores.json). JSON in
@@ -178,14 +179,46 @@ def row(name: str, what: str, score: dict, train: dict, own: str) -> dict:
     return r
 
 
+def table(models: Path) -> None:
+    """RESULTS.md's one table, from the scores cached in the model folders (no model is loaded): every preset and
+    remedy (and blend) scored so far, check half, Spearman ×100 (long documents: nDCG@10 ×100)."""
+    names = [c.name for c in CHECKS]
+    print(
+        "| preset | remedy | in-domain dev | in-domain check | STS-B test | "
+        + " | ".join(names)
+        + " | train s | peak MB |"
+    )
+    print("|---|---|---:|---:|---:|" + "---:|" * len(names) + "---:|---:|")
+    for preset, (_, _, own) in PRESETS.items():
+        for folder in sorted(models.glob(f"{preset}-*")):
+            cache = folder / SCORES_FILE
+            if not cache.is_file() or json.loads(cache.read_text()).get("checks") != names:
+                continue
+            score = json.loads(cache.read_text())
+            train = json.loads((folder / TRAIN_FILE).read_text()) if (folder / TRAIN_FILE).is_file() else {}
+            if not train and "+blend" not in folder.name:
+                train = {"train_s": json.loads((folder / "mirror_config.json").read_text())["stats"]["seconds"]}
+            r = row(folder.name.removeprefix(f"{preset}-"), "", score, train, own)
+            cells = [r["in-domain dev"], r["in-domain check"], r.get("STS-B test", "")]
+            cells += [r[n + (" (in-domain)" if n == own else "")] for n in names]
+            cells += [f"{r['min general dev Δ']:+}" + ("" if r["holds on dev"] else " ✗")]
+            cells += [round(r["train s"]) if r["train s"] else "", r["peak MB"]]
+            print(f"| {preset} | {r['remedy']} | " + " | ".join(str(c) for c in cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--preset", choices=list(PRESETS), required=True)
+    parser.add_argument("--preset", choices=list(PRESETS))
     parser.add_argument("--remedy", action="append", choices=list(REMEDIES), help="(default: all)")
     parser.add_argument("--blend", action="append", default=[], help="also a WiSE-FT row chosen on dev for these")
     parser.add_argument("--models", type=Path, default=MODELS)
     parser.add_argument("--retrain", action="store_true")
+    parser.add_argument("--table", action="store_true", help="print RESULTS' table from the cached scores and stop")
     args = parser.parse_args()
+    if args.table:
+        return table(args.models)
+    if not args.preset:
+        parser.error("--preset is required (or --table)")
     base = load_encoder("bundled")
     own = PRESETS[args.preset][2]
     rows, results = [], {}
