@@ -190,9 +190,9 @@ def table(models: Path) -> None:
     print(
         "| preset | remedy | in-domain dev | in-domain check | STS-B test | "
         + " | ".join(names)
-        + " | train s | peak MB |"
+        + " | lowest general dev Δ | train s | peak MB |"
     )
-    print("|---|---|---:|---:|---:|" + "---:|" * len(names) + "---:|---:|")
+    print("|---|---|---:|---:|---:|" + "---:|" * len(names) + "---:|---:|---:|")
     for preset, (_, _, own) in PRESETS.items():
         for folder in sorted(models.glob(f"{preset}-*")):
             cache = folder / SCORES_FILE
