@@ -186,7 +186,7 @@ def row(name: str, what: str, score: dict, train: dict, own: str) -> dict:
 def table(models: Path) -> None:
     """RESULTS.md's one table, from the scores cached in the model folders (no model is loaded): every preset and
     remedy (and blend) scored so far, check half, Spearman ×100 (long documents: nDCG@10 ×100)."""
-    names = [c.name for c in CHECKS]
+    names, kept = [c.name for c in CHECKS], {}
     print(
         "| preset | remedy | in-domain dev | in-domain check | STS-B test | "
         + " | ".join(names)
@@ -203,11 +203,13 @@ def table(models: Path) -> None:
             if not train and "+blend" not in folder.name:
                 train = {"train_s": json.loads((folder / "mirror_config.json").read_text())["stats"]["seconds"]}
             r = row(folder.name.removeprefix(f"{preset}-"), "", score, train, own)
+            kept[f"{preset}/{r['remedy']}"] = {"train": train, "scores": score}
             cells = [r["in-domain dev"], r["in-domain check"], r.get("STS-B test", "")]
             cells += [r[n + (" (in-domain)" if n == own else "")] for n in names]
             cells += [f"{r['min general dev Δ']:+}" + ("" if r["holds on dev"] else " ✗")]
             cells += [round(r["train s"]) if r["train s"] else "", r["peak MB"]]
             print(f"| {preset} | {r['remedy']} | " + " | ".join(str(c) for c in cells) + " |")
+    write_json("remedies.json", {"margins": {c.name: c.margin for c in CHECKS}, "models": kept})
 
 
 def main() -> None:
