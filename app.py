@@ -423,7 +423,14 @@ class RunView:
         self.search, self.evaluate, self.explore = search, evaluate, explore
         self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
         self.outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
-        self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
+        self.outputs += [
+            explore.caption,
+            explore.forget_md,
+            explore.remedy_btn,
+            explore.alpha,
+            explore.map,
+            explore.map_md,
+        ]
         self.outputs += [explore.health_md, explore.moved_table, explore.point_results, ui.input_md, ui.estimate_md]
 
     def run_list(self, memory: dict, value: str | None = None) -> Any:
@@ -610,6 +617,11 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
 
     outputs = [*view.outputs, ui.blend_md, ui.forget_md]
     ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **ENCODE_QUEUE, **PRIVATE)
+
+    def on_remedy(memory, s, progress=gr.Progress()):  # noqa: B008
+        yield from on_blend(render.SUGGESTED_ALPHA, memory, s, progress)  # the real blend, at the suggested α
+
+    ui.remedy_btn.click(on_remedy, [view.browser, view.state], outputs, **ENCODE_QUEUE, **PRIVATE)
 
 
 def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.components.Component) -> None:

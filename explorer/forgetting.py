@@ -75,3 +75,53 @@ def warm_up(base, checks: Sequence[Check] = CHECKS, half: str = "check") -> None
 def verdict(rows: Sequence[dict[str, Any]]) -> str:
     """What the checks mean for the user, in plain words (mirror.checks.summary)."""
     return engine.summary(rows)
+
+
+# -- the user's own long texts: information beside the general checks, not a quality score --------------------------
+
+LONG_TOKENS, MIN_LONG, MAX_LONG, K_NEIGHBOURS = 100, 20, 200, 10
+
+
+def own_long_texts(base, tuned, texts: Sequence[str]) -> dict[str, Any] | None:
+    """When the upload has at least MIN_LONG strings of LONG_TOKENS tokens or more (by the tuned model's tokenizer),
+    two label-free figures on the longest MAX_LONG of them: how much each one's 10 nearest long strings under the
+    tuned model agree with the base's (overlap@10), and how well each string's first half finds its own second half
+    among all second halves (MRR ×100, base and tuned). Information, not a quality score: no labels say which
+    neighbours are right. None when there are too few long strings."""
+    candidates = [t for t in texts if len(t) >= 2 * LONG_TOKENS]  # cheap: under ~2 characters a token is rare
+    if len(candidates) < MIN_LONG:
+        return None
+    tokenizer = getattr(tuned, "tokenizer", None)
+    if tokenizer is not None:
+        counts = [len(ids) for ids in tokenizer(candidates, add_special_tokens=False)["input_ids"]]
+    else:
+        counts = [len(t.split()) for t in candidates]
+    long = [t for _, t in sorted(((-n, t) for n, t in zip(counts, candidates, strict=True) if n >= LONG_TOKENS))]
+    if len(long) < MIN_LONG:
+        return None
+    long = long[:MAX_LONG]
+    k = min(K_NEIGHBOURS, len(long) - 1)
+    vb, vt = base.encode(long, normalize=True), tuned.encode(long, normalize=True)
+    overlap = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(_knn(vb, k), _knn(vt, k), strict=True)]))
+    halves = [t.split() for t in long]
+    firsts = [" ".join(w[: len(w) // 2]) for w in halves]
+    seconds = [" ".join(w[len(w) // 2 :]) for w in halves]
+    mrr = {}
+    for name, enc in (("base", base), ("tuned", tuned)):
+        q, d = enc.encode(firsts, normalize=True), enc.encode(seconds, normalize=True)
+        sims = q @ d.T
+        ranks = (sims > np.diag(sims)[:, None]).sum(1) + 1  # 1 = its own second half is the nearest
+        mrr[name] = round(100 * float(np.mean(1.0 / ranks)), 1)
+    return {
+        "strings": len(long),
+        "min_tokens": LONG_TOKENS,
+        "overlap_at_10": round(overlap, 2),
+        "halves_mrr_base": mrr["base"],
+        "halves_mrr_tuned": mrr["tuned"],
+    }
+
+
+def _knn(vectors: np.ndarray, k: int) -> np.ndarray:
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, -np.inf)
+    return np.argsort(-sims, axis=1, kind="stable")[:, :k]

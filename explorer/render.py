@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from mirror.checks import SUGGESTED_ALPHA
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError
 
@@ -372,7 +373,21 @@ def forgetting_md(run: RunInfo | None) -> str:
         "whether the top 10 for a real document are its related documents (World English Bible chapters: the next "
         f"chapter, then its book, then books of its kind).{took}"
     )
-    return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}{note}"
+    return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}{note}{own_long_md(check)}"
+
+
+def own_long_md(check: dict[str, Any]) -> str:
+    """The label-free self-check on the run's own long strings (explorer.forgetting.own_long_texts), if it ran."""
+    own = check.get("own_long_texts")
+    if not own:
+        return ""
+    return (
+        f"\n\n**Your own long texts — information, not a quality score.** On your {own['strings']:,} longest strings "
+        f"(≥ {own['min_tokens']} tokens): the tuned model keeps {100 * own['overlap_at_10']:.0f}% of each one's 10 "
+        f"nearest long strings under the base; finding a string's second half from its first half, MRR ×100 "
+        f"{own['halves_mrr_base']:.1f} (base) → {own['halves_mrr_tuned']:.1f} (tuned). No labels say which neighbours "
+        "are right: a low overlap means tuning changed how your long texts relate, not that it made them worse."
+    )
 
 
 def _interval(ci: Any) -> str:
@@ -381,10 +396,8 @@ def _interval(ci: Any) -> str:
 
 def default_alpha(run: RunInfo | None) -> float:
     """Where the blend slider starts: a blend's own α; for a run as trained, the suggested α
-    (explorer.forgetting.SUGGESTED_ALPHA) when its forgetting check found a general check worse, else 1 (the
+    (mirror.checks.SUGGESTED_ALPHA) when its forgetting check found a general check worse, else 1 (the
     tuned model as trained: nothing to repair). Only a starting point: nothing is blended until the user asks."""
-    from explorer.forgetting import SUGGESTED_ALPHA
-
     if run is None:
         return 1.0
     alpha = run.stats.get("blend_alpha")
@@ -392,6 +405,14 @@ def default_alpha(run: RunInfo | None) -> float:
         return float(alpha)
     checks = (run.stats.get("forgetting") or {}).get("checks") or []
     return float(SUGGESTED_ALPHA) if any(c.get("worse") for c in checks) else 1.0
+
+
+def remedy_offered(run: RunInfo | None) -> bool:
+    """Whether the one-click remedy (a blend at the suggested α) is offered: the run as trained (not a blend) has a
+    general check worse than the base."""
+    if run is None or run.stats.get("blend_alpha") is not None:
+        return False
+    return any(c.get("worse") for c in (run.stats.get("forgetting") or {}).get("checks") or [])
 
 
 def blend_text(run: RunInfo) -> str:

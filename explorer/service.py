@@ -543,7 +543,7 @@ class MirrorApp:
                             yield Phase("Checking general similarity (the forgetting check)")
                             loaded = self.models.loaded(info)  # what _serve loads next: a broken model fails here
                             encoders = 1 if base_scored(loaded.base) else 2
-                            info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned)
+                            info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
                             check_s = (info.stats["forgetting"] or {}).get("seconds")
                             check_s = check_s / encoders if check_s is not None else None
                         if planned is not None:
@@ -738,7 +738,7 @@ class MirrorApp:
                 stats.update(blended_from=parent.folder.name, summary=f"blend α={alpha:g} of {parent.summary}")
                 if self.settings.general_checks:
                     yield Phase("Checking general similarity (the forgetting check)")
-                    stats["forgetting"] = self.forgetting(loaded.base, blended)
+                    stats["forgetting"] = self.forgetting(loaded.base, blended, texts)
                 info = self._serve(session, new_run_info(run, parent.base_model, texts, parent.corpus, stats))
                 served.append(info)
                 yield Done(info)
@@ -751,16 +751,21 @@ class MirrorApp:
             if session.active is handle:
                 session.active = None
 
-    def forgetting(self, base, tuned) -> dict[str, Any] | None:
-        """The general checks (explorer.forgetting) of a tuned encoder against its base; None (logged) when they
-        cannot run here: a run is never failed for its checks. Seconds on a CPU (the base's scores are kept)."""
-        from explorer.forgetting import forgetting_check
+    def forgetting(self, base, tuned, texts: Sequence[str] = ()) -> dict[str, Any] | None:
+        """The general checks (explorer.forgetting) of a tuned encoder against its base, and beside them, when the
+        run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in the
+        seconds the estimate learns from); None (logged) when they cannot run here: a run is never failed for its
+        checks. Seconds on a CPU (the base's scores are kept)."""
+        from explorer.forgetting import forgetting_check, own_long_texts
 
         try:
             started = time.perf_counter()
             with self.search_slots:
                 out = forgetting_check(base, tuned)
-            out["seconds"] = round(time.perf_counter() - started, 1)
+                out["seconds"] = round(time.perf_counter() - started, 1)
+                own = own_long_texts(base, tuned, texts)
+            if own is not None:
+                out["own_long_texts"] = own
             return out
         except Exception:
             log.exception("forgetting check failed; the run goes on without it")

@@ -20,8 +20,9 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_TRAIN_CONCURRENCY  training runs at once (default: 1, one per GPU)
   MIRROR_LOADED_RUNS        tuned models kept in memory across sessions, LRU (default: 32)
   MIRROR_LOADED_MB          ... and at most this much memory for them: weights + vectors (default: 3072)
-  MIRROR_GENERAL_CHECKS     1/0: after each run and blend, the forgetting check on bundled general sets (~11 s
-                            on 2 free CPU cores for the bundled model, explorer/forgetting.py) (default: 1)
+  MIRROR_GENERAL_CHECKS     1/0: after each run and blend, the general checks on bundled word pairs, sentence pairs
+                            and real long documents (~7 s on 2 free CPU cores for the bundled model, mirror/checks.py)
+                            (default: 1)
   MIRROR_WARM_UP            1/0: at start, in the background, score the base side of the general checks and compile
                             UMAP's kernels, so the first run and the first map do not wait for them (default: 1)
   MIRROR_SEARCH_CONCURRENCY searches encoding at once, the others wait in arrival order (default: 4; on 2 cores

@@ -88,7 +88,7 @@ class Docs:
 LONG_DOCS = Check(
     "Long documents",
     "bible-docs.tsv",
-    "real 150-256-token documents: which are related (World English Bible chapters: the next one, same book, same kind)",
+    "which real 150-256-token documents are related: next chapter, same book, same kind of book",
     240,
     kind="docs",
 )

@@ -233,3 +233,69 @@ def test_warm_up_off_loads_the_bundled_model_only(tmp_path, monkeypatch):
     called.clear()
     app.warm_up()
     assert called == ["model", "maps"]  # the checks are off: nothing of theirs to score
+
+
+# ------------------------------------------------------------------------------------ the user's own long texts
+
+
+class BagEncoder:
+    """Bag of hashed words (no tokenizer: words are counted as tokens); `noise` > 0 adds per-text noise that
+    scrambles every neighbourhood."""
+
+    def __init__(self, noise: float = 0.0):
+        self.noise = noise
+
+    def encode(self, texts, batch_size=128, normalize=True):
+        out = np.zeros((len(texts), 64))
+        for i, t in enumerate(texts):
+            for w in t.split():
+                out[i, hash(w) % 64] += 1.0
+            if self.noise:
+                out[i] += self.noise * np.random.default_rng(abs(hash(t)) % 2**32).normal(size=64)
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+def long_texts(n: int, words: int = 120) -> list[str]:
+    return [" ".join(f"topic{i % 7}x{i} w{j}" for j in range(words // 2)) for i in range(n)]
+
+
+def test_own_long_texts_reports_agreement_and_halves_when_there_are_enough_long_strings():
+    texts = long_texts(30) + ["cat", "dog"]
+    same = forgetting.own_long_texts(BagEncoder(), BagEncoder(), texts)
+    assert same["strings"] == 30 and same["min_tokens"] == forgetting.LONG_TOKENS
+    assert same["overlap_at_10"] == 1.0 and same["halves_mrr_base"] == same["halves_mrr_tuned"] == 100.0
+    scrambled = forgetting.own_long_texts(BagEncoder(), BagEncoder(noise=3.0), texts)
+    assert scrambled["overlap_at_10"] < 0.5 and scrambled["halves_mrr_tuned"] < scrambled["halves_mrr_base"]
+    assert forgetting.own_long_texts(BagEncoder(), BagEncoder(), long_texts(19) + ["cat"] * 50) is None  # too few
+    assert forgetting.own_long_texts(BagEncoder(), BagEncoder(), long_texts(30, words=40)) is None  # too short
+
+
+def test_the_own_long_texts_figures_are_shown_as_information_not_a_score():
+    from types import SimpleNamespace
+
+    own = {"strings": 30, "min_tokens": 100, "overlap_at_10": 0.42, "halves_mrr_base": 80.0, "halves_mrr_tuned": 75.5}
+    rows = [{"name": "X", "what": "x", "items": 9, "base": 1.0, "tuned": 1.0, "delta": 0.0, "worse": False}]
+    shown = render.forgetting_md(SimpleNamespace(stats={"forgetting": {"checks": rows, "own_long_texts": own}}))
+    assert "Your own long texts — information, not a quality score." in shown
+    assert "your 30 longest strings (≥ 100 tokens)" in shown and "keeps 42%" in shown and "80.0 (base) → 75.5" in shown
+    assert "Your own long texts" not in render.forgetting_md(SimpleNamespace(stats={"forgetting": {"checks": rows}}))
+
+
+def test_the_remedy_is_offered_only_for_a_run_as_trained_with_a_worse_check():
+    from types import SimpleNamespace
+
+    worse = {"checks": [{"worse": True}]}
+    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": worse})) is True
+    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": worse, "blend_alpha": 0.5})) is False
+    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": {"checks": [{"worse": False}]}})) is False
+    assert render.remedy_offered(SimpleNamespace(stats={})) is False and render.remedy_offered(None) is False
+
+
+def test_a_run_on_long_strings_carries_the_own_long_texts_figures(app, tiny_bert):
+    s = app.session()
+    app.load_pasted(s, "\n".join(long_texts(24, words=220)))
+    events = train(app, s, tiny_bert)
+    assert events[-1].kind == "done", events[-1]
+    own = s.run.stats["forgetting"]["own_long_texts"]
+    assert own["strings"] == 24 and 0 <= own["overlap_at_10"] <= 1 and 0 < own["halves_mrr_base"] <= 100
+    assert "information, not a quality score" in render.forgetting_md(s.run)

@@ -74,6 +74,13 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
     with gr.Accordion("Space health and general checks (did tuning forget anything?)", open=True):
         ui.health_md = gr.Markdown("", elem_id="mx-health")
         ui.forget_md = gr.Markdown("", elem_id="mx-forgetting")
+        # the remedy in one click, offered only when a check of the run as trained is worse (render.remedy_offered)
+        ui.remedy_btn = gr.Button(
+            f"Apply the suggested blend (α = {render.SUGGESTED_ALPHA:g}) and check again",
+            variant="primary",
+            visible=False,
+            elem_id="mx-remedy-btn",
+        )
         with gr.Row():
             ui.alpha = gr.Slider(
                 0,
@@ -102,6 +109,7 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
     return {
         ui.caption: render.run_caption(run),
         ui.forget_md: render.forgetting_md(run),
+        ui.remedy_btn: gr.update(visible=render.remedy_offered(run)),
         ui.alpha: gr.update(value=render.default_alpha(run)),
         ui.map: None,
         ui.map_md: "Press **Draw the maps** to lay out this run's strings.",

@@ -1,0 +1,78 @@
+"""Issue 25 in a real browser: after a run, the Explore tab shows the general checks' verdict table (each check base ->
+tuned, its interval and a word, the real long-documents check included); when a check is worse, ONE click applies the
+suggested blend, which is served as a new run with its own checks, and the button goes away.
+
+The run is made to forget on purpose (a few steps at a learning rate 100x the default), so the remedy button shows
+without a long run; the blend the button applies is the real one (mirror.blend through the service).
+Screenshots: tests/artifacts/verdict_*.png.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from tests.server import ROOT, serve_app
+from tests.test_browser import ARTIFACTS, browser  # noqa: F401  (the module-scoped Playwright browser fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    with serve_app(tmp_path_factory.mktemp("verdict_app")) as url:
+        yield url
+
+
+def test_the_verdict_table_and_the_one_click_remedy(server, browser, tmp_path):  # noqa: F811
+    from playwright.sync_api import expect
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join((ROOT / "examples" / "small_words.txt").read_text().split()[::4][:80]) + "\n")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(60_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(server)
+        page.locator("#mx-upload input[type=file]").set_input_files(str(words))
+        expect(page.locator("#mx-input")).to_contain_text("80 strings loaded")
+        page.get_by_text("Advanced settings").click()
+        for name, value in (("batch_size", "16"), ("max_steps", "8"), ("lr", "0.002")):  # forgets on purpose
+            box = page.locator(f"#mx-set-{name} input").first
+            box.fill(value)
+            box.press("Tab")
+        page.locator("#mx-launch").click()
+        expect(page.locator("#mx-result")).to_contain_text("Done", timeout=300_000)
+
+        page.get_by_role("tab", name="④ Explore").click()
+        table = page.locator("#mx-forgetting")
+        expect(table).to_contain_text("Tuning made the model worse")
+        text = table.inner_text()
+        for name in ("SimLex-999", "WordSim-353", "STS-B dev", "Long documents"):
+            assert name in text
+        assert "graded nDCG@10" in text and "95% interval of the change" in text and "worse" in text
+        remedy = page.locator("#mx-remedy-btn")
+        expect(remedy).to_be_visible()
+        assert "α = 0.5" in remedy.inner_text()
+        page.screenshot(path=ARTIFACTS / "verdict_1_worse.png", full_page=True)
+
+        trained = re.search(r"run ([0-9a-f]{8})", page.locator("#mx-result").inner_text()).group(1)
+        remedy.click()
+        expect(table).to_contain_text("The served model is a blend: α = 0.5 of the tuned weights", timeout=300_000)
+        served = re.search(r"run ([0-9a-f]{8})", page.locator("#mx-result").inner_text()).group(1)
+        assert served != trained  # the blend is served as a new run
+        expect(page.get_by_text("Serving a blend: α = 0.5 of the tuned weights")).to_be_visible()
+        after = table.inner_text()
+        assert "Long documents" in after and after != text  # the blend's own numbers
+        expect(remedy).to_be_hidden()  # a blend is not offered the remedy again
+        page.screenshot(path=ARTIFACTS / "verdict_2_blended.png", full_page=True)
+        assert not errors, errors
+    except Exception:
+        page.screenshot(path=ARTIFACTS / "verdict_failure.png", full_page=True)
+        raise
+    finally:
+        page.close()
