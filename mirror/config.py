@@ -130,6 +130,18 @@ class MirrorConfig:
         return json.dumps(self.to_dict(), indent=2)
 
 
+# One line per remedy against forgetting, for the CLI's --help (the UI labels them in explorer/inputs.py).
+REMEDY_HELP: dict[str, str] = {
+    "distill": "keep each string's embedding near the frozen base's: weight λ of mean(1 - cos), 0 = off",
+    "l2_base": "keep every weight near the base's (L2-SP): weight λ of the squared distance, 0 = off",
+    "freeze_layers": "the lowest N transformer layers keep the base's weights",
+    "freeze_embeddings": "the embeddings keep the base's weights",
+    "blend_alpha": "after training, weights (1 - α)·base + α·tuned (WiSE-FT); 1 = no blend; sentences on a sentence "
+    "encoder: 0.5",
+    "join_views": "longer views: N strings joined into one training string (raise --max-length with it)",
+}
+
+
 # field: (label in messages, whole number?, lowest, highest allowed; None: no bound). Every one must be finite.
 NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "temperature": ("temperature", False, 1e-3, 10.0),
