@@ -58,6 +58,12 @@ LABELS: dict[str, str] = {
     "bucket_by_length": "Bucket batches by length",
     "log_every": "Loss read-back every N steps",
     "compile": "torch.compile the encoder",
+    "distill": "Keep embeddings near the base: distillation λ (0 = off)",
+    "l2_base": "Keep weights near the base: L2-SP λ (0 = off)",
+    "freeze_layers": "Frozen lower layers (0 = none)",
+    "freeze_embeddings": "Freeze the embeddings",
+    "blend_alpha": "Blend with the base after training: α (1 = off)",
+    "join_views": "Longer views: strings joined per view (1 = off)",
 }
 CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS}
 _DEFAULTS = MirrorConfig()

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from mirror.cli import add_limit_flags, check_out_dir, load_input, run_cli
-from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER, POOLINGS, PRECISIONS, PRESETS, MirrorConfig
+from mirror.config import (
+    BUNDLED_MODEL,
+    MIRROR_CONFIG_FILE,
+    MODEL_FOLDER,
+    POOLINGS,
+    PRECISIONS,
+    PRESETS,
+    REMEDY_HELP,
+    MirrorConfig,
+)
 from mirror.errors import MirrorError
 from mirror.names import check_model_name
 
@@ -52,13 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
             kind = int
         default = getattr(defaults, f.name)
         if isinstance(default, bool):
-            train.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f"(default: {default})")
+            lead = f"{REMEDY_HELP[f.name]} " if f.name in REMEDY_HELP else ""
+            train.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=f"{lead}(default: {default})"
+            )
             continue
         extra = {"choices": POOLINGS} if f.name == "pooling" else {}
         extra |= {"choices": PRECISIONS} if f.name == "precision" else {}
         w, snt = getattr(PRESETS["words"], f.name), getattr(PRESETS["sentences"], f.name)
         note = f"default: {w}" if w == snt else f"default: {w} for words, {snt} for sentences"
-        train.add_argument(flag, type=kind, default=None, help=f"({note})", **extra)
+        lead = f"{REMEDY_HELP[f.name]} " if f.name in REMEDY_HELP else ""
+        train.add_argument(flag, type=kind, default=None, help=f"{lead}({note})", **extra)
 
     ev = sub.add_parser("eval", help="Spearman correlation of cosine similarity with gold scores")
     ev.add_argument("model", help="'bundled', a tuned model folder or a hub id")

@@ -32,11 +32,27 @@ def check_alpha(alpha: Any) -> float:
 def blend(base: Encoder, tuned: Encoder, alpha: float) -> Encoder:
     """A new encoder with the tuned model's tokenizer, pooling and config and weights (1 - α)·base + α·tuned.
     MirrorError when the two models' weights do not match one for one (not the same architecture)."""
-    import torch
-
     alpha = check_alpha(alpha)
     mixed = copy.deepcopy(tuned.model)
-    ours, theirs = mixed.state_dict(), base.model.state_dict()
+    mix_weights(mixed, base.model, alpha)
+    info = copy.deepcopy(tuned.info) if isinstance(tuned.info, dict) else {}
+    info["blend"] = {"alpha": alpha, "base": str(base.source)}
+    return Encoder(
+        model=mixed,
+        tokenizer=tuned.tokenizer,
+        pooling=tuned.pooling,
+        max_seq_length=tuned.max_seq_length,
+        source=f"{tuned.source} (blend α={alpha:g})",
+        info=info,
+    )
+
+
+def mix_weights(model: Any, base_model: Any, alpha: float) -> None:
+    """Set `model`'s floating-point weights to (1 - α)·base + α·model, in place (the caller owns the write: inside
+    `Encoder.changing_weights` when the model is an encoder's). MirrorError when the weights do not match."""
+    import torch
+
+    ours, theirs = model.state_dict(), base_model.state_dict()
     if ours.keys() != theirs.keys() or any(ours[k].shape != theirs[k].shape for k in ours):
         raise MirrorError(
             "the tuned model and the base model have different weights (not the same architecture); "
@@ -51,16 +67,6 @@ def blend(base: Encoder, tuned: Encoder, alpha: float) -> Encoder:
                 w.copy_(b)
             elif alpha != 1.0:
                 w.copy_(b * (1.0 - alpha) + w * alpha)
-    info = copy.deepcopy(tuned.info) if isinstance(tuned.info, dict) else {}
-    info["blend"] = {"alpha": alpha, "base": str(base.source)}
-    return Encoder(
-        model=mixed,
-        tokenizer=tuned.tokenizer,
-        pooling=tuned.pooling,
-        max_seq_length=tuned.max_seq_length,
-        source=f"{tuned.source} (blend α={alpha:g})",
-        info=info,
-    )
 
 
 def blend_folder(base: Encoder | str | Path | None, tuned_dir: str | Path, alpha: float, out_dir: str | Path) -> Path:

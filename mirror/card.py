@@ -37,6 +37,12 @@ SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are
     ("grad_clip", "gradient clip"),
     ("seed", "seed"),
     ("precision", "precision"),
+    ("distill", "distillation to the base (λ)"),
+    ("l2_base", "L2 to the base weights (λ)"),
+    ("freeze_layers", "frozen lower layers"),
+    ("freeze_embeddings", "frozen embeddings"),
+    ("blend_alpha", "blend with the base after training (α)"),
+    ("join_views", "strings joined per training view"),
 )
 
 

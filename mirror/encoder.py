@@ -180,11 +180,7 @@ class Encoder:
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Pooled (not normalised) embeddings of a tokenized batch already on the model's device."""
-        out = self._inference_model()(**batch).last_hidden_state
-        if self.pooling == "cls":
-            return out[:, 0]
-        mask = batch["attention_mask"].unsqueeze(-1).to(out.dtype)
-        return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return pooled(self._inference_model(), batch, self.pooling)
 
     @torch.inference_mode()
     def encode(
@@ -310,6 +306,15 @@ class Encoder:
             h.update(str(tuple(tensor.shape)).encode())
             h.update(flat[::step].float().cpu().numpy().tobytes())
         return h.hexdigest()[:16]
+
+
+def pooled(model: Any, batch: dict[str, torch.Tensor], pooling: str) -> torch.Tensor:
+    """`model`'s pooled (not normalised) embeddings of a tokenized batch: [CLS] or the mean over real tokens."""
+    out = model(**batch).last_hidden_state
+    if pooling == "cls":
+        return out[:, 0]
+    mask = batch["attention_mask"].unsqueeze(-1).to(out.dtype)
+    return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 
 
 def _bf16_twin(model: Any) -> Any:

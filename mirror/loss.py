@@ -1,8 +1,9 @@
-"""NT-Xent / InfoNCE over the 2B views of a batch."""
+"""NT-Xent / InfoNCE over the 2B views of a batch, and the terms that keep a tuned model near its base."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -36,3 +37,32 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     logits.fill_diagonal_(float("-inf"))  # a view is not its own negative
     targets = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(z.device)
     return F.cross_entropy(logits, targets)
+
+
+def distill_cosine(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """mean(1 − cos(z_i, target_i)) in fp32: 0 when every embedding points where its target (the frozen base's
+    embedding of the same string) does, up to 2 when opposite. Keeps tuning from moving strings far from the base.
+
+    >>> z = torch.randn(3, 8)
+    >>> float(distill_cosine(z, 2 * z)) < 1e-6 < float(distill_cosine(z, torch.randn(3, 8)))
+    True
+    """
+    if z.shape != target.shape or z.dim() != 2:
+        raise ValueError(
+            f"expected two (B, D) tensors of the same shape, got {tuple(z.shape)} and {tuple(target.shape)}"
+        )
+    return (1.0 - F.cosine_similarity(z.float(), target.float(), dim=-1)).mean()
+
+
+def l2_to_anchor(params: Sequence[torch.Tensor], anchors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Σ‖θ − θ_anchor‖² over the tensors (L2-SP, Li et al. 2018): 0 at the anchor, so it only pulls back what moved.
+
+    >>> w = [torch.ones(2, 2)]
+    >>> float(l2_to_anchor(w, [torch.ones(2, 2)])), float(l2_to_anchor(w, [torch.zeros(2, 2)]))
+    (0.0, 4.0)
+    """
+    if len(params) != len(anchors):
+        raise ValueError(f"{len(params)} tensors but {len(anchors)} anchors")
+    if not params:
+        return torch.zeros(())
+    return torch.stack([(p.float() - a.float()).pow(2).sum() for p, a in zip(params, anchors, strict=True)]).sum()

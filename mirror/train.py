@@ -8,6 +8,7 @@ import inspect
 import math
 import platform
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +19,12 @@ import torch
 
 from mirror import distributed, memory
 from mirror.augment import make_views
+from mirror.blend import mix_weights
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
-from mirror.encoder import Encoder, autocast, load_encoder, resolve_device, resolve_precision, save_encoder
+from mirror.encoder import Encoder, autocast, load_encoder, pooled, resolve_device, resolve_precision, save_encoder
 from mirror.errors import MirrorError
-from mirror.loss import nt_xent
+from mirror.loss import distill_cosine, l2_to_anchor, nt_xent
 
 LOWER_LR = "lower the learning rate or raise the temperature"
 StepFn = Callable[[int, int, float], None]
@@ -217,9 +219,10 @@ def step_budget(
     amp_dtype = resolve_precision(device, config.precision)
     total = memory.available_bytes(device) if memory_budget is None else int(memory_budget)
     mask = MASK_EXTRA_TOKENS if encoder.mask_token and config.mask_span > 0 else 0
+    anchor = sum(p.numel() * p.element_size() for p in encoder.model.parameters()) if needs_anchor(config) else 0
     return StepBudget(
         total=total,
-        static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size),
+        static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size) + anchor,
         geometry=memory.model_geometry(encoder.model),
         dtype_bytes=memory.activation_bytes(amp_dtype),
         max_length=min(config.max_length, encoder.token_limit),
@@ -265,6 +268,15 @@ def count_steps(
     return min(total, max_steps) if max_steps else total
 
 
+def joined(texts: list[str], n: int, seed: int) -> list[str]:
+    """Longer views: the strings in a seeded random order, joined `n` at a time with a space (as they are for n 1)."""
+    if n <= 1:
+        return texts
+    order = list(texts)
+    random.Random(seed + 2).shuffle(order)  # its own stream: the batch plan and the views draw from theirs
+    return [" ".join(order[i : i + n]) for i in range(0, len(order), n)]
+
+
 def plan_steps(texts: Sequence[str], config: MirrorConfig, encoder: Encoder, memory_budget: int | None = None) -> int:
     """The optimiser steps `mirror_tune(texts, config, encoder=encoder, memory_budget=...)` will run.
 
@@ -273,6 +285,7 @@ def plan_steps(texts: Sequence[str], config: MirrorConfig, encoder: Encoder, mem
     """
     config = config.validated()
     texts, _ = clean_texts(texts)
+    texts = joined(texts, config.join_views, config.seed)
     if len(texts) < 2:
         return 0
     budget = step_budget(encoder, config, memory_budget)
@@ -303,10 +316,15 @@ def mirror_tune(
     texts, _ = clean_texts(texts)
     if len(texts) < 2:
         raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
+    n_texts, texts = len(texts), joined(texts, config.join_views, config.seed)
+    if len(texts) < 2:
+        raise MirrorError(f"{n_texts} strings joined {config.join_views} at a time make 1 training string: join fewer")
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     encoder = _ready_encoder(encoder, config, device)
     config, notes = _as_run(config, encoder)
+    if config.join_views > 1:
+        notes.append(f"{n_texts:,} strings joined {config.join_views} at a time: {len(texts):,} training strings")
     rank, world_size = distributed.world()
     min_batch = max(2, world_size)
     if len(texts) < min_batch:
@@ -321,6 +339,8 @@ def mirror_tune(
     total = count_steps(lengths, config.batch_size, plan_rng, budget, config.epochs, *plan, config.max_steps)
 
     model = encoder.model
+    _set_trainable(model, config)
+    anchor = Anchor.of(model, encoder.pooling, config)
     encoder.model = _wrapped_for_training(model, config, world_size, device)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
     amp_dtype = resolve_precision(device, config.precision)
@@ -363,7 +383,9 @@ def mirror_tune(
                     batch_ids = queue.pop(0)
                     try:
                         pending.append(
-                            _train_step(encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device)
+                            _train_step(
+                                encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device, anchor
+                            )
                         )
                     except torch.OutOfMemoryError:
                         # Free what the failed step held and go on with half the batch: fewer negatives
@@ -389,6 +411,10 @@ def mirror_tune(
             encoder.model = model  # unwrap DDP
             model.eval()
             optimizer.zero_grad(set_to_none=True)
+            for param in model.parameters():  # a later run on this encoder decides afresh what trains
+                param.requires_grad_(True)
+        if anchor is not None and step and config.blend_alpha < 1.0:
+            mix_weights(model, anchor.model, config.blend_alpha)  # WiSE-FT: part of the way back to the base
     if step:
         _check_finite(encoder, step)
     if split:
@@ -403,7 +429,7 @@ def mirror_tune(
         seconds=time.perf_counter() - started,
         device=_device_name(device) + ", " + {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype],
         cancelled=cancelled,
-        n_texts=len(texts),
+        n_texts=n_texts,
         notes=notes,
     )
 
@@ -433,11 +459,64 @@ def _as_run(config: MirrorConfig, encoder: Encoder) -> tuple[MirrorConfig, list[
     return MirrorConfig.from_dict(run), notes
 
 
-def _wrapped_for_training(model: Any, config: MirrorConfig, world_size: int, device: torch.device) -> Any:
-    """The model the steps call: pooler frozen, compiled and/or DDP-wrapped as the config and world ask."""
+def needs_anchor(config: MirrorConfig) -> bool:
+    """Whether the run keeps a frozen copy of the base (distillation, L2 to the base, a blend after training)."""
+    return config.distill > 0 or config.l2_base > 0 or config.blend_alpha < 1.0
+
+
+@dataclass
+class Anchor:
+    """The frozen base a run is held near: the teacher of the distillation term, the point L2-SP pulls toward, the
+    other end of the blend after training. A copy of the weights as the run starts, in eval mode (no dropout)."""
+
+    model: Any
+    pooling: str
+    distill: float
+    l2: float
+    pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (trained weight, its base value) for L2-SP
+
+    @staticmethod
+    def of(model: Any, pooling: str, config: MirrorConfig) -> Anchor | None:
+        if not needs_anchor(config):
+            return None
+        frozen = copy.deepcopy(model).eval().requires_grad_(False)
+        pairs = [(p, a) for p, a in zip(model.parameters(), frozen.parameters(), strict=True) if p.requires_grad]
+        return Anchor(frozen, pooling, config.distill, config.l2_base, pairs if config.l2_base > 0 else [])
+
+    def penalty(self, batch: dict[str, torch.Tensor], z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor | None:
+        """λ_distill·mean(1 − cos) of both views against the base's embedding of the unmasked string (the first
+        half of `batch`), plus λ_l2·Σ‖θ − θ_base‖²; None when both are off."""
+        terms = []
+        if self.distill > 0:
+            with torch.no_grad():
+                target = pooled(self.model, {k: v[: len(z1)] for k, v in batch.items()}, self.pooling)
+            terms.append(self.distill * (distill_cosine(z1, target) + distill_cosine(z2, target)) / 2)
+        if self.l2 > 0 and self.pairs:
+            terms.append(self.l2 * l2_to_anchor([p for p, _ in self.pairs], [a for _, a in self.pairs]))
+        return torch.stack([t.to(z1.device) for t in terms]).sum() if terms else None
+
+
+_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # encoder.layer.3. (BERT, RoBERTa), transformer.layer.3. (DistilBERT)
+
+
+def _set_trainable(model: Any, config: MirrorConfig) -> None:
+    """What trains: everything but BERT's pooler head (unused by [CLS]/mean pooling), the embeddings when frozen,
+    and the lowest `freeze_layers` transformer layers. MirrorError when the model has fewer layers than that."""
+    layers = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layers", None)
+    if config.freeze_layers and layers is not None and config.freeze_layers > layers:
+        raise MirrorError(f"frozen layers must be at most the model's {layers} layers, got {config.freeze_layers}")
     for name, param in model.named_parameters():
-        if name.startswith("pooler."):  # BERT's pooler head is not used by [CLS]/mean pooling
-            param.requires_grad_(False)
+        layer = _LAYER.search(name)
+        frozen = (
+            name.startswith("pooler.")
+            or (config.freeze_embeddings and name.startswith("embeddings."))
+            or (layer is not None and int(layer.group(1)) < config.freeze_layers)
+        )
+        param.requires_grad_(not frozen)
+
+
+def _wrapped_for_training(model: Any, config: MirrorConfig, world_size: int, device: torch.device) -> Any:
+    """The model the steps call: compiled and/or DDP-wrapped as the config and world ask."""
     wrapped = torch.compile(model, dynamic=True) if config.compile else model
     if world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -468,8 +547,10 @@ def _train_step(
     config: MirrorConfig,
     rng: random.Random,
     device: torch.device,
+    anchor: Anchor | None = None,
 ) -> torch.Tensor:
-    """One optimiser step; returns [loss, gradient norm] on the device (norm 0 when not clipping or with fp16)."""
+    """One optimiser step; returns [loss, gradient norm] on the device (norm 0 when not clipping or with fp16).
+    The loss is the contrastive one plus the anchor's terms (distillation, L2 to the base) when the run has them."""
     view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
     n = len(strings)
     rank, world_size = distributed.world()
@@ -478,12 +559,15 @@ def _train_step(
     batch = encoder.tokenize(local, config.max_length)
     if device.type == "cuda":  # pinned host memory makes the copy truly asynchronous
         batch = {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+    b = hi - lo
     with autocast(device, config.precision):
         emb = encoder.embed(batch)
-    b = hi - lo
+        extra = anchor.penalty(batch, emb[:b], emb[b:]) if anchor is not None else None  # this rank's views
     z1 = distributed.gather_with_grad(emb[:b], n)
     z2 = distributed.gather_with_grad(emb[b:], n)
     loss = nt_xent(z1, z2, config.temperature)  # fp32 inside, whatever the autocast
+    if extra is not None:
+        loss = loss + extra
     optimizer.zero_grad(set_to_none=True)
     grad_norm = torch.zeros((), device=loss.device)
     if scaler is None:

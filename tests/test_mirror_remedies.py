@@ -1,0 +1,191 @@
+"""The remedies against forgetting (mirror.config: distill, l2_base, freeze_layers, freeze_embeddings, blend_alpha)
+on the tiny random BERT of conftest.py: each term is zero where it should be, and each keeps the model nearer its
+base than a run without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mirror import MirrorConfig
+from mirror.__main__ import build_parser
+from mirror.encoder import load_encoder
+from mirror.errors import MirrorError
+from mirror.loss import distill_cosine, l2_to_anchor
+from mirror.train import Anchor, joined, mirror_tune, plan_steps, save_result
+
+SENTENCES = [
+    "a man is riding a big red bus to the city",
+    "the small dog is sleeping on the blue car",
+    "two women are walking under the moon tonight",
+    "a cat sits on a rock near the old tree",
+    "the sun is shining on the quiet river bank",
+    "children play football in the park after school",
+    "a red car is parked next to the big blue bus",
+    "the old man reads a book under the tree",
+]
+# a run that moves the tiny model a lot: what the remedies must hold back
+FAST = {"device": "cpu", "precision": "fp32", "lr": 1e-2, "epochs": 6, "batch_size": 4, "mode": "sentences"}
+
+
+def cfg(model, **kw) -> MirrorConfig:
+    kw = {**FAST, **kw}
+    return MirrorConfig.preset(kw.pop("mode"), model=str(model), **kw)
+
+
+def weights(encoder) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
+
+
+def distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return float(sum((a[k].float() - b[k].float()).pow(2).sum() for k in a if a[k].is_floating_point()))
+
+
+def mean_cosine_to(base, tuned, texts) -> float:
+    return float(np.mean(np.sum(base.encode(texts) * tuned.encode(texts), axis=1)))
+
+
+def test_distill_term_is_zero_for_the_same_embeddings_and_grows_with_the_angle():
+    z = torch.randn(5, 16)
+    assert float(distill_cosine(z, z)) == pytest.approx(0.0, abs=1e-6)
+    assert float(distill_cosine(z, 3 * z)) == pytest.approx(0.0, abs=1e-6)  # cosine: the length does not count
+    assert float(distill_cosine(z, -z)) == pytest.approx(2.0, abs=1e-6)
+    near = z + 0.1 * torch.randn(5, 16)
+    assert 0 < float(distill_cosine(z, near)) < float(distill_cosine(z, torch.randn(5, 16)))
+    with pytest.raises(ValueError):
+        distill_cosine(z, z[:3])
+
+
+def test_l2_to_anchor_is_zero_at_the_anchor_and_the_squared_distance_away_from_it():
+    w = [torch.randn(3, 4), torch.randn(4)]
+    assert float(l2_to_anchor(w, [t.clone() for t in w])) == 0.0
+    moved = [w[0] + 0.5, w[1].clone()]
+    assert float(l2_to_anchor(moved, w)) == pytest.approx(12 * 0.25)
+    with pytest.raises(ValueError):
+        l2_to_anchor(w, w[:1])
+
+
+def test_the_anchor_terms_are_zero_at_the_start_of_a_run(tiny_bert):
+    """Tuned = base: the distillation term (no dropout, unmasked views) and L2 to the base are both zero."""
+    enc = load_encoder(tiny_bert, dropout=0.0)
+    anchor = Anchor.of(enc.model, enc.pooling, cfg(tiny_bert, distill=1.0, l2_base=1.0, dropout=0.0))
+    batch = enc.tokenize(SENTENCES[:4] + SENTENCES[:4], 32)
+    enc.model.train()  # as in a training step; dropout 0
+    emb = enc.embed(batch)
+    assert float(anchor.penalty(batch, emb[:4], emb[4:]).detach()) == pytest.approx(0.0, abs=1e-5)
+    with torch.no_grad():
+        next(enc.model.parameters()).add_(0.01)  # moved: L2 to the base sees it
+    assert float(anchor.penalty(batch, emb[:4], emb[4:]).detach()) > 0
+
+
+def test_no_remedy_keeps_no_copy_of_the_base(tiny_bert):
+    enc = load_encoder(tiny_bert)
+    assert Anchor.of(enc.model, enc.pooling, cfg(tiny_bert)) is None
+
+
+def test_frozen_layers_and_embeddings_do_not_change(tiny_bert):
+    enc = load_encoder(tiny_bert)
+    before = weights(enc)
+    result = mirror_tune(SENTENCES, cfg(tiny_bert, freeze_layers=1, freeze_embeddings=True), encoder=enc)
+    after = weights(result.encoder)
+    assert result.steps > 0
+    frozen = [k for k in before if k.startswith(("embeddings.", "encoder.layer.0."))]
+    trained = [k for k in before if k.startswith("encoder.layer.1.")]
+    assert frozen and all(torch.equal(before[k], after[k]) for k in frozen)
+    assert any(not torch.equal(before[k], after[k]) for k in trained)
+    # and a later run on the same encoder, without freezing, trains them again
+    again = mirror_tune(SENTENCES, cfg(tiny_bert, epochs=1), encoder=result.encoder)
+    assert any(not torch.equal(after[k], weights(again.encoder)[k]) for k in frozen)
+
+
+def test_freezing_more_layers_than_the_model_has_is_a_clear_error(tiny_bert):
+    with pytest.raises(MirrorError, match="at most the model's 2 layers"):
+        mirror_tune(SENTENCES, cfg(tiny_bert, freeze_layers=3))
+
+
+def test_blend_alpha_zero_reproduces_the_base_and_a_half_is_the_midpoint(tiny_bert):
+    base = weights(load_encoder(tiny_bert))
+    full = mirror_tune(SENTENCES, cfg(tiny_bert))
+    assert distance(base, weights(full.encoder)) > 0
+    zero = mirror_tune(SENTENCES, cfg(tiny_bert, blend_alpha=0.0))
+    assert zero.steps == full.steps and all(torch.equal(base[k], v) for k, v in weights(zero.encoder).items())
+    half = weights(mirror_tune(SENTENCES, cfg(tiny_bert, blend_alpha=0.5)).encoder)
+    tuned = weights(full.encoder)
+    for key, value in half.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, (base[key] + tuned[key]) / 2)
+
+
+def test_distillation_keeps_the_embeddings_nearer_the_base(tiny_bert):
+    base = load_encoder(tiny_bert)
+    plain = mirror_tune(SENTENCES, cfg(tiny_bert))
+    held = mirror_tune(SENTENCES, cfg(tiny_bert, distill=20.0))
+    assert np.isfinite(held.losses).all()
+    assert mean_cosine_to(base, held.encoder, SENTENCES) > mean_cosine_to(base, plain.encoder, SENTENCES) + 0.01
+
+
+def test_l2_to_the_base_keeps_the_weights_nearer_the_base(tiny_bert):
+    base = weights(load_encoder(tiny_bert))
+    plain = mirror_tune(SENTENCES, cfg(tiny_bert))
+    held = mirror_tune(SENTENCES, cfg(tiny_bert, l2_base=10.0))
+    assert distance(base, weights(held.encoder)) < 0.5 * distance(base, weights(plain.encoder))
+
+
+def test_a_remedy_run_saves_and_reloads_with_its_settings(tiny_bert, tmp_path):
+    result = mirror_tune(SENTENCES, cfg(tiny_bert, distill=1.0, blend_alpha=0.7, max_steps=2))
+    folder = save_result(result, tmp_path / "m")
+    again = load_encoder(folder)
+    assert again.info["config"]["distill"] == 1.0 and again.info["config"]["blend_alpha"] == 0.7
+    np.testing.assert_allclose(again.encode(SENTENCES), result.encoder.encode(SENTENCES), atol=1e-5)
+
+
+def test_joined_views_use_every_string_once_in_a_seeded_order():
+    texts = [f"s{i}" for i in range(10)]
+    assert joined(texts, 1, 0) is texts
+    views = joined(texts, 3, 0)
+    assert [len(v.split()) for v in views] == [3, 3, 3, 1]
+    assert sorted(w for v in views for w in v.split()) == sorted(texts)
+    assert joined(texts, 3, 0) == views != joined(texts, 3, 1)
+
+
+def test_a_run_on_joined_views_trains_fewer_longer_strings_and_says_so(tiny_bert):
+    enc = load_encoder(tiny_bert)
+    config = cfg(tiny_bert, join_views=3, batch_size=2, epochs=1, max_length=64)
+    planned = plan_steps(SENTENCES, config, enc)
+    result = mirror_tune(SENTENCES, config, encoder=enc)
+    assert result.steps == planned == 1  # 8 sentences -> 3 views of up to 3 sentences -> one batch (2 + a merged 1)
+    assert result.n_texts == len(SENTENCES) and any("joined 3 at a time: 3 training strings" in n for n in result.notes)
+    with pytest.raises(MirrorError, match="make 1 training string"):
+        mirror_tune(SENTENCES[:3], cfg(tiny_bert, join_views=3))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("distill", -1.0, "distillation weight must be >= 0"),
+        ("l2_base", -0.5, "L2-to-base weight must be >= 0"),
+        ("freeze_layers", -1, "frozen layers must be >= 0"),
+        ("freeze_layers", 1.5, "frozen layers must be a whole number"),
+        ("blend_alpha", 1.5, "blend α must be <= 1"),
+        ("blend_alpha", float("nan"), "blend α must be a finite number"),
+        ("join_views", 0, "strings joined per view must be >= 1"),
+    ],
+)
+def test_bad_remedy_settings_are_clear_errors(field, value, message):
+    with pytest.raises(MirrorError, match=message):
+        MirrorConfig.preset("sentences", **{field: value})
+
+
+def test_every_remedy_is_a_cli_flag():
+    args = build_parser().parse_args(
+        ["train", "in.txt", "--out", "o", "--distill", "0.5", "--l2-base", "2", "--freeze-layers", "2"]
+        + ["--freeze-embeddings", "--blend-alpha", "0.6"]
+    )
+    assert (args.distill, args.l2_base, args.freeze_layers, args.freeze_embeddings, args.blend_alpha) == (
+        0.5,
+        2.0,
+        2,
+        True,
+        0.6,
+    )
