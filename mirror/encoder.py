@@ -76,8 +76,8 @@ class Encoder:
     # Not tensor._version: in-place kernels do not promise to bump it (AdamW(fused=True) on a CPU does not).
     generation: int = field(default=0, init=False, repr=False, compare=False)
     _twin: tuple[tuple, Any] | None = field(default=None, init=False, repr=False, compare=False)
-    # generation of the weights when loaded from (or saved to) `source`; None: built in memory, trusted as named
-    _source_generation: int | None = field(default=None, init=False, repr=False, compare=False)
+    # (generation, weights sample) when loaded from (or saved to) `source`; None: built in memory, trusted as named
+    _source_mark: tuple[int, list[torch.Tensor]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __deepcopy__(self, memo: dict) -> Encoder:
         """A copy with its own weights and no bf16 twin (oneDNN's packed weights cannot be copied; the copy builds
@@ -103,14 +103,15 @@ class Encoder:
     def name(self) -> str | None:
         """The model these weights load from: `source` ("bundled", a hub id or a folder) while the weights are still
         the ones loaded from (or last saved to) it; None once they changed since (tuned or blended, not saved)."""
-        if self._source_generation is not None and self._source_generation != self.generation:
+        mark = self._source_mark
+        if mark is not None and (mark[0] != self.generation or not _same_sample(mark[1], self.model)):
             return None
         return self.source
 
     def mark_source(self, source: str) -> None:
         """Record that the current weights are the model at `source` (just loaded from, or saved to, it)."""
         self.source = source
-        self._source_generation = self.generation
+        self._source_mark = (self.generation, _weights_sample(self.model))
 
     @contextmanager
     def changing_weights(self) -> Iterator[None]:
@@ -334,11 +335,12 @@ def _bf16_twin(model: Any) -> Any:
 
 
 def _weights_sample(model: Any) -> list[torch.Tensor]:
-    """A few values of the first and the last Linear weight: any training step, blend or state-dict load changes
-    them. ~10 us, where a single query takes ~1 ms."""
+    """64 values each of the first and last parameter and the first and last Linear weight: any training step, blend
+    or state-dict load changes them. ~20 us, where a single query takes ~1 ms."""
+    params = list(model.parameters())
     linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    picked = [linears[0], linears[-1]] if linears else []
-    return [w.detach().reshape(-1)[:: max(1, w.numel() // 64)].clone() for w in picked]
+    picked = {id(t): t for t in [*params[:1], *linears[:1], *linears[-1:], *params[-1:]]}.values()
+    return [w.detach().reshape(-1)[:: max(1, w.numel() // 64)].to("cpu", copy=True) for w in picked]
 
 
 def _same_sample(sample: list[torch.Tensor], model: Any) -> bool:

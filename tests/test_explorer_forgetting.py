@@ -245,13 +245,17 @@ class BagEncoder:
     def __init__(self, noise: float = 0.0):
         self.noise = noise
 
+    DIM = 4096  # few enough collisions between 30 texts' topic words that equal encoders find every half
+
     def encode(self, texts, batch_size=128, normalize=True):
-        out = np.zeros((len(texts), 64))
+        import zlib
+
+        out = np.zeros((len(texts), self.DIM))
         for i, t in enumerate(texts):
-            for w in t.split():
-                out[i, hash(w) % 64] += 1.0
+            for w in t.split():  # crc32, not hash(): str hashes change with every process (PYTHONHASHSEED)
+                out[i, zlib.crc32(w.encode()) % self.DIM] += 1.0
             if self.noise:
-                out[i] += self.noise * np.random.default_rng(abs(hash(t)) % 2**32).normal(size=64)
+                out[i] += self.noise * np.random.default_rng(zlib.crc32(t.encode())).normal(size=self.DIM)
         return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
 

@@ -400,9 +400,9 @@ def test_load_encoder_takes_the_same_roots(tiny_bert, model_roots):
 
 
 def test_only_mirror_names_defines_the_model_id_pattern():
-    from tests.conftest import ROOT
-
     import re
+
+    from tests.conftest import ROOT
 
     for path in [*ROOT.glob("mirror/*.py"), *ROOT.glob("index/*.py")]:
         if path.name != "names.py":

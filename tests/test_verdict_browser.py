@@ -65,7 +65,9 @@ def test_the_verdict_table_and_the_one_click_remedy(server, browser, tmp_path): 
         expect(table).to_contain_text("The served model is a blend: α = 0.5 of the tuned weights", timeout=300_000)
         served = re.search(r"run ([0-9a-f]{8})", page.locator("#mx-result").inner_text()).group(1)
         assert served != trained  # the blend is served as a new run
-        expect(page.get_by_text("Serving a blend: α = 0.5 of the tuned weights")).to_be_visible()
+        expect(
+            page.get_by_text(re.compile(r"Serving a blend \(run [0-9a-f]{8}\): α = 0.5 of the tuned weights"))
+        ).to_be_visible()
         after = table.inner_text()
         assert "Long documents" in after and after != text  # the blend's own numbers
         expect(remedy).to_be_hidden()  # a blend is not offered the remedy again
