@@ -31,7 +31,7 @@ from explorer.estimate import PHASES
 from explorer.events import Cancelled, Done, Failed, Phase, Step
 from explorer.inputs import build_config
 
-# A job's Phase texts (explorer.pipeline, explorer.service) -> the estimate's phase they belong to.
+# A job's Phase texts (index.pipeline, explorer.service) -> the estimate's phase they belong to.
 PHASE_OF = (
     ("Checking the base model", "load"),
     ("Loading the base model", "load"),

@@ -140,9 +140,9 @@ class RunExplorer:
     # ---------------------------------------------------------------- what moved, space health
 
     def moved(self, session: Session, text_filter: str = "", limit: int | None = 500) -> list[dict[str, Any]]:
-        """The user's strings ranked by how much their top-10 neighbourhood changed (explorer.moved), filtered by
+        """The user's strings ranked by how much their top-10 neighbourhood changed (mirror.moved), filtered by
         text (case-insensitive), at most `limit` rows."""
-        from explorer import moved
+        from mirror import moved
 
         space = self.space(session)
         rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
@@ -150,7 +150,7 @@ class RunExplorer:
 
     def moved_csv(self, session: Session, text_filter: str = "") -> Path:
         """The what-moved table (every string, or those matching the filter) as a CSV file of the run's."""
-        from explorer import moved
+        from mirror import moved
 
         rows = self.moved(session, text_filter, limit=None)
         self.app.check_disk(session)
@@ -186,7 +186,7 @@ class RunExplorer:
     def export(self, session: Session, fmt: str, rows: Sequence[int] | None = None) -> Path:
         """One export of the served run's strings (all, or the `rows` selected on the map): Embedding Projector
         TSV, Parquet (text, both embeddings, map coordinates), neighbours CSV, or all three zipped."""
-        from explorer import exports
+        from mirror import exports
 
         if fmt not in EXPORT_FORMATS:
             raise MirrorError(f"unknown export {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
@@ -228,7 +228,7 @@ class RunExplorer:
 
     def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:
         """Per string: how much its neighbourhood moved (always known once asked for; computed here if not)."""
-        from explorer import moved
+        from mirror import moved
 
         rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
         score = {r["i"]: r["moved"] for r in rows}

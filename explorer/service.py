@@ -46,10 +46,11 @@ from explorer.sessions import (
     write_stop,
 )
 from explorer.settings import Settings, inference_device
-from explorer.uploads import display_name, download_name, extract_model_zip, model_folder_in_zip, zip_folder
+from explorer.uploads import display_name, extract_model_zip, model_folder_in_zip, zip_folder
 from mirror.config import BUNDLED_MODEL, detect_mode
 from mirror.data import clean_texts, fmt_size, read_file
 from mirror.errors import MirrorError
+from mirror.exports import download_name
 
 log = logging.getLogger("mirror.app")
 SLOT_WAIT_S = 30.0  # longer than explorer.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
@@ -315,8 +316,8 @@ class MirrorApp:
         return est, ""
 
     def _memory_budget(self, config) -> int | None:
-        """The memory a run of `config` will plan its steps with (explorer.pipeline.run_memory)."""
-        from explorer.pipeline import run_memory
+        """The memory a run of `config` will plan its steps with (index.pipeline.run_memory)."""
+        from index.pipeline import run_memory
 
         return run_memory(config, self.settings.train_memory_bytes)
 
@@ -672,7 +673,7 @@ class MirrorApp:
                 tuned = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
                 base_model, base, notes = self._base_of(tuned)
                 events: list[Event] = []
-                from explorer.pipeline import index_with
+                from index.pipeline import index_with
 
                 for name, enc in (("base", base), ("tuned", tuned)):
                     index_with(
@@ -735,7 +736,7 @@ class MirrorApp:
         yield from self._exclusive(session, self._blend(session, parent, alpha))
 
     def _blend(self, session: Session, parent: RunInfo, alpha: float) -> Iterator[Event]:
-        from explorer.pipeline import index_with
+        from index.pipeline import index_with
         from mirror.blend import blend_folder
         from mirror.encoder import load_encoder
 

@@ -1,4 +1,4 @@
-"""explorer.exports (Projector TSV, Parquet, neighbours CSV, the zip of all three), the model card (explorer.card),
+"""mirror.exports (Projector TSV, Parquet, neighbours CSV, the zip of all three), the model card (explorer.card),
 the download names, and `python -m mirror export`, on synthetic vectors with known neighbours."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explorer.exports import export_bundle
 from mirror.errors import MirrorError
+from mirror.exports import export_bundle
 
 TEXTS = ["cat", "kitten", "dog", "puppy", "car", "bus", "tab\there", "two\nlines"]
 

@@ -57,9 +57,9 @@ def finished(events) -> object:
 
 def assert_run_matches_its_model(app, session, run) -> None:
     """Every artifact of the served `run` against a fresh load of run/model (and the base index against the base)."""
-    from explorer import moved
     from explorer.explore import vectors_of
     from explorer.models import REBUILT_NOTE
+    from mirror import moved
 
     loaded = app.models.loaded(run)
     assert not loaded.rebuilt or REBUILT_NOTE in run.stats.get("notes", []), "built stale, repaired only on load"
