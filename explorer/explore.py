@@ -24,7 +24,6 @@ from mirror.errors import MirrorError
 if TYPE_CHECKING:
     import numpy as np
 
-    from explorer.service import MirrorApp
     from index.store import VectorIndex
 
 SPACES_KEPT = 2  # runs whose vectors and figures stay in memory
@@ -68,7 +67,7 @@ class RunSpace:
 class RunExplorer:
     """The Explore tab's service over `MirrorApp`'s served runs."""
 
-    def __init__(self, app: MirrorApp):
+    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that owns it
         self.app = app
         self._spaces: OrderedDict[str, RunSpace] = OrderedDict()
         self._lock = threading.Lock()
@@ -105,7 +104,7 @@ class RunExplorer:
     def twin_map(self, session: Session, n_points: Any = 3000, queries: str = "") -> dict[str, Any]:
         """Aligned 2-D layouts of the base and tuned spaces (explorer.maps.twin_map), with `queries` (one per
         line) placed on both and a caption naming the run."""
-        from explorer import maps
+        import explorer.maps as maps
 
         space = self.space(session)
         n = maps.check_points(n_points, self.app.settings.max_map_points)
@@ -166,7 +165,7 @@ class RunExplorer:
         """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
         import numpy as np
 
-        from explorer import health
+        import explorer.health as health
 
         space = self.space(session)
 
@@ -250,7 +249,7 @@ class RunExplorer:
 
     def push(self, session: Session, repo_id: str, token: str, private: bool = True) -> str:
         """Push the served run's tuned model (with its model card) to the Hugging Face Hub; returns its URL."""
-        from explorer import hub
+        import explorer.hub as hub
 
         run = session.run
         if run is None:

@@ -141,7 +141,8 @@ class MirrorApp:
         if not self.settings.warm_up:
             return
         try:
-            from explorer import forgetting, maps
+            import explorer.forgetting as forgetting
+            import explorer.maps as maps
 
             if self.settings.general_checks:
                 forgetting.warm_up(self.models.base_encoder(BUNDLED_MODEL))
@@ -235,7 +236,7 @@ class MirrorApp:
 
     def load_hub_dataset(self, session: Session, dataset: str, column: str, split: str | None = None) -> dict[str, Any]:
         """The strings of one column of a Hugging Face dataset (explorer.hub), within this server's limits."""
-        from explorer import hub
+        import explorer.hub as hub
 
         with self._replacing_texts(session):
             if not self.settings.allow_hub:
@@ -444,7 +445,7 @@ class MirrorApp:
 
     def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
         """The run's thread: its events into the handle; a stop when nobody follows it any more."""
-        from explorer import jobs
+        import explorer.jobs as jobs
 
         try:
             for ev in self._run_events(session, handle, model, mode, overrides):
