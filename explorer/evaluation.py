@@ -1,7 +1,7 @@
 """The Evaluate tab's work: Spearman of cosine vs gold scores per encoder, with bootstrap 95% intervals, the pairs
 whose rank moved most with tuning, notes for sets too small to trust, and progress while strings are encoded.
 
-Plain values in and out; `MirrorApp.evaluate_report` picks the encoders, app.py draws the report.
+Plain values in and out; `app.searcher.evaluate_report` (explorer.searching) picks the encoders, app.py draws the report.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class RunExplorer:
         text = (text or "").strip()
         if not text:
             raise MirrorError("click a point on a map (or type a string) to see its neighbours")
-        return self.app.search(session, text, k, hide_query=True)
+        return self.app.searcher.search(session, text, k, hide_query=True)
 
     # ---------------------------------------------------------------- what moved, space health
 

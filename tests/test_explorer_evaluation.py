@@ -179,10 +179,10 @@ def test_the_eta_is_measured_from_the_first_report(monkeypatch):
 def test_the_service_keeps_its_rows_and_adds_intervals_and_notes(app, tuned, tmp_path):
     pairs = tmp_path / "pairs.txt"
     pairs.write_text("cat dog 8\ncar bus 7\nred moon 1\nsun moon 6\nman woman 7\n")
-    rows = app.evaluate(tuned, [], str(pairs))
+    rows = app.searcher.evaluate(tuned, [], str(pairs))
     assert {"gold set", "pairs", "base", "tuned", "change", "base 95% CI", "tuned 95% CI"} <= set(rows[0])
     seen: list[Phase] = []
-    report = app.evaluate_report(tuned, ["WordSim-353"], str(pairs), seen.append)
+    report = app.searcher.evaluate_report(tuned, ["WordSim-353"], str(pairs), seen.append)
     assert [r["gold set"] for r in report.rows] == ["WordSim-353", "pairs.txt"]
     assert report.notes == [n for n in report.notes if "pairs.txt" in n] and "only 5 pairs" in report.notes[0]
     assert {m["gold set"] for m in report.moved} <= {"WordSim-353", "pairs.txt"}
@@ -198,9 +198,9 @@ def test_an_evaluation_names_the_run_it_scored_even_when_another_is_served_by_th
     def swap(ev: Phase) -> None:  # another run is served while this evaluation encodes
         tuned.run = None
 
-    report = app.evaluate_report(tuned, [], str(pairs), swap)
+    report = app.searcher.evaluate_report(tuned, [], str(pairs), swap)
     assert report.encoders == ("base", "tuned") and scored.folder.name[:8] in report.caption
-    assert "Base encoder only" in app.evaluate_report(tuned, [], str(pairs)).caption
+    assert "Base encoder only" in app.searcher.evaluate_report(tuned, [], str(pairs)).caption
 
 
 def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_path):

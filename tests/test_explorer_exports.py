@@ -345,4 +345,4 @@ def test_the_global_sweep_removes_exports_before_any_run(app, tuned):
     app.settings = dataclasses.replace(app.settings, disk_bytes=1)  # far over: everything that may go, goes
     app.sweep(force=True)
     assert list(exports_dir.iterdir()) == [] and (tuned.run.folder / "run.json").is_file()  # served: kept
-    assert app.search(tuned, "cat", 2)[0]["tuned"]
+    assert app.searcher.search(tuned, "cat", 2)[0]["tuned"]

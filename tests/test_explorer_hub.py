@@ -169,7 +169,7 @@ def test_csv_and_jsonl_datasets_reuse_the_upload_reader(fake):
 def test_the_service_loads_a_dataset_into_the_session(fake, app):
     fake.datasets["me/words"] = {"data/train-0.parquet": parquet_bytes(text=["cat", "dog", "car"])}
     s = app.session()
-    info = app.load_hub_dataset(s, "me/words", "text")
+    info = app.loader.load_hub_dataset(s, "me/words", "text")
     assert info["strings"] == 3 and s.texts == ["cat", "dog", "car"] and info["source"] == "me/words · text"
 
 
