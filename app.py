@@ -22,12 +22,12 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, Settings, render
-from explorer.evaluation import EtaClock, EvalReport
+from explorer.compare.evaluation import EtaClock, EvalReport
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Step
-from explorer.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
-from explorer.runs import remember
-from explorer.sessions import RunInfo
-from explorer.uploads import UploadQuota, display_name
+from explorer.runs.sessions import RunInfo
+from explorer.runs.store import remember
+from explorer.share.uploads import UploadQuota, display_name
+from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.data import SUFFIXES
 from mirror.errors import MirrorError

@@ -1,6 +1,6 @@
 """Estimate vs measured: the Tune tab's calibrated time estimate (app.planner.estimate), then the real job the app
 runs on the same strings (app.trainer.train: load, base index, training, save, tuned index, downloads) plus the
-general checks it runs after training (explorer.forgetting), each size on a fresh MirrorApp with its own work
+general checks it runs after training (explorer.compare.forgetting), each size on a fresh MirrorApp with its own work
 folder. Calibrations and what finished runs taught the estimator (Estimator.observe) are per process, as in a
 server: by default a later size is estimated with what the earlier sizes' runs measured; `--cold` forgets both
 before each size, so every size is a first estimate on a fresh server (it calibrates anew). `--warm-up` runs the
@@ -27,9 +27,9 @@ from pathlib import Path
 from common import EXAMPLES, print_table, write_json
 
 from explorer import MirrorApp, Settings
-from explorer.estimate import PHASES
 from explorer.events import Cancelled, Done, Failed, Phase, Step
-from explorer.inputs import build_config
+from explorer.tune.estimate import PHASES
+from explorer.tune.inputs import build_config
 
 # A job's Phase texts (index.pipeline, explorer.service) -> the estimate's phase they belong to.
 PHASE_OF = (
@@ -56,8 +56,8 @@ def load() -> float:
 
 
 def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
-    from explorer import forgetting
-    from explorer.estimate import Estimator
+    from explorer.compare import forgetting
+    from explorer.tune.estimate import Estimator
 
     if cold:  # a fresh server: no calibration, nothing learned from runs, the base's check scores not kept
         Estimator._process[0].clear()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from index.pipeline import Finished, Phase, Step, Stopped
 
 if TYPE_CHECKING:
-    from explorer.runinfo import RunInfo
+    from explorer.runs.runinfo import RunInfo
 
 
 @dataclass(frozen=True)

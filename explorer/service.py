@@ -2,9 +2,9 @@
 
 It owns no Gradio and little code: the shared state (settings, sessions, the model cache, the run store, the
 training and search slots, the estimator) and one object per concern over it, which app.py and ui/ call:
-`app.loader` (explorer.loading: tab 1's strings), `app.planner` (explorer.planning: the plan and estimate),
-`app.trainer` (explorer.training: runs), `app.saved` (explorer.saved: kept runs, model zips, blends),
-`app.searcher` (explorer.searching: search and evaluate), `app.explore` (explorer.explore: the Explore tab).
+`app.loader` (explorer.tune.loading: tab 1's strings), `app.planner` (explorer.tune.planning: the plan and estimate),
+`app.trainer` (explorer.runs.training: runs), `app.saved` (explorer.runs.saved: kept runs, model zips, blends),
+`app.searcher` (explorer.compare.searching: search and evaluate), `app.explore` (explorer.compare.explore: the Explore tab).
 """
 
 from __future__ import annotations
@@ -16,17 +16,13 @@ import secrets
 import threading
 from pathlib import Path
 
-from explorer.estimate import Estimator
-from explorer.explore import RunExplorer
-from explorer.jobs import FairSlots
-from explorer.loading import TextLoader
-from explorer.models import Loaded, ModelCache
-from explorer.planning import Planner
-from explorer.runs import RunStore
-from explorer.saved import SavedRuns
-from explorer.search import BaseIndexes
-from explorer.searching import Searcher
-from explorer.sessions import (
+from explorer.compare.explore import RunExplorer
+from explorer.compare.search import BaseIndexes
+from explorer.compare.searching import Searcher
+from explorer.runs.jobs import FairSlots
+from explorer.runs.models import Loaded, ModelCache
+from explorer.runs.saved import SavedRuns
+from explorer.runs.sessions import (
     EVICT_MIN_IDLE_S,
     RUNS_DIR,
     RunHandle,
@@ -35,8 +31,12 @@ from explorer.sessions import (
     SessionStore,
     disk_usage,
 )
+from explorer.runs.store import RunStore
+from explorer.runs.training import Trainer
 from explorer.settings import Settings
-from explorer.training import Trainer
+from explorer.tune.estimate import Estimator
+from explorer.tune.loading import TextLoader
+from explorer.tune.planning import Planner
 from mirror.config import BUNDLED_MODEL
 
 log = logging.getLogger("mirror.app")
@@ -127,8 +127,8 @@ class MirrorApp:
         if not self.settings.warm_up:
             return
         try:
-            import explorer.forgetting as forgetting
-            import explorer.maps as maps
+            import explorer.compare.forgetting as forgetting
+            import explorer.compare.maps as maps
 
             if self.settings.general_checks:
                 forgetting.warm_up(self.models.base_encoder(BUNDLED_MODEL))

@@ -32,7 +32,7 @@ import pytest
 
 import app as mx
 from explorer import MirrorApp, Session, Settings
-from explorer.inputs import ADVANCED
+from explorer.tune.inputs import ADVANCED
 from mirror import MirrorConfig
 from mirror.names import is_under
 from tests.conftest import ENDLESS, ROOT, TINY, WORDS, inject_oom, train, tuned_session
@@ -287,7 +287,7 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
             assert train(app, s, tiny_bert)[-1].kind == "done"
         holder[f"client{i}"][state._id] = s
         sessions.append(s)
-    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 600.0)  # its page stays open: only Gradio's expiry acts
+    monkeypatch.setattr("explorer.runs.jobs.ABANDONED_S", 600.0)  # its page stays open: only Gradio's expiry acts
     busy = sessions[1]  # closed while a run goes on: cleaned up when the run ends
     # a run goes on in its own thread, whether its page pulls events or not: this one runs until cancelled below
     running = app.trainer.train(

@@ -1,4 +1,4 @@
-"""The calibrated time estimate (explorer.estimate): calibrated once per key, priced on mirror.train's own plan, and
+"""The calibrated time estimate (explorer.tune.estimate): calibrated once per key, priced on mirror.train's own plan, and
 following the machine: costs measured with a virtual clock (the tiny BERT's forward passes advance it by a known
 cost per token) must come back as the estimate, and a machine 4x slower must get a ~4x longer one."""
 
@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from explorer import estimate as est_mod
-from explorer.estimate import PHASES, Estimator, Fit, calibrate, estimate_md, price
+from explorer.tune import estimate as est_mod
+from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, estimate_md, price
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, load_encoder
 from mirror.train import mirror_tune
@@ -213,9 +213,9 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
     assert "**Plan:** 3 steps" in again
     app.planner.estimate(s, str(tiny_bert), "auto", {**TINY, "pooling": "cls"})  # another key: another calibration
     assert len(calls) == 2
-    import explorer.planning
+    import explorer.tune.planning
 
-    monkeypatch.setattr(explorer.planning, "device_and_threads", lambda device: ("cpu", 7))  # torch on 7 threads
+    monkeypatch.setattr(explorer.tune.planning, "device_and_threads", lambda device: ("cpu", 7))  # torch on 7 threads
     app.planner.estimate(s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 3 and {key[-2] for key in app.estimator.calibrations} == {torch.get_num_threads(), 7}
     app.planner.estimate(s, str(tiny_bert), "auto", TINY)
@@ -262,7 +262,7 @@ def test_apps_in_one_process_share_their_calibrations(tmp_path):
 
 
 def test_steps_are_timed_at_the_job_s_own_length_class():
-    from explorer.estimate import length_class, train_shapes
+    from explorer.tune.estimate import length_class, train_shapes
 
     assert length_class([5, 5, 6, 7]) == 4 and length_class([40, 50, 45]) == 32 and length_class([]) == 8
     assert all(length == 32 for _, length in train_shapes(32))
@@ -339,7 +339,7 @@ def test_a_second_request_waits_for_the_calibration_another_one_started(app, tin
 def test_an_estimate_timed_on_a_busy_machine_says_so(base, tiny_bert, tmp_path, monkeypatch):
     """Issue 28: on 2 cores shared with other work the same small run took 2.7 to 21 s; a calibration timed while
     the load average per core was high says so rather than pretending to a precision it cannot have."""
-    import explorer.estimate as est_mod
+    import explorer.tune.estimate as est_mod
 
     clock = VirtualClock(monkeypatch)
     config = words_config(tiny_bert)
@@ -356,16 +356,16 @@ def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkey
     """Issue 28: the first plan of a fresh server cost its visitor a calibration longer than the run it priced. The
     warm-up (a background thread at start) now calibrates the small example's key: the visitor's first estimate of
     that example calibrates nothing."""
-    import explorer.forgetting
-    import explorer.maps
-    import explorer.planning
+    import explorer.compare.forgetting
+    import explorer.compare.maps
     import explorer.service
+    import explorer.tune.planning
 
-    for module in (explorer.service, explorer.planning):  # the warm-up's model, and the estimate it calibrates
+    for module in (explorer.service, explorer.tune.planning):  # the warm-up's model, and the estimate it calibrates
         monkeypatch.setattr(module, "BUNDLED_MODEL", str(tiny_bert))  # the tiny model stands in for it
     monkeypatch.setattr(app.models, "warm_up", lambda: None)
-    monkeypatch.setattr(explorer.maps, "warm_up", lambda: None)
-    monkeypatch.setattr(explorer.forgetting, "warm_up", lambda base: None)
+    monkeypatch.setattr(explorer.compare.maps, "warm_up", lambda: None)
+    monkeypatch.setattr(explorer.compare.forgetting, "warm_up", lambda base: None)
     calls = []
     real = est_mod.calibrate
     monkeypatch.setattr(est_mod, "calibrate", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -1,5 +1,5 @@
 """The Evaluate tab: bootstrap intervals on Spearman, the pairs that moved most, the small-set note, progress with
-the time left (explorer.evaluation, mirror.evaluate), the service's report and the UI adapter.
+the time left (explorer.compare.evaluation, mirror.evaluate), the service's report and the UI adapter.
 
 Statistics are checked on synthetic scores and a hand-made encoder (a table of vectors): the tiny random model's
 cosines mean nothing, so it only drives the service and UI plumbing."""
@@ -14,8 +14,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 import app as mx
-from explorer import evaluation
-from explorer.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
+from explorer.compare import evaluation
+from explorer.compare.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
 from explorer.events import Phase
 from explorer.render import eval_chart, eval_table_rows, fmt_interval
 from mirror.evaluate import bootstrap_spearman, interval, moved_pairs, spearman

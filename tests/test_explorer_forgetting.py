@@ -1,4 +1,4 @@
-"""The forgetting check in the app (explorer.forgetting over mirror.checks): its rows and `worse` logic on toy encoders
+"""The forgetting check in the app (explorer.compare.forgetting over mirror.checks): its rows and `worse` logic on toy encoders
 with known scores, the base's side kept per base, on the tiny random BERT over the bundled sets, and run after every
 training run by the service (never failing it)."""
 
@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer import forgetting, render
-from explorer.forgetting import CHECKS, Check, forgetting_check, verdict
+from explorer import render
+from explorer.compare import forgetting
+from explorer.compare.forgetting import CHECKS, Check, forgetting_check, verdict
 from explorer.settings import Settings
 from mirror import checks as engine
 from mirror.checks import check_items
@@ -218,7 +219,8 @@ def test_warm_up_keeps_the_base_scores(toy_gold):
 
 
 def test_warm_up_off_loads_the_bundled_model_only(tmp_path, monkeypatch):
-    from explorer import MirrorApp, forgetting, maps
+    from explorer import MirrorApp
+    from explorer.compare import forgetting, maps
 
     assert Settings.from_env({"MIRROR_WARM_UP": "off"}).warm_up is False and Settings.from_env({}).warm_up is True
     called = []

@@ -1,4 +1,4 @@
-"""explorer.hub against a fake Hub on 127.0.0.1 (tests/fake_hub.py): push a model with its card, a refused token,
+"""explorer.share.hub against a fake Hub on 127.0.0.1 (tests/fake_hub.py): push a model with its card, a refused token,
 nothing listening, bad ids and sizes; read a dataset column (Parquet, CSV, splits, limits)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer import hub
+from explorer.share import hub
 from mirror.errors import MirrorError
 from tests.fake_hub import FakeHub
 

@@ -1,5 +1,5 @@
 """What a user gives the service, checked: strings (files, paste, examples) loaded through `app.loader.load_*`,
-run settings (explorer.inputs: coercion, build_config, the server's step cap, the time estimate), queries and k,
+run settings (explorer.tune.inputs: coercion, build_config, the server's step cap, the time estimate), queries and k,
 and the bundled examples and gold sets. All through `explorer`, without Gradio, on the tiny random BERT.
 
 (The UI's own upload handler on the bad-upload corpus: tests/test_app_ui.py; the CLI on it:
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from explorer import MirrorApp, Settings
-from explorer.estimate import estimate_seconds
-from explorer.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, coerce_overrides
 from explorer.render import load_md
+from explorer.tune.estimate import estimate_seconds
+from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, coerce_overrides
 from mirror import MirrorConfig
 from mirror.errors import MirrorError
 from tests.conftest import TINY, WORDS, train, tree, tuned_session

@@ -1,4 +1,4 @@
-"""explorer.jobs: the training job and the slots it runs in. The job stops past the server's wall-clock cap and
+"""explorer.runs.jobs: the training job and the slots it runs in. The job stops past the server's wall-clock cap and
 when its consumer goes away (a closed tab, a disconnected client); on ZeroGPU it runs in another process inside
 `spaces.GPU` for a bounded reservation; FairSlots admits waiters in arrival order.
 """
@@ -13,7 +13,7 @@ import threading
 import time
 
 from explorer import MirrorApp
-from explorer.jobs import FairSlots, job_duration
+from explorer.runs.jobs import FairSlots, job_duration
 from mirror import MirrorConfig
 from tests.conftest import ENDLESS, ROOT, WORDS
 
@@ -75,7 +75,7 @@ def test_the_wall_clock_cap_stops_a_run_and_keeps_the_previous_model(app, tiny_b
 
 def test_a_consumer_that_goes_away_stops_its_run(app, tiny_bert, monkeypatch):
     """A closed tab or a disconnected API client stops pulling events: the job notices and stops."""
-    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 1.0)
+    monkeypatch.setattr("explorer.runs.jobs.ABANDONED_S", 1.0)
     app = endless_app(app)
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))
@@ -94,7 +94,7 @@ def test_a_consumer_that_goes_away_stops_its_run(app, tiny_bert, monkeypatch):
 def test_a_reloaded_page_reattaches_and_the_run_goes_on(app, tiny_bert, monkeypatch):
     """A consumer that comes back within ABANDONED_S (a reload) follows the same run, from its first event on,
     and can still cancel it; the run never noticed the gap."""
-    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 5.0)
+    monkeypatch.setattr("explorer.runs.jobs.ABANDONED_S", 5.0)
     app = endless_app(app)
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))

@@ -13,7 +13,7 @@ import csv
 import numpy as np
 import pytest
 
-from explorer.explore import vectors_of
+from explorer.compare.explore import vectors_of
 from mirror.errors import MirrorError
 from tests.conftest import WORDS
 

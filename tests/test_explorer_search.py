@@ -1,6 +1,6 @@
 """The Search tab: each hit's rank move between base and tuned, the query's own string hidden, the base-only
 search before any tuning, strings merged case-insensitively at load, Enter wired to search, errors shown as HTML
-(explorer.search, explorer.render, app.searcher.search, app.py's adapters).
+(explorer.compare.search, explorer.render, app.searcher.search, app.py's adapters).
 
 Ranking is checked on hand-made vectors with known neighbours (a real FAISS index over them); the tiny random
 model only drives the service and the adapters, where no order is asserted."""
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import app as mx
+from explorer.compare.search import search_both, without_query
 from explorer.render import load_md, rank_move, render_results, toast_text
-from explorer.search import search_both, without_query
 from index.store import Hit, VectorIndex
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts

@@ -281,7 +281,7 @@ def test_training_slots_are_enforced_even_when_the_queue_is_bypassed(app, tiny_b
     """Gradio's queue runs MIRROR_TRAIN_CONCURRENCY trainings at once; a caller that skips it (another event
     wired wrongly, a direct call) gets a clear error from the app itself rather than an extra training (after
     SLOT_WAIT_S, the time a run that lost its page takes to stop; 0 here)."""
-    monkeypatch.setattr("explorer.training.SLOT_WAIT_S", 0.0)
+    monkeypatch.setattr("explorer.runs.training.SLOT_WAIT_S", 0.0)
     a, b = app.session(), app.session()
     for s in (a, b):
         app.loader.load_pasted(s, "\n".join(WORDS))
@@ -332,7 +332,7 @@ def test_searches_encode_at_most_search_concurrency_at_once(app, tiny_bert, monk
 def test_memory_is_handed_back_after_each_run(app, tiny_bert, monkeypatch):
     """glibc keeps freed heap; the app trims it after every training (bench_load: RSS flat across rounds)."""
     calls = []
-    monkeypatch.setattr("explorer.training.release_memory", lambda collect=True: calls.append(collect))
+    monkeypatch.setattr("explorer.runs.training.release_memory", lambda collect=True: calls.append(collect))
     s = tuned_session(app, tiny_bert)
     assert calls == [True]
     train(app, s, tiny_bert, lr=-1)  # a failed run too

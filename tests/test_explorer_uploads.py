@@ -1,4 +1,4 @@
-"""explorer.uploads through MirrorApp: a model zip handed out is taken back and served again; hostile zips
+"""explorer.share.uploads through MirrorApp: a model zip handed out is taken back and served again; hostile zips
 (unsafe paths, links, module paths out of the zip, zip bombs) are refused before anything is unpacked; an upload's
 file name never becomes a path; the per-client upload quota (ASGI middleware) counts and forgets.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from explorer import MirrorApp, Settings
-from explorer.uploads import UploadQuota, display_name
+from explorer.share.uploads import UploadQuota, display_name
 from tests.conftest import WORDS, train, tree, tuned_session
 from tests.upload_corpus import rewrite_zip
 

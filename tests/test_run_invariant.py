@@ -57,8 +57,8 @@ def finished(events) -> object:
 
 def assert_run_matches_its_model(app, session, run) -> None:
     """Every artifact of the served `run` against a fresh load of run/model (and the base index against the base)."""
-    from explorer.explore import vectors_of
-    from explorer.models import REBUILT_NOTE
+    from explorer.compare.explore import vectors_of
+    from explorer.runs.models import REBUILT_NOTE
     from mirror import moved
 
     loaded = app.models.loaded(run)
@@ -121,7 +121,7 @@ def test_a_run_a_blend_and_an_uploaded_zip_serve_their_saved_models(bundled_app,
     assert_run_matches_its_model(app, session, run)
 
     if precision == "bf16":  # the general checks scored the saved model (fresh fp32 load), not a stale copy
-        from explorer.forgetting import forgetting_check
+        from explorer.compare.forgetting import forgetting_check
         from mirror.encoder import load_encoder
 
         fresh = forgetting_check(app.models.loaded(run).base, load_encoder(run.folder / "model", pooling="auto"))
@@ -142,7 +142,7 @@ def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundl
     import shutil
 
     from explorer import MirrorApp
-    from explorer.models import REBUILT_NOTE
+    from explorer.runs.models import REBUILT_NOTE
 
     app = bundled_app
     session = app.session()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.render import run_caption
-from explorer.sessions import RunInfo, Session, disk_usage
+from explorer.runs.sessions import RunInfo, Session, disk_usage
 from mirror.data import fmt_size
 from mirror.errors import MirrorError
 
@@ -102,9 +102,9 @@ class RunExplorer:
     # ---------------------------------------------------------------- the maps
 
     def twin_map(self, session: Session, n_points: Any = 3000, queries: str = "") -> dict[str, Any]:
-        """Aligned 2-D layouts of the base and tuned spaces (explorer.maps.twin_map), with `queries` (one per
+        """Aligned 2-D layouts of the base and tuned spaces (explorer.compare.maps.twin_map), with `queries` (one per
         line) placed on both and a caption naming the run."""
-        import explorer.maps as maps
+        import explorer.compare.maps as maps
 
         space = self.space(session)
         n = maps.check_points(n_points, self.app.settings.max_map_points)
@@ -165,7 +165,7 @@ class RunExplorer:
         """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
         import numpy as np
 
-        import explorer.health as health
+        import explorer.compare.health as health
 
         space = self.space(session)
 
@@ -249,7 +249,7 @@ class RunExplorer:
 
     def push(self, session: Session, repo_id: str, token: str, private: bool = True) -> str:
         """Push the served run's tuned model (with its model card) to the Hugging Face Hub; returns its URL."""
-        import explorer.hub as hub
+        import explorer.share.hub as hub
 
         run = session.run
         if run is None:

@@ -1,5 +1,5 @@
 """Runs: start one in its own thread, follow it (a reloaded page reattaches), cancel it, hold a training slot,
-then check, package and serve what it made (`serve`). Saved models and blends (explorer.saved) reuse the slot
+then check, package and serve what it made (`serve`). Saved models and blends (explorer.runs.saved) reuse the slot
 and the serving.
 """
 
@@ -15,13 +15,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.card import write_card
 from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
-from explorer.inputs import build_config
-from explorer.jobs import train_job
-from explorer.models import release_memory
 from explorer.render import fmt_seconds, user_error
-from explorer.sessions import (
+from explorer.runs.jobs import train_job
+from explorer.runs.models import release_memory
+from explorer.runs.sessions import (
     RunHandle,
     RunInfo,
     Session,
@@ -30,13 +28,15 @@ from explorer.sessions import (
     write_stop,
 )
 from explorer.settings import Settings
-from explorer.uploads import model_folder_in_zip, zip_folder
+from explorer.share.card import write_card
+from explorer.share.uploads import model_folder_in_zip, zip_folder
+from explorer.tune.inputs import build_config
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 from mirror.exports import download_name
 
 log = logging.getLogger("mirror.app")
-SLOT_WAIT_S = 30.0  # longer than explorer.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
+SLOT_WAIT_S = 30.0  # longer than explorer.runs.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
 INDEX_README = (
     "A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.\n"
     "Unzip the model zip beside it, then search it with: python -m index query mirror-index 'your query'\n"
@@ -148,7 +148,7 @@ class Trainer:
 
     def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
         """The run's thread: its events into the handle; a stop when nobody follows it any more."""
-        import explorer.jobs as jobs
+        import explorer.runs.jobs as jobs
 
         try:
             for ev in self._run_events(session, handle, model, mode, overrides):
@@ -253,7 +253,7 @@ class Trainer:
                         info = new_run_info(run, config.model, texts, source, ev.stats, package=False)
                         check_s = None
                         if self.app.settings.general_checks:
-                            from explorer.forgetting import base_scored
+                            from explorer.compare.forgetting import base_scored
 
                             yield Phase("Checking general similarity (the forgetting check)")
                             loaded = self.app.models.loaded(info)  # what _serve loads next: a broken model fails here
@@ -315,11 +315,11 @@ class Trainer:
         return info
 
     def forgetting(self, base, tuned, texts: Sequence[str] = ()) -> dict[str, Any] | None:
-        """The general checks (explorer.forgetting) of a tuned encoder against its base, and beside them, when the
+        """The general checks (explorer.compare.forgetting) of a tuned encoder against its base, and beside them, when the
         run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in the
         seconds the estimate learns from); None (logged) when they cannot run here: a run is never failed for its
         checks. Seconds on a CPU (the base's scores are kept)."""
-        from explorer.forgetting import forgetting_check, own_long_texts
+        from explorer.compare.forgetting import forgetting_check, own_long_texts
 
         try:
             started = time.perf_counter()

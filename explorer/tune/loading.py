@@ -9,11 +9,11 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from explorer.inputs import EXAMPLES, EXAMPLES_DIR
-from explorer.sessions import (
+from explorer.runs.sessions import (
     Session,
 )
-from explorer.uploads import display_name
+from explorer.share.uploads import display_name
+from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR
 from mirror.config import detect_mode
 from mirror.data import clean_texts, fmt_size, read_file
 from mirror.errors import MirrorError
@@ -86,8 +86,8 @@ class TextLoader:
             return self.set_texts(session, path.read_text(encoding="utf-8").splitlines(), path.name)
 
     def load_hub_dataset(self, session: Session, dataset: str, column: str, split: str | None = None) -> dict[str, Any]:
-        """The strings of one column of a Hugging Face dataset (explorer.hub), within this server's limits."""
-        import explorer.hub as hub
+        """The strings of one column of a Hugging Face dataset (explorer.share.hub), within this server's limits."""
+        import explorer.share.hub as hub
 
         with self._replacing_texts(session):
             if not self.app.settings.allow_hub:

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from explorer.events import Done, Event, Failed, Phase
-from explorer.models import REBUILT_NOTE
-from explorer.sessions import (
+from explorer.runs.models import REBUILT_NOTE
+from explorer.runs.sessions import (
     RunHandle,
     RunInfo,
     Session,
 )
+from explorer.runs.training import new_run_info, package_run
 from explorer.settings import inference_device
-from explorer.training import new_run_info, package_run
-from explorer.uploads import display_name, extract_model_zip
+from explorer.share.uploads import display_name, extract_model_zip
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 from mirror.exports import download_name

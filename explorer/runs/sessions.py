@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from explorer.runinfo import RunInfo
+from explorer.runs.runinfo import RunInfo
 from explorer.settings import Settings
 from mirror.data import CleanStats, fmt_size
 from mirror.errors import MirrorError
 
 STOP_FILE = "STOP"
-RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs), not a session
+RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs.store), not a session
 SWEEP_EVERY_S = 60.0
 EVICT_MIN_IDLE_S = 300.0  # a session used this recently is never evicted for disk space
 
@@ -197,7 +197,7 @@ class SessionStore:
             self.discard(state)
 
     def discard(self, session: Session) -> None:
-        from explorer.models import release_memory
+        from explorer.runs.models import release_memory
 
         self.forget(session.folder)
         shutil.rmtree(session.folder, ignore_errors=True)

@@ -7,16 +7,16 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from explorer.evaluation import EvalReport, evaluate_sets, load_sets
+from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
+from explorer.compare.search import search_both
 from explorer.events import Phase
-from explorer.inputs import clamp_k, split_queries
-from explorer.models import IndexPair
 from explorer.render import run_caption
-from explorer.search import search_both
-from explorer.sessions import (
+from explorer.runs.models import IndexPair
+from explorer.runs.sessions import (
     Session,
 )
-from explorer.uploads import display_name
+from explorer.share.uploads import display_name
+from explorer.tune.inputs import clamp_k, split_queries
 from mirror.config import BUNDLED_MODEL
 from mirror.data import clean_texts, read_file
 from mirror.errors import MirrorError
@@ -40,7 +40,7 @@ class Searcher:
         base_model: str | None = None,
         run_id: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Top-k hits of each query (one per line) for the tuned and the base encoder, compared (explorer.search):
+        """Top-k hits of each query (one per line) for the tuned and the base encoder, compared (explorer.compare.search):
         [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}], base_only}].
 
         `hide_query` drops the hit that is the query's own string (off by default: an API caller sees what the

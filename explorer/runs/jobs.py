@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from explorer.estimate import estimate_seconds
 from explorer.events import Event, Failed, Step, Tick
-from explorer.sessions import STOP_FILE, write_stop
+from explorer.runs.sessions import STOP_FILE, write_stop
 from explorer.settings import spaces
+from explorer.tune.estimate import estimate_seconds
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from explorer.sessions import RunInfo, disk_usage, evict
+from explorer.runs.sessions import RunInfo, disk_usage, evict
 from mirror.errors import MirrorError
 from mirror.exports import prune_exports
 

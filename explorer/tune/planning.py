@@ -1,4 +1,4 @@
-"""The plan and time estimate of a run before it starts (explorer.estimate does the pricing): what the page shows,
+"""The plan and time estimate of a run before it starts (explorer.tune.estimate does the pricing): what the page shows,
 the memory a run plans with, and the calibration at server start.
 """
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from explorer.estimate import device_and_threads, estimate_md, rough_estimate
-from explorer.inputs import EXAMPLES, EXAMPLES_DIR, build_config
 from explorer.render import message
-from explorer.sessions import (
+from explorer.runs.sessions import (
     Session,
     texts_key,
 )
+from explorer.tune.estimate import device_and_threads, estimate_md, rough_estimate
+from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
 from mirror.config import BUNDLED_MODEL
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
@@ -22,7 +22,7 @@ log = logging.getLogger("mirror.app")
 
 
 class Planner:
-    """The plan and time estimate of a run before it starts (explorer.estimate does the pricing): what the page shows, One per MirrorApp (`app.planner`), over its state."""
+    """The plan and time estimate of a run before it starts (explorer.tune.estimate does the pricing): what the page shows, One per MirrorApp (`app.planner`), over its state."""
 
     def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
         self.app = app
@@ -33,7 +33,7 @@ class Planner:
         """Markdown: the planned steps and the whole job's time on this machine, phase by phase.
 
         The first estimate for a model (and pooling, device, precision, threads) calibrates: a few real training
-        steps and encodes of that model, timed here (explorer.estimate; a few seconds). Until then, and where it
+        steps and encodes of that model, timed here (explorer.tune.estimate; a few seconds). Until then, and where it
         cannot calibrate now (a hub model not loaded yet, a run training on this server, ZeroGPU, another request
         calibrating the same key), it shows the rough guess from string lengths, saying why.
         """
@@ -100,8 +100,8 @@ class Planner:
 
     def check_encoders(self, base) -> int:
         """Encoders the general checks after a run encode: none when they are off, 1 when the base's scores are
-        kept (explorer.forgetting), else 2."""
-        from explorer.forgetting import base_scored
+        kept (explorer.compare.forgetting), else 2."""
+        from explorer.compare.forgetting import base_scored
 
         if not self.app.settings.general_checks:
             return 0
