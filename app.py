@@ -22,12 +22,12 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, Settings, render
-from explorer.evaluation import EtaClock, EvalReport
+from explorer.compare.evaluation import EtaClock, EvalReport
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Step
-from explorer.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
-from explorer.runs import remember
-from explorer.sessions import RunInfo
-from explorer.uploads import UploadQuota, display_name
+from explorer.runs.sessions import RunInfo
+from explorer.runs.store import remember
+from explorer.share.uploads import UploadQuota, display_name
+from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.data import SUFFIXES
 from mirror.errors import MirrorError
@@ -332,7 +332,9 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         if not path:
             hidden = gr.update(choices=[], value=None, visible=False)
             return [gr.update(), hidden, *keep_fields, gr.update(), gr.update(), session]
-        out, cols = after_load(session, lambda: app.load_file(session, path, None), mode_value, model_value, vals)
+        out, cols = after_load(
+            session, lambda: app.loader.load_file(session, path, None), mode_value, model_value, vals
+        )
         column = gr.update(choices=[("(detect)", "")] + [(c, c) for c in cols], value="", visible=bool(cols))
         return [out[0], column, *out[1:]]
 
@@ -340,19 +342,21 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         session = app.session(s)
         if not path:
             return [gr.update(), *keep_fields, gr.update(), gr.update(), session]
-        return after_load(session, lambda: app.load_file(session, path, col or None), mode_value, model_value, vals)[0]
+        return after_load(
+            session, lambda: app.loader.load_file(session, path, col or None), mode_value, model_value, vals
+        )[0]
 
     def on_paste(text, mode_value, model_value, s, *vals):
         session = app.session(s)
-        return after_load(session, lambda: app.load_pasted(session, text), mode_value, model_value, vals)[0]
+        return after_load(session, lambda: app.loader.load_pasted(session, text), mode_value, model_value, vals)[0]
 
     def on_example(key, mode_value, model_value, s, *vals):
         session = app.session(s)
-        return after_load(session, lambda: app.load_example(session, key), mode_value, model_value, vals)[0]
+        return after_load(session, lambda: app.loader.load_example(session, key), mode_value, model_value, vals)[0]
 
     def on_hub(dataset, column, split, mode_value, model_value, s, *vals):
         session = app.session(s)
-        load = lambda: app.load_hub_dataset(session, dataset, column, split)  # noqa: E731
+        load = lambda: app.loader.load_hub_dataset(session, dataset, column, split)  # noqa: E731
         return after_load(session, load, mode_value, model_value, vals)[0]
 
     def on_mode(mode_value, model_value, s, *vals):
@@ -360,11 +364,11 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         resolved = mode_value if mode_value != "auto" else (session.detected_mode if session.texts else "words")
         values = preset_values(resolved)
         updates = [gr.update(value=v) for v in values.values()]
-        return [*updates, app.estimate(session, model_value, mode_value, values), session]
+        return [*updates, app.planner.estimate(session, model_value, mode_value, values), session]
 
     def on_settings(mode_value, model_value, s, *vals):
         session = app.session(s)
-        return app.estimate(session, model_value, mode_value, dict(zip(fields, vals, strict=True))), session
+        return app.planner.estimate(session, model_value, mode_value, dict(zip(fields, vals, strict=True))), session
 
     inputs = [ui.mode, ui.model, state, *field_list]
     loaded = [ui.input_md, *field_list, ui.estimate_md, ui.launch, state]
@@ -441,7 +445,7 @@ class RunView:
         self.outputs += [c for c in explore_outputs(explore) if c not in self.outputs]
 
     def run_list(self, memory: dict, value: str | None = None) -> Any:
-        choices = [(r["label"], r["id"]) for r in self.app.list_runs(memory["runs"])]
+        choices = [(r["label"], r["id"]) for r in self.app.saved.list_runs(memory["runs"])]
         return gr.update(choices=choices, value=value if any(v == value for _, v in choices) else None)
 
     def served(self, run: RunInfo, session: Session, memory: dict | None) -> dict:
@@ -482,7 +486,7 @@ class RunView:
             if isinstance(ev, Done):
                 box = render.status_box(f"Tuned and indexed in {ev.run.stats.get('wall_seconds', 0):.0f} s.", "ok")
                 shown = {ui.status_md: box, **idle, **self.served(ev.run, session, memory)}
-                restored = self.app.restore_texts(session)  # a page reloaded during the run had no strings
+                restored = self.app.loader.restore_texts(session)  # a page reloaded during the run had no strings
                 if restored is not None:
                     planning = render.message("Planning the run and timing it on this machine…", "info")
                     shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
@@ -501,7 +505,7 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
 
     def on_request(memory, s):
         session = app.session(s)
-        handle = app.request_run(session)
+        handle = app.trainer.request_run(session)
         busy = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
         shown = render.status_box("Waiting for a free training slot…")
         return {ui.status_md: shown, **busy, browser: remember(memory, active=handle.id), state: session}
@@ -510,12 +514,12 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
         """Stream the run to the page: progress bar, live loss curve; then summary and downloads."""
         session = app.session(data[state])
         overrides = {name: data[comp] for name, comp in ui.fields.items()}
-        events = app.train(session, data[ui.model], data[ui.mode], overrides)
+        events = app.trainer.train(session, data[ui.model], data[ui.mode], overrides)
         yield from view.draw(events, session, data[browser], progress)
 
     def on_cancel(s):
         session = app.session(s)
-        return render.status_box(app.cancel(session)), session
+        return render.status_box(app.trainer.cancel(session)), session
 
     train_inputs = {ui.mode, ui.model, state, browser, *ui.fields.values()}
     request_outputs = [ui.status_md, ui.launch, ui.cancel, browser, state]
@@ -538,7 +542,7 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
-            yield from view.draw(app.follow(active, session=session), session, memory, progress)
+            yield from view.draw(app.trainer.follow(active, session=session), session, memory, progress)
             return
         # the run asked for by a link, else the one that was going, else the one this page served before a reload
         run_id = asked or active or memory.get("served")
@@ -558,8 +562,8 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         try:
             if not run_id:
                 return None
-            shown = view.served(app.open_run(session, run_id), session, memory)
-            restored = app.restore_texts(session)  # a reloaded page has no strings: the run's own come back
+            shown = view.served(app.saved.open_run(session, run_id), session, memory)
+            restored = app.loader.restore_texts(session)  # a reloaded page has no strings: the run's own come back
             if restored is not None:  # (the plan and its time follow: `estimated` below)
                 planning = render.message("Planning the run and timing it on this machine…", "info")
                 shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
@@ -595,7 +599,7 @@ def estimate_only(app: MirrorApp, ui: SimpleNamespace, mode_value, model_value, 
     session = app.session(s)
     if not session.texts:
         return gr.update(), session
-    return app.estimate(session, model_value, mode_value, dict(zip(ui.fields, vals, strict=True))), session
+    return app.planner.estimate(session, model_value, mode_value, dict(zip(ui.fields, vals, strict=True))), session
 
 
 def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
@@ -604,7 +608,7 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
 
     def on_saved_zip(path, memory, s, progress=gr.Progress()):  # noqa: B008
         session = app.session(s)
-        for ev in app.use_saved_model(session, path) if path else ():
+        for ev in app.saved.use_saved_model(session, path) if path else ():
             if isinstance(ev, Phase):
                 progress(None, desc=ev.text)
             elif isinstance(ev, Failed):
@@ -624,7 +628,7 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
 
     def on_blend(alpha, memory, s, progress=gr.Progress()):  # noqa: B008
         session, ended = app.session(s), []
-        events = (ended.append(ev) or ev for ev in app.blend_run(session, alpha))
+        events = (ended.append(ev) or ev for ev in app.saved.blend_run(session, alpha))
         yield from view.draw(events, session, memory, progress)
         if ended and isinstance(ended[-1], Done):
             yield {
@@ -653,7 +657,7 @@ def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.
         def search(session: Session) -> str:
             if session.run is None:
                 progress(None, desc="Searching with the base model (its first search embeds your strings)")
-            found = app.search(session, q, k_value, corpus_value, bool(hide), model_value or BUNDLED_MODEL)
+            found = app.searcher.search(session, q, k_value, corpus_value, bool(hide), model_value or BUNDLED_MODEL)
             base = session.run.base_model if session.run else (model_value or BUNDLED_MODEL)
             return render.render_results(found, base)
 
@@ -673,7 +677,7 @@ def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.
     def on_other(path, col, s, progress=gr.Progress()):  # noqa: B008
         def index(session: Session) -> tuple:
             progress(None, desc="Indexing with both encoders")
-            text = app.index_corpus(session, path, (col or "").strip() or None)
+            text = app.searcher.index_corpus(session, path, (col or "").strip() or None)
             return render.message(text, "ok"), gr.update(value="extra"), render.served_md(session)
 
         return call_service(app, s, 3, index)
@@ -694,7 +698,7 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             progress((ev.done, ev.total), desc=ev.text + (f" · {left}" if left else ""), unit="strings")
 
         return call_service(
-            app, s, 4, lambda session: eval_outputs(app.evaluate_report(session, gold_value, pairs_path, step))
+            app, s, 4, lambda session: eval_outputs(app.searcher.evaluate_report(session, gold_value, pairs_path, step))
         )
 
     def eval_outputs(report: EvalReport) -> tuple:

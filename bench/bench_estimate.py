@@ -1,6 +1,6 @@
-"""Estimate vs measured: the Tune tab's calibrated time estimate (MirrorApp.estimate), then the real job the app
-runs on the same strings (MirrorApp.train: load, base index, training, save, tuned index, downloads) plus the
-general checks it runs after training (explorer.forgetting), each size on a fresh MirrorApp with its own work
+"""Estimate vs measured: the Tune tab's calibrated time estimate (app.planner.estimate), then the real job the app
+runs on the same strings (app.trainer.train: load, base index, training, save, tuned index, downloads) plus the
+general checks it runs after training (explorer.compare.forgetting), each size on a fresh MirrorApp with its own work
 folder. Calibrations and what finished runs taught the estimator (Estimator.observe) are per process, as in a
 server: by default a later size is estimated with what the earlier sizes' runs measured; `--cold` forgets both
 before each size, so every size is a first estimate on a fresh server (it calibrates anew). `--warm-up` runs the
@@ -27,11 +27,11 @@ from pathlib import Path
 from common import EXAMPLES, print_table, write_json
 
 from explorer import MirrorApp, Settings
-from explorer.estimate import PHASES
 from explorer.events import Cancelled, Done, Failed, Phase, Step
-from explorer.inputs import build_config
+from explorer.tune.estimate import PHASES
+from explorer.tune.inputs import build_config
 
-# A job's Phase texts (explorer.pipeline, explorer.service) -> the estimate's phase they belong to.
+# A job's Phase texts (index.pipeline, explorer.service) -> the estimate's phase they belong to.
 PHASE_OF = (
     ("Checking the base model", "load"),
     ("Loading the base model", "load"),
@@ -56,8 +56,8 @@ def load() -> float:
 
 
 def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
-    from explorer import forgetting
-    from explorer.estimate import Estimator
+    from explorer.compare import forgetting
+    from explorer.tune.estimate import Estimator
 
     if cold:  # a fresh server: no calibration, nothing learned from runs, the base's check scores not kept
         Estimator._process[0].clear()
@@ -71,13 +71,13 @@ def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
         row["warm_up_s"] = round(time.perf_counter() - t, 2)
     session = app.session()
     raw, source = texts_of(size)
-    app.set_texts(session, raw, source)
+    app.loader.set_texts(session, raw, source)
     row.update(strings=len(session.texts), load_before=load())
     t = time.perf_counter()
-    markdown = app.estimate(session, "bundled", "auto", {})
+    markdown = app.planner.estimate(session, "bundled", "auto", {})
     row["estimate_call_s"] = round(time.perf_counter() - t, 2)  # includes the calibration
     config, _ = build_config(session.texts, "bundled", "auto", {}, app.settings.max_steps)
-    est, why = app._estimate(session, config)  # the numbers behind that Markdown (calibrated: cached now)
+    est, why = app.planner.estimate_of(session, config)  # the numbers behind that Markdown (calibrated: cached now)
     assert est.calibration is not None, why
     row.update(markdown=markdown, calibration_s=round(est.calibration.seconds, 2), steps=est.steps)
     row["calibration"] = dataclasses.asdict(est.calibration)
@@ -86,7 +86,7 @@ def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
     measured = dict.fromkeys(PHASES, 0.0)
     current, mark = "load", time.perf_counter()
     started = mark
-    for ev in app.train(session, "bundled", "auto", {}):
+    for ev in app.trainer.train(session, "bundled", "auto", {}):
         if isinstance(ev, Phase | Step | Done):
             phase = "training" if isinstance(ev, Step) else current
             if isinstance(ev, Phase):

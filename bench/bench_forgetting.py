@@ -1,5 +1,5 @@
 """Forgetting check and blend: tune the bundled model with each preset (default settings), blend it with its base at
-α in {0, 0.25, 0.5, 0.75, 1} and score every blend on the DEV half of the general checks (explorer.forgetting) and
+α in {0, 0.25, 0.5, 0.75, 1} and score every blend on the DEV half of the general checks (explorer.compare.forgetting) and
 on an in-domain proxy (words: SimLex-999 dev half; sentences: STS-B dev half, all 750 pairs). The default α is the
 one keeping the most in-domain gain with no general check more than MARGIN points below the base on dev; the
 CHECK half (the pairs the app reports after each run) is then shown before and after that blend.
@@ -16,7 +16,7 @@ import time
 
 from common import data_path, print_table, write_json
 
-from explorer.forgetting import CHECKS, MARGIN, forgetting_check
+from explorer.compare.forgetting import CHECKS, MARGIN, forgetting_check
 from mirror import MirrorConfig, read_texts
 from mirror.blend import blend
 from mirror.encoder import load_encoder

@@ -186,7 +186,7 @@ def default_loaded_runs() -> int:
 
 
 def in_process(values: list[int], searches: int = 30) -> None:
-    """Searches straight into MirrorApp.search from 20 threads, for each search_concurrency value."""
+    """Searches straight into app.searcher.search from 20 threads, for each search_concurrency value."""
     import app as mx
 
     words = EXAMPLE.read_text().split()
@@ -197,15 +197,15 @@ def in_process(values: list[int], searches: int = 30) -> None:
             sessions = []
             for i in range(20):
                 s = app.session()
-                app.load_pasted(s, "\n".join(words[(i * 50) % 400 :][:50]))
-                assert list(app.train(s, "bundled", "auto", {"max_steps": 1}))[-1]["kind"] == "done"
+                app.loader.load_pasted(s, "\n".join(words[(i * 50) % 400 :][:50]))
+                assert list(app.trainer.train(s, "bundled", "auto", {"max_steps": 1}))[-1]["kind"] == "done"
                 sessions.append(s)
             latencies: list[float] = []
 
             def loop(s, latencies=latencies, app=app) -> None:
                 for _ in range(searches):
                     t0 = time.perf_counter()
-                    app.search(s, "kitten", 10)
+                    app.searcher.search(s, "kitten", 10)
                     latencies.append(time.perf_counter() - t0)
 
             threads = [threading.Thread(target=loop, args=(s,)) for s in sessions]

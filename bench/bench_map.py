@@ -1,4 +1,4 @@
-"""Map layout time: explorer.maps.twin_map (two UMAP layouts, base then tuned started from it, Procrustes, k-means
+"""Map layout time: explorer.compare.maps.twin_map (two UMAP layouts, base then tuned started from it, Procrustes, k-means
 clusters per space, what moved) for 1k, 3k and 20k strings, the process's first call (numba compiles UMAP's kernels,
 or loads them from its cache) apart from warm calls.
 
@@ -44,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.cold:
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-cold-")
-    from explorer import maps
+    from explorer.compare import maps
 
     umap_s: list[float] = []
     real_umap = maps._umap

@@ -1,9 +1,20 @@
-"""The app's service layer, without Gradio: sessions and runs, jobs and typed progress events, model caches,
-the tune -> index pipeline, uploads and rendering. `MirrorApp` (explorer.service) is what the UI calls."""
+"""The app's service layer, without Gradio. `MirrorApp` (explorer.service) is what the UI and the API call:
+the shared state, and one object per concern over it (`app.loader`, `app.planner`, `app.trainer`, `app.saved`,
+`app.searcher`, `app.explore`). Grouped by concern:
+
+    service.py, settings.py, events.py, render.py   the facade, Settings.from_env, progress events, user text
+    tune/      before a run: strings loaded (loading), inputs checked (inputs), the plan and its estimate
+    runs/      sessions and kept runs, the training thread (jobs), runs started and served (training), runs not
+               trained here (saved), encoders in memory (models), RunInfo
+    compare/   the tuned encoder beside its base: search, evaluation, the Explore tab (maps, health, forgetting)
+    share/     files in and out: model zips and upload quotas (uploads), the model card, the Hugging Face Hub
+
+Imports go down only: explorer/ uses mirror/ and index/, never ui/ or app.py (tests/test_layers.py).
+"""
 
 from explorer.events import Cancelled, Done, Failed, Note, Phase, Step, Tick
+from explorer.runs.sessions import RunHandle, RunInfo, Session
 from explorer.service import MirrorApp
-from explorer.sessions import RunHandle, RunInfo, Session
 from explorer.settings import Settings
 
 __all__ = [

@@ -18,7 +18,7 @@ from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
-    from explorer.sessions import RunInfo, Session
+    from explorer.runs.sessions import RunInfo, Session
     from mirror.data import CleanStats
 
 log = logging.getLogger("mirror.app")
@@ -352,7 +352,7 @@ def served_md(session: Session | None) -> str:
 
 
 def health_md(health: dict[str, Any]) -> str:
-    """Space health before and after tuning (explorer.health.compare_health) as a small table and its one-line
+    """Space health before and after tuning (explorer.compare.health.compare_health) as a small table and its one-line
     reading."""
     base, tuned = health.get("base", {}), health.get("tuned", {})
     names = health.get("labels", {})
@@ -368,7 +368,7 @@ def health_md(health: dict[str, Any]) -> str:
 def forgetting_md(run: RunInfo | None) -> str:
     """The general checks of a run (base -> tuned on bundled word pairs, sentence pairs and real long documents,
     each change with its interval and a plain word) and the verdict."""
-    from explorer.forgetting import MARGIN
+    from explorer.compare.forgetting import MARGIN
     from mirror.checks import word_of
 
     check = (run.stats.get("forgetting") if run is not None else None) or {}
@@ -398,7 +398,7 @@ def forgetting_md(run: RunInfo | None) -> str:
 
 
 def own_long_md(check: dict[str, Any]) -> str:
-    """The label-free self-check on the run's own long strings (explorer.forgetting.own_long_texts), if it ran."""
+    """The label-free self-check on the run's own long strings (explorer.compare.forgetting.own_long_texts), if it ran."""
     own = check.get("own_long_texts")
     if not own:
         return ""

@@ -68,7 +68,7 @@ class Settings:
     train_memory_bytes: int | None = 8 * 1024**3
     disk_bytes: int = 10 * 1024**3
     session_disk_bytes: int = 2 * 1024**3
-    # Gradio's upload route (explorer.uploads.UploadQuota): bytes uploaded in the last hour and still on disk
+    # Gradio's upload route (explorer.share.uploads.UploadQuota): bytes uploaded in the last hour and still on disk
     upload_quota_bytes: int = 1024**3  # per visitor (a browser's cookie; a model zip is at most 600 MB)
     upload_address_bytes: int = 4 * 1024**3  # per client address (all its visitors: a NAT, a proxy)
     upload_disk_bytes: int = 8 * 1024**3  # everyone together
@@ -81,7 +81,7 @@ class Settings:
     loaded_runs: int = 32  # 20 active sessions on the bundled model (~95 MB each) stay loaded (bench/RESULTS.md)
     loaded_bytes: int = 3072 * 1024 * 1024  # ... but only ~6 runs of a bert-base-sized model
     search_concurrency: int = 4
-    general_checks: bool = True  # the forgetting check after each run (explorer.forgetting); off saves seconds
+    general_checks: bool = True  # the forgetting check after each run (explorer.compare.forgetting); off saves seconds
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
 
     @staticmethod
@@ -143,7 +143,7 @@ class Settings:
 
 def trusted_proxies(raw: str) -> tuple[str, ...]:
     """MIRROR_TRUSTED_PROXIES as a tuple of addresses/CIDRs ("*": any), each checked (MirrorError if not one)."""
-    from explorer.uploads import parse_proxies
+    from explorer.share.uploads import parse_proxies
 
     items = tuple(x.strip() for x in raw.split(",") if x.strip())
     parse_proxies(items)

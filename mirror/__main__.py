@@ -151,10 +151,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorConfig, budget: int | None) -> int:
-    """`train --index`: the web app's job (explorer.pipeline) in one process: tune, save model/, and index the
+    """`train --index`: the web app's job (index.pipeline) in one process: tune, save model/, and index the
     strings with the base and the tuned encoder (base_index/, tuned_index/), for `python -m index query`."""
-    from explorer.events import Finished, Phase, Step, Stopped
-    from explorer.pipeline import tune_and_index
+    from index.pipeline import Finished, Phase, Step, Stopped, tune_and_index
     from mirror.card import write_card
 
     out = Path(args.out).expanduser()
@@ -254,11 +253,10 @@ def add_export_parser(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """`export`: the Explore tab's exports (explorer.exports) from the command line, without a map (no x, y)."""
-    from explorer.exports import export_bundle
-    from explorer.moved import neighbour_changes
-    from explorer.uploads import download_name
+    """`export`: the Explore tab's exports (mirror.exports) from the command line, without a map (no x, y)."""
     from mirror.encoder import load_encoder
+    from mirror.exports import download_name, export_bundle
+    from mirror.moved import neighbour_changes
 
     out = Path(args.out).expanduser()
     if out.exists() and not out.is_dir():

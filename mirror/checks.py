@@ -1,8 +1,8 @@
 """The general checks: a tuned encoder against its base on bundled general sets (word pairs, sentence pairs, real
 long documents), each change with a paired bootstrap 95% interval and a plain word (better, same, worse).
 
-The engine's half of the forgetting check: `python -m mirror check` and the app (explorer/forgetting.py, which adds
-the base-score cache and the app's wording) both call `run_checks`. Two kinds of check:
+The engine's half of the forgetting check: `python -m mirror check` and the app (explorer/compare/forgetting.py,
+which adds the base-score cache and the app's wording) both call `run_checks`. Two kinds of check:
 
 - "pairs": Spearman ×100 of the pairs' cosines with gold scores (SimLex-999, WordSim-353, STS-B dev); the interval
   resamples the pairs.

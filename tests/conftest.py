@@ -104,14 +104,14 @@ def app(tmp_path, tiny_bert) -> MirrorApp:
 
 
 def train(app: MirrorApp, session: Session, model: str | Path, **overrides: Any) -> list[Event]:
-    """`app.train` on the session's strings with TINY settings (plus `overrides`), run to its end: its events."""
-    return list(app.train(session, str(model), "auto", {**TINY, **overrides}))
+    """`app.trainer.train` on the session's strings with TINY settings (plus `overrides`), run to its end: its events."""
+    return list(app.trainer.train(session, str(model), "auto", {**TINY, **overrides}))
 
 
 def tuned_session(app: MirrorApp, model: str | Path) -> Session:
     """A new session with WORDS loaded, tuned (TINY) and indexed: it serves a run."""
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     events = train(app, s, model)
     assert events[-1].kind == "done", events[-1]
     return s

@@ -32,7 +32,7 @@ import pytest
 
 import app as mx
 from explorer import MirrorApp, Session, Settings
-from explorer.inputs import ADVANCED
+from explorer.tune.inputs import ADVANCED
 from mirror import MirrorConfig
 from mirror.names import is_under
 from tests.conftest import ENDLESS, ROOT, TINY, WORDS, inject_oom, train, tuned_session
@@ -149,7 +149,7 @@ def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
     demo = mx.build_demo(app)
     fns = {f.name: f for f in demo.fns.values()}
     session = app.session()
-    app.load_pasted(session, "\n".join(WORDS))
+    app.loader.load_pasted(session, "\n".join(WORDS))
     data = {}
     for comp in fns["on_train"].inputs:
         name = (comp.elem_id or "").removeprefix("mx-set-")
@@ -191,7 +191,7 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
     assert "Still loaded: **3 strings** from `terms.csv`" in out[0]  # ...and says so
 
     # a zip downloaded from an earlier run, uploaded in a session that has strings loaded
-    app.load_pasted(session, "\n".join(WORDS))
+    app.loader.load_pasted(session, "\n".join(WORDS))
     out = fns["on_saved_zip"].fn(str(tuned.run.model_zip), None, session)
     shown = {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in out.items()}
     result_md, model_file = shown["mx-result"], shown["mx-model-zip"]
@@ -223,7 +223,7 @@ def test_bad_upload_is_a_clear_message_in_the_ui_and_keeps_what_was_loaded(ui, t
 def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):
     app, fns = ui
     session = app.session()
-    app.load_pasted(session, "\n".join(WORDS))
+    app.loader.load_pasted(session, "\n".join(WORDS))
     last = ui_train(fns, session, tiny_bert, epochs=0)[-1]
     status = shown(last, "mx-status")
     assert "mx-status-error" in status and "epochs must be &gt;= 1" in status
@@ -244,7 +244,7 @@ def test_out_of_memory_at_every_batch_size_ends_with_a_message_not_a_hang(ui, ti
     app, fns = ui
     inject_oom(monkeypatch, first_n=10**9)
     session = app.session()
-    app.load_pasted(session, "\n".join(WORDS))
+    app.loader.load_pasted(session, "\n".join(WORDS))
     result: list = []
     worker = threading.Thread(target=lambda: result.extend(ui_train(fns, session, tiny_bert)))
     worker.start()
@@ -282,15 +282,17 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
     sessions = []
     for i in range(50):
         s = app.session()
-        app.load_pasted(s, "\n".join(WORDS))
+        app.loader.load_pasted(s, "\n".join(WORDS))
         if i % 10 == 0:  # some with a tuned model, zips and indexes on disk
             assert train(app, s, tiny_bert)[-1].kind == "done"
         holder[f"client{i}"][state._id] = s
         sessions.append(s)
-    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 600.0)  # its page stays open: only Gradio's expiry acts
+    monkeypatch.setattr("explorer.runs.jobs.ABANDONED_S", 600.0)  # its page stays open: only Gradio's expiry acts
     busy = sessions[1]  # closed while a run goes on: cleaned up when the run ends
     # a run goes on in its own thread, whether its page pulls events or not: this one runs until cancelled below
-    running = app.train(busy, str(tiny_bert), "auto", {**TINY, "batch_size": 4, "max_steps": None, "epochs": 1000})
+    running = app.trainer.train(
+        busy, str(tiny_bert), "auto", {**TINY, "batch_size": 4, "max_steps": None, "epochs": 1000}
+    )
     assert next(e for e in running if e.kind == "step")
     orphans = [app.settings.work_dir / f"orphan{i}" for i in range(20)]  # e.g. evicted from Gradio's state
     for folder in orphans:
@@ -313,7 +315,7 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
     assert (
         busy.folder.is_dir() and app.settings.work_dir / busy.folder.name in app.sessions.running
     )  # not while it runs
-    app.cancel(busy)
+    app.trainer.cancel(busy)
     assert list(running)[-1].kind == "cancelled"  # the run ends ...
     assert not busy.folder.exists()  # ... and its closed session goes with it
     assert sorted(p.name for p in session_folders(app)) == sorted(s.folder.name for s in live)
@@ -343,7 +345,7 @@ def du(folder: Path) -> int:
 def test_downloads_are_files_of_the_sessions_own_run(ui, tiny_bert):  # was ..._inside_the_session_folder
     app, fns = ui
     session = app.session()
-    app.load_pasted(session, "\n".join(WORDS))
+    app.loader.load_pasted(session, "\n".join(WORDS))
     last = ui_train(fns, session, tiny_bert)[-1]
     files = [shown(last, "mx-model-zip")["value"], shown(last, "mx-index-zip")["value"]]
     for f in files:  # the run's own files, in its folder of the run store

@@ -1,4 +1,4 @@
-"""The calibrated time estimate (explorer.estimate): calibrated once per key, priced on mirror.train's own plan, and
+"""The calibrated time estimate (explorer.tune.estimate): calibrated once per key, priced on mirror.train's own plan, and
 following the machine: costs measured with a virtual clock (the tiny BERT's forward passes advance it by a known
 cost per token) must come back as the estimate, and a machine 4x slower must get a ~4x longer one."""
 
@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from explorer import estimate as est_mod
-from explorer.estimate import PHASES, Estimator, Fit, calibrate, estimate_md, price
+from explorer.tune import estimate as est_mod
+from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, estimate_md, price
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, load_encoder
 from mirror.train import mirror_tune
@@ -202,44 +202,44 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
     monkeypatch.setattr(est_mod, "calibrate", counting)
     app.estimator = Estimator(app.settings.work_dir / ".estimate")  # not this process's: count from none
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    first = app.estimate(s, str(tiny_bert), "auto", TINY)
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    first = app.planner.estimate(s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 1 and "calibrated on this machine just now" in first
     assert "**Plan:** 2 steps" in first and "estimated ~" in first
     for name in ("load", "base index", "training", "save", "tuned index", "downloads", "general checks"):
         assert name in first
-    again = app.estimate(s, str(tiny_bert), "auto", {**TINY, "max_steps": 3})  # same key: a setting of the plan
+    again = app.planner.estimate(s, str(tiny_bert), "auto", {**TINY, "max_steps": 3})  # same key: a setting of the plan
     assert len(calls) == 1 and "calibrated on this machine" in again and "just now" not in again
     assert "**Plan:** 3 steps" in again
-    app.estimate(s, str(tiny_bert), "auto", {**TINY, "pooling": "cls"})  # another key: another calibration
+    app.planner.estimate(s, str(tiny_bert), "auto", {**TINY, "pooling": "cls"})  # another key: another calibration
     assert len(calls) == 2
-    import explorer.service
+    import explorer.tune.planning
 
-    monkeypatch.setattr(explorer.service, "device_and_threads", lambda device: ("cpu", 7))  # torch on 7 threads
-    app.estimate(s, str(tiny_bert), "auto", TINY)
+    monkeypatch.setattr(explorer.tune.planning, "device_and_threads", lambda device: ("cpu", 7))  # torch on 7 threads
+    app.planner.estimate(s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 3 and {key[-2] for key in app.estimator.calibrations} == {torch.get_num_threads(), 7}
-    app.estimate(s, str(tiny_bert), "auto", TINY)
+    app.planner.estimate(s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 3
 
 
 def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, tiny_bert, monkeypatch):
     app.estimator = Estimator(app.settings.work_dir / ".estimate")
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     app.in_progress["someone"] = object()  # a run is training on this server: no calibration competes with it
     try:
-        text = app.estimate(s, str(tiny_bert), "auto", TINY)
+        text = app.planner.estimate(s, str(tiny_bert), "auto", TINY)
     finally:
         app.in_progress.pop("someone")
     assert "rough guess" in text and "when no run is training" in text and not app.estimator.calibrations
     config = MirrorConfig.preset("words", model=str(tiny_bert), **TINY)
     key = app.estimator.key(config, "cpu", torch.get_num_threads(), length=4)  # WORDS: ~5 tokens padded
     lock = app.estimator._locks.setdefault(key, threading.Lock())
-    app.CALIBRATION_WAIT_S = 0.2
+    app.planner.CALIBRATION_WAIT_S = 0.2
     with lock:  # another request is calibrating this key, for longer than this one waits
-        text = app.estimate(s, str(tiny_bert), "auto", TINY)
+        text = app.planner.estimate(s, str(tiny_bert), "auto", TINY)
     assert "rough guess" in text and "calibrating" in text
-    assert "calibrated" in app.estimate(s, str(tiny_bert), "auto", TINY)
+    assert "calibrated" in app.planner.estimate(s, str(tiny_bert), "auto", TINY)
 
 
 def test_fit_keeps_costs_positive_and_sees_the_length_term():
@@ -262,7 +262,7 @@ def test_apps_in_one_process_share_their_calibrations(tmp_path):
 
 
 def test_steps_are_timed_at_the_job_s_own_length_class():
-    from explorer.estimate import length_class, train_shapes
+    from explorer.tune.estimate import length_class, train_shapes
 
     assert length_class([5, 5, 6, 7]) == 4 and length_class([40, 50, 45]) == 32 and length_class([]) == 8
     assert all(length == 32 for _, length in train_shapes(32))
@@ -299,9 +299,9 @@ def test_the_service_learns_from_each_run_and_drops_checks_that_are_off(app, tin
 
     app.estimator = Estimator(app.settings.work_dir / ".estimate")
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    assert "general checks" in app.estimate(s, str(tiny_bert), "auto", TINY)  # calibrates
-    events = list(app.train(s, str(tiny_bert), "auto", TINY))
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    assert "general checks" in app.planner.estimate(s, str(tiny_bert), "auto", TINY)  # calibrates
+    events = list(app.trainer.train(s, str(tiny_bert), "auto", TINY))
     assert events[-1].kind == "done"
     (seen,) = app.estimator.observed.values()
     checks = s.run.stats["forgetting"]["seconds"]
@@ -309,8 +309,8 @@ def test_the_service_learns_from_each_run_and_drops_checks_that_are_off(app, tin
     off = MirrorApp(Settings(work_dir=tmp_path / "off", model_roots=(tiny_bert.resolve(),), general_checks=False))
     off.estimator = Estimator(off.settings.work_dir / ".estimate")
     t = off.session()
-    off.load_pasted(t, "\n".join(WORDS))
-    text = off.estimate(t, str(tiny_bert), "auto", TINY)
+    off.loader.load_pasted(t, "\n".join(WORDS))
+    text = off.planner.estimate(t, str(tiny_bert), "auto", TINY)
     assert "training" in text and "general checks" not in text
 
 
@@ -325,12 +325,12 @@ def test_a_second_request_waits_for_the_calibration_another_one_started(app, tin
     monkeypatch.setattr(est_mod, "calibrate", slow)
     app.estimator = Estimator(app.settings.work_dir / ".estimate")
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     first: list[str] = []
-    worker = threading.Thread(target=lambda: first.append(app.estimate(s, str(tiny_bert), "auto", TINY)))
+    worker = threading.Thread(target=lambda: first.append(app.planner.estimate(s, str(tiny_bert), "auto", TINY)))
     worker.start()
     assert started.wait(30)
-    second = app.estimate(s, str(tiny_bert), "auto", TINY)  # the page asks again while the first calibrates
+    second = app.planner.estimate(s, str(tiny_bert), "auto", TINY)  # the page asks again while the first calibrates
     worker.join(60)
     assert "calibrated on this machine just now" in first[0]
     assert "calibrated on this machine" in second and "rough guess" not in second
@@ -339,7 +339,7 @@ def test_a_second_request_waits_for_the_calibration_another_one_started(app, tin
 def test_an_estimate_timed_on_a_busy_machine_says_so(base, tiny_bert, tmp_path, monkeypatch):
     """Issue 28: on 2 cores shared with other work the same small run took 2.7 to 21 s; a calibration timed while
     the load average per core was high says so rather than pretending to a precision it cannot have."""
-    import explorer.estimate as est_mod
+    import explorer.tune.estimate as est_mod
 
     clock = VirtualClock(monkeypatch)
     config = words_config(tiny_bert)
@@ -356,14 +356,16 @@ def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkey
     """Issue 28: the first plan of a fresh server cost its visitor a calibration longer than the run it priced. The
     warm-up (a background thread at start) now calibrates the small example's key: the visitor's first estimate of
     that example calibrates nothing."""
-    import explorer.forgetting
-    import explorer.maps
+    import explorer.compare.forgetting
+    import explorer.compare.maps
     import explorer.service
+    import explorer.tune.planning
 
-    monkeypatch.setattr(explorer.service, "BUNDLED_MODEL", str(tiny_bert))  # the tiny model stands in for it
+    for module in (explorer.service, explorer.tune.planning):  # the warm-up's model, and the estimate it calibrates
+        monkeypatch.setattr(module, "BUNDLED_MODEL", str(tiny_bert))  # the tiny model stands in for it
     monkeypatch.setattr(app.models, "warm_up", lambda: None)
-    monkeypatch.setattr(explorer.maps, "warm_up", lambda: None)
-    monkeypatch.setattr(explorer.forgetting, "warm_up", lambda base: None)
+    monkeypatch.setattr(explorer.compare.maps, "warm_up", lambda: None)
+    monkeypatch.setattr(explorer.compare.forgetting, "warm_up", lambda base: None)
     calls = []
     real = est_mod.calibrate
     monkeypatch.setattr(est_mod, "calibrate", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -371,6 +373,6 @@ def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkey
     app.warm_up()
     assert len(calls) == 1 and len(app.estimator.calibrations) == 1
     s = app.session()
-    app.load_example(s, "small")
-    shown = app.estimate(s, str(tiny_bert), "auto", {})
+    app.loader.load_example(s, "small")
+    shown = app.planner.estimate(s, str(tiny_bert), "auto", {})
     assert len(calls) == 1 and "just now" not in shown and "calibrated on this machine" in shown

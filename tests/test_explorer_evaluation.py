@@ -1,5 +1,5 @@
 """The Evaluate tab: bootstrap intervals on Spearman, the pairs that moved most, the small-set note, progress with
-the time left (explorer.evaluation, mirror.evaluate), the service's report and the UI adapter.
+the time left (explorer.compare.evaluation, mirror.evaluate), the service's report and the UI adapter.
 
 Statistics are checked on synthetic scores and a hand-made encoder (a table of vectors): the tiny random model's
 cosines mean nothing, so it only drives the service and UI plumbing."""
@@ -14,8 +14,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 import app as mx
-from explorer import evaluation
-from explorer.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
+from explorer.compare import evaluation
+from explorer.compare.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
 from explorer.events import Phase
 from explorer.render import eval_chart, eval_table_rows, fmt_interval
 from mirror.evaluate import bootstrap_spearman, interval, moved_pairs, spearman
@@ -179,10 +179,10 @@ def test_the_eta_is_measured_from_the_first_report(monkeypatch):
 def test_the_service_keeps_its_rows_and_adds_intervals_and_notes(app, tuned, tmp_path):
     pairs = tmp_path / "pairs.txt"
     pairs.write_text("cat dog 8\ncar bus 7\nred moon 1\nsun moon 6\nman woman 7\n")
-    rows = app.evaluate(tuned, [], str(pairs))
+    rows = app.searcher.evaluate(tuned, [], str(pairs))
     assert {"gold set", "pairs", "base", "tuned", "change", "base 95% CI", "tuned 95% CI"} <= set(rows[0])
     seen: list[Phase] = []
-    report = app.evaluate_report(tuned, ["WordSim-353"], str(pairs), seen.append)
+    report = app.searcher.evaluate_report(tuned, ["WordSim-353"], str(pairs), seen.append)
     assert [r["gold set"] for r in report.rows] == ["WordSim-353", "pairs.txt"]
     assert report.notes == [n for n in report.notes if "pairs.txt" in n] and "only 5 pairs" in report.notes[0]
     assert {m["gold set"] for m in report.moved} <= {"WordSim-353", "pairs.txt"}
@@ -198,9 +198,9 @@ def test_an_evaluation_names_the_run_it_scored_even_when_another_is_served_by_th
     def swap(ev: Phase) -> None:  # another run is served while this evaluation encodes
         tuned.run = None
 
-    report = app.evaluate_report(tuned, [], str(pairs), swap)
+    report = app.searcher.evaluate_report(tuned, [], str(pairs), swap)
     assert report.encoders == ("base", "tuned") and scored.folder.name[:8] in report.caption
-    assert "Base encoder only" in app.evaluate_report(tuned, [], str(pairs)).caption
+    assert "Base encoder only" in app.searcher.evaluate_report(tuned, [], str(pairs)).caption
 
 
 def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_path):

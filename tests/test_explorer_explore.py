@@ -1,5 +1,5 @@
-"""The Explore tab's pure parts on synthetic vectors: twin maps (explorer.maps), what moved (explorer.moved) and
-space health (explorer.health)."""
+"""The Explore tab's pure parts on synthetic vectors: twin maps (explorer.compare.maps), what moved (mirror.moved) and
+space health (explorer.compare.health)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from explorer import health, maps, moved
+from explorer.compare import health, maps
+from mirror import moved
 from mirror.errors import MirrorError
 
 

@@ -1,4 +1,4 @@
-"""explorer.exports (Projector TSV, Parquet, neighbours CSV, the zip of all three), the model card (explorer.card),
+"""mirror.exports (Projector TSV, Parquet, neighbours CSV, the zip of all three), the model card (explorer.share.card),
 the download names, and `python -m mirror export`, on synthetic vectors with known neighbours."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explorer.exports import export_bundle
 from mirror.errors import MirrorError
+from mirror.exports import export_bundle
 
 TEXTS = ["cat", "kitten", "dog", "puppy", "car", "bus", "tab\there", "two\nlines"]
 
@@ -191,7 +191,7 @@ def front_matter(card: str) -> dict:
 
 
 def test_the_card_names_base_settings_data_and_the_forgetting_table(tmp_path):
-    from explorer.card import model_card, write_card
+    from explorer.share.card import model_card, write_card
 
     folder = saved_folder(tmp_path)
     card = model_card(folder, {"forgetting": FORGETTING, "blend_alpha": 0.5}, repo_id="me/words")
@@ -209,7 +209,7 @@ def test_the_card_names_base_settings_data_and_the_forgetting_table(tmp_path):
 
 
 def test_a_card_without_checks_and_a_local_base_shows_no_server_path(tmp_path):
-    from explorer.card import model_card
+    from explorer.share.card import model_card
 
     card = model_card(saved_folder(tmp_path, model="/srv/secret/models/my-bert"))
     assert "base_model" not in front_matter(card) and "/srv/secret" not in card and "`my-bert`" in card
@@ -302,7 +302,7 @@ def test_the_cli_exports_a_tuned_folder_against_the_base_it_names(tuned, tiny_be
 def test_a_repeated_export_is_one_file_whoever_asks(app, tuned):
     import dataclasses
 
-    from explorer.sessions import disk_usage
+    from explorer.runs.sessions import disk_usage
 
     folder = tuned.run.folder
     by_link = dataclasses.replace(app.session(), run=app.runs.load(folder.name))  # as ui.api.explore_call makes it
@@ -319,7 +319,7 @@ def test_a_repeated_export_is_one_file_whoever_asks(app, tuned):
 def test_a_runs_exports_stay_within_its_budget_oldest_first(app, tuned):
     import dataclasses
 
-    from explorer.sessions import disk_usage
+    from explorer.runs.sessions import disk_usage
 
     folder = tuned.run.folder
     first = app.explore.export(tuned, "parquet", [0])
@@ -345,4 +345,4 @@ def test_the_global_sweep_removes_exports_before_any_run(app, tuned):
     app.settings = dataclasses.replace(app.settings, disk_bytes=1)  # far over: everything that may go, goes
     app.sweep(force=True)
     assert list(exports_dir.iterdir()) == [] and (tuned.run.folder / "run.json").is_file()  # served: kept
-    assert app.search(tuned, "cat", 2)[0]["tuned"]
+    assert app.searcher.search(tuned, "cat", 2)[0]["tuned"]

@@ -1,4 +1,4 @@
-"""The forgetting check in the app (explorer.forgetting over mirror.checks): its rows and `worse` logic on toy encoders
+"""The forgetting check in the app (explorer.compare.forgetting over mirror.checks): its rows and `worse` logic on toy encoders
 with known scores, the base's side kept per base, on the tiny random BERT over the bundled sets, and run after every
 training run by the service (never failing it)."""
 
@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer import forgetting, render
-from explorer.forgetting import CHECKS, Check, forgetting_check, verdict
+from explorer import render
+from explorer.compare import forgetting
+from explorer.compare.forgetting import CHECKS, Check, forgetting_check, verdict
 from explorer.settings import Settings
 from mirror import checks as engine
 from mirror.checks import check_items
@@ -110,7 +111,7 @@ def test_forgetting_check_on_the_tiny_model_over_the_bundled_sets(tiny_bert):
 
 def test_every_run_ends_with_the_forgetting_check(app, tiny_bert):
     s = app.session()
-    app.load_pasted(s, "cat\ndog\ncar\nbus\nred\nblue\nbig\nsmall")
+    app.loader.load_pasted(s, "cat\ndog\ncar\nbus\nred\nblue\nbig\nsmall")
     events = train(app, s, tiny_bert)
     assert events[-1].kind == "done", events[-1]
     phases = [e.text for e in events if e.kind == "phase"]
@@ -118,7 +119,7 @@ def test_every_run_ends_with_the_forgetting_check(app, tiny_bert):
     assert at < phases.index("Preparing downloads")
     check = s.run.stats["forgetting"]
     assert [r["name"] for r in check["checks"]] == [c.name for c in CHECKS] and check["seconds"] >= 0
-    assert app.open_run(app.session(), s.run.folder.name).stats["forgetting"] == check  # kept in run.json
+    assert app.saved.open_run(app.session(), s.run.folder.name).stats["forgetting"] == check  # kept in run.json
     shown = render.forgetting_md(s.run)
     assert "| general check | score | items | base | tuned | change | 95% interval of the change | verdict |" in shown
     assert all(f"| {c.name} |" in shown for c in CHECKS) and check["verdict"] in shown
@@ -130,7 +131,7 @@ def test_a_failing_check_never_fails_the_run(app, tiny_bert, monkeypatch, caplog
 
     monkeypatch.setattr(forgetting, "forgetting_check", broken)
     s = app.session()
-    app.load_pasted(s, "cat\ndog\ncar\nbus")
+    app.loader.load_pasted(s, "cat\ndog\ncar\nbus")
     events = train(app, s, tiny_bert)
     assert events[-1].kind == "done" and s.run.stats["forgetting"] is None
     assert "forgetting check failed" in caplog.text
@@ -145,7 +146,7 @@ def test_the_check_can_be_switched_off(tmp_path, tiny_bert):
     off = Settings(work_dir=tmp_path / "w", model_roots=(tiny_bert.resolve(),), general_checks=False)
     app = MirrorApp(off)
     s = app.session()
-    app.load_pasted(s, "cat\ndog\ncar\nbus")
+    app.loader.load_pasted(s, "cat\ndog\ncar\nbus")
     events = train(app, s, tiny_bert)
     assert events[-1].kind == "done" and "forgetting" not in s.run.stats
     assert not any("forgetting" in e.text for e in events if e.kind == "phase")
@@ -180,14 +181,14 @@ def test_forgetting_md_marks_the_worse_checks():
 
 def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
     parent = tuned.run
-    events = list(app.blend_run(tuned, 0.5))
+    events = list(app.saved.blend_run(tuned, 0.5))
     assert events[-1].kind == "done", events[-1]
     run = tuned.run
     assert run.folder != parent.folder and run.stats["blend_alpha"] == 0.5
     assert "Checking general similarity (the forgetting check)" in [e.text for e in events if e.kind == "phase"]
     assert run.stats["forgetting"] is not parent.stats["forgetting"] and run.stats["forgetting"]["checks"]
     assert render.default_alpha(run) == 0.5 and "α = 0.5 of the tuned weights" in render.forgetting_md(run)
-    assert [e.kind for e in app.blend_run(tuned, 2)] == ["error"]
+    assert [e.kind for e in app.saved.blend_run(tuned, 2)] == ["error"]
 
 
 def test_the_blend_slider_starts_at_the_suggestion_only_when_a_check_is_worse():
@@ -218,7 +219,8 @@ def test_warm_up_keeps_the_base_scores(toy_gold):
 
 
 def test_warm_up_off_loads_the_bundled_model_only(tmp_path, monkeypatch):
-    from explorer import MirrorApp, forgetting, maps
+    from explorer import MirrorApp
+    from explorer.compare import forgetting, maps
 
     assert Settings.from_env({"MIRROR_WARM_UP": "off"}).warm_up is False and Settings.from_env({}).warm_up is True
     called = []
@@ -297,7 +299,7 @@ def test_the_remedy_is_offered_only_for_a_run_as_trained_with_a_worse_check():
 
 def test_a_run_on_long_strings_carries_the_own_long_texts_figures(app, tiny_bert):
     s = app.session()
-    app.load_pasted(s, "\n".join(long_texts(24, words=220)))
+    app.loader.load_pasted(s, "\n".join(long_texts(24, words=220)))
     events = train(app, s, tiny_bert)
     assert events[-1].kind == "done", events[-1]
     own = s.run.stats["forgetting"]["own_long_texts"]

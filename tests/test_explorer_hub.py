@@ -1,4 +1,4 @@
-"""explorer.hub against a fake Hub on 127.0.0.1 (tests/fake_hub.py): push a model with its card, a refused token,
+"""explorer.share.hub against a fake Hub on 127.0.0.1 (tests/fake_hub.py): push a model with its card, a refused token,
 nothing listening, bad ids and sizes; read a dataset column (Parquet, CSV, splits, limits)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer import hub
+from explorer.share import hub
 from mirror.errors import MirrorError
 from tests.fake_hub import FakeHub
 
@@ -169,7 +169,7 @@ def test_csv_and_jsonl_datasets_reuse_the_upload_reader(fake):
 def test_the_service_loads_a_dataset_into_the_session(fake, app):
     fake.datasets["me/words"] = {"data/train-0.parquet": parquet_bytes(text=["cat", "dog", "car"])}
     s = app.session()
-    info = app.load_hub_dataset(s, "me/words", "text")
+    info = app.loader.load_hub_dataset(s, "me/words", "text")
     assert info["strings"] == 3 and s.texts == ["cat", "dog", "car"] and info["source"] == "me/words · text"
 
 

@@ -1,5 +1,5 @@
-"""What a user gives the service, checked: strings (files, paste, examples) loaded through `MirrorApp.load_*`,
-run settings (explorer.inputs: coercion, build_config, the server's step cap, the time estimate), queries and k,
+"""What a user gives the service, checked: strings (files, paste, examples) loaded through `app.loader.load_*`,
+run settings (explorer.tune.inputs: coercion, build_config, the server's step cap, the time estimate), queries and k,
 and the bundled examples and gold sets. All through `explorer`, without Gradio, on the tiny random BERT.
 
 (The UI's own upload handler on the bad-upload corpus: tests/test_app_ui.py; the CLI on it:
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from explorer import MirrorApp, Settings
-from explorer.estimate import estimate_seconds
-from explorer.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, coerce_overrides
 from explorer.render import load_md
+from explorer.tune.estimate import estimate_seconds
+from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, coerce_overrides
 from mirror import MirrorConfig
 from mirror.errors import MirrorError
 from tests.conftest import TINY, WORDS, train, tree, tuned_session
@@ -30,31 +30,31 @@ def test_load_txt_csv_jsonl_paste_and_examples(app, tmp_path):
     s = app.session()
     txt = tmp_path / "words.txt"
     txt.write_text("cat\n\ndog\ncat\n  \nkitten\n")
-    info = app.load_file(s, str(txt))
+    info = app.loader.load_file(s, str(txt))
     assert (info["strings"], info["stats"].empty, info["stats"].duplicates, info["mode"]) == (3, 2, 1, "words")
     assert s.texts == ["cat", "dog", "kitten"] and s.source == "words.txt" and info["columns"] == []
 
     csv = tmp_path / "t.csv"
     csv.write_text("id,sentence,label\n1,a man is riding a horse today,3\n2,the cat sleeps on the warm mat,1\n")
-    info = app.load_file(s, str(csv))
+    info = app.loader.load_file(s, str(csv))
     assert info["columns"] == ["id", "sentence", "label"] and info["mode"] == "sentences"
-    assert app.load_file(s, str(csv), "label")["strings"] == 2 and s.texts == ["3", "1"]
+    assert app.loader.load_file(s, str(csv), "label")["strings"] == 2 and s.texts == ["3", "1"]
     with pytest.raises(MirrorError, match="no column 'nope'") as exc:
-        app.load_file(s, str(csv), "nope")
+        app.loader.load_file(s, str(csv), "nope")
     assert exc.value.columns == ["id", "sentence", "label"]  # the UI still offers the picker
 
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"term": "cat", "n": 1}\n{"term": "dog", "n": 2}\n')
     with pytest.raises(MirrorError, match="no string field 'text'") as exc:
-        app.load_file(s, str(jsonl))
+        app.loader.load_file(s, str(jsonl))
     assert exc.value.columns == ["term"]
-    assert app.load_file(s, str(jsonl), "term")["strings"] == 2
+    assert app.loader.load_file(s, str(jsonl), "term")["strings"] == 2
 
-    assert app.load_pasted(s, "a\nb\nb\n")["strings"] == 2
+    assert app.loader.load_pasted(s, "a\nb\nb\n")["strings"] == 2
     for key in EXAMPLES:
-        assert app.load_example(s, key)["strings"] > 400
-    assert app.load_example(s, "sentences10k")["mode"] == "sentences"
-    assert app.load_example(s, "words10k")["mode"] == "words"
+        assert app.loader.load_example(s, key)["strings"] > 400
+    assert app.loader.load_example(s, "sentences10k")["mode"] == "sentences"
+    assert app.loader.load_example(s, "words10k")["mode"] == "words"
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_bad_uploads_give_clear_messages(app, tmp_path, name, content, match):
     s = app.session()
     s.texts = ["kept", "strings"]
     with pytest.raises(MirrorError, match=match):
-        app.load_file(s, str(path))
+        app.loader.load_file(s, str(path))
     # a failed load keeps the strings loaded before (issue 28; the page says they are still loaded)
     assert s.texts == ["kept", "strings"]
 
@@ -85,13 +85,13 @@ def test_upload_and_string_limits_are_enforced(app, tmp_path):
     big = tmp_path / "big.txt"
     big.write_text("word\n" * 100)
     with pytest.raises(MirrorError, match="big.txt: 500 bytes is over the limit of 300 bytes"):
-        a.load_file(a.session(), str(big))
+        a.loader.load_file(a.session(), str(big))
     with pytest.raises(MirrorError, match="pasted text is over"):
-        a.load_pasted(a.session(), "x\n" * 400)
-    info = a.load_pasted(a.session(), "\n".join(f"w{i}" for i in range(40)))
+        a.loader.load_pasted(a.session(), "x\n" * 400)
+    info = a.loader.load_pasted(a.session(), "\n".join(f"w{i}" for i in range(40)))
     assert info["strings"] == 5 and "MIRROR_MAX_STRINGS" in info["notes"][0]
     with pytest.raises(MirrorError, match="paste some strings"):
-        a.load_pasted(a.session(), "   \n")
+        a.loader.load_pasted(a.session(), "   \n")
 
 
 def test_upload_size_and_string_limits(tmp_path):
@@ -101,14 +101,14 @@ def test_upload_size_and_string_limits(tmp_path):
     small = MirrorApp(Settings(work_dir=tmp_path / "w", max_upload_bytes=2000, max_strings=50))
     session = small.session()
     with pytest.raises(MirrorError, match=re.escape("big.txt: 2.5 KiB is over the limit of 1.9 KiB")):
-        small.load_file(session, str(write(tmp_path, "big.txt", b"word\n" * 500)))
+        small.loader.load_file(session, str(write(tmp_path, "big.txt", b"word\n" * 500)))
     assert session.texts == []
     lines = "\n".join(f"w{i}" for i in range(100)).encode()
-    shown = load_md(small.load_file(session, str(write(tmp_path, "many.txt", lines))))
+    shown = load_md(small.loader.load_file(session, str(write(tmp_path, "many.txt", lines))))
     assert "**50 strings** loaded" in shown and "kept the first 50 of 100 strings" in shown
     assert session.texts == [f"w{i}" for i in range(50)]
     with pytest.raises(MirrorError, match="pasted text is over 1.9 KiB"):
-        small.load_pasted(session, "x\n" * 1500)
+        small.loader.load_pasted(session, "x\n" * 1500)
 
 
 GUESSES = {  # what reading had to guess, said under the upload
@@ -121,14 +121,14 @@ GUESSES = {  # what reading had to guess, said under the upload
 def test_odd_but_valid_uploads_load_train_and_search(app, tmp_path, case):
     name, content, expected = GOOD_UPLOADS[case]
     session = app.session()
-    shown = load_md(app.load_file(session, str(write(tmp_path, name, content))))  # what the page shows
+    shown = load_md(app.loader.load_file(session, str(write(tmp_path, name, content))))  # what the page shows
     assert f"**{len(expected)} strings** loaded from `{name}`" in shown, shown
     assert (GUESSES[case] in shown) if case in GUESSES else ("> **Note:**" not in shown), shown
     assert session.texts == expected
     assert not any(re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufeff]", t) for t in session.texts)
     events = train(app, session, app.settings.model_roots[0])
     assert events[-1].kind == "done", events[-1]
-    found = app.search(session, expected[0][:400], k=3)[0]
+    found = app.searcher.search(session, expected[0][:400], k=3)[0]
     assert len(found["tuned"]) == min(3, len(expected))
     assert {h["text"] for h in found["tuned"]} <= set(expected)
 
@@ -139,17 +139,17 @@ def test_odd_but_valid_uploads_load_train_and_search(app, tmp_path, case):
 def test_estimate_and_server_step_cap(app):
     app = MirrorApp(dataclasses.replace(app.settings, max_strings=20_000))
     s = app.session()
-    assert "Load some strings" in app.estimate(s, "bundled", "auto", {})
-    app.load_example(s, "words10k")
-    text = app.estimate(s, "bundled", "auto", {})
+    assert "Load some strings" in app.planner.estimate(s, "bundled", "auto", {})
+    app.loader.load_example(s, "words10k")
+    text = app.planner.estimate(s, "bundled", "auto", {})
     assert "100 steps" in text and "words preset" in text and "estimated" in text
     steps, train_s, index_s = estimate_seconds(s.texts, MirrorConfig.preset("words"), "cpu", 2)
     assert steps == 100 and 20 < train_s < 200 and index_s > 0  # bench: ~45 s on 2 cores
-    assert "max steps must be >= 1" in app.estimate(s, "bundled", "auto", {"max_steps": -3})
+    assert "max steps must be >= 1" in app.planner.estimate(s, "bundled", "auto", {"max_steps": -3})
     capped = MirrorApp(dataclasses.replace(app.settings, max_steps=10))
     s2 = capped.session()
-    capped.load_example(s2, "words10k")
-    assert "caps a run at 10 steps" in capped.estimate(s2, "bundled", "auto", {})
+    capped.loader.load_example(s2, "words10k")
+    assert "caps a run at 10 steps" in capped.planner.estimate(s2, "bundled", "auto", {})
     config, notes = build_config(s2.texts, "bundled", "auto", {"epochs": 3.0, "max_steps": 0}, 10)
     assert config.max_steps == 10 and config.epochs == 3 and isinstance(config.epochs, int) and notes
 
@@ -183,7 +183,7 @@ BAD_SETTINGS = [
 @pytest.mark.parametrize("overrides, says", BAD_SETTINGS, ids=[str(o) for o, _ in BAD_SETTINGS])
 def test_bad_settings_are_an_error_event_and_nothing_changes(app, tiny_bert, overrides, says):
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     events = train(app, s, tiny_bert, **overrides)
     assert [e.kind for e in events] == ["error"] and says in events[0].text, events
     assert s.run is None and s.active is None and tree(app.runs.root) == []
@@ -195,8 +195,10 @@ def test_the_step_cap_bounds_any_settings(app, tiny_bert):
     assert capped.settings.max_steps == 1000  # on by default
     capped = MirrorApp(Settings(work_dir=app.settings.work_dir, model_roots=app.settings.model_roots, max_steps=5))
     s = capped.session()
-    capped.load_pasted(s, "\n".join(WORDS))
-    events = list(capped.train(s, str(tiny_bert), "auto", {**TINY, "batch_size": 4, "max_steps": 0, "epochs": 1000}))
+    capped.loader.load_pasted(s, "\n".join(WORDS))
+    events = list(
+        capped.trainer.train(s, str(tiny_bert), "auto", {**TINY, "batch_size": 4, "max_steps": 0, "epochs": 1000})
+    )
     assert events[-1].kind == "done" and s.run.stats["steps"] == 5
     assert any(e.kind == "note" and "caps a run at 5 steps" in e.text for e in events)
 
@@ -206,16 +208,16 @@ def test_the_step_cap_bounds_any_settings(app, tiny_bert):
 
 def test_search_input_errors(app, tuned):
     with pytest.raises(MirrorError, match="type a query"):
-        app.search(tuned, " \n ")
+        app.searcher.search(tuned, " \n ")
     with pytest.raises(MirrorError, match="at most 20"):
-        app.search(tuned, "\n".join(f"q{i}" for i in range(21)))
+        app.searcher.search(tuned, "\n".join(f"q{i}" for i in range(21)))
     with pytest.raises(MirrorError, match="k must be between 1 and 50"):
-        app.search(tuned, "cat", 0)
+        app.searcher.search(tuned, "cat", 0)
     with pytest.raises(MirrorError, match="k must be a whole number"):
-        app.search(tuned, "cat", "many")
+        app.searcher.search(tuned, "cat", "many")
     with pytest.raises(MirrorError, match="no other corpus"):
-        app.search(tuned, "cat", 3, corpus="extra")
-    assert len(app.search(tuned, "cat", 50)[0]["tuned"]) == len(WORDS)  # k larger than the corpus
+        app.searcher.search(tuned, "cat", 3, corpus="extra")
+    assert len(app.searcher.search(tuned, "cat", 50)[0]["tuned"]) == len(WORDS)  # k larger than the corpus
 
 
 def test_bad_queries(app, tiny_bert):
@@ -229,9 +231,9 @@ def test_bad_queries(app, tiny_bert):
         ("\n".join(["cat"] * 21), 5, "21 queries; search at most 20"),
     ]:
         with pytest.raises(MirrorError, match=re.escape(says)):
-            app.search(s, queries, k)
+            app.searcher.search(s, queries, k)
     # odd but valid: lone surrogates (a JSON "\ud800" escape), emoji, CJK, right-to-left, 20 queries of 500 chars
-    found = app.search(s, "caf\ud800\n😀 猫 שלום\n" + "\n".join("w" * 500 for _ in range(18)), 2)
+    found = app.searcher.search(s, "caf\ud800\n😀 猫 שלום\n" + "\n".join("w" * 500 for _ in range(18)), 2)
     assert len(found) == 20 and all(len(r["tuned"]) == 2 for r in found)
 
 

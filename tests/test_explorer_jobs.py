@@ -1,4 +1,4 @@
-"""explorer.jobs: the training job and the slots it runs in. The job stops past the server's wall-clock cap and
+"""explorer.runs.jobs: the training job and the slots it runs in. The job stops past the server's wall-clock cap and
 when its consumer goes away (a closed tab, a disconnected client); on ZeroGPU it runs in another process inside
 `spaces.GPU` for a bounded reservation; FairSlots admits waiters in arrival order.
 """
@@ -13,7 +13,7 @@ import threading
 import time
 
 from explorer import MirrorApp
-from explorer.jobs import FairSlots, job_duration
+from explorer.runs.jobs import FairSlots, job_duration
 from mirror import MirrorConfig
 from tests.conftest import ENDLESS, ROOT, WORDS
 
@@ -62,12 +62,12 @@ def test_fair_slots_admit_in_arrival_order_and_never_more_than_the_limit():
 def test_the_wall_clock_cap_stops_a_run_and_keeps_the_previous_model(app, tiny_bert):
     app = endless_app(app)
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    assert list(app.train(s, str(tiny_bert), "auto", {**ENDLESS, "max_steps": 2}))[-1].kind == "done"
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    assert list(app.trainer.train(s, str(tiny_bert), "auto", {**ENDLESS, "max_steps": 2}))[-1].kind == "done"
     previous = s.run
     timed = endless_app(app, max_run_seconds=1.5)
     t = time.monotonic()
-    last = list(timed.train(s, str(tiny_bert), "auto", ENDLESS))[-1]
+    last = list(timed.trainer.train(s, str(tiny_bert), "auto", ENDLESS))[-1]
     assert last.kind == "cancelled" and "stops a run after" in last.text, last
     assert time.monotonic() - t < 30 and s.run is previous and (previous.folder / "model").is_dir()
     assert s.active is None
@@ -75,11 +75,11 @@ def test_the_wall_clock_cap_stops_a_run_and_keeps_the_previous_model(app, tiny_b
 
 def test_a_consumer_that_goes_away_stops_its_run(app, tiny_bert, monkeypatch):
     """A closed tab or a disconnected API client stops pulling events: the job notices and stops."""
-    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 1.0)
+    monkeypatch.setattr("explorer.runs.jobs.ABANDONED_S", 1.0)
     app = endless_app(app)
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    events = app.train(s, str(tiny_bert), "auto", ENDLESS)
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    events = app.trainer.train(s, str(tiny_bert), "auto", ENDLESS)
     assert next(e for e in events if e.kind == "step")  # it runs; now nobody asks for the next event
     handle = s.active
     deadline = time.monotonic() + 30
@@ -94,19 +94,19 @@ def test_a_consumer_that_goes_away_stops_its_run(app, tiny_bert, monkeypatch):
 def test_a_reloaded_page_reattaches_and_the_run_goes_on(app, tiny_bert, monkeypatch):
     """A consumer that comes back within ABANDONED_S (a reload) follows the same run, from its first event on,
     and can still cancel it; the run never noticed the gap."""
-    monkeypatch.setattr("explorer.jobs.ABANDONED_S", 5.0)
+    monkeypatch.setattr("explorer.runs.jobs.ABANDONED_S", 5.0)
     app = endless_app(app)
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    first = app.train(s, str(tiny_bert), "auto", ENDLESS)
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    first = app.trainer.train(s, str(tiny_bert), "auto", ENDLESS)
     assert next(e for e in first if e.kind == "step")
     run_id = s.active.id
     first.close()  # the page went away
     seen = []
-    for ev in app.follow(run_id):  # the reloaded page
+    for ev in app.trainer.follow(run_id):  # the reloaded page
         seen.append(ev)
         if ev.kind == "step" and ev.step == 5:
-            assert "Stopping" in app.cancel(s)
+            assert "Stopping" in app.trainer.cancel(s)
     steps = [e.step for e in seen if e.kind == "step"]
     assert seen[0].kind == "phase" and steps == list(range(1, len(steps) + 1)) and len(steps) >= 5
     assert seen[-1].kind == "cancelled" and "Cancelled after" in seen[-1].text
@@ -160,12 +160,12 @@ from explorer.settings import inference_device, zero_gpu
 assert zero_gpu() and inference_device() == "cpu"
 a = MirrorApp(Settings(work_dir=Path(sys.argv[1]), model_roots=(Path(sys.argv[2]),)))
 s = a.session()
-a.load_pasted(s, "\\n".join(sys.argv[3:]))
-events = list(a.train(s, sys.argv[2], "auto", {"batch_size": 8, "max_steps": 3, "device": "cpu"}))
+a.loader.load_pasted(s, "\\n".join(sys.argv[3:]))
+events = list(a.trainer.train(s, sys.argv[2], "auto", {"batch_size": 8, "max_steps": 3, "device": "cpu"}))
 assert events[-1].kind == "done", events[-1]
 assert sum(e.kind == "step" for e in events) == 3
 assert len(spaces.calls) == 1 and 60 <= spaces.calls[0] <= 600, spaces.calls
-assert s.run.model_zip.is_file() and a.search(s, "cat", 2)[0]["tuned"]
+assert s.run.model_zip.is_file() and a.searcher.search(s, "cat", 2)[0]["tuned"]
 print("ok", os.getpid())
 """
 
@@ -194,9 +194,9 @@ def test_the_servers_memory_budget_reaches_the_training_step(app, tiny_bert):
     for budget, expect in ((138 * 2**20, "split"), (133 * 2**20, "refused")):
         server = endless_app(app, train_memory_bytes=budget)
         s = server.session()
-        server.load_pasted(s, "\n".join(words))
+        server.loader.load_pasted(s, "\n".join(words))
         settings = {"batch_size": 16, "max_steps": 1, "max_length": 128, "device": "cpu"}
-        last = list(server.train(s, str(tiny_bert), "sentences", settings))[-1]
+        last = list(server.trainer.train(s, str(tiny_bert), "sentences", settings))[-1]
         if expect == "split":
             assert last.kind == "done" and any("split to fit" in n for n in s.run.stats["notes"]), last
         else:

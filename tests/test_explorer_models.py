@@ -1,4 +1,4 @@
-"""explorer.models: the model-name policy as this server applies it (roots, hub switch, hub download size), the
+"""explorer.runs.models: the model-name policy as this server applies it (roots, hub switch, hub download size), the
 tuned runs kept in memory (count and memory limits), and remote code never trusted, whatever loads the model.
 All through `explorer`, without Gradio, on the tiny random BERT.
 """
@@ -25,7 +25,7 @@ from tests.upload_corpus import rewrite_zip
 
 def test_bad_model_ids_are_an_error_event(app):
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     for model, says in [
         ("no-such-org/no-such-model", "looks offline"),
         ("../../etc", "only accepted under the allowed directories"),
@@ -131,8 +131,8 @@ def test_hub_models_over_the_download_limit_are_refused_before_downloading(app, 
     assert app.models.check_download("org/fits") == "org/fits" and app.models.check_download("org/fits") == "org/fits"
     assert asked.count("org/fits") == 2  # once by hub_download_bytes above, once by the app (then cached)
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    events = list(app.train(s, "org/huge", "auto", dict(TINY)))
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    events = list(app.trainer.train(s, "org/huge", "auto", dict(TINY)))
     assert events[-1].kind == "error" and "MIRROR_MAX_HUB_MB" in events[-1].text, events[-1]
     assert s.run is None and s.texts == WORDS  # nothing started, nothing lost
     small = MirrorApp(dataclasses.replace(app.settings, max_hub_bytes=512 * 1024**2))
@@ -160,8 +160,8 @@ def test_the_base_model_named_in_a_zip_gets_the_hub_size_check(app, tiny_bert, t
     asked = []
     monkeypatch.setattr(encoder, "hub_download_bytes", lambda model: asked.append(model) or 50 * 2**30)
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    events = list(app.use_saved_model(s, str(named)))
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    events = list(app.saved.use_saved_model(s, str(named)))
     assert asked == ["big-org/huge-model"], events[-1]
     assert events[-1].kind == "done", events[-1]
     assert any("MIRROR_MAX_HUB_MB" in n for n in events[-1].notes)
@@ -178,22 +178,22 @@ def test_tuned_models_kept_in_memory_stay_within_the_count_and_memory_limits(tmp
 
     app = app_with(loaded_runs=2)
     sessions = [tuned_session(app, tiny_bert) for _ in range(3)]
-    first = [app.search(s, "cat", k=3)[0]["tuned"] for s in sessions]
+    first = [app.searcher.search(s, "cat", k=3)[0]["tuned"] for s in sessions]
     assert list(app.models.runs) == [str(s.run.folder) for s in sessions[1:]]  # least recently used went first
     one = app.models.runs[str(sessions[2].run.folder)]
     weights = sum(p.numel() * 4 for p in one.tuned.model.parameters())
     assert one.nbytes >= weights + 2 * len(WORDS) * one.tuned.dim * 4  # tuned weights + base and tuned vectors
-    assert app.search(sessions[0], "cat", k=3)[0]["tuned"] == first[0]  # an evicted run reloads from disk
+    assert app.searcher.search(sessions[0], "cat", k=3)[0]["tuned"] == first[0]  # an evicted run reloads from disk
     assert list(app.models.runs) == [str(s.run.folder) for s in (sessions[2], sessions[0])]
 
     app = app_with(loaded_runs=10, loaded_bytes=int(one.nbytes * 2.5))  # memory for two runs, count for ten
     sessions = [tuned_session(app, tiny_bert) for _ in range(3)]
     for s in sessions:
-        app.search(s, "cat", k=3)
+        app.searcher.search(s, "cat", k=3)
     assert list(app.models.runs) == [str(s.run.folder) for s in sessions[1:]]
     app = app_with(loaded_runs=10, loaded_bytes=1)  # too small for any: the run being searched still loads
     s = tuned_session(app, tiny_bert)
-    assert app.search(s, "cat", k=3)[0]["tuned"] and len(app.models.runs) == 1
+    assert app.searcher.search(s, "cat", k=3)[0]["tuned"] and len(app.models.runs) == 1
 
 
 # ---------------------------------------------------------------------------------------------- remote code
@@ -248,7 +248,7 @@ def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, lo
     unknown = remote_code_model(roots / "unknown", tiny_bert, model_type="evil-net")
     app = MirrorApp(Settings(work_dir=tmp_path / "w", model_roots=(roots, Path(tiny_bert))))
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     for model in ["some-org/remote-code-model", str(evil), str(tiny_bert), BUNDLED_MODEL]:
         events = train(app, s, model)
         assert events[-1].kind == "done", (model, events[-1])
@@ -267,7 +267,7 @@ def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, lo
 
 def test_no_source_file_enables_remote_code():
     # all the app can run: the UI, its service layer, the engine and the index
-    sources = [ROOT / "app.py", *ROOT.glob("explorer/*.py"), *ROOT.glob("mirror/*.py"), *ROOT.glob("index/*.py")]
+    sources = [ROOT / "app.py", *ROOT.glob("explorer/**/*.py"), *ROOT.glob("mirror/*.py"), *ROOT.glob("index/*.py")]
     assert len(sources) > 30
     for path in sources:
         text = path.read_text()

@@ -13,7 +13,7 @@ import csv
 import numpy as np
 import pytest
 
-from explorer.explore import vectors_of
+from explorer.compare.explore import vectors_of
 from mirror.errors import MirrorError
 from tests.conftest import WORDS
 
@@ -67,7 +67,7 @@ def test_nothing_to_explore_before_a_run(app):
 
 def test_blend_at_alpha_zero_serves_the_base_as_a_new_run_and_keeps_the_tuned_one(app, tuned):
     parent = tuned.run
-    events = list(app.blend_run(tuned, 0))
+    events = list(app.saved.blend_run(tuned, 0))
     assert events[-1].kind == "done", events[-1]
     blended = tuned.run
     assert blended is not parent and blended.stats["blend_alpha"] == 0.0
@@ -78,7 +78,7 @@ def test_blend_at_alpha_zero_serves_the_base_as_a_new_run_and_keeps_the_tuned_on
     assert (np.sum(blend_vecs * base_vecs, axis=1) > 0.999).all()
     assert "forgetting" in blended.stats
     # the blend of a blend starts from the unblended tuned weights: α = 1 gives the tuned run's vectors back
-    assert list(app.blend_run(tuned, 1))[-1].kind == "done"
+    assert list(app.saved.blend_run(tuned, 1))[-1].kind == "done"
     tuned_vecs = vectors_of(app.models.loaded(parent).main.tuned)
     assert (np.sum(vectors_of(app.models.loaded(tuned.run).main.tuned) * tuned_vecs, axis=1) > 0.999).all()
 
@@ -86,7 +86,7 @@ def test_blend_at_alpha_zero_serves_the_base_as_a_new_run_and_keeps_the_tuned_on
 def test_a_bad_or_failed_blend_leaves_the_served_run(app, tuned, monkeypatch):
     served = tuned.run
     for alpha in (1.5, "x", float("nan")):
-        events = list(app.blend_run(tuned, alpha))
+        events = list(app.saved.blend_run(tuned, alpha))
         assert events[-1].kind == "error" and "α" in events[-1].text
         assert tuned.run is served
 
@@ -95,7 +95,7 @@ def test_a_bad_or_failed_blend_leaves_the_served_run(app, tuned, monkeypatch):
 
     monkeypatch.setattr("mirror.blend.blend_folder", broken)
     runs_before = set(p.name for p in app.runs.root.iterdir())
-    events = list(app.blend_run(tuned, 0.5))
+    events = list(app.saved.blend_run(tuned, 0.5))
     assert events[-1].kind == "error" and "previous model stays served" in events[-1].text
     assert tuned.run is served and set(p.name for p in app.runs.root.iterdir()) == runs_before
-    assert list(app.blend_run(app.session(), 0.5))[-1].kind == "error"  # nothing served: nothing to blend
+    assert list(app.saved.blend_run(app.session(), 0.5))[-1].kind == "error"  # nothing served: nothing to blend

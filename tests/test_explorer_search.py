@@ -1,6 +1,6 @@
 """The Search tab: each hit's rank move between base and tuned, the query's own string hidden, the base-only
 search before any tuning, strings merged case-insensitively at load, Enter wired to search, errors shown as HTML
-(explorer.search, explorer.render, MirrorApp.search, app.py's adapters).
+(explorer.compare.search, explorer.render, app.searcher.search, app.py's adapters).
 
 Ranking is checked on hand-made vectors with known neighbours (a real FAISS index over them); the tiny random
 model only drives the service and the adapters, where no order is asserted."""
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import app as mx
+from explorer.compare.search import search_both, without_query
 from explorer.render import load_md, rank_move, render_results, toast_text
-from explorer.search import search_both, without_query
 from index.store import Hit, VectorIndex
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
@@ -102,9 +102,9 @@ def test_without_query_on_hand_made_hits():
 
 
 def test_the_service_and_api_hide_the_query_on_request(app, tuned):
-    kept = app.search(tuned, "cat", len(WORDS))[0]
+    kept = app.searcher.search(tuned, "cat", len(WORDS))[0]
     assert "cat" in texts(kept["tuned"]) and "cat" in texts(kept["base"])  # the API's default keeps it
-    hidden = app.search(tuned, "CAT", 5, hide_query=True)[0]
+    hidden = app.searcher.search(tuned, "CAT", 5, hide_query=True)[0]
     assert "cat" not in texts(hidden["tuned"]) + texts(hidden["base"])
     assert len(hidden["tuned"]) == len(hidden["base"]) == 5
     fns = {f.name: f.fn for f in mx.build_demo(app).fns.values()}
@@ -119,23 +119,23 @@ def test_the_service_and_api_hide_the_query_on_request(app, tuned):
 def test_base_only_search_before_tuning(app, tiny_bert):
     s = app.session()
     with pytest.raises(MirrorError, match="Nothing to search yet: load your strings"):
-        app.search(s, "cat", 3, base_model=str(tiny_bert))
-    app.load_pasted(s, "\n".join(WORDS))
-    found = app.search(s, "cat\ndog", 3, base_model=str(tiny_bert))
+        app.searcher.search(s, "cat", 3, base_model=str(tiny_bert))
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    found = app.searcher.search(s, "cat\ndog", 3, base_model=str(tiny_bert))
     assert [r["query"] for r in found] == ["cat", "dog"]
     for r in found:
         assert r["base_only"] is True and r["tuned"] == [] and len(r["base"]) == 3
         assert set(texts(r["base"])) <= set(WORDS) and all(h["tuned_rank"] is None for h in r["base"])
-    assert "cat" not in texts(app.search(s, "cat", 3, hide_query=True, base_model=str(tiny_bert))[0]["base"])
+    assert "cat" not in texts(app.searcher.search(s, "cat", 3, hide_query=True, base_model=str(tiny_bert))[0]["base"])
     assert len(app.base_indexes._indexes) == 1  # the strings were embedded once, then reused
     with pytest.raises(MirrorError, match="no other corpus"):
-        app.search(s, "cat", 3, corpus="extra", base_model=str(tiny_bert))
+        app.searcher.search(s, "cat", 3, corpus="extra", base_model=str(tiny_bert))
 
 
 def test_the_search_adapter_shows_base_only_hits_and_says_so(app, tiny_bert):
     fns = {f.name: f.fn for f in mx.build_demo(app).fns.values()}
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     page, same = quiet(fns["on_search"], "cat", 3, "main", s, True, str(tiny_bert))
     assert same is s and 'class="mx-base-only"' in page and "No tuned model yet" in page
     assert "Tuned (mirror)" not in page and page.count("<tr") == 1 + 3  # header and three hits
@@ -177,12 +177,12 @@ def test_strings_differing_only_in_case_are_merged_and_counted():
 
 def test_the_load_message_counts_case_variants(app):
     s = app.session()
-    info = app.load_pasted(s, "Whisk\nwhisk\ncat\ncat\nCAT\ndog")
+    info = app.loader.load_pasted(s, "Whisk\nwhisk\ncat\ncat\nCAT\ndog")
     assert s.texts == ["Whisk", "cat", "dog"]
     assert (info["stats"].duplicates, info["stats"].case_duplicates) == (1, 2)
     assert "1 duplicate removed, 2 case variants merged" in load_md(info)
     with pytest.raises(MirrorError, match="found 1 usable string .*2 duplicates"):
-        app.load_pasted(s, "Whisk\nwhisk\nWHISK")
+        app.loader.load_pasted(s, "Whisk\nwhisk\nWHISK")
 
 
 def test_training_merges_case_variants_too(tiny_bert):

@@ -26,7 +26,7 @@ from tests.conftest import TINY, WORDS, digest, half_written_weights, inject_oom
 
 def test_train_streams_progress_then_serves_model_index_and_downloads(app, tiny_bert):
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     events = train(app, s, tiny_bert, max_steps=3)
     kinds = [e.kind for e in events]
     steps = [e for e in events if e.kind == "step"]
@@ -44,7 +44,7 @@ def test_train_streams_progress_then_serves_model_index_and_downloads(app, tiny_
     with zipfile.ZipFile(run.index_zip) as zf:
         assert {"mirror-index/index.faiss", "mirror-index/texts.json", "mirror-index/meta.json"} <= set(zf.namelist())
 
-    found = app.search(s, "cat\n\ndog", 5)
+    found = app.searcher.search(s, "cat\n\ndog", 5)
     assert [r["query"] for r in found] == ["cat", "dog"]
     for r in found:
         assert len(r["tuned"]) == len(r["base"]) == 5
@@ -72,20 +72,20 @@ def test_second_run_swaps_only_on_success_and_reuses_the_base_index(app, tuned, 
     assert events[-1].kind == "done"
     assert not any(e.kind == "phase" and "base encoder" in e.text for e in events)
     assert tuned.run is not first and first.folder.exists() and tuned.run.model_zip.is_file()
-    assert app.open_run(app.session(), first.folder.name).n_texts == first.n_texts
-    assert app.search(tuned, "cat", 3)[0]["tuned"]
+    assert app.saved.open_run(app.session(), first.folder.name).n_texts == first.n_texts
+    assert app.searcher.search(tuned, "cat", 3)[0]["tuned"]
 
 
 def test_train_without_strings_or_with_an_unreachable_hub_model(app, monkeypatch):
     s = app.session()
     assert train(app, s, "bundled")[-1] == Failed("Load at least 2 strings first (step 1 above).")
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     last = train(app, s, "some-org/not-downloaded-model")[-1]
     assert last.kind == "error" and "offline" in last.text
     no_hub = MirrorApp(dataclasses.replace(app.settings, allow_hub=False))
     s2 = no_hub.session()
-    no_hub.load_pasted(s2, "\n".join(WORDS))
+    no_hub.loader.load_pasted(s2, "\n".join(WORDS))
     assert "only offers the bundled model" in train(no_hub, s2, "bert-base-uncased")[-1].text
     assert s.run is None and not any(app.runs.root.glob("*"))
 
@@ -95,37 +95,37 @@ def test_train_without_strings_or_with_an_unreachable_hub_model(app, monkeypatch
 
 def test_cancel_stops_between_steps_and_keeps_the_previous_model(app, tuned, tiny_bert):
     first = tuned.run
-    gen = app.train(tuned, str(tiny_bert), "auto", {**TINY, "max_steps": 50, "batch_size": 4, "epochs": 20})
+    gen = app.trainer.train(tuned, str(tiny_bert), "auto", {**TINY, "max_steps": 50, "batch_size": 4, "epochs": 20})
     seen = []
     for ev in gen:
         seen.append(ev)
         if ev.kind == "step" and ev.step == 2:
-            assert "Stopping" in app.cancel(tuned)
+            assert "Stopping" in app.trainer.cancel(tuned)
     last = seen[-1]
     assert last.kind == "cancelled" and "nothing was saved" in last.text, last
     assert 2 <= sum(e.kind == "step" for e in seen) < 10  # stopped long before step 50
     assert tuned.run is first and first.model_zip.is_file() and tuned.active is None
     assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
-    assert app.search(tuned, "cat", 2)[0]["tuned"]
+    assert app.searcher.search(tuned, "cat", 2)[0]["tuned"]
 
 
 def test_cancel_while_queued_cancels_that_run_only(app, tiny_bert):
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    app.request_run(s)
-    assert "Cancelled before it started" in app.cancel(s)
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    app.trainer.request_run(s)
+    assert "Cancelled before it started" in app.trainer.cancel(s)
     assert [e.kind for e in train(app, s, tiny_bert)] == ["cancelled"]
-    app.request_run(s)  # the next Launch click starts normally
+    app.trainer.request_run(s)  # the next Launch click starts normally
     assert train(app, s, tiny_bert)[-1].kind == "done"
 
 
 def test_a_cancel_while_idle_does_not_poison_the_next_run(app, tiny_bert):
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
-    assert "Nothing is running" in app.cancel(s)
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    assert "Nothing is running" in app.trainer.cancel(s)
     assert train(app, s, tiny_bert)[-1].kind == "done"  # an API call: no Launch click, no stale cancel
-    assert "Nothing is running" in app.cancel(s)
-    app.request_run(s)
+    assert "Nothing is running" in app.trainer.cancel(s)
+    app.trainer.request_run(s)
     assert train(app, s, tiny_bert)[-1].kind == "done"
 
 
@@ -135,17 +135,17 @@ def test_a_cancel_while_idle_does_not_poison_the_next_run(app, tiny_bert):
 def test_index_another_corpus(app, tuned, tmp_path):
     corpus = tmp_path / "other.txt"
     corpus.write_text("kitten\npuppy\nlorry\nbicycle\n")
-    assert "Indexed 4 strings" in app.index_corpus(tuned, str(corpus))
-    found = app.search(tuned, "cat", 10, corpus="extra")[0]
+    assert "Indexed 4 strings" in app.searcher.index_corpus(tuned, str(corpus))
+    found = app.searcher.search(tuned, "cat", 10, corpus="extra")[0]
     assert {h["text"] for h in found["tuned"]} == {"kitten", "puppy", "lorry", "bicycle"}
     app.models.runs.clear()  # evicted from memory: reloaded from the session folder
-    assert app.search(tuned, "cat", 2, corpus="extra")[0]["tuned"]
+    assert app.searcher.search(tuned, "cat", 2, corpus="extra")[0]["tuned"]
 
 
 def test_evaluate_before_and_after(app, tuned, tmp_path):
     pairs = tmp_path / "pairs.txt"
     pairs.write_text("cat dog 8\ncar bus 7\nred moon 1\nsun moon 6\nman woman 7\n")
-    rows = app.evaluate(tuned, ["WordSim-353"], str(pairs))
+    rows = app.searcher.evaluate(tuned, ["WordSim-353"], str(pairs))
     assert [r["gold set"] for r in rows] == ["WordSim-353", "pairs.txt"]
     assert rows[0]["pairs"] == 353 and rows[1]["pairs"] == 5
     for r in rows:
@@ -155,13 +155,13 @@ def test_evaluate_before_and_after(app, tuned, tmp_path):
             and r["change"] == pytest.approx(r["tuned"] - r["base"], abs=1e-3)
         )
     with pytest.raises(MirrorError, match="choose a gold set"):
-        app.evaluate(tuned, [], None)
+        app.searcher.evaluate(tuned, [], None)
     with pytest.raises(MirrorError, match="unknown gold set"):
-        app.evaluate(tuned, ["MEN"], None)
+        app.searcher.evaluate(tuned, ["MEN"], None)
     bad = tmp_path / "bad.txt"
     bad.write_text("cat dog\n")
     with pytest.raises(MirrorError, match="bad.txt"):
-        app.evaluate(tuned, [], str(bad))
+        app.searcher.evaluate(tuned, [], str(bad))
 
 
 def test_twin_map_lays_out_both_spaces_of_the_served_run(app, tuned):
@@ -196,7 +196,7 @@ def test_cancel_after_the_last_step_still_keeps_the_previous_model(app, tiny_ber
     real_save = mirror.train.save_result
 
     def save_then_cancel(result, out):
-        assert "Stopping" in app.cancel(s)
+        assert "Stopping" in app.trainer.cancel(s)
         return real_save(result, out)
 
     monkeypatch.setattr(mirror.train, "save_result", save_then_cancel)
@@ -208,7 +208,7 @@ def test_cancel_after_the_last_step_still_keeps_the_previous_model(app, tiny_ber
         with zipfile.ZipFile(z) as zf:
             assert zf.testzip() is None
     app.models.runs.clear()  # served from its folder again
-    assert app.search(s, "cat", 3)[0]["tuned"]
+    assert app.searcher.search(s, "cat", 3)[0]["tuned"]
 
 
 def test_a_crash_while_saving_in_the_app_keeps_the_previous_run(app, tiny_bert, monkeypatch):
@@ -220,13 +220,13 @@ def test_a_crash_while_saving_in_the_app_keeps_the_previous_run(app, tiny_bert, 
     assert s.run is first and s.active is None and digest(first.folder) == before
     assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
     app.models.runs.clear()
-    assert app.search(s, "cat", 2)[0]["tuned"]
+    assert app.searcher.search(s, "cat", 2)[0]["tuned"]
 
 
 def test_out_of_memory_halves_the_batch_and_says_so(app, tiny_bert, monkeypatch):
     calls = inject_oom(monkeypatch, first_n=1)
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     events = train(app, s, tiny_bert, batch_size=8, max_steps=3)
     assert calls["oom"] == 1 and events[-1].kind == "done", events[-1]
     note = "out of memory at step 1: continued with batch size 4"
@@ -237,7 +237,7 @@ def test_out_of_memory_halves_the_batch_and_says_so(app, tiny_bert, monkeypatch)
 def test_out_of_memory_while_indexing_is_a_clear_error(app, tiny_bert, monkeypatch):
     s = tuned_session(app, tiny_bert)
     first = s.run
-    app.load_pasted(s, "\n".join(WORDS + ["kitten", "puppy"]))  # new strings: the base index is rebuilt
+    app.loader.load_pasted(s, "\n".join(WORDS + ["kitten", "puppy"]))  # new strings: the base index is rebuilt
     inject_oom(monkeypatch, first_n=1, when="inference")
     last = train(app, s, tiny_bert)[-1]
     assert last.kind == "error" and last.text.startswith("out of memory (OutOfMemoryError); try fewer"), last
@@ -262,11 +262,13 @@ def test_a_run_that_raises_midway_leaves_the_session_usable(app, tiny_bert, monk
     assert [e.step for e in events if e.kind == "step"] == [1]
     last = events[-1]
     assert last.kind == "error" and "RuntimeError: simulated failure in step 2" in last.text, last
-    assert s.run is first and s.active is None and app.search(s, "cat", 2)[0]["tuned"]
+    assert s.run is first and s.active is None and app.searcher.search(s, "cat", 2)[0]["tuned"]
     # the same session trains again (the training slot was given back) and serves the new run
     monkeypatch.setattr(mirror.train, "_train_step", real)
     assert train(app, s, tiny_bert, seed=2)[-1].kind == "done"
-    assert s.run is not first and first.folder.exists() and app.search(s, "dog", 2)[0]["tuned"]  # the first stays kept
+    assert (
+        s.run is not first and first.folder.exists() and app.searcher.search(s, "dog", 2)[0]["tuned"]
+    )  # the first stays kept
 
 
 # ---------------------------------------------------------------------------------------------- slots and load
@@ -279,11 +281,11 @@ def test_training_slots_are_enforced_even_when_the_queue_is_bypassed(app, tiny_b
     """Gradio's queue runs MIRROR_TRAIN_CONCURRENCY trainings at once; a caller that skips it (another event
     wired wrongly, a direct call) gets a clear error from the app itself rather than an extra training (after
     SLOT_WAIT_S, the time a run that lost its page takes to stop; 0 here)."""
-    monkeypatch.setattr("explorer.service.SLOT_WAIT_S", 0.0)
+    monkeypatch.setattr("explorer.runs.training.SLOT_WAIT_S", 0.0)
     a, b = app.session(), app.session()
     for s in (a, b):
-        app.load_pasted(s, "\n".join(WORDS))
-    running = app.train(a, str(tiny_bert), "auto", {**TINY, "max_steps": 300, "batch_size": 4, "epochs": 100})
+        app.loader.load_pasted(s, "\n".join(WORDS))
+    running = app.trainer.train(a, str(tiny_bert), "auto", {**TINY, "max_steps": 300, "batch_size": 4, "epochs": 100})
     assert next(e for e in running if e.kind == "step").step == 1  # a holds the only slot now
     refused = train(app, b, tiny_bert)
     assert [e.kind for e in refused] == ["error"]
@@ -292,7 +294,7 @@ def test_training_slots_are_enforced_even_when_the_queue_is_bypassed(app, tiny_b
     assert list(running)[-1].kind == "done" and a.run is not None and a.run.stats["steps"] == 300
     assert train(app, b, tiny_bert)[-1].kind == "done"  # the slot is free again
     wider = MirrorApp(dataclasses.replace(app.settings, train_concurrency=2))
-    first = wider.train(a, str(tiny_bert), "auto", TINY)
+    first = wider.trainer.train(a, str(tiny_bert), "auto", TINY)
     next(e for e in first if e.kind == "step")
     assert train(wider, b, tiny_bert)[-1].kind == "done"  # two slots: both run
     assert list(first)[-1].kind == "done"
@@ -317,7 +319,7 @@ def test_searches_encode_at_most_search_concurrency_at_once(app, tiny_bert, monk
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(VectorIndex, "search", search)
-    threads = [threading.Thread(target=app.search, args=(s, "cat", 3)) for _ in range(8)]
+    threads = [threading.Thread(target=app.searcher.search, args=(s, "cat", 3)) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
@@ -330,7 +332,7 @@ def test_searches_encode_at_most_search_concurrency_at_once(app, tiny_bert, monk
 def test_memory_is_handed_back_after_each_run(app, tiny_bert, monkeypatch):
     """glibc keeps freed heap; the app trims it after every training (bench_load: RSS flat across rounds)."""
     calls = []
-    monkeypatch.setattr("explorer.service.release_memory", lambda collect=True: calls.append(collect))
+    monkeypatch.setattr("explorer.runs.training.release_memory", lambda collect=True: calls.append(collect))
     s = tuned_session(app, tiny_bert)
     assert calls == [True]
     train(app, s, tiny_bert, lr=-1)  # a failed run too

@@ -1,4 +1,4 @@
-"""explorer.sessions through MirrorApp: one folder per session, isolated; idle sessions swept past the TTL; disk
+"""explorer.runs.sessions through MirrorApp: one folder per session, isolated; idle sessions swept past the TTL; disk
 budgets for all sessions (least recently used idle ones evicted) and for one session.
 
 (Sessions expired by Gradio's own gr.State time_to_live: tests/test_app_ui.py.)
@@ -21,7 +21,7 @@ def test_sessions_are_isolated_and_old_folders_are_swept(app, tuned):
     other = app.session()
     assert other.folder != tuned.folder and other.folder.is_dir()
     with pytest.raises(MirrorError, match="Nothing to search yet"):
-        app.search(other, "cat")
+        app.searcher.search(other, "cat")
     assert app.session(tuned) is tuned  # the same state comes back
     # an expired session: its folder goes, and its state yields a fresh session
     old = os.path.getmtime(tuned.folder / ".last_used") - app.settings.session_ttl - 10
@@ -67,7 +67,7 @@ def test_a_session_over_its_disk_budget_cannot_start_another_job(app, tiny_bert)
         Settings(work_dir=app.settings.work_dir, model_roots=app.settings.model_roots, session_disk_bytes=10_000)
     )
     s = tight.session()
-    tight.load_pasted(s, "\n".join(WORDS))
+    tight.loader.load_pasted(s, "\n".join(WORDS))
     (s.folder / "blob").write_bytes(b"x" * 20_000)
-    last = list(tight.train(s, str(tiny_bert), "auto", {**TINY, "batch_size": 4}))[-1]
+    last = list(tight.trainer.train(s, str(tiny_bert), "auto", {**TINY, "batch_size": 4}))[-1]
     assert last.kind == "error" and "MIRROR_SESSION_DISK_MB" in last.text

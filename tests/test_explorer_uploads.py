@@ -1,4 +1,4 @@
-"""explorer.uploads through MirrorApp: a model zip handed out is taken back and served again; hostile zips
+"""explorer.share.uploads through MirrorApp: a model zip handed out is taken back and served again; hostile zips
 (unsafe paths, links, module paths out of the zip, zip bombs) are refused before anything is unpacked; an upload's
 file name never becomes a path; the per-client upload quota (ASGI middleware) counts and forgets.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from explorer import MirrorApp, Settings
-from explorer.uploads import UploadQuota, display_name
+from explorer.share.uploads import UploadQuota, display_name
 from tests.conftest import WORDS, train, tree, tuned_session
 from tests.upload_corpus import rewrite_zip
 
@@ -27,30 +27,30 @@ from tests.upload_corpus import rewrite_zip
 def test_a_downloaded_model_zip_can_be_served_again(app, tuned, tiny_bert):
     zip_path = tuned.run.model_zip
     s = app.session()
-    assert [e.kind for e in app.use_saved_model(s, str(zip_path))] == ["error"]  # no strings loaded yet
-    app.load_pasted(s, "\n".join(WORDS[:8]))
-    events = list(app.use_saved_model(s, str(zip_path)))
+    assert [e.kind for e in app.saved.use_saved_model(s, str(zip_path))] == ["error"]  # no strings loaded yet
+    app.loader.load_pasted(s, "\n".join(WORDS[:8]))
+    events = list(app.saved.use_saved_model(s, str(zip_path)))
     assert events[-1].kind == "done", events[-1]
     assert s.run.base_model == str(tiny_bert) and s.run.n_texts == 8
-    assert app.search(s, "cat", 3)[0]["tuned"][0]["text"] == "cat"
+    assert app.searcher.search(s, "cat", 3)[0]["tuned"][0]["text"] == "cat"
 
 
 def test_unsafe_or_wrong_zips_are_refused(app, tmp_path):
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     evil = tmp_path / "evil.zip"
     with zipfile.ZipFile(evil, "w") as zf:
         zf.writestr("../../escape.txt", "x")
-    last = list(app.use_saved_model(s, str(evil)))[-1]
+    last = list(app.saved.use_saved_model(s, str(evil)))[-1]
     assert last.kind == "error" and "unsafe path" in last.text
     assert not (tmp_path / "escape.txt").exists()
     notzip = tmp_path / "model.zip"
     notzip.write_text("hello")
-    assert "not a valid zip" in list(app.use_saved_model(s, str(notzip)))[-1].text
+    assert "not a valid zip" in list(app.saved.use_saved_model(s, str(notzip)))[-1].text
     empty = tmp_path / "empty.zip"
     with zipfile.ZipFile(empty, "w") as zf:
         zf.writestr("readme.txt", "x")
-    assert "does not contain a model folder" in list(app.use_saved_model(s, str(empty)))[-1].text
+    assert "does not contain a model folder" in list(app.saved.use_saved_model(s, str(empty)))[-1].text
     assert s.run is None and not any(app.runs.root.glob("*"))
 
 
@@ -63,7 +63,7 @@ def link_entry(name: str) -> zipfile.ZipInfo:
 def test_unsafe_model_zips_never_write_outside_the_session(app, tmp_path):
     """Zip entries with absolute paths, `..`, drive letters or links are refused before anything is unpacked."""
     s = app.session()
-    app.load_pasted(s, "\n".join(WORDS))
+    app.loader.load_pasted(s, "\n".join(WORDS))
     for name, make in [
         ("abs.zip", lambda zf: zf.writestr("/tmp/evil_abs.txt", "x")),
         ("dots.zip", lambda zf: zf.writestr("m/../../../evil_dots.txt", "x")),
@@ -73,7 +73,7 @@ def test_unsafe_model_zips_never_write_outside_the_session(app, tmp_path):
         path = tmp_path / name
         with zipfile.ZipFile(path, "w") as zf:
             make(zf)
-        last = list(app.use_saved_model(s, str(path)))[-1]
+        last = list(app.saved.use_saved_model(s, str(path)))[-1]
         assert last.kind == "error" and "unsafe path" in last.text, (name, last)
     assert not list(tmp_path.rglob("evil_*")) and not Path("/tmp/evil_abs.txt").exists()
     assert s.run is None and tree(app.runs.root) == []
@@ -97,8 +97,8 @@ def test_a_module_path_outside_the_zip_is_refused(app, tiny_bert, tmp_path, wher
 
     evil = rewrite_zip(victim.run.model_zip, tmp_path / f"{where}.zip", edit)
     attacker = app.session()
-    app.load_pasted(attacker, "\n".join(WORDS))
-    last = list(app.use_saved_model(attacker, str(evil)))[-1]
+    app.loader.load_pasted(attacker, "\n".join(WORDS))
+    last = list(app.saved.use_saved_model(attacker, str(evil)))[-1]
     assert last.kind == "error" and "outside" in last.text, last
     assert str(app.settings.work_dir) not in last.text and attacker.run is None
 
@@ -106,14 +106,14 @@ def test_a_module_path_outside_the_zip_is_refused(app, tiny_bert, tmp_path, wher
 def test_a_zip_bomb_under_the_header_limit_is_refused(app, tmp_path):
     small = MirrorApp(Settings(work_dir=app.settings.work_dir, max_model_bytes=10 * 2**20))
     s = small.session()
-    small.load_pasted(s, "\n".join(WORDS))
+    small.loader.load_pasted(s, "\n".join(WORDS))
     for name, size in (("over.zip", 12 * 2**20), ("padded.zip", 5 * 2**20)):  # over the limit; 1000x inflation
         path = tmp_path / name
         with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
             zf.writestr("m/config.json", "{}")
             zf.writestr("m/model.safetensors", b"\0" * size)
         assert path.stat().st_size < 100_000
-        last = list(small.use_saved_model(s, str(path)))[-1]
+        last = list(small.saved.use_saved_model(s, str(path)))[-1]
         assert last.kind == "error" and ("unpacks to" in last.text or "inflates" in last.text), last
     assert not any((s.folder / "runs").glob("*/*"))
 
@@ -131,7 +131,7 @@ def test_uploaded_file_names_never_become_paths(app, tiny_bert, tmp_path):
         path = uploads / name
         path.write_text("text\ncat\ndog\ncar\n" if name.endswith(".csv") else "cat\ndog\ncar\n")
         s = app.session()
-        info = app.load_file(s, str(path))
+        info = app.loader.load_file(s, str(path))
         assert info["source"] == name and s.texts == ["cat", "dog", "car"]
         assert train(app, s, tiny_bert)[-1].kind == "done"
         assert not [p for p in s.folder.rglob("*") if "evil" in str(p.relative_to(s.folder))]

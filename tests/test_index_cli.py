@@ -164,7 +164,7 @@ def test_the_apps_zips_unpacked_side_by_side_query_without_encoder(app, tiny_ber
 def test_the_index_zip_follows_the_folder_an_uploaded_model_zip_unpacks_to(tmp_path):
     import zipfile
 
-    from explorer.uploads import model_folder_in_zip
+    from explorer.share.uploads import model_folder_in_zip
 
     for names, folder in (
         (["mirror-model/config.json", "mirror-model/1_Pooling/config.json"], "mirror-model"),

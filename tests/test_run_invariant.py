@@ -57,9 +57,9 @@ def finished(events) -> object:
 
 def assert_run_matches_its_model(app, session, run) -> None:
     """Every artifact of the served `run` against a fresh load of run/model (and the base index against the base)."""
-    from explorer import moved
-    from explorer.explore import vectors_of
-    from explorer.models import REBUILT_NOTE
+    from explorer.compare.explore import vectors_of
+    from explorer.runs.models import REBUILT_NOTE
+    from mirror import moved
 
     loaded = app.models.loaded(run)
     assert not loaded.rebuilt or REBUILT_NOTE in run.stats.get("notes", []), "built stale, repaired only on load"
@@ -77,7 +77,7 @@ def assert_run_matches_its_model(app, session, run) -> None:
 
     # Search's tuned column: the scores a fresh model gives the query and each hit
     query = "kitten"
-    hits = app.search(session, query, k=5)[0]["tuned"]
+    hits = app.searcher.search(session, query, k=5)[0]["tuned"]
     q = reference(run.folder / "model", [query])[0]
     by_text = {t: i for i, t in enumerate(texts)}
     for hit in hits:
@@ -116,12 +116,12 @@ def assert_index_zip_matches(index_zip: Path, texts: list[str], ref: np.ndarray)
 def test_a_run_a_blend_and_an_uploaded_zip_serve_their_saved_models(bundled_app, precision):
     app = bundled_app
     session = app.session()
-    app.load_pasted(session, "\n".join(WORDS))
-    run = finished(app.train(session, "bundled", "words", {"max_steps": 6}))
+    app.loader.load_pasted(session, "\n".join(WORDS))
+    run = finished(app.trainer.train(session, "bundled", "words", {"max_steps": 6}))
     assert_run_matches_its_model(app, session, run)
 
     if precision == "bf16":  # the general checks scored the saved model (fresh fp32 load), not a stale copy
-        from explorer.forgetting import forgetting_check
+        from explorer.compare.forgetting import forgetting_check
         from mirror.encoder import load_encoder
 
         fresh = forgetting_check(app.models.loaded(run).base, load_encoder(run.folder / "model", pooling="auto"))
@@ -129,10 +129,10 @@ def test_a_run_a_blend_and_an_uploaded_zip_serve_their_saved_models(bundled_app,
         for row in fresh["checks"]:
             assert abs(shown[row["name"]] - row["tuned"]) <= 1.0, (row, shown)
 
-    blend = finished(app.blend_run(session, 0.5))
+    blend = finished(app.saved.blend_run(session, 0.5))
     assert_run_matches_its_model(app, session, blend)
 
-    uploaded = finished(app.use_saved_model(session, str(run.model_zip)))
+    uploaded = finished(app.saved.use_saved_model(session, str(run.model_zip)))
     assert_run_matches_its_model(app, session, uploaded)
 
 
@@ -142,19 +142,19 @@ def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundl
     import shutil
 
     from explorer import MirrorApp
-    from explorer.models import REBUILT_NOTE
+    from explorer.runs.models import REBUILT_NOTE
 
     app = bundled_app
     session = app.session()
-    app.load_pasted(session, "\n".join(WORDS[:120]))
-    run = finished(app.train(session, "bundled", "words", {"max_steps": 2}))
+    app.loader.load_pasted(session, "\n".join(WORDS[:120]))
+    run = finished(app.trainer.train(session, "bundled", "words", {"max_steps": 2}))
     # as those versions wrote it: the tuned index's own meta.json (the tuned model's fingerprint), the base's rows
     for name in ("index.faiss", "texts.json"):
         shutil.copyfile(run.folder / "base_index" / name, run.folder / "tuned_index" / name)
 
     fresh_server = MirrorApp(app.settings)  # nothing in memory: a restart, or a link opened elsewhere
     other = fresh_server.session()
-    opened = fresh_server.open_run(other, run.folder.name)
+    opened = fresh_server.saved.open_run(other, run.folder.name)
     assert REBUILT_NOTE in opened.stats["notes"]
     assert_run_matches_its_model(fresh_server, other, opened)
     again = MirrorApp(app.settings).open_run(MirrorApp(app.settings).session(), run.folder.name)

@@ -1,4 +1,4 @@
-"""Synthetic twin-map data in the service's shape (explorer.maps.twin_map) and a tiny Blocks demo around TwinMap."""
+"""Synthetic twin-map data in the service's shape (explorer.compare.maps.twin_map) and a tiny Blocks demo around TwinMap."""
 
 from __future__ import annotations
 

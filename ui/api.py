@@ -88,7 +88,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         session = app.session(s)
         try:
             run_id = (run or "").strip() or None
-            return app.search(session, queries, k, hide_query=bool(hide_query), run_id=run_id), session
+            return app.searcher.search(session, queries, k, hide_query=bool(hide_query), run_id=run_id), session
         except Exception as exc:  # MirrorError, or a bug: a render.message either way
             if session is not s:  # a client's first call failed: its new session folder is never reused
                 app.close_session(session)
@@ -98,7 +98,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         """Stop this client's run (from another call of the same Client while /train runs)."""
         if not isinstance(s, Session):
             return "Nothing is running.", s
-        return app.cancel(s), s
+        return app.trainer.cancel(s), s
 
     train_inputs = [api.texts, api.file, api.column, api.model, api.mode, api.settings, state]
     train_outputs = [api.train_out, api.model_zip, api.index_zip, state]
@@ -182,7 +182,7 @@ def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> 
     """The /train endpoint's stream (explorer's `train_stream`) with its errors as gr.Error; a client's failed
     first call leaves no session folder behind."""
     try:
-        for progress, run in app.train_stream(session, *args):
+        for progress, run in app.trainer.train_stream(session, *args):
             files = (str(run.model_zip), str(run.index_zip)) if run is not None else (None, None)
             yield progress, *files, session
     except MirrorError as exc:

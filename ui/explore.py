@@ -1,6 +1,6 @@
 """Tab ④ Explore: what tuning changed for the served run. Linked twin maps (click a point for its neighbours,
 lasso some to export them), the strings that moved most, space health, the general checks and the blend with
-the base model, exports and the Hub push. Layout and thin handlers over `explorer.explore.RunExplorer`."""
+the base model, exports and the Hub push. Layout and thin handlers over `explorer.compare.explore.RunExplorer`."""
 
 from __future__ import annotations
 

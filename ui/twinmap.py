@@ -1,6 +1,6 @@
 """Linked twin maps (Base | Tuned) as a gr.HTML custom component, and the plain helpers that feed it.
 
-The service (`explorer.maps.twin_map`) returns a dict of points, clusters and queries; `twin_map_value` turns it
+The service (`explorer.compare.maps.twin_map`) returns a dict of points, clusters and queries; `twin_map_value` turns it
 into the component's compact value (parallel arrays, rounded floats). The drawing, zoom/pan, lasso/box selection,
 linked hover, colour-by and locate all run in the browser (ui/twinmap.js, ui/twinmap.css: no network, no CDN).
 

@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.render import run_caption
-from explorer.sessions import RunInfo, Session, disk_usage
+from explorer.runs.sessions import RunInfo, Session, disk_usage
 from mirror.data import fmt_size
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from explorer.service import MirrorApp
     from index.store import VectorIndex
 
 SPACES_KEPT = 2  # runs whose vectors and figures stay in memory
@@ -68,7 +67,7 @@ class RunSpace:
 class RunExplorer:
     """The Explore tab's service over `MirrorApp`'s served runs."""
 
-    def __init__(self, app: MirrorApp):
+    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that owns it
         self.app = app
         self._spaces: OrderedDict[str, RunSpace] = OrderedDict()
         self._lock = threading.Lock()
@@ -103,9 +102,9 @@ class RunExplorer:
     # ---------------------------------------------------------------- the maps
 
     def twin_map(self, session: Session, n_points: Any = 3000, queries: str = "") -> dict[str, Any]:
-        """Aligned 2-D layouts of the base and tuned spaces (explorer.maps.twin_map), with `queries` (one per
+        """Aligned 2-D layouts of the base and tuned spaces (explorer.compare.maps.twin_map), with `queries` (one per
         line) placed on both and a caption naming the run."""
-        from explorer import maps
+        import explorer.compare.maps as maps
 
         space = self.space(session)
         n = maps.check_points(n_points, self.app.settings.max_map_points)
@@ -135,14 +134,14 @@ class RunExplorer:
         text = (text or "").strip()
         if not text:
             raise MirrorError("click a point on a map (or type a string) to see its neighbours")
-        return self.app.search(session, text, k, hide_query=True)
+        return self.app.searcher.search(session, text, k, hide_query=True)
 
     # ---------------------------------------------------------------- what moved, space health
 
     def moved(self, session: Session, text_filter: str = "", limit: int | None = 500) -> list[dict[str, Any]]:
-        """The user's strings ranked by how much their top-10 neighbourhood changed (explorer.moved), filtered by
+        """The user's strings ranked by how much their top-10 neighbourhood changed (mirror.moved), filtered by
         text (case-insensitive), at most `limit` rows."""
-        from explorer import moved
+        from mirror import moved
 
         space = self.space(session)
         rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
@@ -150,7 +149,7 @@ class RunExplorer:
 
     def moved_csv(self, session: Session, text_filter: str = "") -> Path:
         """The what-moved table (every string, or those matching the filter) as a CSV file of the run's."""
-        from explorer import moved
+        from mirror import moved
 
         rows = self.moved(session, text_filter, limit=None)
         self.app.check_disk(session)
@@ -166,7 +165,7 @@ class RunExplorer:
         """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
         import numpy as np
 
-        from explorer import health
+        import explorer.compare.health as health
 
         space = self.space(session)
 
@@ -186,7 +185,7 @@ class RunExplorer:
     def export(self, session: Session, fmt: str, rows: Sequence[int] | None = None) -> Path:
         """One export of the served run's strings (all, or the `rows` selected on the map): Embedding Projector
         TSV, Parquet (text, both embeddings, map coordinates), neighbours CSV, or all three zipped."""
-        from explorer import exports
+        from mirror import exports
 
         if fmt not in EXPORT_FORMATS:
             raise MirrorError(f"unknown export {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
@@ -228,7 +227,7 @@ class RunExplorer:
 
     def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:
         """Per string: how much its neighbourhood moved (always known once asked for; computed here if not)."""
-        from explorer import moved
+        from mirror import moved
 
         rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
         score = {r["i"]: r["moved"] for r in rows}
@@ -250,7 +249,7 @@ class RunExplorer:
 
     def push(self, session: Session, repo_id: str, token: str, private: bool = True) -> str:
         """Push the served run's tuned model (with its model card) to the Hugging Face Hub; returns its URL."""
-        from explorer import hub
+        import explorer.share.hub as hub
 
         run = session.run
         if run is None:

@@ -20,7 +20,7 @@ from mirror.data import fmt_size
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
-    from explorer.sessions import RunInfo
+    from explorer.runs.runinfo import RunInfo
     from index.store import VectorIndex
     from mirror.encoder import Encoder
 

@@ -1,6 +1,6 @@
 """Tune, then index the strings with both encoders: the job behind the app's Launch, callable from Python.
 
-    from explorer.pipeline import tune_and_index
+    from index.pipeline import tune_and_index
     tune_and_index(texts, MirrorConfig.preset("words"), Path("runs/r1"))   # model/, base_index/, tuned_index/
 
 `python -m mirror train FILE --out DIR --index` runs it from the command line.
@@ -9,10 +9,52 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
-from explorer.events import Event, Finished, Phase, Step, Stopped
 from mirror.config import MirrorConfig
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A labelled stage of a job ("Loading the base model"); `done` of `total` strings when it has a bar."""
+
+    text: str
+    done: int = 0
+    total: int = 0
+    kind: ClassVar[str] = "phase"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One optimiser step: its loss and the time left, measured on the steps so far (None at the first)."""
+
+    step: int
+    total: int
+    loss: float
+    eta: float | None = None
+    batch: int = 0  # the step's strings (0: not known); its loss starts at mirror.loss.chance_loss(batch)
+    kind: ClassVar[str] = "step"
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The job's end: model/ and the indexes are in its folder; `stats` says how the training went."""
+
+    stats: dict[str, Any]
+    kind: ClassVar[str] = "finished"
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The job stopped before its end (cancelled, over the time cap, or its consumer went away); nothing saved."""
+
+    stats: dict[str, Any]
+    kind: ClassVar[str] = "stopped"
+
+
+Event = Phase | Step | Finished | Stopped  # the job's events (the app adds its own: explorer.events)
 
 
 def tune_and_index(

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 Clock = Callable[[], float]
 
-# The forgetting check after each run (explorer.forgetting over mirror.checks) encodes the distinct strings of its
+# The forgetting check after each run (explorer.compare.forgetting over mirror.checks) encodes the distinct strings of its
 # checks (SimLex + WordSim words, STS-B dev sentences, ~200 real documents of 150-256 tokens) with the base and with
 # the tuned encoder: their token lengths are counted with the encoder's own tokenizer (forgetting_lengths), so the
 # estimate follows the checks when they change.
@@ -154,7 +154,7 @@ def calibrate(
     `base` is only read (encoded with): the steps train a deep copy. `scratch` is a folder for the saved copy,
     removed after. Takes a few seconds for the bundled model on 2 CPU cores.
     """
-    from explorer.uploads import zip_folder
+    from explorer.share.uploads import zip_folder
     from mirror.encoder import load_encoder, resolve_device, resolve_precision, save_encoder
     from mirror.train import mirror_tune
 

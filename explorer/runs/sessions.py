@@ -19,33 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorer.runs.runinfo import RunInfo
 from explorer.settings import Settings
 from mirror.data import CleanStats, fmt_size
 from mirror.errors import MirrorError
 
 STOP_FILE = "STOP"
-RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs), not a session
+RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs.store), not a session
 SWEEP_EVERY_S = 60.0
 EVICT_MIN_IDLE_S = 300.0  # a session used this recently is never evicted for disk space
-
-
-@dataclass
-class RunInfo:
-    """A tuned model served to one session, with everything in `folder` (model/, base_index/, tuned_index/)."""
-
-    folder: Path
-    base_model: str
-    pooling: str
-    corpus: str
-    n_texts: int
-    texts_key: str
-    stats: dict[str, Any]
-    losses: list[float]
-    summary: str
-    model_zip: Path
-    index_zip: Path
-    created: float = field(default_factory=time.time)
-    extra_corpus: str | None = None  # another upload indexed in extra_base/ + extra_tuned/
 
 
 @dataclass(eq=False)
@@ -215,7 +197,7 @@ class SessionStore:
             self.discard(state)
 
     def discard(self, session: Session) -> None:
-        from explorer.models import release_memory
+        from explorer.runs.models import release_memory
 
         self.forget(session.folder)
         shutil.rmtree(session.folder, ignore_errors=True)

@@ -2,7 +2,7 @@
 side, what only one side found), the query's own string hidden on request, and base-encoder indexes of the
 loaded strings for searching before any tuning.
 
-Plain values in and out; `MirrorApp.search` picks the indexes, explorer.render draws the results.
+Plain values in and out; `app.searcher.search` (explorer.compare.searching) picks the indexes, explorer.render draws the results.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from explorer.sessions import texts_key
+from explorer.runs.sessions import texts_key
 
 if TYPE_CHECKING:
     from index.store import Hit, VectorIndex

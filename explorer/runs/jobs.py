@@ -1,6 +1,6 @@
 """The training job and the slots it runs in: one thread per job, typed events out, a stop file in.
 
-`train_job` runs `explorer.pipeline.tune_and_index` in a thread and yields its events; it is a plain generator
+`train_job` runs `index.pipeline.tune_and_index` in a thread and yields its events; it is a plain generator
 of picklable values, so on a ZeroGPU Space it runs inside `spaces.GPU` in another process. It stops the job
 between steps when asked (a STOP file in the run folder), past the run's wall-clock cap, or when its consumer
 stops asking for events (a closed tab, a disconnected or cancelled API client).
@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from explorer.estimate import estimate_seconds
 from explorer.events import Event, Failed, Step, Tick
-from explorer.sessions import STOP_FILE, write_stop
+from explorer.runs.sessions import STOP_FILE, write_stop
 from explorer.settings import spaces
+from explorer.tune.estimate import estimate_seconds
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
 
@@ -109,7 +109,7 @@ def train_job(
         return stop.exists()
 
     def work() -> None:
-        from explorer.pipeline import tune_and_index
+        from index.pipeline import tune_and_index
 
         try:
             tune_and_index(

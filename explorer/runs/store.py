@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from explorer.exports import prune_exports
-from explorer.sessions import RunInfo, disk_usage, evict
+from explorer.runs.sessions import RunInfo, disk_usage, evict
 from mirror.errors import MirrorError
+from mirror.exports import prune_exports
 
 RUN_FILE = "run.json"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")

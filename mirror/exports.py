@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from explorer.moved import nearest
+from mirror.card import hub_base_model
 from mirror.errors import MirrorError
+from mirror.moved import nearest
 
 FORMATS = ("projector", "parquet", "neighbours", "all")
 NEIGHBOURS_K = 10
@@ -275,3 +276,12 @@ def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8", newline="")
     os.replace(tmp, path)
+
+
+def download_name(base_model: str, run_id: str, what: str) -> str:
+    """A download's file name: `mirror-<base model's short name>-<run id's first 12>-<what>.zip` (what: model or
+    index), so a user's downloads of several runs never collide; never a server path."""
+    base = hub_base_model(base_model) or str(base_model or "model")
+    short = re.sub(r"[^A-Za-z0-9._-]+", "-", re.split(r"[\\/]", base.rstrip("/\\"))[-1]).strip("-._")[:40]
+    run = re.sub(r"[^A-Za-z0-9._-]+", "-", str(run_id))[:12].strip("-._")
+    return f"mirror-{short or 'model'}-{run or 'run'}-{what}.zip"

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from explorer.card import hub_base_model
 from mirror.data import fmt_size
 from mirror.errors import MirrorError
 
@@ -33,15 +32,6 @@ MAX_ZIP_ENTRIES = 500
 def display_name(path: str | Path) -> str:
     """The name a user gave a file (its last part): shown in messages, never used in a path."""
     return Path(str(path)).name or "upload"
-
-
-def download_name(base_model: str, run_id: str, what: str) -> str:
-    """A download's file name: `mirror-<base model's short name>-<run id's first 12>-<what>.zip` (what: model or
-    index), so a user's downloads of several runs never collide; never a server path."""
-    base = hub_base_model(base_model) or str(base_model or "model")
-    short = re.sub(r"[^A-Za-z0-9._-]+", "-", re.split(r"[\\/]", base.rstrip("/\\"))[-1]).strip("-._")[:40]
-    run = re.sub(r"[^A-Za-z0-9._-]+", "-", str(run_id))[:12].strip("-._")
-    return f"mirror-{short or 'model'}-{run or 'run'}-{what}.zip"
 
 
 def zip_folder(folder: Path, out: Path, arcroot: str, extra_files: dict[str, str] | None = None) -> Path:

@@ -1,7 +1,7 @@
 """The Evaluate tab's work: Spearman of cosine vs gold scores per encoder, with bootstrap 95% intervals, the pairs
 whose rank moved most with tuning, notes for sets too small to trust, and progress while strings are encoded.
 
-Plain values in and out; `MirrorApp.evaluate_report` picks the encoders, app.py draws the report.
+Plain values in and out; `app.searcher.evaluate_report` (explorer.compare.searching) picks the encoders, app.py draws the report.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from explorer.events import Phase
-from explorer.inputs import EXAMPLES_DIR, GOLD_SETS
 from explorer.render import fmt_seconds
-from explorer.uploads import display_name
+from explorer.share.uploads import display_name
+from explorer.tune.inputs import EXAMPLES_DIR, GOLD_SETS
 from mirror.data import decode, fmt_size
 from mirror.errors import MirrorError
 from mirror.evaluate import (

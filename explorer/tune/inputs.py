@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.estimate import planned_steps
+from explorer.tune.estimate import planned_steps
 from mirror.config import BUNDLED_MODEL, DEVICES, POOLINGS, PRECISIONS, MirrorConfig
 from mirror.errors import MirrorError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: explorer/tune/inputs.py
 EXAMPLES_DIR = ROOT / "examples"
 EXAMPLES: dict[str, tuple[str, str]] = {
     "small": ("Small demo list: 411 everyday words in 20 themes (tunes in seconds)", "small_words.txt"),

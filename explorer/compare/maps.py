@@ -66,7 +66,7 @@ def twin_map(
 ) -> dict[str, Any]:
     """Aligned 2-D layouts of the strings under both encoders (a seeded sample of `max_points` when there are
     more), their clusters per space and, per string, how much its neighbourhood moved (`moved`, from
-    explorer.moved; computed on the shown strings when not given)."""
+    mirror.moved; computed on the shown strings when not given)."""
     started = time.perf_counter()
     texts = list(texts)
     n_total = len(texts)
@@ -92,7 +92,7 @@ def twin_map(
     tuned_labels, tuned_clusters = clusters(tuned, [texts[i] for i in shown], k, seed)
     _match_colours(base_labels, tuned_labels, base_clusters, tuned_clusters)
     if moved is None:
-        from explorer.moved import neighbour_changes
+        from mirror.moved import neighbour_changes
 
         scores = {r["i"]: r["moved"] for r in neighbour_changes([texts[i] for i in shown], base, tuned)}
         moved_shown = [scores[j] for j in range(n)]

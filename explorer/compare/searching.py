@@ -1,0 +1,141 @@
+"""Tab 2 and tab 3 on the served run: search both encoders, index another corpus, score gold pair sets."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
+from explorer.compare.search import search_both
+from explorer.events import Phase
+from explorer.render import run_caption
+from explorer.runs.models import IndexPair
+from explorer.runs.sessions import (
+    Session,
+)
+from explorer.share.uploads import display_name
+from explorer.tune.inputs import clamp_k, split_queries
+from mirror.config import BUNDLED_MODEL
+from mirror.data import clean_texts, read_file
+from mirror.errors import MirrorError
+
+log = logging.getLogger("mirror.app")
+
+
+class Searcher:
+    """Tab 2 and tab 3 on the served run: search both encoders, index another corpus, score gold pair sets. One per MirrorApp (`app.searcher`), over its state."""
+
+    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
+        self.app = app
+
+    def search(
+        self,
+        session: Session,
+        queries: str,
+        k: Any = 10,
+        corpus: str = "main",
+        hide_query: bool = False,
+        base_model: str | None = None,
+        run_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Top-k hits of each query (one per line) for the tuned and the base encoder, compared (explorer.compare.search):
+        [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}], base_only}].
+
+        `hide_query` drops the hit that is the query's own string (off by default: an API caller sees what the
+        index holds). Before any tuning it searches the loaded strings with the base model `base_model` (default:
+        the bundled one; a served run compares with its own base) alone: "tuned" is empty, "base_only" true.
+        `run_id`: search that kept run instead of the session's (any client, after a restart too).
+        """
+        qs, k = split_queries(queries), clamp_k(k)
+        run = self.app.runs.load(run_id) if run_id else session.run
+        pair = None
+        if run is not None:
+            loaded = self.app.models.loaded(run)
+            pair = loaded.extra if corpus == "extra" else loaded.main
+        if pair is None and corpus == "extra":
+            raise MirrorError("no other corpus is indexed yet: upload one below and press “Index it”")
+        if pair is None:
+            return self._search_base_only(session, qs, k, bool(hide_query), base_model or BUNDLED_MODEL)
+        with self.app.search_slots:  # a few encodes at a time, in arrival order: no thread oversubscription
+            return search_both(pair.tuned, pair.base, qs, k, bool(hide_query))
+
+    def _search_base_only(
+        self, session: Session, queries: list[str], k: int, hide_query: bool, model: str
+    ) -> list[dict[str, Any]]:
+        texts = list(session.texts)
+        if len(texts) < 2:
+            raise MirrorError(
+                "Nothing to search yet: load your strings in tab ① (step 1) to search them with the base model, "
+                "then tune one there to compare it with the tuned model."
+            )
+        model = self.app.models.check_download(model)
+        encoder = self.app.models.base_encoder(model)
+        with self.app.search_slots:  # the first search of these strings embeds them all: one slot, like a search
+            index = self.app.base_indexes.get(model, encoder, texts)
+            return search_both(None, index, queries, k, hide_query)
+
+    def index_corpus(self, session: Session, path: str | None, column: str | None = None) -> str:
+        """Index another uploaded corpus with the served tuned and base encoders; returns a summary."""
+        from index.store import VectorIndex
+        from mirror.encoder import replace_dir
+
+        run = session.run
+        if run is None:
+            raise MirrorError("tune a model first (tab ①): the other corpus is indexed with your tuned encoder")
+        if not path:
+            raise MirrorError("upload a corpus file first")
+        raw, _ = read_file(path, column, self.app.settings.max_upload_bytes, name=display_name(path))
+        texts, stats = clean_texts(raw)
+        dropped = max(0, len(texts) - self.app.settings.max_strings)
+        texts = texts[: self.app.settings.max_strings]
+        if not texts:
+            raise MirrorError(f"`{display_name(path)}` has no non-empty strings")
+        self.app.check_disk(session)
+        loaded = self.app.models.loaded(run)
+        tmp_b, tmp_t = run.folder / ".extra_base.new", run.folder / ".extra_tuned.new"
+        VectorIndex.build(loaded.base, texts, gpu=False).save(tmp_b)
+        VectorIndex.build(loaded.tuned, texts, gpu=False).save(tmp_t)
+        with session.lock:
+            replace_dir(tmp_b, run.folder / "extra_base")
+            replace_dir(tmp_t, run.folder / "extra_tuned")
+            loaded.extra = IndexPair(
+                VectorIndex.load(run.folder / "extra_base", loaded.base, gpu=False),
+                VectorIndex.load(run.folder / "extra_tuned", loaded.tuned, gpu=False),
+            )
+            run.extra_corpus = display_name(path)
+        return (
+            f"Indexed {len(texts):,} strings of `{display_name(path)}` with both encoders ({stats.summary()}"
+            + (
+                f"; {dropped:,} more dropped: this server's limit is {self.app.settings.max_strings:,}"
+                if dropped
+                else ""
+            )
+            + "). Searching it now."
+        )
+
+    def evaluate(self, session: Session, gold: Sequence[str], pairs_path: str | None = None) -> list[dict[str, Any]]:
+        """Spearman ρ of cosine vs gold scores, for the base and (when there is one) the tuned encoder: a row per
+        set, with bootstrap 95% intervals ("base 95% CI", ...). `evaluate_report` has the rest."""
+        return self.evaluate_report(session, gold, pairs_path).rows
+
+    def evaluate_report(
+        self,
+        session: Session,
+        gold: Sequence[str],
+        pairs_path: str | None = None,
+        on_progress: Callable[[Phase], None] | None = None,
+    ) -> EvalReport:
+        """The rows of `evaluate`, the pairs whose rank moved most with tuning and notes (a set under 50 pairs,
+        no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work."""
+        sets = load_sets(gold, pairs_path, self.app.settings.max_upload_bytes)
+        notes, run = [], session.run  # the run evaluated, named in the report even if another is served by then
+        if run is not None:
+            loaded = self.app.models.loaded(run)
+            encoders = [("base", loaded.base), ("tuned", loaded.tuned)]
+        else:
+            encoders = [("base", self.app.models.base_encoder(BUNDLED_MODEL))]
+            notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
+        report = evaluate_sets(sets, encoders, on_progress)
+        return dataclasses.replace(report, notes=notes + report.notes, caption=run_caption(run))

@@ -1,0 +1,217 @@
+"""Runs not trained here: a kept run opened again by id, a model zip saved from this app, a blend of the served
+run's weights with its base.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from explorer.events import Done, Event, Failed, Phase
+from explorer.runs.models import REBUILT_NOTE
+from explorer.runs.sessions import (
+    RunHandle,
+    RunInfo,
+    Session,
+)
+from explorer.runs.training import new_run_info, package_run
+from explorer.settings import inference_device
+from explorer.share.uploads import display_name, extract_model_zip
+from mirror.config import BUNDLED_MODEL
+from mirror.errors import MirrorError
+from mirror.exports import download_name
+
+log = logging.getLogger("mirror.app")
+
+
+class SavedRuns:
+    """Runs not trained here: a kept run opened again by id, a model zip saved from this app, a blend of the served One per MirrorApp (`app.saved`), over its state."""
+
+    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
+        self.app = app
+
+    def open_run(self, session: Session, run_id: str) -> RunInfo:
+        """Serve a kept run (by its id: a link, the browser's run list, an API call) to this session."""
+        info = self.app.runs.load(run_id)
+        loaded = self.app.models.loaded(
+            info
+        )  # a run whose files went bad fails here, and the session keeps what it had
+        if loaded.rebuilt and REBUILT_NOTE not in info.stats.get("notes", []):
+            self._after_rebuild(info)
+        with session.lock:
+            session.run = info
+        return info
+
+    def _after_rebuild(self, info: RunInfo) -> None:
+        """A kept run whose tuned index was rebuilt on load (made by a version with the stale bf16 copy): its index
+        download made again, its old exports dropped (they hold the old vectors), and a note on its page."""
+        info.stats["notes"] = [*info.stats.get("notes", []), REBUILT_NOTE]
+        shutil.rmtree(info.folder / "exports", ignore_errors=True)
+        self.app.explore.forget(info.folder)  # figures computed from the old index
+        package_run(info, zip_model=False)
+        self.app.runs.save(info)
+
+    def list_runs(self, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """id, label, created of the runs among `run_ids` still kept here, newest first."""
+        return self.app.runs.describe(r for r in run_ids if isinstance(r, str))
+
+    def use_saved_model(self, session: Session, zip_path: str | None) -> Iterator[Event]:
+        """Serve a model zip saved from this app: index the loaded strings with it and its base. Yields events."""
+        if not zip_path:
+            yield Failed("no model zip uploaded")
+            return
+        if len(session.texts) < 2:
+            yield Failed("Load the strings to search first (step 1), then upload the model zip.")
+            return
+        if session.active is not None and session.active.started:
+            yield Failed("A run is in progress in this session; wait for it or cancel it.")
+            return
+        yield from self.app.trainer.exclusive(session, self._use_saved(session, zip_path))
+
+    def _use_saved(self, session: Session, zip_path: str) -> Iterator[Event]:
+        from mirror.encoder import load_encoder
+
+        handle = session.active = RunHandle(started=True)
+        run = self.app.trainer.new_run_folder(session, handle)
+        texts, source = list(session.texts), session.source
+        try:
+            with self.app.trainer.discarded_unless_served(run) as served:
+                self.app.check_disk(session)
+                yield Phase("Unpacking the model")
+                folder = extract_model_zip(Path(zip_path), run / "unpacked", self.app.settings.max_model_bytes)
+                os.replace(folder, run / "model")
+                shutil.rmtree(run / "unpacked", ignore_errors=True)
+                tuned = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
+                base_model, base, notes = self._base_of(tuned)
+                events: list[Event] = []
+                from index.pipeline import index_with
+
+                for name, enc in (("base", base), ("tuned", tuned)):
+                    index_with(
+                        enc,
+                        texts,
+                        run / f"{name}_index",
+                        f"Indexing your strings with the {name} encoder",
+                        events.append,
+                    )
+                    yield from events
+                    events.clear()
+                stats = dict(tuned.info.get("stats") or {})
+                stats.update(pooling=tuned.pooling, mode=(tuned.info.get("config") or {}).get("mode", "?"))
+                stats.update(uploaded=display_name(zip_path), notes=notes)
+                stats["summary"] = f"uploaded model {display_name(zip_path)}" + (
+                    f" ({stats['summary']})" if stats.get("summary") else ""
+                )
+                # served as uploaded, not re-zipped
+                kept = link_or_copy(Path(zip_path), run / download_name(base_model, run.name, "model"))
+                info = self.app.trainer.serve(
+                    session, new_run_info(run, base_model, texts, source, stats, model_zip=kept)
+                )
+                served.append(info)
+                yield Done(info, tuple(notes))
+        except MirrorError as exc:
+            yield Failed(str(exc))
+        except Exception as exc:
+            log.exception("model upload failed")  # details (which may name server paths) stay in the log
+            yield Failed(f"could not use this model ({type(exc).__name__}); is it a zip saved by this app?")
+        finally:
+            if session.active is handle:
+                session.active = None
+
+    def _base_of(self, tuned) -> tuple[str, Any, list[str]]:
+        """The base model an uploaded tuned model names (checked like one a user typed, hub size included), or
+        the bundled model with a note when that one is not available here."""
+        base_model = str((tuned.info.get("config") or {}).get("model") or BUNDLED_MODEL)
+        try:
+            return (
+                base_model,
+                self.app.models.base_encoder(self.app.models.check_download(base_model), tuned.pooling),
+                [],
+            )
+        except MirrorError as exc:
+            note = f"its base model {base_model!r} is not available here ({exc}); comparing with the bundled model"
+            # with the tuned model's pooling: the served run reloads its base that way
+            return BUNDLED_MODEL, self.app.models.base_encoder(BUNDLED_MODEL, tuned.pooling), [note]
+
+    def blend_run(self, session: Session, alpha: Any) -> Iterator[Event]:
+        """Serve a blend of the served run's tuned weights with its base (α of the tuned, 1 - α of the base) as a
+        new run: no retraining, the strings re-indexed with the blend, its general checks run. Yields events."""
+        from mirror.blend import check_alpha
+
+        try:
+            alpha = check_alpha(alpha)
+        except MirrorError as exc:
+            yield Failed(str(exc))
+            return
+        parent = session.run
+        if parent is None:
+            yield Failed("Nothing to blend yet: tune a model in tab ① (or open one of your runs) first.")
+            return
+        if session.active is not None and session.active.started:
+            yield Failed("A run is in progress in this session; wait for it or cancel it.")
+            return
+        yield from self.app.trainer.exclusive(session, self._blend(session, parent, alpha))
+
+    def _blend(self, session: Session, parent: RunInfo, alpha: float) -> Iterator[Event]:
+        from index.pipeline import index_with
+        from mirror.blend import blend_folder
+        from mirror.encoder import load_encoder
+
+        handle = session.active = RunHandle(started=True)
+        run = self.app.trainer.new_run_folder(session, handle)
+        try:
+            with self.app.trainer.discarded_unless_served(run) as served:
+                self.app.check_disk(session)
+                loaded = self.app.models.loaded(parent)
+                texts = list(loaded.main.tuned.texts)
+                yield Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base")
+                link_tree(tuned_weights(parent.folder), run / "tuned_model")  # the unblended model, for later blends
+                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model")
+                blended = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
+                link_tree(parent.folder / "base_index", run / "base_index")
+                events: list[Event] = []
+                index_with(blended, texts, run / "tuned_index", "Indexing your strings with the blend", events.append)
+                yield from events
+                stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
+                stats.pop("forgetting", None)  # the parent's checks are not the blend's
+                stats.update(blended_from=parent.folder.name, summary=f"blend α={alpha:g} of {parent.summary}")
+                if self.app.settings.general_checks:
+                    yield Phase("Checking general similarity (the forgetting check)")
+                    stats["forgetting"] = self.app.trainer.forgetting(loaded.base, blended, texts)
+                info = self.app.trainer.serve(
+                    session, new_run_info(run, parent.base_model, texts, parent.corpus, stats)
+                )
+                served.append(info)
+                yield Done(info)
+        except MirrorError as exc:
+            yield Failed(str(exc))
+        except Exception as exc:
+            log.exception("blend failed")
+            yield Failed(f"the blend failed ({type(exc).__name__}); the previous model stays served")
+        finally:
+            if session.active is handle:
+                session.active = None
+
+
+def tuned_weights(run: Path) -> Path:
+    """The unblended tuned model of a run folder: tuned_model/ of a blend, model/ otherwise."""
+    return run / "tuned_model" if (run / "tuned_model").is_dir() else run / "model"
+
+
+def link_tree(src: Path, dst: Path) -> Path:
+    """`dst` as a copy of the folder `src` made of hard links (no second copy on disk where links work)."""
+    shutil.copytree(src, dst, copy_function=lambda a, b: link_or_copy(Path(a), Path(b)))
+    return dst
+
+
+def link_or_copy(src: Path, dst: Path) -> Path:
+    """`dst` as a hard link to `src` (no second copy on disk), or a copy across file systems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+    return dst

@@ -1,0 +1,397 @@
+"""Runs: start one in its own thread, follow it (a reloaded page reattaches), cancel it, hold a training slot,
+then check, package and serve what it made (`serve`). Saved models and blends (explorer.runs.saved) reuse the slot
+and the serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
+from explorer.render import fmt_seconds, user_error
+from explorer.runs.jobs import train_job
+from explorer.runs.models import release_memory
+from explorer.runs.sessions import (
+    RunHandle,
+    RunInfo,
+    Session,
+    read_stop,
+    texts_key,
+    write_stop,
+)
+from explorer.settings import Settings
+from explorer.share.card import write_card
+from explorer.share.uploads import model_folder_in_zip, zip_folder
+from explorer.tune.inputs import build_config
+from mirror.config import BUNDLED_MODEL
+from mirror.errors import MirrorError
+from mirror.exports import download_name
+
+log = logging.getLogger("mirror.app")
+SLOT_WAIT_S = 30.0  # longer than explorer.runs.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
+INDEX_README = (
+    "A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.\n"
+    "Unzip the model zip beside it, then search it with: python -m index query mirror-index 'your query'\n"
+)
+
+
+class Trainer:
+    """Runs: start one in its own thread, follow it (a reloaded page reattaches), cancel it, hold a training slot, One per MirrorApp (`app.trainer`), over its state."""
+
+    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
+        self.app = app
+
+    def request_run(self, session: Session) -> RunHandle:
+        """Launch was clicked: the run exists (and can be cancelled) while it still waits in the queue."""
+        if session.active is None or not session.active.started or session.active.finished:
+            session.active = RunHandle()
+        return session.active
+
+    def cancel(self, session: Session) -> str:
+        """Stop the session's run between two steps, or before it starts (while it waits in the queue)."""
+        handle = session.active  # read once: the run may end (and reset it) at any moment
+        if handle is None or handle.finished:
+            return "Nothing is running. Your model and index (if any) stay served."
+        handle.request_stop("cancel")
+        if handle.started:
+            return "Stopping after the current step… the previous model and index stay served."
+        return "Cancelled before it started. The previous model and index stay served."
+
+    def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[Event]:
+        """Tune on the session's strings in a fresh run folder; serve it only on success. Yields its events.
+
+        Events (explorer.events): Phase, Step, Note and Tick, then one of Done, Cancelled or Failed. Never raises
+        for bad input: it yields Failed. The run goes on in its own thread (`start`); this follows it, and so can
+        another consumer (`follow`, e.g. the page reloaded). It is cancellable from before its first event
+        (`cancel`), and stops when nobody has followed it for ABANDONED_S. It holds one of the server's
+        training slots; the last event comes after the slot is released.
+        """
+        yield from self.start(session, model, mode, overrides).follow()
+
+    def start(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> RunHandle:
+        """Start the session's run in its own thread; returns its handle (id, stop flag, events)."""
+        handle = session.active
+        if handle is not None and handle.finished:  # a run this session followed (a reattached page) ended
+            handle = None
+        if handle is not None and handle.started:
+            busy = RunHandle(started=True)
+            busy.publish(Failed("A run is already in progress in this session; wait for it or cancel it."))
+            busy.finish()
+            return busy
+        handle = handle or RunHandle()  # an API call: no Launch click made one
+        session.active, handle.started = handle, True
+        self.app.in_progress[handle.id] = handle
+        args = (session, handle, model, mode, overrides)
+        threading.Thread(target=self._run, args=args, name=f"mirror-run-{handle.id[:8]}", daemon=True).start()
+        return handle
+
+    def train_stream(
+        self, session: Session, texts: str, file: str | None, column: str, model: str, mode: str, settings: Any
+    ) -> Iterator[tuple[dict[str, Any], RunInfo | None]]:
+        """The /train API: load `file` (or the pasted `texts`), tune, and yield (progress, None) as the run goes
+        (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
+        (summary, run). Errors raise MirrorError with the message the page would show."""
+        try:
+            info = (
+                self.app.loader.load_file(session, file, (column or "").strip() or None)
+                if file
+                else self.app.loader.load_pasted(session, texts)
+            )
+            if settings is not None and not isinstance(settings, dict):
+                raise MirrorError('settings must be a JSON object such as {"max_steps": 20}')
+        except Exception as exc:  # MirrorError, or a bug: a message either way
+            raise MirrorError(user_error(exc)) from None
+        notes, progress, last = list(info.get("notes", [])), {"status": "queued"}, 0.0
+        for ev in self.train(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {})):
+            if isinstance(ev, Failed | Cancelled):
+                raise MirrorError(ev.text)
+            if isinstance(ev, Done):
+                run = ev.run
+                summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
+                summary.update(notes=notes + list(run.stats.get("notes") or []), run_id=run.folder.name)
+                yield summary, run
+                return
+            if isinstance(ev, Note):
+                notes.append(ev.text)
+            if isinstance(ev, Step):
+                progress.update(step=ev.step, total_steps=ev.total, loss=ev.loss)
+            if "run_id" not in progress and session.active is not None:
+                progress.update(status="running", run_id=session.active.id)
+                last = 0.0
+            if time.monotonic() - last >= 1.0:
+                last = time.monotonic()
+                yield dict(progress), None
+        raise MirrorError("the run ended without a result")
+
+    def follow(self, run_id: str, since: int = 0, session: Session | None = None) -> Iterator[Event]:
+        """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run; with
+        `session`, that session can cancel it, and is served the run when it is done."""
+        handle = self.app.in_progress.get(run_id)
+        if handle is None:
+            raise MirrorError("that run is not in progress on this server (finished, or the server restarted)")
+        if session is not None:
+            session.active = handle
+        for ev in handle.follow(since):
+            if session is not None and isinstance(ev, TERMINAL) and session.active is handle:
+                session.active = None  # before the consumer sees the end (it may stop pulling there)
+            if session is not None and isinstance(ev, Done) and session.run is not ev.run:
+                self.app.saved.open_run(session, run_id)
+            yield ev
+
+    def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
+        """The run's thread: its events into the handle; a stop when nobody follows it any more."""
+        import explorer.runs.jobs as jobs
+
+        try:
+            for ev in self._run_events(session, handle, model, mode, overrides):
+                handle.publish(ev)
+                if handle.folder is not None and time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
+                    write_stop(handle.folder, "abandoned")
+        except Exception as exc:  # a bug: the followers get a message, the server goes on
+            log.exception("run thread failed")
+            handle.publish(Failed(user_error(exc)))
+        finally:
+            if session.active is handle:
+                session.active = None
+            self.app.in_progress.pop(handle.id, None)
+            handle.finish()
+
+    def _run_events(
+        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
+    ) -> Iterator[Event]:
+        if handle.stop.is_set():
+            yield Cancelled("Cancelled before it started.")
+            return
+        if len(session.texts) < 2:
+            yield Failed("Load at least 2 strings first (step 1 above).")
+            return
+        yield from self.exclusive(session, self._train(session, handle, model, mode, overrides))
+
+    def exclusive(self, session: Session, events: Iterator[Event]) -> Iterator[Event]:
+        """Run a job's events holding a training slot; its final event is yielded after the job cleaned up.
+
+        Gradio's queue hands out its training turns as runs end, but a run whose page or client went away goes
+        on until it notices (ABANDONED_S) while the queue has already moved on: so wait up to SLOT_WAIT_S for the
+        slot, saying so, before refusing (a caller that bypasses the queue is refused then, never run extra)."""
+        deadline = time.monotonic() + SLOT_WAIT_S
+        while not self.app.train_slots.acquire(timeout=0.5):
+            if time.monotonic() >= deadline:
+                break
+            yield Phase("Waiting for a free training slot (a run that lost its page is stopping)")
+        else:
+            yield from self._holding_slot(session, events)
+            return
+        n = self.app.settings.train_concurrency
+        yield Failed(
+            f"this server runs at most {n} training{'s' if n != 1 else ''} at a time "
+            "(MIRROR_TRAIN_CONCURRENCY) and all slots are busy; try again when a run finishes"
+        )
+
+    def _holding_slot(self, session: Session, events: Iterator[Event]) -> Iterator[Event]:
+        terminal = None
+        self.app.sessions.running.add(session.folder)
+        try:
+            with contextlib.closing(events) as job:
+                for ev in job:
+                    if isinstance(ev, TERMINAL):
+                        terminal = ev
+                        break
+                    yield ev
+        finally:
+            self.app.sessions.running.discard(session.folder)
+            self.app.train_slots.release()
+            release_memory()
+            if session.closed:  # the tab went away during the run: nobody will use its folder again
+                self.app.sessions.discard(session)
+        if terminal is not None:
+            yield terminal
+
+    def _train(
+        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
+    ) -> Iterator[Event]:
+        texts, source = list(session.texts), session.source
+        try:
+            self.app.check_disk(session)
+            config, notes = build_config(
+                texts, self.app.models.check_download(model), mode, overrides, self.app.settings.max_steps
+            )
+            yield Phase(f"Checking the base model {config.model}")
+            base = self.app.models.base_encoder(config.model, config.pooling)
+        except Exception as exc:  # MirrorError, or a bug: a message either way
+            yield Failed(user_error(exc))
+            return
+        yield from (Note(n) for n in notes)
+        run = self.new_run_folder(session, handle)
+        key, prev = texts_key(texts), session.run
+        build_base = True
+        if prev and (prev.base_model, prev.pooling, prev.texts_key) == (config.model, base.pooling, key):
+            if (prev.folder / "base_index").is_dir():  # same strings, same base: reuse its index
+                shutil.copytree(prev.folder / "base_index", run / "base_index")
+                build_base = False
+        planned = self.app.planner.planned(texts, key, config, base, build_base)  # to learn from, once the run has run
+        started, started_at = time.perf_counter(), time.time()
+        limits = {"max_seconds": self.app.settings.max_run_seconds, "memory": self.app.settings.train_memory_bytes}
+        roots = [str(run)] + [str(r) for r in self.app.settings.model_roots]
+        try:
+            with self.discarded_unless_served(run) as served:
+                for ev in train_job(texts, config.to_dict(), str(run), roots, build_base, limits):
+                    if isinstance(ev, Step):
+                        session.touch()  # a long run keeps its session from being swept as idle
+                    if isinstance(ev, Stopped) or (isinstance(ev, Finished) and read_stop(run)):
+                        text = stopped_text(ev.stats, read_stop(run), self.app.settings)
+                        yield Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
+                        return
+                    if isinstance(ev, Finished):
+                        info = new_run_info(run, config.model, texts, source, ev.stats, package=False)
+                        check_s = None
+                        if self.app.settings.general_checks:
+                            from explorer.compare.forgetting import base_scored
+
+                            yield Phase("Checking general similarity (the forgetting check)")
+                            loaded = self.app.models.loaded(info)  # what _serve loads next: a broken model fails here
+                            encoders = 1 if base_scored(loaded.base) else 2
+                            info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
+                            check_s = (info.stats["forgetting"] or {}).get("seconds")
+                            check_s = check_s / encoders if check_s is not None else None
+                        if planned is not None:
+                            self.app.estimator.observe(
+                                planned.key, planned.phase("training"), ev.stats.get("seconds"), check_s
+                            )
+                        yield Phase("Preparing downloads")
+                        info = self.serve(session, package_run(info))  # its card has the checks' results
+                        info.stats.update(
+                            wall_seconds=round(time.perf_counter() - started, 1),
+                            started_at=round(started_at, 3),
+                            finished_at=round(time.time(), 3),
+                        )
+                        served.append(info)
+                        yield Done(info)
+                        return
+                    yield ev
+                    if isinstance(ev, Failed):
+                        return
+                yield Failed("the run ended without a result; the previous model stays served")
+        except MirrorError as exc:
+            yield Failed(str(exc))
+        except Exception as exc:
+            log.exception("run failed")
+            yield Failed(f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served")
+
+    def new_run_folder(self, session: Session, handle: RunHandle) -> Path:
+        run = self.app.runs.folder(handle.id)
+        run.mkdir(parents=True)
+        handle.folder = run
+        if handle.stop.is_set():  # cancelled while the base model loaded
+            write_stop(run, "cancel")
+        return run
+
+    @contextlib.contextmanager
+    def discarded_unless_served(self, run: Path) -> Iterator[list[RunInfo]]:
+        """Remove `run` unless the body put the RunInfo it now serves into the list; bugs become a Failed event
+        upstream (the caller's generator yields it)."""
+        served: list[RunInfo] = []
+        try:
+            yield served
+        finally:
+            if not served:
+                shutil.rmtree(run, ignore_errors=True)
+
+    def serve(self, session: Session, info: RunInfo) -> RunInfo:
+        """Check the new run loads, keep it (run.json: from now on its id reaches it), then serve it. The run it
+        replaces stays in the store (the session's history, others' links) until the run budget removes it."""
+        self.app.models.loaded(info)  # load now: a broken artifact fails here, before the swap
+        self.app.runs.save(info)
+        with session.lock:
+            session.run = info
+            session.run_ids.append(info.folder.name)
+        return info
+
+    def forgetting(self, base, tuned, texts: Sequence[str] = ()) -> dict[str, Any] | None:
+        """The general checks (explorer.compare.forgetting) of a tuned encoder against its base, and beside them, when the
+        run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in the
+        seconds the estimate learns from); None (logged) when they cannot run here: a run is never failed for its
+        checks. Seconds on a CPU (the base's scores are kept)."""
+        from explorer.compare.forgetting import forgetting_check, own_long_texts
+
+        try:
+            started = time.perf_counter()
+            with self.app.search_slots:
+                out = forgetting_check(base, tuned)
+                out["seconds"] = round(time.perf_counter() - started, 1)
+                own = own_long_texts(base, tuned, texts)
+            if own is not None:
+                out["own_long_texts"] = own
+            return out
+        except Exception:
+            log.exception("forgetting check failed; the run goes on without it")
+            return None
+
+
+def new_run_info(
+    folder: Path,
+    base_model: str,
+    texts: list[str],
+    source: str,
+    stats: dict[str, Any],
+    model_zip: Path | None = None,
+    package: bool = True,
+) -> RunInfo:
+    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), its downloads named for the base
+    model and the run (`mirror-<base>-<run id>-model.zip`) and, with `package`, made (`package_run`).
+    `model_zip`: serve this zip (an uploaded one) instead of zipping model/."""
+    info = RunInfo(
+        folder=folder,
+        base_model=base_model,
+        pooling=stats["pooling"],
+        corpus=source,
+        n_texts=len(texts),
+        texts_key=texts_key(texts),
+        stats={k: v for k, v in stats.items() if k != "losses"},
+        losses=list(stats.get("losses", [])),
+        summary=stats.get("summary", ""),
+        model_zip=model_zip or folder / download_name(base_model, folder.name, "model"),
+        index_zip=folder / download_name(base_model, folder.name, "index"),
+    )
+    return package_run(info, zip_model=model_zip is None) if package else info
+
+
+def package_run(info: RunInfo, zip_model: bool = True) -> RunInfo:
+    """The run's downloads: the model card written into model/ from the run's stats as they are now (the general
+    checks included, so run them first), model/ zipped (inside: mirror-model/) unless it is an uploaded zip, and
+    the tuned index zipped (inside: mirror-index/) with a meta.json pointing at the model beside it."""
+    from index.folder import META_FILE, with_encoder_at
+
+    folder = info.folder
+    try:
+        write_card(folder / "model", {**info.stats, "losses": info.losses}, info.base_model)
+    except Exception:  # a run is never failed for its card
+        log.exception("could not write the model card")
+    if zip_model:
+        zip_folder(folder / "model", info.model_zip, "mirror-model")
+    model_dir = model_folder_in_zip(info.model_zip)  # "mirror-model" (what the app zips), or an uploaded zip's own
+    index_at = posixpath.normpath(posixpath.join("..", model_dir))  # unzipped beside the model zip: no --encoder
+    extra = {"README.txt": INDEX_README, META_FILE: with_encoder_at(folder / "tuned_index", index_at)}
+    zip_folder(folder / "tuned_index", info.index_zip, "mirror-index", extra)
+    return info
+
+
+def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:
+    """What the user reads when a run stopped before its end."""
+    done = f"after {stats.get('steps', 0)} of {stats.get('total_steps', 0)} steps"
+    if why == "time":
+        limit = fmt_seconds(settings.max_run_seconds or 0)
+        return (
+            f"Stopped {done}: this server stops a run after {limit} (MIRROR_MAX_RUN_SECONDS); nothing was saved. "
+            "Try fewer strings, fewer epochs or a smaller model."
+        )
+    if why == "abandoned":
+        return f"Stopped {done}: the page or API client that started it went away; nothing was saved."
+    return f"Cancelled {done}; nothing was saved."

@@ -1,0 +1,3 @@
+"""Before a run: the strings loaded (loading), checked inputs and settings (inputs), the plan and its time estimate
+(planning, estimate).
+"""

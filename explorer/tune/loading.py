@@ -1,0 +1,114 @@
+"""Tab 1's input: the session's strings loaded from a file, pasted text, a bundled example or a Hub dataset,
+cleaned and capped (`set_texts`); a run's own strings loaded again (`restore_texts`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from explorer.runs.sessions import (
+    Session,
+)
+from explorer.share.uploads import display_name
+from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR
+from mirror.config import detect_mode
+from mirror.data import clean_texts, fmt_size, read_file
+from mirror.errors import MirrorError
+
+log = logging.getLogger("mirror.app")
+
+
+class TextLoader:
+    """Tab 1's input: the session's strings loaded from a file, pasted text, a bundled example or a Hub dataset, One per MirrorApp (`app.loader`), over its state."""
+
+    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
+        self.app = app
+
+    def set_texts(self, session: Session, raw: Sequence[str], source: str, notes: Sequence[str] = ()) -> dict[str, Any]:
+        """Clean, cap and keep the strings; returns what the UI and the API report about them (with `notes`
+        from reading them: an encoding guessed, a header row)."""
+        texts, stats = clean_texts(raw)
+        notes = list(notes)
+        if len(texts) > self.app.settings.max_strings:
+            notes.append(
+                f"kept the first {self.app.settings.max_strings:,} of {len(texts):,} strings (this server's limit, MIRROR_MAX_STRINGS)"
+            )
+            texts = texts[: self.app.settings.max_strings]
+        if len(texts) < 2:
+            raise MirrorError(
+                f"`{source}`: found {len(texts)} usable string{'s' if len(texts) != 1 else ''} "
+                f"({stats.lines} lines, {stats.empty} empty, {stats.duplicates + stats.case_duplicates} duplicates); mirror tuning needs at least 2 distinct strings"
+            )
+        mode, reason = detect_mode(texts)
+        session.texts, session.source, session.stats = texts, source, stats
+        session.detected_mode, session.mode_reason = mode, reason
+        return {"strings": len(texts), "stats": stats, "mode": mode, "reason": reason, "notes": notes, "source": source}
+
+    @contextlib.contextmanager
+    def _replacing_texts(self, session: Session) -> Iterator[None]:
+        """A load replaces the session's strings or, when it fails, keeps the ones loaded before (issue 28: a bad
+        file after a good one must not cost the good one); the page says which strings are still loaded."""
+        yield
+
+    def load_file(self, session: Session, path: str | None, column: str | None = None) -> dict[str, Any]:
+        with self._replacing_texts(session):
+            if not path:
+                raise MirrorError("no file uploaded")
+            notes: list[str] = []
+            name = display_name(path)
+            raw, columns = read_file(path, column, self.app.settings.max_upload_bytes, name=name, notes=notes)
+            return {**self.set_texts(session, raw, name, notes), "columns": columns}
+
+    def load_pasted(self, session: Session, text: str) -> dict[str, Any]:
+        with self._replacing_texts(session):
+            return self._load_pasted(session, text)
+
+    def _load_pasted(self, session: Session, text: str) -> dict[str, Any]:
+        text = str(text or "")
+        if not text.strip():
+            raise MirrorError("paste some strings first, one per line")
+        if len(text.encode("utf-8", "surrogatepass")) > self.app.settings.max_upload_bytes:
+            raise MirrorError(
+                f"the pasted text is over {fmt_size(self.app.settings.max_upload_bytes, limit=True)}; upload a file instead"
+            )
+        return self.set_texts(session, text.splitlines(), "pasted text")
+
+    def load_example(self, session: Session, key: str) -> dict[str, Any]:
+        with self._replacing_texts(session):
+            if key not in EXAMPLES:
+                raise MirrorError(f"unknown example {key!r}")
+            path = EXAMPLES_DIR / EXAMPLES[key][1]
+            if not path.is_file():
+                raise MirrorError(f"the example file {path.name} is missing from this installation")
+            return self.set_texts(session, path.read_text(encoding="utf-8").splitlines(), path.name)
+
+    def load_hub_dataset(self, session: Session, dataset: str, column: str, split: str | None = None) -> dict[str, Any]:
+        """The strings of one column of a Hugging Face dataset (explorer.share.hub), within this server's limits."""
+        import explorer.share.hub as hub
+
+        with self._replacing_texts(session):
+            if not self.app.settings.allow_hub:
+                raise MirrorError("this server does not load from the Hugging Face Hub (MIRROR_ALLOW_HUB is off)")
+            dataset, column = str(dataset or "").strip(), str(column or "").strip()
+            raw, notes = hub.load_hub_dataset(
+                dataset,
+                column,
+                split=str(split or "").strip() or None,
+                max_rows=self.app.settings.max_strings,
+                max_bytes=self.app.settings.max_upload_bytes,
+            )
+            return self.set_texts(session, raw, f"{dataset} · {column}", notes)
+
+    def restore_texts(self, session: Session) -> dict[str, Any] | None:
+        """A session with no strings loaded (a reloaded page, a link opened elsewhere) gets the served run's own
+        strings back, so tuning them again is one click; what `set_texts` reports, or None when it had some."""
+        run = session.run
+        if run is None or session.texts:
+            return None
+        texts = list(self.app.models.loaded(run).main.tuned.texts)
+        info = self.set_texts(session, texts, f"run {run.folder.name[:8]} ({run.corpus or 'its strings'})")
+        info["notes"] = ["the strings of the run you opened, loaded again: Launch tunes them again"] + info["notes"]
+        return info

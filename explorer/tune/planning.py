@@ -1,0 +1,135 @@
+"""The plan and time estimate of a run before it starts (explorer.tune.estimate does the pricing): what the page shows,
+the memory a run plans with, and the calibration at server start.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from explorer.render import message
+from explorer.runs.sessions import (
+    Session,
+    texts_key,
+)
+from explorer.tune.estimate import device_and_threads, estimate_md, rough_estimate
+from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
+from mirror.config import BUNDLED_MODEL
+from mirror.data import clean_texts
+from mirror.errors import MirrorError
+
+log = logging.getLogger("mirror.app")
+
+
+class Planner:
+    """The plan and time estimate of a run before it starts (explorer.tune.estimate does the pricing): what the page shows, One per MirrorApp (`app.planner`), over its state."""
+
+    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
+        self.app = app
+
+    CALIBRATION_WAIT_S = 90.0  # an estimate waits this long for another request's calibration of the same key
+
+    def estimate(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
+        """Markdown: the planned steps and the whole job's time on this machine, phase by phase.
+
+        The first estimate for a model (and pooling, device, precision, threads) calibrates: a few real training
+        steps and encodes of that model, timed here (explorer.tune.estimate; a few seconds). Until then, and where it
+        cannot calibrate now (a hub model not loaded yet, a run training on this server, ZeroGPU, another request
+        calibrating the same key), it shows the rough guess from string lengths, saying why.
+        """
+        if not session.texts:
+            return "Load some strings to see the plan and a time estimate."
+        try:
+            config, notes = build_config(
+                session.texts,
+                str(model or BUNDLED_MODEL).strip() or BUNDLED_MODEL,
+                mode,
+                overrides,
+                self.app.settings.max_steps,
+            )
+            est, why = self.estimate_of(session, config)
+        except MirrorError as exc:
+            return message(str(exc), "warning")
+        return estimate_md(est, config, notes, why)
+
+    def estimate_of(self, session: Session, config) -> tuple[Any, str]:
+        """The calibrated Estimate of a run of `config` on the session's strings, or the rough one and why."""
+        from explorer.settings import zero_gpu
+        from mirror.names import looks_local
+
+        texts = list(session.texts)
+        device, threads = device_and_threads(config.device)
+        rough = rough_estimate(texts, config, device, threads)
+        model = self.app.models.check_model(config.model)
+        if zero_gpu():
+            return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
+        base = self.app.models.cached_base(model, config.pooling)
+        if base is None and model != BUNDLED_MODEL and not looks_local(model):  # never a download for an estimate
+            return rough, "calibrates on this machine once this model is loaded (by a run)"
+        base = base or self.app.models.base_encoder(model, config.pooling)
+        key, prev = texts_key(texts), session.run
+        build_base = True
+        if prev and (prev.base_model, prev.pooling, prev.texts_key) == (model, base.pooling, key):
+            build_base = not (prev.folder / "base_index").is_dir()  # _train copies it
+        est = self.app.estimator.estimate(
+            texts,
+            key,
+            config,
+            device,
+            threads,
+            base,
+            memory_budget=self.memory_budget(config),
+            build_base=build_base,
+            # a second request while the first calibrates (the page asks again as a file lands) waits for it:
+            # its answer is the one the page keeps
+            wait=self.CALIBRATION_WAIT_S,
+            may_calibrate=not self.app.in_progress,  # a calibration would slow a training run, and be slowed by it
+            check_encoders=self.check_encoders(base),
+        )
+        if est is None and self.app.in_progress:
+            return rough, "calibrates on this machine when no run is training"
+        if est is None:
+            return rough, "calibrating on this machine (another request started it)…"
+        return est, ""
+
+    def memory_budget(self, config) -> int | None:
+        """The memory a run of `config` will plan its steps with (index.pipeline.run_memory)."""
+        from index.pipeline import run_memory
+
+        return run_memory(config, self.app.settings.train_memory_bytes)
+
+    def check_encoders(self, base) -> int:
+        """Encoders the general checks after a run encode: none when they are off, 1 when the base's scores are
+        kept (explorer.compare.forgetting), else 2."""
+        from explorer.compare.forgetting import base_scored
+
+        if not self.app.settings.general_checks:
+            return 0
+        return 1 if base_scored(base) else 2
+
+    def planned(self, texts: list[str], key: str, config, base, build_base: bool) -> Any:
+        """The calibrated estimate of the run about to start, if its key is calibrated (never calibrates: the run
+        is about to use the machine); None otherwise. Only for `Estimator.observe` after the run."""
+        try:
+            device, threads = device_and_threads(config.device)
+            return self.app.estimator.estimate(
+                texts, key, config, device, threads, base, self.memory_budget(config), build_base,
+                wait=False, may_calibrate=False,
+            )  # fmt: skip
+        except Exception:  # an estimate must never stop a run
+            log.exception("could not price the run for the estimator")
+            return None
+
+    def warm_up(self) -> None:
+        """At server start: calibrate the estimate of the bundled model on the small example (the run a newcomer
+        tries first) in the background, so the first plan shown costs its visitor nothing and is not timed while
+        their own requests compete with it. (What scoring the base's side of the checks took is not a price for
+        the run's checks: it pays oneDNN's kernels for every new shape once, 15-30 s against a run's 4 s here.)"""
+        texts = clean_texts((EXAMPLES_DIR / EXAMPLES["small"][1]).read_text(encoding="utf-8").splitlines())[0]
+        config, _ = build_config(texts, BUNDLED_MODEL, "auto", {}, self.app.settings.max_steps)
+        device, threads = device_and_threads(config.device)
+        base = self.app.models.base_encoder(BUNDLED_MODEL, config.pooling)
+        self.app.estimator.estimate(
+            texts, texts_key(texts), config, device, threads, base, self.memory_budget(config),
+            may_calibrate=not self.app.in_progress, check_encoders=self.check_encoders(base),
+        )  # fmt: skip

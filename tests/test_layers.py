@@ -1,0 +1,143 @@
+"""The code's shape (issue 27): imports only go down the layers, no import cycles, no explorer/ file over 600 lines
+and no explorer/ class over 20 methods. An AST walk over every import, module-level and function-level alike (a
+function-level import is a dependency too); the package __init__ counts as a module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = {"mirror": 0, "index": 1, "explorer": 2, "ui": 3, "app": 4}  # the engine, search, the service, Gradio, the app
+# The engine's command line (`python -m mirror train --index`) builds the indexes through index.pipeline: an entry
+# point, imported by nothing, may use the layer just above its package; never explorer/, ui/ or app.py.
+ENTRY_POINTS = {"mirror.__main__": {"index"}}
+MAX_LINES = 600
+MAX_METHODS = 20
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    mods = {}
+    for path in sorted(root.glob("*.py")) + [p for pkg in LAYERS for p in sorted(root.glob(f"{pkg}/**/*.py"))]:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts and parts[0] in LAYERS:
+            mods[".".join(parts)] = path
+    return mods
+
+
+def imports_of(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
+    """The project modules `name` imports: `from a.b import c` names a.b, and a.b.c when c is a module."""
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{a.name}" for a in node.names)
+    out = set()
+    for m in found:
+        while m and m not in mods:
+            m = m.rpartition(".")[0]
+        if m and m != name:
+            out.add(m)
+    return out
+
+
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    mods = project_modules(root)
+    return {name: imports_of(name, path, mods) for name, path in mods.items()}
+
+
+def upward(g: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for name, deps in g.items():
+        mine = name.split(".")[0]
+        for dep in deps:
+            theirs = dep.split(".")[0]
+            if LAYERS[theirs] > LAYERS[mine] and theirs not in ENTRY_POINTS.get(name, set()):
+                bad.append(f"{name} -> {dep}")
+    return sorted(bad)
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(root: str) -> None:
+        work = [(root, iter(sorted(g[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(g[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_checks_catch_what_they_forbid(tmp_path):
+    """The walk itself: a planted upward import and a planted cycle are both reported."""
+    for pkg in ("mirror", "explorer"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "mirror" / "low.py").write_text("def f():\n    from explorer.high import g\n")
+    (tmp_path / "explorer" / "high.py").write_text("from explorer import other\n")
+    (tmp_path / "explorer" / "other.py").write_text("import explorer.high as high\n")
+    g = graph(tmp_path)
+    assert upward(g) == ["mirror.low -> explorer.high"]
+    assert cycles(g) == [["explorer.high", "explorer.other"]]
+
+
+def test_imports_only_go_down_the_layers():
+    assert upward(graph()) == []
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "explorer").rglob("*.py")), ids=lambda p: p.name)
+def test_explorer_files_stay_short_and_classes_small(path):
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= MAX_LINES, f"{path.name}: over {MAX_LINES} lines; split it by concern"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef):
+            methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+            assert len(methods) <= MAX_METHODS, f"{path.name}: {node.name} has {len(methods)} methods"
