@@ -1,7 +1,7 @@
 """The model card of a tuned model: a sentence-transformers style README.md (YAML front matter the Hub reads, then
 the recipe, its settings, data, training, checks and a usage snippet), written into the model folder so the
 model zip and a Hub push carry it. It lives in the engine so that `python -m mirror train` and `blend` write the
-same card as the app (explorer.card re-exports it).
+same card as the app (explorer.share.card re-exports it).
 
 What it says comes from the folder's mirror_config.json (the config and stats `mirror.train.save_result` wrote,
 the blend `mirror.blend` recorded) and, when given, the run's stats (the app's: forgetting check, blend α).
@@ -178,7 +178,7 @@ def _evaluation(rows: Any) -> list[str]:
 
 
 def _forgetting(check: Any) -> list[str]:
-    """The general checks (mirror.checks, run by explorer.forgetting): base -> tuned on general sets, each change with
+    """The general checks (mirror.checks, run by explorer.compare.forgetting): base -> tuned on general sets, each change with
     its 95% interval and its word (better, same, worse)."""
     from mirror.checks import word_of
 
