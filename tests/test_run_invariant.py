@@ -157,7 +157,7 @@ def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundl
     opened = fresh_server.saved.open_run(other, run.folder.name)
     assert REBUILT_NOTE in opened.stats["notes"]
     assert_run_matches_its_model(fresh_server, other, opened)
-    again = MirrorApp(app.settings).open_run(MirrorApp(app.settings).session(), run.folder.name)
+    again = MirrorApp(app.settings).saved.open_run(MirrorApp(app.settings).session(), run.folder.name)
     assert again.stats["notes"].count(REBUILT_NOTE) == 1  # said once, kept in run.json
 
 
