@@ -550,7 +550,9 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         if shown is not None:
             yield shown
             return
-        idle = {ui.runs: view.run_list(memory), state: session}
+        # a page with no state yet gets none from here: an upload made during this load has its own session by
+        # now, and a fresh empty one sent back would replace it (the strings shown, Launch finding none)
+        idle = {ui.runs: view.run_list(memory), **({state: session} if s is not None else {})}
         if run_id:  # it could not be opened (expired, removed): say so, and serve nothing
             memory = {**memory, "active": None, "served": None}
             why = f"Nothing is served: your last run ({run_id[:8]}…) is no longer on this server (runs unused for a "
@@ -597,8 +599,8 @@ def estimate_only(app: MirrorApp, ui: SimpleNamespace, mode_value, model_value, 
     """The Tune tab's plan and time estimate for the session's strings and the settings shown (unchanged when the
     session has no strings: the page's own text stays)."""
     session = app.session(s)
-    if not session.texts:
-        return gr.update(), session
+    if not session.texts:  # nothing to plan; a fresh session is not sent back over one an upload just made
+        return gr.update(), session if s is not None else gr.update()
     return app.planner.estimate(session, model_value, mode_value, dict(zip(ui.fields, vals, strict=True))), session
 
 
