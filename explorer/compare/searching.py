@@ -25,7 +25,8 @@ log = logging.getLogger("mirror.app")
 
 
 class Searcher:
-    """Tab 2 and tab 3 on the served run: search both encoders, index another corpus, score gold pair sets. One per MirrorApp (`app.searcher`), over its state."""
+    """Tab 2 and tab 3 on the served run: search both encoders, index another corpus, score gold pair sets.
+    One per MirrorApp (`app.searcher`), over its state."""
 
     def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
         self.app = app

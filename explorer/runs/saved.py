@@ -13,11 +13,7 @@ from typing import Any
 
 from explorer.events import Done, Event, Failed, Phase
 from explorer.runs.models import REBUILT_NOTE
-from explorer.runs.sessions import (
-    RunHandle,
-    RunInfo,
-    Session,
-)
+from explorer.runs.sessions import RunHandle, RunInfo, Session
 from explorer.runs.training import new_run_info, package_run
 from explorer.settings import inference_device
 from explorer.share.uploads import display_name, extract_model_zip
@@ -29,7 +25,8 @@ log = logging.getLogger("mirror.app")
 
 
 class SavedRuns:
-    """Runs not trained here: a kept run opened again by id, a model zip saved from this app, a blend of the served One per MirrorApp (`app.saved`), over its state."""
+    """Runs not trained here: a kept run opened again by id, a model zip saved from this app, a blend of the served
+    run. One per MirrorApp (`app.saved`), over its state."""
 
     def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
         self.app = app

@@ -44,7 +44,8 @@ INDEX_README = (
 
 
 class Trainer:
-    """Runs: start one in its own thread, follow it (a reloaded page reattaches), cancel it, hold a training slot, One per MirrorApp (`app.trainer`), over its state."""
+    """Runs: start one in its own thread, follow it (a reloaded page reattaches), cancel it, hold a training slot,
+    serve it. One per MirrorApp (`app.trainer`), over its state."""
 
     def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
         self.app = app

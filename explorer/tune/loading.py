@@ -22,7 +22,8 @@ log = logging.getLogger("mirror.app")
 
 
 class TextLoader:
-    """Tab 1's input: the session's strings loaded from a file, pasted text, a bundled example or a Hub dataset, One per MirrorApp (`app.loader`), over its state."""
+    """Tab 1's input: the session's strings loaded from a file, pasted text, a bundled example or a Hub dataset.
+    One per MirrorApp (`app.loader`), over its state."""
 
     def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
         self.app = app

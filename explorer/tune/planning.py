@@ -8,10 +8,7 @@ import logging
 from typing import Any
 
 from explorer.render import message
-from explorer.runs.sessions import (
-    Session,
-    texts_key,
-)
+from explorer.runs.sessions import Session, texts_key
 from explorer.tune.estimate import device_and_threads, estimate_md, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
 from mirror.config import BUNDLED_MODEL
@@ -22,7 +19,8 @@ log = logging.getLogger("mirror.app")
 
 
 class Planner:
-    """The plan and time estimate of a run before it starts (explorer.tune.estimate does the pricing): what the page shows, One per MirrorApp (`app.planner`), over its state."""
+    """The plan and time estimate of a run before it starts, as the page shows it (explorer.tune.estimate does the
+    pricing). One per MirrorApp (`app.planner`), over its state."""
 
     def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
         self.app = app
