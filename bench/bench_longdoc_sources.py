@@ -1,0 +1,184 @@
+"""A candidate source for the "Long documents" check that was measured and not shipped (issue 25): Wikipedia
+articles cut into section openings of 150-256 tokens, from the shortened English Wikipedia dump in gensim's test
+data (CC BY-SA; 90 articles). Scores saved tuned model folders against the bundled base, as a fresh load of each
+folder computes it, with relations between documents taken from the articles' structure:
+
+- top-10 rankings (nDCG@10, gains 2^grade - 1): same article 2, an article this one links to (or from) 1;
+  and "cross": other sections of the same article left out, linked articles 1 (related-but-different documents);
+- all pairs (Spearman of cosine against the grade over every pair of documents): same article 2, linked 1.
+
+    pip download --no-deps gensim==4.4.0 -d /tmp/gensim && \
+    .venv/bin/python bench/bench_longdoc_sources.py /tmp/gensim/gensim-4.4.0-*.whl /work/models/sentences-default \
+        /work/models/words-default /work/models/sentences-newdefault
+
+The wheel is read in place (nothing is unpacked or shipped). Output: a table, and bench/out/longdoc-sources.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import html
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from common import print_table, write_json
+from scipy.stats import spearmanr
+
+from mirror.checks import bootstrap_mean_difference
+from mirror.encoder import load_encoder
+
+DUMP = "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+SKIP = {"see also", "references", "external links", "further reading", "notes", "bibliography", "sources",
+        "footnotes", "citations", "works cited", "notes and references", "gallery", "works", "selected works",
+        "publications", "filmography", "discography", "list", "awards"}  # fmt: skip
+LOW, HIGH = 150, 256
+
+
+def strip_nested(text: str, opening: str, closing: str) -> str:
+    out, depth, i = [], 0, 0
+    while i < len(text):
+        if text.startswith(opening, i):
+            depth, i = depth + 1, i + len(opening)
+        elif depth and text.startswith(closing, i):
+            depth, i = depth - 1, i + len(closing)
+        else:
+            if not depth:
+                out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def links_of(wikitext: str) -> set[str]:
+    titles = (m.group(1).strip() for m in re.finditer(r"\[\[([^\]|#]+)", wikitext))
+    return {t[:1].upper() + t[1:].replace("_", " ") for t in titles if ":" not in t}
+
+
+def plain(wikitext: str) -> str:
+    """Wikitext to prose: templates, tables, references, files, headings and markup dropped, links kept as text."""
+    t = html.unescape(html.unescape(wikitext))
+    t = re.sub(r"<!--.*?-->", "", t, flags=re.S)
+    t = re.sub(r"<ref[^>/]*/>", "", t)
+    t = re.sub(r"<ref[^>]*>.*?</ref>", "", t, flags=re.S)
+    t = strip_nested(strip_nested(t, "{{", "}}"), "{|", "|}")
+    t = re.sub(r"\[\[(?:File|Image|Category|[a-z\-]{2,12}):[^\[\]]*(?:\[\[[^\]]*\]\][^\[\]]*)*\]\]", "", t)
+    t = re.sub(r"\[\[([^\]|]*)\|([^\]]*)\]\]", r"\2", t)
+    t = re.sub(r"\[\[([^\]]*)\]\]", r"\1", t)
+    t = re.sub(r"\[https?://\S+ ([^\]]*)\]", r"\1", t)
+    t = re.sub(r"\[https?://\S+\]|<[^>]+>|'{2,}", "", t)
+    t = re.sub(r"={2,}[^=\n]+={2,}", "\n", t)
+    lines = [s.strip() for s in t.split("\n")]
+    t = " ".join(s for s in lines if s and s[0] not in "*#:;|!{}" and not s.startswith("__"))
+    return re.sub(r"\s+", " ", re.sub(r"\(\s*[,;]?\s*\)", "", t)).strip()
+
+
+def documents(wheel: Path, tokenizer) -> list[dict]:
+    """Section openings of every article (whole sentences, LOW-HIGH tokens), each with its article's links."""
+    with zipfile.ZipFile(wheel) as z:
+        xml = bz2.decompress(z.read(DUMP)).decode()
+    docs = []
+    for page in re.findall(r"<page>(.*?)</page>", xml, re.S):
+        title = re.search(r"<title>(.*?)</title>", page).group(1)
+        text = re.search(r"<text[^>]*>(.*?)</text>", page, re.S)
+        if "<ns>0</ns>" not in page or "<redirect" in page or not text or "disambiguation" in title.lower():
+            continue
+        if title.startswith("List of"):
+            continue
+        parts = re.split(r"\n==([^=].*?)==\s*\n", "\n" + text.group(1))
+        links = links_of(text.group(1))
+        for name, body in [("Lead", parts[0]), *zip(parts[1::2], parts[2::2], strict=False)]:
+            if name.strip().lower() in SKIP:
+                continue
+            kept, n = [], 0
+            for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z])", plain(body)):
+                k = len(tokenizer.tokenize(sentence))
+                if n + k > HIGH - 2:
+                    break
+                kept.append(sentence)
+                n += k
+            if n >= LOW:
+                docs.append({"article": title, "section": name.strip(), "text": " ".join(kept), "links": links})
+    return docs
+
+
+def grades(docs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(same article, linked articles) as n x n boolean matrices."""
+    art = np.array([d["article"] for d in docs])
+    same = art[:, None] == art[None, :]
+    linked = np.array([[b["article"] in a["links"] for b in docs] for a in docs])
+    return same, (linked | linked.T) & ~same
+
+
+def ndcg(vectors: np.ndarray, grade: np.ndarray, k: int = 10) -> np.ndarray:
+    """Per document: nDCG@k of the others ranked by cosine; grade -1 leaves a document out of the ranking."""
+    sims, disc, out = vectors @ vectors.T, 1 / np.log2(np.arange(2, k + 2)), np.full(len(vectors), np.nan)
+    for i in range(len(vectors)):
+        keep = grade[i] >= 0
+        gains = 2.0 ** grade[i, keep] - 1
+        ideal = (np.sort(gains)[::-1][:k] * disc[: min(k, keep.sum())]).sum()
+        if ideal > 0:
+            top = np.argsort(-sims[i, keep], kind="stable")[:k]
+            out[i] = (gains[top] * disc[: len(top)]).sum() / ideal
+    return out
+
+
+def pairs_spearman(vectors: list[np.ndarray], grade: np.ndarray, resamples: int = 200) -> tuple[list, list]:
+    """Spearman x100 of each model's cosines against the grade over all pairs, and the 95% interval of each
+    model's change over the first (resampling documents, a pair weighted by its two documents' counts)."""
+    n = len(grade)
+    i, j = np.triu_indices(n, 1)
+    g = grade[i, j]
+    cos = [(v @ v.T)[i, j] for v in vectors]
+    scores = [100 * spearmanr(c, g)[0] for c in cos]
+    rng, diffs = np.random.default_rng(0), []
+    for _ in range(resamples):
+        w = np.bincount(rng.integers(0, n, n), minlength=n)
+        pick = np.repeat(np.arange(len(g)), w[i] * w[j])
+        base = spearmanr(cos[0][pick], g[pick])[0]
+        diffs.append([100 * (spearmanr(c[pick], g[pick])[0] - base) for c in cos[1:]])
+    d = np.array(diffs)
+    return scores, [
+        (float(np.percentile(d[:, m], 2.5)), float(np.percentile(d[:, m], 97.5))) for m in range(d.shape[1])
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("wheel", type=Path, help="a gensim wheel (pip download --no-deps gensim==4.4.0)")
+    parser.add_argument("models", nargs="+", help="tuned model folders")
+    parser.add_argument("--base", default="bundled")
+    args = parser.parse_args()
+    encoders = [load_encoder(args.base), *(load_encoder(m) for m in args.models)]
+    docs = documents(args.wheel, encoders[0].tokenizer)
+    print(f"{len(docs)} section openings of {len({d['article'] for d in docs})} articles")
+    vectors = [e.encode([d["text"] for d in docs], normalize=True).astype(np.float64) for e in encoders]
+    same, linked = grades(docs)
+    rankings = {
+        "top 10: same article 2, linked 1": np.where(same, 2, linked.astype(int)),
+        "top 10, cross: linked 1, same article left out": np.where(same, -1, linked.astype(int)),
+    }
+    names = ["base", *(Path(m).name for m in args.models)]
+    rows = []
+    for label, grade in rankings.items():
+        grade = grade.copy()
+        np.fill_diagonal(grade, -1)
+        per_doc = [100 * ndcg(v, grade) for v in vectors]
+        row = {"score": f"nDCG@10 ({label})", "base": round(float(np.nanmean(per_doc[0])), 1)}
+        for name, s in zip(names[1:], per_doc[1:], strict=True):
+            lo, hi = bootstrap_mean_difference(per_doc[0], s)
+            row[name] = f"{np.nanmean(s) - np.nanmean(per_doc[0]):+.1f} [{lo:+.1f}, {hi:+.1f}]"
+        rows.append(row)
+    scores, cis = pairs_spearman(vectors, np.where(same, 2, linked.astype(int)))
+    row = {"score": "Spearman, all pairs (same article 2, linked 1)", "base": round(scores[0], 1)}
+    for name, s, (lo, hi) in zip(names[1:], scores[1:], cis, strict=True):
+        row[name] = f"{s - scores[0]:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+    rows.append(row)
+    print_table(rows, ["score", *names])
+    write_json("longdoc-sources.json", {"documents": len(docs), "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
