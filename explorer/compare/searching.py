@@ -12,9 +12,7 @@ from explorer.compare.search import search_both
 from explorer.events import Phase
 from explorer.render import run_caption
 from explorer.runs.models import IndexPair
-from explorer.runs.sessions import (
-    Session,
-)
+from explorer.runs.sessions import Session
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import clamp_k, split_queries
 from mirror.config import BUNDLED_MODEL

@@ -9,9 +9,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from explorer.runs.sessions import (
-    Session,
-)
+from explorer.runs.sessions import Session
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR
 from mirror.config import detect_mode
