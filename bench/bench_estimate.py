@@ -28,7 +28,7 @@ from common import EXAMPLES, print_table, write_json
 
 from explorer import MirrorApp, Settings
 from explorer.events import Cancelled, Done, Failed, Phase, Step
-from explorer.tune.estimate import PHASES
+from explorer.tune.estimate import PHASES, in_fresh_thread
 from explorer.tune.inputs import build_config
 
 # A job's Phase texts (index.pipeline, explorer.service) -> the estimate's phase they belong to.
@@ -65,10 +65,16 @@ def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
         forgetting._BASE_SCORES.clear()
     app = MirrorApp(Settings(work_dir=work / f"size-{size}", warm_up=warm_up))
     row: dict = {"size": size}
-    if warm_up:
+    if warm_up:  # in a thread of its own, as app.py starts it
         t = time.perf_counter()
-        app.warm_up()
+        in_fresh_thread(app.warm_up, "mirror-warm-up")
         row["warm_up_s"] = round(time.perf_counter() - t, 2)
+    # the visitor's requests in another thread, as Gradio runs a handler (the job trains in a thread of its own)
+    return in_fresh_thread(lambda: visit(app, size, row), "visitor")
+
+
+def visit(app: MirrorApp, size: int, row: dict) -> dict:
+    """The visitor: loads the strings, asks for the plan, launches the run; the row with the estimate vs measured."""
     session = app.session()
     raw, source = texts_of(size)
     app.loader.set_texts(session, raw, source)
@@ -85,8 +91,10 @@ def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
 
     measured = dict.fromkeys(PHASES, 0.0)
     current, mark = "load", time.perf_counter()
-    started = mark
+    started, steps = mark, []
     for ev in app.trainer.train(session, "bundled", "auto", {}):
+        if isinstance(ev, Step):
+            steps.append(round(time.perf_counter() - started, 3))
         if isinstance(ev, Phase | Step | Done):
             phase = "training" if isinstance(ev, Step) else current
             if isinstance(ev, Phase):
@@ -100,6 +108,7 @@ def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
             row["summary"] = ev.run.summary
             run = ev.run
     row["job_s"] = round(time.perf_counter() - started, 2)
+    row["steps_at_s"] = steps  # seconds from the job's start to each training step's end
     row["checks_in_run_s"] = (run.stats.get("forgetting") or {}).get("seconds")
     row["measured"] = {name: round(s, 2) for name, s in measured.items()}
     row["load_after"] = load()

@@ -129,10 +129,12 @@ class MirrorApp:
         try:
             import explorer.compare.forgetting as forgetting
             import explorer.compare.maps as maps
+            import index.store  # noqa: F401  faiss and its loader: 0.1-0.4 s the first run's base index paid
 
+            checks_s = None
             if self.settings.general_checks:
-                forgetting.warm_up(self.models.base_encoder(BUNDLED_MODEL))
-            self.planner.warm_up()
+                checks_s = forgetting.warm_up(self.models.base_encoder(BUNDLED_MODEL))
+            self.planner.warm_up(checks_s)
             maps.warm_up()
         except Exception:
             log.exception("warm-up of the forgetting check, the estimate or the maps failed; the first request will")

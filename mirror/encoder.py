@@ -223,7 +223,7 @@ class Encoder:
                     start = 0
                     while start < len(order):
                         width = int(lengths[order[start]])  # the longest string left: this batch's padded length
-                        n = min(batch_size, len(order) - start, max(1, tokens // width) if tokens else batch_size)
+                        n = batch_rows(len(order) - start, width, batch_size, tokens)
                         if n > 1:
                             fits = fits or _rows_that_fit(self.model, device, precision, memory_budget)
                             n = fits(n, width)
@@ -393,6 +393,30 @@ def _rows_that_fit(model: Any, device: torch.device, precision: str, budget: int
         return lo
 
     return fits
+
+
+def batch_rows(left: int, width: int, batch_size: int, tokens: int | None) -> int:
+    """How many of the `left` strings (longest first, the longest `width` tokens) `Encoder.encode` puts in its next
+    batch before the memory check: at most `batch_size` strings and `tokens` padded tokens (None: no token cap)."""
+    return min(batch_size, left, max(1, tokens // width) if tokens else batch_size)
+
+
+def encode_batches(
+    lengths: Sequence[int], batch_size: int = 128, tokens: int | None = CPU_BATCH_TOKENS
+) -> list[tuple[int, int]]:
+    """(strings, padded length) of each batch `Encoder.encode(texts, batch_size)` runs over strings of these token
+    counts (special tokens included, already cut to the length limit), before any split to fit memory: chunks of
+    TOKENIZE_CHUNK strings in input order, each longest first. `tokens`: CPU_BATCH_TOKENS on a CPU, None on a GPU.
+    What the time estimate prices (explorer.tune.estimate)."""
+    out = []
+    for lo in range(0, len(lengths), TOKENIZE_CHUNK):
+        ordered = sorted(lengths[lo : lo + TOKENIZE_CHUNK], reverse=True)
+        start = 0
+        while start < len(ordered):
+            n = batch_rows(len(ordered) - start, ordered[start], batch_size, tokens)
+            out.append((n, ordered[start]))
+            start += n
+    return out
 
 
 def _cut(texts: Sequence[str], max_tokens: int) -> list[str]:

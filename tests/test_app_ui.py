@@ -165,6 +165,10 @@ def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
     assert last["mx-loss"]["visible"] and len(curve) == 6 and set(curve["series"]) == {"each step", "smoothed"}
     assert list(curve["step"][:3]) == [1, 2, 3]
     assert last["mx-launch"]["interactive"] is True  # Launch is enabled again
+    # the Explore tab's empty map is worded for a served run (not "tune a model" while one is served)
+    assert last["mx-twinmap"] == {"texts": [], "note": "No map yet: press Draw the maps to lay out this run's strings."}
+    (twinmap,) = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "mx-twinmap"]
+    assert "tune a model" in twinmap.props["placeholder"]  # before any run is served
     page, _ = fns["on_search"].fn("cat\ndog", 5, "main", session)
     assert page.count('class="mx-query"') == 2 and "Tuned (mirror)" in page
     # a bad query is a message, not an exception

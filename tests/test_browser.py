@@ -248,6 +248,10 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
 
         page.get_by_role("tab", name="④ Explore").click()
         expect(page.locator("#mx-explore-caption")).to_contain_text("60 strings")  # names the run it shows
+        # the empty map speaks of the served run (before any run it says "tune a model ..., then press Draw the maps")
+        expect(page.locator("#mx-twinmap .tm-empty")).to_have_text(
+            "No map yet: press Draw the maps to lay out this run's strings."
+        )
         page.locator("#mx-map-btn").click()
         root = page.locator("#mx-twinmap .tm")
         expect(root).to_have_attribute("data-state", "ready", timeout=240_000)  # the first UMAP compiles

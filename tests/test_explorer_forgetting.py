@@ -212,10 +212,11 @@ ROW = {"name": "Long texts", "what": "long", "pairs": 60, "base": 80.0, "tuned":
 
 def test_warm_up_keeps_the_base_scores(toy_gold):
     base = AngleEncoder(toy_gold, fingerprint="base-w")
-    forgetting.warm_up(base, [TOY])
-    assert base.encoded == 400
+    seconds = forgetting.warm_up(base, [TOY])  # what scoring them took: the time estimate's price of the checks
+    assert base.encoded == 400 and seconds is not None and seconds >= 0
     forgetting_check(base, AngleEncoder(toy_gold), checks=[TOY])
     assert base.encoded == 400
+    assert forgetting.warm_up(base, [TOY]) is None and base.encoded == 400  # kept already: not scored again
 
 
 def test_warm_up_off_loads_the_bundled_model_only(tmp_path, monkeypatch):

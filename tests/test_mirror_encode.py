@@ -53,6 +53,20 @@ def test_batches_hold_at_most_the_token_budget_and_progress_counts_up(enc, monke
     np.testing.assert_allclose(budgeted, enc.encode(TEXTS * 3, precision="fp32"), atol=1e-5)
 
 
+@pytest.mark.parametrize(("tokens", "chunk"), [(24, 16384), (24, 4), (4096, 16384)])
+def test_encode_batches_is_the_batching_encode_runs(enc, monkeypatch, tokens, chunk):
+    """mirror.encoder.encode_batches (what the time estimate prices) lists the batches encode() runs."""
+    monkeypatch.setattr(encoder_module, "CPU_BATCH_TOKENS", tokens)
+    monkeypatch.setattr(encoder_module, "TOKENIZE_CHUNK", chunk)
+    shapes = []
+    original = enc.embed
+    monkeypatch.setattr(enc, "embed", lambda b: shapes.append(tuple(b["input_ids"].shape)) or original(b))
+    texts = TEXTS * 3
+    enc.encode(texts, batch_size=8, precision="fp32")
+    lengths = [len(ids) for ids in enc._token_ids(texts, enc.max_seq_length)]
+    assert encoder_module.encode_batches(lengths, 8, tokens) == shapes and len(shapes) > 3
+
+
 def test_chunks_of_strings_tokenized_apart_keep_their_rows(enc, monkeypatch):
     whole = enc.encode(TEXTS, precision="fp32")
     monkeypatch.setattr(encoder_module, "TOKENIZE_CHUNK", 3)

@@ -43,7 +43,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
         )
         ui.map_btn = gr.Button("Draw the maps", variant="primary", elem_id="mx-map-btn", scale=1)
     ui.map_md = gr.Markdown("")
-    ui.map = TwinMap(elem_id="mx-twinmap")
+    ui.map = TwinMap(elem_id="mx-twinmap", placeholder=NO_RUN_MAP)
     ui.selection = gr.State([])  # the map's lassoed rows (the service's "i"), for "Export the selection"
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
@@ -99,6 +99,9 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
 
 
 POINT_HINT = "Click a point (or a row of the table below) to see its neighbours."
+# The empty map's words, by state: nothing served yet, or a run served (just tuned or opened) whose map is not drawn
+NO_RUN_MAP = "No map yet: tune a model in tab ① (or open one of your runs), then press Draw the maps."
+NO_MAP_YET = "No map yet: press Draw the maps to lay out this run's strings."
 SELECTION_HINT = "Lasso some points (the lasso tool above the maps) to export just those."
 
 
@@ -111,7 +114,7 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
         ui.forget_md: render.forgetting_md(run),
         ui.remedy_btn: gr.update(visible=render.remedy_offered(run)),
         ui.alpha: gr.update(value=render.default_alpha(run)),
-        ui.map: None,
+        ui.map: {"texts": [], "note": NO_MAP_YET},  # the empty map, worded for a served run
         ui.map_md: "Press **Draw the maps** to lay out this run's strings.",
         ui.health_md: render.message("Measuring this run's space health…", "info"),
         ui.moved_md: "",

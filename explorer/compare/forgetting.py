@@ -11,6 +11,7 @@ and the shape the app stores in a run's stats. MIRROR_GENERAL_CHECKS=0 turns the
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,10 +67,16 @@ def base_scored(base, checks: Sequence[Check] = CHECKS, half: str = "check") -> 
         return all((key, c.name, half, len(check_items(c, half))) in _BASE_SCORES for c in checks)
 
 
-def warm_up(base, checks: Sequence[Check] = CHECKS, half: str = "check") -> None:
-    """Compute and keep the base model's side of every check ahead of the first run (server start)."""
+def warm_up(base, checks: Sequence[Check] = CHECKS, half: str = "check") -> float | None:
+    """Compute and keep the base model's side of every check ahead of the first run (server start). Returns the
+    seconds it took (what the checks of one encoder cost here, the time estimate's price for them), None when the
+    base's side was kept already."""
+    if base_scored(base, checks, half):
+        return None
+    started = time.perf_counter()
     for check in checks:
         base_side(base, check, half, check_items(check, half))
+    return time.perf_counter() - started
 
 
 def verdict(rows: Sequence[dict[str, Any]]) -> str:

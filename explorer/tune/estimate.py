@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mirror.encoder import Encoder
 
 Clock = Callable[[], float]
+T = TypeVar("T")
 
 # The forgetting check after each run (explorer.compare.forgetting over mirror.checks) encodes the distinct strings of its
 # checks (SimLex + WordSim words, STS-B dev sentences, ~200 real documents of 150-256 tokens) with the base and with
@@ -44,11 +45,12 @@ ENCODE_BATCH = 128  # VectorIndex.build's batch size
 # (strings, padded tokens): a token costs more in longer strings (attention), so the encode fit has a tokens x
 # length term. Small enough that calibrating the bundled model takes a few seconds on 2 quiet CPU cores.
 TRAIN_TOKENS = (256, 1024)
-ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128), (4, 256))  # 256: the general checks' long documents pad to 256
+# 256: the general checks' long documents pad to 150-256, in batches of CPU_BATCH_TOKENS (16 strings at 256)
+ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128), (16, 256))
 # Epochs of the timing run (one batch of each size per epoch); the first WARM_EPOCHS pay the warm-up (optimiser
-# states, allocations and kernels for new shapes: the first ~4 steps of a run are slow), the rest are timed (the
-# fastest sample of each size counts).
-TIMED_EPOCHS, WARM_EPOCHS = 5, 2
+# states, allocations and kernels for new shapes: mostly the first step), the rest are timed (the fastest sample of
+# each size counts). 4 and 1 rather than 5 and 2: the calibration must cost less than the small run it prices.
+TIMED_EPOCHS, WARM_EPOCHS = 4, 1
 PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", "general checks")
 
 # Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
@@ -56,8 +58,10 @@ PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", 
 CPU_STEP_COST = 3.3e-4
 GPU_SPEEDUP = 20.0
 # A calibration timed while the machine is this busy (load average per core) says so: on 2 cores shared with other
-# work, one 6-step run of the small example took 2.7 to 21 s at a load average of 7-9 (bench/RESULTS.md).
-BUSY_LOAD = 1.5
+# work, one 6-step run of the small example took 2.7 to 21 s at a load average of 7-9 (bench/RESULTS.md). A server's
+# own warm-up showed 0.25-0.6 per core there; beside one other 2-thread torch job 1.35 (the run took 3.1x its price).
+BUSY_LOAD = 1.0
+CHECKS_TIMED_MAX = 2.0  # Estimator.checks_timed: quiet, the warm-up's timing of the checks is ~1.3-1.7x the fit
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class Calibration:
     seconds: float  # how long calibrating took
     where: str  # "CPU (2 threads, bf16)"
     load: float = 0.0  # the load average per CPU core while it was timed (0: not known)
+    cleanup_s: float = 0.0  # the end of every job: garbage collected, freed heap handed back (release_memory)
 
 
 @dataclass(frozen=True)
@@ -152,8 +157,21 @@ def calibrate(
     `config`'s model on this machine.
 
     `base` is only read (encoded with): the steps train a deep copy. `scratch` is a folder for the saved copy,
-    removed after. Takes a few seconds for the bundled model on 2 CPU cores.
-    """
+    removed after. Takes a few seconds for the bundled model on 2 CPU cores. Timed in a thread of its own, as a run
+    trains in one (runs.jobs.train_job): a step there took ~20% longer than in the main thread (bench/RESULTS.md)."""
+    return in_fresh_thread(lambda: _calibrate(base, config, scratch, clock, length))
+
+
+def in_fresh_thread(fn: Callable[[], T], name: str = "mirror-calibrate") -> T:
+    """`fn()` run in a new thread, waited for: its result, or its exception raised here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix=name) as pool:
+        return pool.submit(fn).result()
+
+
+def _calibrate(base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock, length: int) -> Calibration:
+    from explorer.runs.models import release_memory
     from explorer.share.uploads import zip_folder
     from mirror.encoder import load_encoder, resolve_device, resolve_precision, save_encoder
     from mirror.train import mirror_tune
@@ -183,12 +201,9 @@ def calibrate(
         texts = synthetic_texts(n, max(1, length - 3))
         tokens = n * int(base.tokenize(texts)["input_ids"].shape[1])
         base.encode(texts, batch_size=n)  # this shape's kernels, once
-        timed = []
-        for _ in range(2):
-            t = clock()
-            base.encode(texts, batch_size=n)
-            timed.append(clock() - t)
-        encodes.append((tokens, tokens / n, min(timed)))
+        t = clock()
+        base.encode(texts, batch_size=n)
+        encodes.append((tokens, tokens / n, clock() - t))
     with tempfile.TemporaryDirectory(dir=scratch, prefix=".calibrate-") as tmp:
         t = clock()
         save_encoder(throwaway, Path(tmp) / "model")
@@ -198,6 +213,9 @@ def calibrate(
         load_encoder(Path(tmp) / "model", device=str(device))
         load_s = clock() - t
     del throwaway
+    t = clock()
+    release_memory()  # what every job ends with (explorer.runs.training), and the copy's memory handed back
+    cleanup_s = clock() - t
     amp = resolve_precision(device, config.precision)
     threads = torch_threads()
     precision = (
@@ -213,6 +231,7 @@ def calibrate(
         load_s=load_s,
         save_s=save_s,
         zip_s=zip_s,
+        cleanup_s=cleanup_s,
         seconds=clock() - started,
         where=where,
         load=load_per_core(),
@@ -266,36 +285,45 @@ def train_plan(
 
 
 def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCODE_BATCH) -> list[tuple[int, int]]:
-    """(strings, padded length) of each batch `encoder.encode` runs over strings of these token lengths (longest
-    first, padded to the batch's longest, capped at the inference length)."""
+    """(strings, padded length) of each batch `encoder.encode` runs over strings of these token lengths: its own
+    batching (mirror.encoder.encode_batches: longest first, at most CPU_BATCH_TOKENS padded tokens a batch on a
+    CPU), each string with its special tokens and cut at the inference length."""
+    from mirror.encoder import CPU_BATCH_TOKENS, encode_batches
+
     extra = encoder.tokenizer.num_special_tokens_to_add()
     limit = min(encoder.max_seq_length, encoder.token_limit)
-    ordered = sorted(lengths, reverse=True)
-    return [
-        (len(ordered[i : i + batch_size]), min(ordered[i] + extra, limit)) for i in range(0, len(ordered), batch_size)
-    ]
+    tokens = CPU_BATCH_TOKENS if encoder.device.type == "cpu" else None
+    return encode_batches([min(n + extra, limit) for n in lengths], batch_size, tokens)
 
 
-def forgetting_lengths(encoder: Encoder) -> list[int]:
-    """Token lengths (without special tokens) of the texts the forgetting check encodes, by this encoder's tokenizer
-    (counted once per tokenizer and kept)."""
-    return list(_check_lengths(encoder.tokenizer))
+def forgetting_lengths(encoder: Encoder) -> list[list[int]]:
+    """Token lengths (without special tokens) of the texts each general check encodes (one encode call a check), by
+    this encoder's tokenizer (counted once per tokenizer and kept)."""
+    return [list(lengths) for lengths in _check_lengths(encoder.tokenizer)]
 
 
-_CHECK_LENGTHS: dict[tuple[str, int], tuple[int, ...]] = {}
+_CHECK_LENGTHS: dict[tuple[str, int], tuple[tuple[int, ...], ...]] = {}
 
 
-def _check_lengths(tokenizer) -> tuple[int, ...]:
+def _check_lengths(tokenizer) -> tuple[tuple[int, ...], ...]:
     key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer))
     if key not in _CHECK_LENGTHS:
         from mirror.checks import CHECKS, check_texts
 
-        texts = [t for check in CHECKS for t in check_texts(check)]
-        ids = tokenizer(texts, add_special_tokens=False, truncation=False)["input_ids"]
+        counted = []
+        for check in CHECKS:
+            ids = tokenizer(check_texts(check), add_special_tokens=False, truncation=False)["input_ids"]
+            counted.append(tuple(max(1, len(x)) for x in ids))
         if len(_CHECK_LENGTHS) > 16:
             _CHECK_LENGTHS.clear()
-        _CHECK_LENGTHS[key] = tuple(max(1, len(x)) for x in ids)
+        _CHECK_LENGTHS[key] = tuple(counted)
     return _CHECK_LENGTHS[key]
+
+
+def checks_price(encoder: Encoder, cal: Calibration) -> float:
+    """The general checks of one encoder of this size priced with `cal`'s encode fit (every check's own encode)."""
+    plans = [encode_plan(lengths, encoder) for lengths in forgetting_lengths(encoder)]
+    return sum(cal.encode(n * padded, padded) for plan in plans for n, padded in plan)
 
 
 @dataclass(frozen=True)
@@ -327,9 +355,8 @@ def price(
     observed = observed or Observed()
     steps = train_plan(texts, lengths, config, encoder, memory_budget)
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
-    checks = encode_plan(forgetting_lengths(encoder), encoder)
-    per_encoder = sum(cal.encode(n * padded, padded) for n, padded in checks)
-    check_s = check_encoders * (observed.check_s if observed.check_s is not None else per_encoder)
+    per_encoder = observed.check_s if observed.check_s is not None else checks_price(encoder, cal)
+    check_s = check_encoders * per_encoder
     train_s = sum(cal.step(n * padded, padded) for n, padded in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
     train_s *= observed.train_ratio
     phases = (
@@ -338,7 +365,8 @@ def price(
         ("training", train_s),
         ("save", cal.save_s),
         ("tuned index", index_s),
-        ("downloads", cal.zip_s + cal.load_s),  # the served run reloads the tuned model, then zips it
+        # the served run reloads the tuned model, then zips it; the job ends with a clean-up
+        ("downloads", cal.zip_s + cal.load_s + cal.cleanup_s),
         ("general checks", check_s),
     )
     return Estimate(len(steps), phases, cal)
@@ -376,6 +404,15 @@ class Estimator:
         if train_s and estimated_train_s > 0:
             ratio = min(4.0, max(0.25, seen.train_ratio * train_s / estimated_train_s))
         self.observed[key] = Observed(check_s if check_s is not None else seen.check_s, ratio)
+
+    def checks_timed(self, est: Estimate, base: Encoder, seconds: float) -> bool:
+        """`seconds`: scoring the general checks with `base` here (the warm-up scores its side): the price of a run's
+        checks for `est`'s key from now on, as `observe` keeps a run's (the same texts, architecture and precision).
+        False (refused) when over CHECKS_TIMED_MAX times the encode fit's price: other work slowed that one pass."""
+        if est.calibration is None or not est.key or seconds > CHECKS_TIMED_MAX * checks_price(base, est.calibration):
+            return False
+        self.observe(est.key, 0.0, None, seconds)
+        return True
 
     @staticmethod
     def key(config: MirrorConfig, device: str, threads: int, length: int = 8) -> tuple:

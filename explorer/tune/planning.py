@@ -118,16 +118,20 @@ class Planner:
             log.exception("could not price the run for the estimator")
             return None
 
-    def warm_up(self) -> None:
+    def warm_up(self, checks_s: float | None = None) -> None:
         """At server start: calibrate the estimate of the bundled model on the small example (the run a newcomer
         tries first) in the background, so the first plan shown costs its visitor nothing and is not timed while
-        their own requests compete with it. (What scoring the base's side of the checks took is not a price for
-        the run's checks: it pays oneDNN's kernels for every new shape once, 15-30 s against a run's 4 s here.)"""
+        their own requests compete with it. `checks_s`: what scoring the base's side of the general checks took
+        just before (explorer.compare.forgetting.warm_up), the price of a run's checks (Estimator.checks_timed;
+        on a quiet machine a run's took 1.7-1.9 s against 2.1 s there: that first pass also creates the kernels
+        of its shapes)."""
         texts = clean_texts((EXAMPLES_DIR / EXAMPLES["small"][1]).read_text(encoding="utf-8").splitlines())[0]
         config, _ = build_config(texts, BUNDLED_MODEL, "auto", {}, self.app.settings.max_steps)
         device, threads = device_and_threads(config.device)
         base = self.app.models.base_encoder(BUNDLED_MODEL, config.pooling)
-        self.app.estimator.estimate(
+        est = self.app.estimator.estimate(
             texts, texts_key(texts), config, device, threads, base, self.memory_budget(config),
             may_calibrate=not self.app.in_progress, check_encoders=self.check_encoders(base),
         )  # fmt: skip
+        if est is not None and checks_s is not None and not self.app.estimator.checks_timed(est, base, checks_s):
+            log.info("the general checks' warm-up took %.1f s, far over their price: not used to price them", checks_s)
