@@ -25,6 +25,17 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789.,!?'-")
 VOCAB_WORDS = ["cat", "dog", "car", "bus", "the", "a", "is", "on", "red", "blue", "big", "small", "man", "woman"]
 # What the app's tests tune on, and the settings that keep a run to a couple of tiny steps.
+# short sentences of a shared small vocabulary (the tiny tokenizer's words): the unit tests' sentence-mode strings
+SENTENCES = [
+    "a man is riding a big red bus to the city",
+    "the small dog is sleeping on the blue car",
+    "two women are walking under the moon tonight",
+    "a cat sits on a rock near the old tree",
+    "the sun is shining on the quiet river bank",
+    "children play football in the park after school",
+    "a red car is parked next to the big blue bus",
+    "the old man reads a book under the tree",
+]
 WORDS = ["cat", "dog", "car", "bus", "red", "blue", "big", "small", "man", "woman", "sun", "moon", "tree", "rock"]
 TINY = {"batch_size": 8, "max_steps": 2, "lr": 1e-3, "device": "cpu"}
 ENDLESS = {**TINY, "batch_size": 4, "max_steps": 0, "epochs": 1000}  # no step limit of its own: a stop ends it

@@ -14,17 +14,8 @@ from mirror.encoder import load_encoder
 from mirror.errors import MirrorError
 from mirror.loss import distill_cosine, l2_to_anchor
 from mirror.train import Anchor, joined, mirror_tune, plan_steps, save_result
+from tests.conftest import SENTENCES
 
-SENTENCES = [
-    "a man is riding a big red bus to the city",
-    "the small dog is sleeping on the blue car",
-    "two women are walking under the moon tonight",
-    "a cat sits on a rock near the old tree",
-    "the sun is shining on the quiet river bank",
-    "children play football in the park after school",
-    "a red car is parked next to the big blue bus",
-    "the old man reads a book under the tree",
-]
 # a run that moves the tiny model a lot: what the remedies must hold back
 FAST = {"device": "cpu", "precision": "fp32", "lr": 1e-2, "epochs": 6, "batch_size": 4, "mode": "sentences"}
 

@@ -14,16 +14,10 @@ from mirror import MirrorConfig
 from mirror.encoder import MIRROR_CONFIG_FILE, load_encoder, load_sentence_transformer, save_encoder
 from mirror.errors import MirrorError
 from mirror.train import mirror_tune, save_result
+from tests.conftest import SENTENCES as SHARED_SENTENCES
+from tests.conftest import WORDS
 
-WORDS = ["cat", "dog", "car", "bus", "red", "blue", "big", "small", "man", "woman", "sun", "moon", "tree", "rock"]
-SENTENCES = [
-    "a man is riding a big red bus to the city",
-    "the small dog is sleeping on the blue car",
-    "two women are walking under the moon tonight",
-    "a cat sits on a rock near the old tree",
-    "the sun is shining on the quiet river bank",
-    "children play football in the park after school",
-]
+SENTENCES = SHARED_SENTENCES[:6]
 
 
 def cfg(model, **kw) -> MirrorConfig:
