@@ -58,11 +58,13 @@ REMEDIES: dict[str, tuple[dict, str]] = {
     "distill10": ({"distill": 10.0}, "λ 10 · mean(1 − cos) to the frozen base's embedding"),
     "distill30": ({"distill": 30.0}, "λ 30 · mean(1 − cos) to the frozen base's embedding"),
     "l2sp": ({"l2_base": 1.0}, "λ 1 · Σ‖θ − θ_base‖² (L2-SP)"),
+    "l2sp10": ({"l2_base": 10.0}, "λ 10 · Σ‖θ − θ_base‖² (L2-SP)"),
     "l2sp100": ({"l2_base": 100.0}, "λ 100 · Σ‖θ − θ_base‖² (L2-SP)"),
     "freeze3": ({"freeze_layers": 3, "freeze_embeddings": True}, "embeddings and the lower 3 of 6 layers frozen"),
     "freeze5": ({"freeze_layers": 5, "freeze_embeddings": True}, "embeddings and the lower 5 of 6 layers frozen"),
     "alpha0.5": ({"blend_alpha": 0.5}, "WiSE-FT α 0.5 after training (fixed)"),
     "distill10-freeze3": ({"distill": 10.0, "freeze_layers": 3, "freeze_embeddings": True}, "both"),
+    "join4": ({"join_views": 4, "max_length": 200}, "longer views: 4 strings joined into one training string"),
 }
 ALPHAS = (0.25, 0.5, 0.75)  # the blends tried for a "+blend" row (α = 1 is the trained model's own row)
 # preset: (training set, in-domain pairs set, the general check that is that same set, so not "general" here)
@@ -74,7 +76,8 @@ TRAIN_FILE = "bench_train.json"
 def train_one(preset: str, overrides: dict, out: Path) -> dict:
     """Train in a child process (`python -m mirror train`), so its peak RSS is the run's own; returns its timings."""
     flags = []
-    for key, value in overrides.items():
+    # every remedy on top of the preset as it was at c308252 (no blend: the sentences preset blends at α 0.5 since)
+    for key, value in {"blend_alpha": 1.0, **overrides}.items():
         flag = "--" + key.replace("_", "-")
         flags += [flag] if value is True else [flag, str(value)]
     cmd = [sys.executable, "-m", "mirror", "train", str(data_path(PRESETS[preset][0])), "--mode", preset]
