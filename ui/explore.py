@@ -115,7 +115,7 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
         ui.remedy_btn: gr.update(visible=render.remedy_offered(run)),
         ui.alpha: gr.update(value=render.default_alpha(run)),
         ui.map: {"texts": [], "note": NO_MAP_YET},  # the empty map, worded for a served run
-        ui.map_md: "Press **Draw the maps** to lay out this run's strings.",
+        ui.map_md: "",  # the empty map itself says what to do
         ui.health_md: render.message("Measuring this run's space health…", "info"),
         ui.moved_md: "",
         ui.moved_filter: "",  # the list that follows is of every string
