@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urljoin
 
 import pytest
@@ -71,7 +72,7 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.set_default_timeout(60_000)
-    try:
+    with shot_on_failure(page, "browser_failure.png", closing=page):
         page.goto(server)
         page.wait_for_selector("#mx-launch")
         page.screenshot(path=ARTIFACTS / "browser_1_start.png", full_page=True)
@@ -124,11 +125,19 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         assert queries.nth(0).locator("tbody tr").count() == 20  # k=10 hits on each side
         page.screenshot(path=ARTIFACTS / "browser_3_search.png", full_page=True)
         assert not errors, errors
+
+
+@contextmanager
+def shot_on_failure(page, name: str, closing) -> Iterator[None]:
+    """A browser test's body: on a failure, a full-page screenshot of `page` (tests/artifacts/`name`) before the
+    error goes on; either way `closing` (the page or its browser context) is closed after."""
+    try:
+        yield
     except Exception:
-        page.screenshot(path=ARTIFACTS / "browser_failure.png", full_page=True)
+        page.screenshot(path=ARTIFACTS / name, full_page=True)
         raise
     finally:
-        page.close()
+        closing.close()
 
 
 def upload_file(page, path) -> None:
@@ -163,7 +172,7 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
     page.set_default_timeout(60_000)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
+    with shot_on_failure(page, "browser_failure_runs.png", closing=context):
         page.goto(server)
         expect(page.locator("#mx-launch")).to_be_disabled()  # nothing loaded: nothing to launch
         upload_file(page, good)
@@ -213,11 +222,6 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         expect(fresh.locator("#mx-results .mx-query")).to_have_count(1)
         fresh.screenshot(path=ARTIFACTS / "browser_6_link_in_a_fresh_browser.png", full_page=True)
         assert not errors, errors
-    except Exception:
-        page.screenshot(path=ARTIFACTS / "browser_failure_runs.png", full_page=True)
-        raise
-    finally:
-        context.close()
 
 
 def map_xy(page, map_: str, k: int) -> tuple[float, float]:
@@ -239,7 +243,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
     page.set_default_timeout(60_000)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
+    with shot_on_failure(page, "explore_failure.png", closing=page):
         page.goto(server)
         upload_file(page, words)
         expect(page.locator("#mx-input")).to_contain_text("60 strings loaded")
@@ -313,11 +317,6 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         page.locator("#mx-search-btn").click()
         expect(page.locator("#mx-results .mx-query")).to_have_count(1)
         assert not errors, errors
-    except Exception:
-        page.screenshot(path=ARTIFACTS / "explore_failure.png", full_page=True)
-        raise
-    finally:
-        page.close()
 
 
 def watch_console(page, errors: list[str]) -> None:
@@ -343,7 +342,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
     page = context.new_page()
     page.set_default_timeout(60_000)
     watch_console(page, errors)
-    try:
+    with shot_on_failure(page, "newcomer_failure.png", closing=context):
         page.goto(server)
         expect(page.locator("#mx-launch")).to_be_disabled()
         # the Evaluate tab before any run: no empty table headed "1 · 2 · 3"
@@ -448,8 +447,3 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         expect(other.locator("#mx-launch")).to_be_enabled()
         other.screenshot(path=ARTIFACTS / "newcomer_6_second_browser.png", full_page=True)
         assert not errors, errors
-    except Exception:
-        page.screenshot(path=ARTIFACTS / "newcomer_failure.png", full_page=True)
-        raise
-    finally:
-        context.close()

@@ -13,16 +13,9 @@ from mirror import MirrorConfig
 from mirror.distributed import shard_bounds, shutdown
 from mirror.encoder import load_encoder
 from mirror.train import mirror_tune
+from tests.conftest import SENTENCES
 
-STRINGS = [
-    "a man is riding a big red bus to the city",
-    "the small dog is sleeping on the blue car",
-    "two women are walking under the moon tonight",
-    "a cat sits on a rock near the old tree",
-    "the sun is shining on the quiet river bank",
-    "children play football in the park after school",
-    "cat",
-]  # 7 strings: shards of 4 and 3, and the masked views differ in length
+STRINGS = [*SENTENCES[:6], "cat"]  # 7 strings: shards of 4 and 3, and the masked views differ in length
 
 
 def config(model: str) -> MirrorConfig:

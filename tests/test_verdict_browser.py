@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.server import ROOT, serve_app
-from tests.test_browser import ARTIFACTS, browser  # noqa: F401  (the module-scoped Playwright browser fixture)
+from tests.test_browser import ARTIFACTS, browser, shot_on_failure  # noqa: F401  (the module-scoped Playwright browser fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -36,7 +36,7 @@ def test_the_verdict_table_and_the_one_click_remedy(server, browser, tmp_path): 
     page.set_default_timeout(60_000)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
+    with shot_on_failure(page, "verdict_failure.png", closing=page):
         page.goto(server)
         page.locator("#mx-upload input[type=file]").set_input_files(str(words))
         expect(page.locator("#mx-input")).to_contain_text("80 strings loaded")
@@ -73,8 +73,3 @@ def test_the_verdict_table_and_the_one_click_remedy(server, browser, tmp_path): 
         expect(remedy).to_be_hidden()  # a blend is not offered the remedy again
         page.screenshot(path=ARTIFACTS / "verdict_2_blended.png", full_page=True)
         assert not errors, errors
-    except Exception:
-        page.screenshot(path=ARTIFACTS / "verdict_failure.png", full_page=True)
-        raise
-    finally:
-        page.close()
