@@ -224,6 +224,17 @@ def test_bad_upload_is_a_clear_message_in_the_ui_and_keeps_what_was_loaded(ui, t
     assert "Still loaded: **3 strings** from `good.txt`; Launch tunes those." in shown
 
 
+def test_draw_the_maps_with_no_run_is_a_message_with_one_value_per_output(ui):
+    """The error path of a handler returns exactly its outputs (Gradio warned and dropped the extra one before)."""
+    app, fns = ui
+    draw = fns["on_map"]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = draw.fn(500, "", app.session())
+    assert len(out) == len(draw.outputs)
+    assert "tune a model" in out[0].lower() and any("tune a model" in str(w.message).lower() for w in seen)
+
+
 def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):
     app, fns = ui
     session = app.session()

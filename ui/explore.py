@@ -178,7 +178,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
             note += f"{data['seconds']:.1f} s. {data['note']}"
             return render.message(note.strip(), "ok"), data, data["caption"], *panels(session)
 
-        return call_service(app, s, 7, draw)
+        return call_service(app, s, 6, draw)
 
     def panels(session: Session) -> tuple:
         """Health and general checks of the served run, drawn with the map."""
