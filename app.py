@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import itertools
 import logging
 import os
 import sys
@@ -630,7 +631,13 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
 
     def on_blend(alpha, memory, s, progress=gr.Progress()):  # noqa: B008
         session, ended = app.session(s), []
-        events = (ended.append(ev) or ev for ev in app.saved.blend_run(session, alpha))
+        started = iter(app.saved.blend_run(session, alpha))
+        first = next(started, None)
+        if isinstance(first, Failed):  # refused before it began (nothing served, a bad α): said here, not in tab ①
+            gr.Warning(render.toast_text(first.text))
+            yield {ui.blend_md: render.message(first.text, "error")}
+            return
+        events = (ended.append(ev) or ev for ev in itertools.chain([first] if first else [], started))
         yield from view.draw(events, session, memory, progress)
         if ended and isinstance(ended[-1], Done):
             yield {

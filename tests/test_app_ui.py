@@ -235,6 +235,16 @@ def test_draw_the_maps_with_no_run_is_a_message_with_one_value_per_output(ui):
     assert "tune a model" in out[0].lower() and any("tune a model" in str(w.message).lower() for w in seen)
 
 
+def test_blend_with_no_run_says_so_on_its_own_line_not_in_tab_one(ui):
+    app, fns = ui
+    blend = fns["on_blend"]
+    updates = quiet(lambda: list(blend.fn(0.5, {"runs": []}, app.session())))
+    ids = {getattr(c, "elem_id", None) for u in updates for c in u}
+    assert "mx-status" not in ids  # tab ①'s run status keeps what it said
+    assert len(updates) == 1 and len(updates[0]) == 1  # one line: the blend's own, under its button
+    assert "Nothing to blend yet" in next(iter(updates[0].values()))
+
+
 def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):
     app, fns = ui
     session = app.session()
