@@ -42,7 +42,7 @@ __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 CSS = """
 #mx-header h1 {margin-bottom: 0}
 .mx-step {font-weight: 600}
-#mx-results table td, #mx-results table th {border: none; border-bottom: 1px solid var(--border-color-primary)}
+.mx-results table td, .mx-results table th {border: none; border-bottom: 1px solid var(--border-color-primary)}
 """
 
 INTRO = """# Mirror Explorer

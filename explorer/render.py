@@ -84,10 +84,11 @@ def rank_move(rank: int, base_rank: int | None) -> str:
     return f"↑{base_rank - rank}" if base_rank > rank else f"↓{rank - base_rank}"
 
 
-def render_results(results: list[dict[str, Any]], base_label: str) -> str:
+def render_results(results: list[dict[str, Any]], base_label: str, dom_id: str = "mx-search-hits") -> str:
     """Side-by-side HTML tables per query; strings only one side found are highlighted, each tuned hit shows
     its move from the base ranking. A base-only result (no tuned model yet) is one table, said so. All text is
-    escaped."""
+    escaped. `dom_id`: the wrapper's id, one per place on the page (the Search tab's hits, Explore's neighbours,
+    both shown at once); the class `mx-results` styles them all."""
     new_bg, gone_bg = "rgba(34,197,94,0.18)", "rgba(245,158,11,0.20)"
     base_only = any(r.get("base_only") for r in results)
     legend = (
@@ -117,7 +118,7 @@ def render_results(results: list[dict[str, Any]], base_label: str) -> str:
             f"Query: <b>{html.escape(r['query'])}</b>{head}</div>"
             f'<div style="display:flex;gap:18px;flex-wrap:wrap">{tables}</div></div>'
         )
-    return '<div id="mx-results">' + legend + "".join(blocks) + "</div>"
+    return f'<div id="{html.escape(dom_id)}" class="mx-results">' + legend + "".join(blocks) + "</div>"
 
 
 SMOOTHING = 0.8  # exponential moving average of the raw losses: one batch's loss is noisy

@@ -117,8 +117,8 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         expect(page.locator("#mx-served")).to_contain_text("searching 50 strings")
         page.locator("#mx-queries textarea").fill("kitten\npuppy")
         page.locator("#mx-search-btn").click()
-        expect(page.locator("#mx-results .mx-query")).to_have_count(2)
-        queries = page.locator("#mx-results .mx-query")
+        expect(page.locator("#mx-search-hits .mx-query")).to_have_count(2)
+        queries = page.locator("#mx-search-hits .mx-query")
         assert queries.count() == 2
         first = queries.nth(0).inner_text()
         assert "kitten" in first and "Tuned (mirror)" in first and "Base · bundled" in first
@@ -208,7 +208,7 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         page.get_by_role("tab", name="② Search").click()
         page.locator("#mx-queries textarea").fill(WORDS[0])
         page.locator("#mx-queries textarea").press("Enter")  # Enter searches
-        expect(page.locator("#mx-results .mx-query")).to_have_count(1)
+        expect(page.locator("#mx-search-hits .mx-query")).to_have_count(1)
 
         fresh = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()  # the link, elsewhere
         fresh.goto(urljoin(server, link))
@@ -219,7 +219,7 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         fresh.get_by_role("tab", name="② Search").click()
         fresh.locator("#mx-queries textarea").fill(WORDS[1])
         fresh.locator("#mx-search-btn").click()
-        expect(fresh.locator("#mx-results .mx-query")).to_have_count(1)
+        expect(fresh.locator("#mx-search-hits .mx-query")).to_have_count(1)
         fresh.screenshot(path=ARTIFACTS / "browser_6_link_in_a_fresh_browser.png", full_page=True)
         assert not errors, errors
 
@@ -276,7 +276,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         # click it: its neighbours under both encoders
         page.mouse.click(*map_xy(page, "base", k))
         results = page.locator("#mx-point-results")
-        expect(results.locator(".mx-query")).to_have_count(1, timeout=60_000)
+        expect(results.locator("#mx-point-hits .mx-query")).to_have_count(1, timeout=60_000)
         assert "Tuned (mirror)" in results.inner_text() and "Base" in results.inner_text()
         expect(page.locator("#mx-point-md")).to_contain_text(text)
         page.screenshot(path=ARTIFACTS / "explore_3_neighbours.png", full_page=True)
@@ -315,7 +315,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         page.get_by_role("tab", name="② Search").click()
         expect(page.locator("#mx-queries textarea")).to_have_value(moved_text)
         page.locator("#mx-search-btn").click()
-        expect(page.locator("#mx-results .mx-query")).to_have_count(1)
+        expect(page.locator("#mx-search-hits .mx-query")).to_have_count(1)
         assert not errors, errors
 
 

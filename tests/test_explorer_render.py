@@ -18,6 +18,15 @@ def test_render_results_escapes_and_marks_differences():
     assert "mx-only-tuned" in out and "mx-only-base" in out and "1 of 1 tuned hits are new" in out
 
 
+def test_search_hits_and_explore_neighbours_have_their_own_ids():
+    """Both are on the page at once (tab ② and tab ④): one id each, so neither is mistaken for the other; one class
+    styles both."""
+    results = [{"query": "q", "tuned": [], "base": []}]
+    search, point = render_results(results, "bundled"), render_results(results, "bundled", "mx-point-hits")
+    assert search.startswith('<div id="mx-search-hits" class="mx-results">')
+    assert point.startswith('<div id="mx-point-hits" class="mx-results">')
+
+
 def test_the_loss_curve_divides_each_step_by_the_loss_of_knowing_nothing():
     """Issue 28: raw InfoNCE of a batch of 200 starts at log(399) = 6.0, a last batch of 11 at log(21) = 3.0; the
     curve divides each by log(2B-1), so both read 1 (a model that knows nothing), not a jump."""

@@ -214,7 +214,9 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
         def show(session: Session) -> tuple:
             found = ex.neighbours(session, text)
             base = session.run.base_model if session.run else ""
-            return render.message(f"Neighbours of **{text}**", "info"), render.render_results(found, base)
+            return render.message(f"Neighbours of **{text}**", "info"), render.render_results(
+                found, base, "mx-point-hits"
+            )
 
         return call_service(app, s, 2, show)
 
