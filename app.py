@@ -440,6 +440,7 @@ class RunView:
         self.app, self.state, self.browser, self.ui = app, state, browser, ui
         self.search, self.evaluate, self.explore = search, evaluate, explore
         self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
+        self.outputs += [search.results]
         self.outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
         self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
         self.outputs += [ui.input_md, ui.estimate_md]
@@ -458,6 +459,8 @@ class RunView:
             ui.index_file: gr.update(value=str(run.index_zip), visible=True),
             ui.loss_plot: TrainView.plot(run.losses, run.stats.get("batch_sizes")),
             self.search.served_md: render.served_md(session),
+            # the last search's hits were the previous run's: gone, with what to do for this run's
+            self.search.results: render.status_box("A new run is served: press **Search** to see its neighbours."),
             self.evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
             **explore_panels(self.explore, run),
             ui.runs: self.run_list(memory, run.folder.name),

@@ -331,10 +331,15 @@ def run_caption(run: RunInfo | None) -> str:
     caption = (
         f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
     )
+    return caption + blend_part(run)
+
+
+def blend_part(run: RunInfo) -> str:
+    """For a blend, what to add to its name (Markdown: " · blend α=0.5 of run `abcd1234`"); "" for a run as trained."""
     alpha, parent = run.stats.get("blend_alpha"), str(run.stats.get("blended_from") or "")
-    if alpha is not None:
-        caption += f" · blend α={float(alpha):g}" + (f" of run `{parent[:8]}`" if parent else "")
-    return caption
+    if alpha is None:
+        return ""
+    return f" · blend α={float(alpha):g}" + (f" of run `{parent[:8]}`" if parent else "")
 
 
 def served_md(session: Session | None) -> str:
@@ -348,7 +353,7 @@ def served_md(session: Session | None) -> str:
     extra = f" · other corpus: `{run.extra_corpus}`" if run.extra_corpus else ""
     return (
         f"Run `{run.folder.name[:8]}`: searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
-        f"({run.pooling} pooling) at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
+        f"({run.pooling} pooling){blend_part(run)} at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
     )
 
 

@@ -165,6 +165,7 @@ def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
     assert last["mx-loss"]["visible"] and len(curve) == 6 and set(curve["series"]) == {"each step", "smoothed"}
     assert list(curve["step"][:3]) == [1, 2, 3]
     assert last["mx-launch"]["interactive"] is True  # Launch is enabled again
+    assert "A new run is served" in last["mx-search-results"]  # no hits of an earlier run left on the Search tab
     # the Explore tab's empty map is worded for a served run (not "tune a model" while one is served)
     assert last["mx-twinmap"] == {"texts": [], "note": "No map yet: press Draw the maps to lay out this run's strings."}
     (twinmap,) = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "mx-twinmap"]

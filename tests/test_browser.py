@@ -387,6 +387,13 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         expect(page.locator("#mx-export-file a[href]").first).to_be_visible()
         page.screenshot(path=ARTIFACTS / "newcomer_2_explore_before_blend.png", full_page=True)
 
+        # a search on tab ②, whose hits belong to this run only
+        page.get_by_role("tab", name="② Search").click()
+        page.locator("#mx-queries textarea").fill("kitten")
+        page.locator("#mx-search-btn").click()
+        expect(page.locator("#mx-search-hits .mx-query")).to_have_count(1)
+        page.get_by_role("tab", name="④ Explore").click()
+
         # 3. a blend: served as a new run, and nothing of the run before is left
         alpha = page.get_by_label("number input for Blend with the base model (α: 0 = base, 1 = tuned)")
         alpha.fill("0.5")
@@ -398,6 +405,11 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         expect(page.locator("#mx-point-md")).to_contain_text("Click a point")  # not "Neighbours of ..."
         assert page.locator("#mx-point-results .mx-query").count() == 0
         expect(page.locator("#mx-export-file")).to_be_hidden()  # the previous run's export is not offered
+        page.get_by_role("tab", name="② Search").click()  # the last search's hits were the parent's: gone
+        expect(page.locator("#mx-search-results")).to_contain_text("A new run is served: press Search")
+        assert page.locator("#mx-search-hits .mx-query").count() == 0
+        expect(page.locator("#mx-served")).to_contain_text("blend α=0.5")
+        page.get_by_role("tab", name="④ Explore").click()
         expect(page.locator("#mx-moved-md")).to_contain_text("411 strings, most moved first", timeout=120_000)
         assert "matching" not in page.locator("#mx-moved-md").inner_text() and filter_box.input_value() == ""
         expect(page.locator("#mx-health")).to_contain_text("mean cosine", timeout=120_000)  # recomputed, not gone

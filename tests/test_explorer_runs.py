@@ -105,3 +105,4 @@ def test_a_blend_is_listed_and_captioned_as_a_blend_of_its_parent(app, tiny_bert
     assert "blend" not in labels[parent] and f"strings from {s.run.corpus}" in labels[parent]
     assert f"blend α=0.5 of {len(WORDS)} strings from" in labels[blend] and f"(run {parent[:8]})" in labels[blend]
     assert f"blend α=0.5 of run `{parent[:8]}`" in render.run_caption(s.run)
+    assert f"blend α=0.5 of run `{parent[:8]}`" in render.served_md(s)  # the Search tab's header says it too
