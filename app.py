@@ -488,7 +488,7 @@ class RunView:
                 }
                 return
             if isinstance(ev, Done):
-                box = render.status_box(f"Tuned and indexed in {ev.run.stats.get('wall_seconds', 0):.0f} s.", "ok")
+                box = render.status_box(render.done_status(ev.run), "ok")
                 shown = {ui.status_md: box, **idle, **self.served(ev.run, session, memory)}
                 restored = self.app.loader.restore_texts(session)  # a page reloaded during the run had no strings
                 if restored is not None:

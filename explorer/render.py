@@ -316,12 +316,28 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
     run_id = run.folder.name
+    head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
+    alpha, parent = s.get("blend_alpha"), str(s.get("blended_from") or "")
+    if alpha is not None:  # the training in the table is the parent's; the blend itself trained nothing
+        of = f"run `{parent[:8]}`" if parent else "the tuned model"
+        head = (
+            f"### Served: a blend (run `{run_id[:8]}`), α = {float(alpha):g} of {of}\n"
+            f"No training: its weights are {1 - float(alpha):g} × the base's + {float(alpha):g} × the tuned weights "
+            f"of {of}, whose training the table shows.\n\n| Blended from {of} | |\n|---|---|\n{table}\n\n"
+        )
     return (
-        f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
-        f"Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below. "
+        f"{head}Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below. "
         f"[Link to this run](?run={run_id}) (whoever has it can open the run; a run unused for a while is removed)."
         f"{extra}"
     )
+
+
+def done_status(run: RunInfo) -> str:
+    """Tab ①'s status line once a run is served: how long it took (a blend: its own seconds, not its parent's)."""
+    if run.stats.get("blend_alpha") is not None:
+        took = run.stats.get("blend_seconds")
+        return "Blended and indexed" + (f" in {float(took):.0f} s." if took is not None else ".")
+    return f"Tuned and indexed in {run.stats.get('wall_seconds', 0):.0f} s."
 
 
 def run_caption(run: RunInfo | None) -> str:
@@ -357,9 +373,15 @@ def served_md(session: Session | None) -> str:
     )
 
 
-def health_md(health: dict[str, Any]) -> str:
+def served_label(run: RunInfo | None) -> str:
+    """The served model's column in a base-against-served table: "tuned", or "blend α=0.5" for a blend."""
+    alpha = run.stats.get("blend_alpha") if run is not None else None
+    return "tuned" if alpha is None else f"blend α={float(alpha):g}"
+
+
+def health_md(health: dict[str, Any], run: RunInfo | None = None) -> str:
     """Space health before and after tuning (explorer.compare.health.compare_health) as a small table and its one-line
-    reading."""
+    reading; `run` names the served model's column (a blend's is not "tuned")."""
     base, tuned = health.get("base", {}), health.get("tuned", {})
     names = health.get("labels", {})
     rows = "\n".join(
@@ -367,7 +389,7 @@ def health_md(health: dict[str, Any]) -> str:
         for key in base
         if isinstance(base[key], int | float)
     )
-    table = f"| space health of your strings | base | tuned |\n|---|---:|---:|\n{rows}"
+    table = f"| space health of your strings | base | {served_label(run)} |\n|---|---:|---:|\n{rows}"
     return f"**Space health.** {health.get('summary', '')}\n\n{table}"
 
 
@@ -387,12 +409,12 @@ def forgetting_md(run: RunInfo | None) -> str:
         for c in check["checks"]
     )
     head = (
-        "| general check | score | items | base | tuned | change | 95% interval of the change | verdict |\n"
+        f"| general check | score | items | base | {served_label(run)} | change | 95% interval of the change | verdict |\n"
         "|---|---|---:|---:|---:|---:|---:|---|"
     )
     kind = "warning" if any(c.get("worse") for c in check["checks"]) else "ok"
     alpha = run.stats.get("blend_alpha")
-    blended = f" The served model is a blend: α = {alpha:g} of the tuned weights." if alpha not in (None, 1) else ""
+    verdict = check.get("verdict", "") if alpha is None else blend_verdict(check["checks"], float(alpha))
     took = f" The checks took {check['seconds']:g} s." if check.get("seconds") is not None else ""
     note = (
         "\n\nHalf of each bundled set (the other half chose the defaults). *Worse* means a drop of more than "
@@ -400,7 +422,26 @@ def forgetting_md(run: RunInfo | None) -> str:
         "whether the top 10 for a real document are its related documents (World English Bible chapters: the next "
         f"chapter, then its book, then books of its kind).{took}"
     )
-    return f"{message(check.get('verdict', '') + blended, kind)}\n\n{head}\n{rows}{note}{own_long_md(check)}"
+    return f"{message(verdict, kind)}\n\n{head}\n{rows}{note}{own_long_md(check)}"
+
+
+def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:
+    """What a blend's general checks mean, naming it a blend (the verdict kept with a run speaks of "the tuned model"
+    and, when a check is worse, suggests a blend, which this already is)."""
+    from mirror.checks import word_of
+
+    head = f"The served model is a blend: α = {alpha:g} of the tuned weights."
+    worse = [r for r in rows if word_of(r) == "worse"]
+    if not worse:
+        better = [r["name"] for r in rows if word_of(r) == "better"]
+        gained = f" and better on {', '.join(better)}" if better else ""
+        return f"{head} General checks: the blend is no worse than the base on any of them{gained}."
+    listed = "; ".join(f"{r['name']} ({r.get('what', '')}): {r['base']:.1f} → {r['tuned']:.1f}" for r in worse)
+    n = len(worse)
+    return (
+        f"{head} The blend is worse than the base on {n} general check{'s' if n > 1 else ''}: {listed}. A lower α "
+        "keeps more of the base (α = 0 is the base itself)."
+    )
 
 
 def own_long_md(check: dict[str, Any]) -> str:

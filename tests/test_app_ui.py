@@ -246,6 +246,23 @@ def test_blend_with_no_run_says_so_on_its_own_line_not_in_tab_one(ui):
     assert "Nothing to blend yet" in next(iter(updates[0].values()))
 
 
+def test_a_served_blend_reads_as_a_blend_in_tab_one_and_on_the_explore_tab(app, tiny_bert):
+    """After a blend, tab ① said "Done: your tuned model is served" and "Tuned and indexed in <the parent's seconds>",
+    and the Explore tab's health called the blend "tuned": each now names the blend."""
+    fns = {f.name: f for f in mx.build_demo(app).fns.values()}
+    session = tuned_session(app, tiny_bert)
+    parent = session.run.folder.name
+    updates = quiet(lambda: list(fns["on_blend"].fn(0.5, {"runs": [parent]}, session)))
+    last = {getattr(c, "elem_id", None) or type(c).__name__: v for u in updates for c, v in u.items()}
+    blend = session.run.folder.name
+    assert blend != parent and "Blended and indexed in" in last["mx-status"]
+    assert last["mx-result"].startswith(f"### Served: a blend (run `{blend[:8]}`), α = 0.5 of run `{parent[:8]}`")
+    assert "Done: your tuned model" not in last["mx-result"]
+    assert "blend α=0.5" in last["mx-explore-caption"]
+    health = fns["on_served"].fn(session)[0]  # what the caption's change draws next
+    assert "| base | blend α=0.5 |" in health and "The blend " in health and "Tuning" not in health
+
+
 def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):
     app, fns = ui
     session = app.session()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from explorer.render import render_results
 
 
@@ -41,3 +43,77 @@ def test_the_loss_curve_divides_each_step_by_the_loss_of_knowing_nothing():
     assert smooth[1] > 0.95 * smooth[0]  # a batch of 11 hardly moves the average (divided, it still reads lower)
     assert render.loss_frame([6.0, 3.0])[lambda f: f.series == "each step"]["loss"].tolist() == [6.0, 3.0]  # unknown B
     assert "log(2B−1)" in render.LOSS_TITLE
+
+
+def blend_run(**stats):
+    """A run as render reads it: a blend α=0.5 of run aaaaaaaa… (its stats copy the parent's training), or, with
+    blend_alpha=None, a run as trained."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from explorer.compare.forgetting import verdict
+
+    better = {
+        "name": "SimLex-999",
+        "what": "word pairs",
+        "base": 40.0,
+        "tuned": 45.0,
+        "delta": 5.0,
+        "verdict": "better",
+    }
+    worse = {"name": "STS-B dev", "what": "sentence pairs", "base": 80.0, "tuned": 70.0, "delta": -10.0}
+    rows = [better, {**worse, "ci": [-12.0, -8.0], "verdict": "worse", "worse": True}]
+    stats = {
+        "device": "cpu",
+        "seconds": 31.0,
+        "wall_seconds": 40.0,
+        "steps": 3,
+        "total_steps": 3,
+        "mode": "words",
+        "blend_alpha": 0.5,
+        "blended_from": "a" * 32,
+        "blend_seconds": 2.0,
+        "forgetting": {"checks": rows, "verdict": verdict(rows)},
+        **stats,
+    }
+    stats = {k: v for k, v in stats.items() if v is not None}
+    return SimpleNamespace(
+        folder=Path("/runs") / ("b" * 32),
+        stats=stats,
+        losses=[3.0, 2.0, 1.0],
+        n_texts=411,
+        corpus="small_words.txt",
+        base_model="bundled",
+        pooling="mean",
+    )
+
+
+def test_a_blend_is_named_a_blend_in_tab_one_and_in_its_health_and_checks():
+    """A newcomer pass: after a blend, tab ① read "Done: your tuned model is served" with the parent's training time
+    and "Tuned and indexed in 40 s" (the parent's seconds), and the health and check tables called the blend
+    "tuned", its verdict suggesting to blend what is already a blend."""
+    from explorer import render
+    from explorer.compare.health import compare_health
+
+    blend, trained = blend_run(), blend_run(blend_alpha=None, blended_from=None)
+    shown = render.run_md(blend)
+    assert shown.startswith("### Served: a blend (run `bbbbbbbb`), α = 0.5 of run `aaaaaaaa`")
+    assert "No training: its weights are 0.5 × the base's + 0.5 × the tuned weights of run `aaaaaaaa`" in shown
+    assert "| Blended from run `aaaaaaaa` | |" in shown and "Done: your tuned model" not in shown
+    assert "[Link to this run](?run=" + "b" * 32 + ")" in shown
+    assert render.run_md(trained).startswith("### Done: your tuned model is served (run `bbbbbbbb`)")
+    assert render.done_status(blend) == "Blended and indexed in 2 s."  # its own seconds, not the parent's 40
+    assert render.done_status(trained) == "Tuned and indexed in 40 s."
+
+    x = np.random.default_rng(0).normal(size=(20, 8))
+    health = compare_health(x, x + 0.1, who="The blend")
+    assert health["summary"].startswith("The blend ")
+    assert "| space health of your strings | base | blend α=0.5 |" in render.health_md(health, blend)
+    assert "| base | tuned |" in render.health_md(compare_health(x, x), trained)
+
+    checks = render.forgetting_md(blend)
+    assert "| base | blend α=0.5 | change |" in checks and "| base | tuned |" not in checks
+    assert "The blend is worse than the base on 1 general check: STS-B dev (sentence pairs): 80.0 → 70.0" in checks
+    assert "Tuning made the model worse" not in checks and "blend at α" not in checks  # no blend of a blend
+    kept = render.forgetting_md(trained)
+    assert "| base | tuned | change |" in kept and "Tuning made the model worse on 1 general check" in kept

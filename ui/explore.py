@@ -183,7 +183,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
     def panels(session: Session) -> tuple:
         """Health and general checks of the served run, drawn with the map."""
         return (
-            render.health_md(ex.health(session)),
+            render.health_md(ex.health(session), session.run),
             render.forgetting_md(session.run),
             gr.update(value=render.default_alpha(session.run)),
         )
@@ -197,7 +197,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
         def figures(session: Session) -> tuple:
             rows = ex.moved(session)
             head = f"{len(rows):,} strings, most moved first. Filter them, or select a row to see its neighbours."
-            return render.health_md(ex.health(session)), render.message(head, "info"), moved_frame(rows)
+            return render.health_md(ex.health(session), session.run), render.message(head, "info"), moved_frame(rows)
 
         return call_service(app, s, 3, figures)
 

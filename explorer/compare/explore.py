@@ -176,7 +176,9 @@ class RunExplorer:
             views = health.positive_views([space.texts[i] for i in idx], loaded.tuned.mask_token or "[MASK]")
             with self.app.search_slots:
                 pos_b, pos_t = loaded.base.encode(views), loaded.tuned.encode(views)
-            return health.compare_health(space.base, space.tuned, (space.base[idx], pos_b), (space.tuned[idx], pos_t))
+            who = "Tuning" if space.run.stats.get("blend_alpha") is None else "The blend"
+            pairs_b, pairs_t = (space.base[idx], pos_b), (space.tuned[idx], pos_t)
+            return health.compare_health(space.base, space.tuned, pairs_b, pairs_t, who)
 
         return space.get("health", make)
 

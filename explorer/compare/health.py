@@ -76,21 +76,23 @@ def compare_health(
     tuned: np.ndarray,
     base_pairs: tuple[np.ndarray, np.ndarray] | None = None,
     tuned_pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    who: str = "Tuning",
 ) -> dict[str, Any]:
-    """Both spaces' health, the labels to show them with, and one plain sentence on what changed."""
+    """Both spaces' health, the labels to show them with, and one plain sentence on what changed (`who` changed it:
+    "Tuning", or "The blend" for a blend)."""
     b, t = space_health(base, base_pairs), space_health(tuned, tuned_pairs)
-    return {"base": b, "tuned": t, "labels": LABELS, "summary": summary(b, t)}
+    return {"base": b, "tuned": t, "labels": LABELS, "summary": summary(b, t, who)}
 
 
-def summary(b: dict[str, float], t: dict[str, float]) -> str:
-    """What the change in health means, in one sentence."""
+def summary(b: dict[str, float], t: dict[str, float], who: str = "Tuning") -> str:
+    """What the change in health means, in one sentence; `who` made the change ("Tuning", "The blend")."""
     parts = []
     d_cos = t["mean_cosine"] - b["mean_cosine"]
     if abs(d_cos) >= 0.02:
         how = "spread your strings out" if d_cos < 0 else "pulled your strings closer together"
-        parts.append(f"Tuning {how} (mean cosine {b['mean_cosine']:.2f} → {t['mean_cosine']:.2f})")
+        parts.append(f"{who} {how} (mean cosine {b['mean_cosine']:.2f} → {t['mean_cosine']:.2f})")
     else:
-        parts.append(f"Tuning kept the overall spread (mean cosine {b['mean_cosine']:.2f} → {t['mean_cosine']:.2f})")
+        parts.append(f"{who} kept the overall spread (mean cosine {b['mean_cosine']:.2f} → {t['mean_cosine']:.2f})")
     d_uni = t["uniformity"] - b["uniformity"]
     if abs(d_uni) >= 0.05:
         parts.append(

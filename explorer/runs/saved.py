@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,7 @@ class SavedRuns:
         from mirror.blend import blend_folder
         from mirror.encoder import load_encoder
 
+        started = time.perf_counter()  # the blend's own seconds (its stats copy the parent's training time)
         handle = session.active = RunHandle(started=True)
         run = self.app.trainer.new_run_folder(session, handle)
         try:
@@ -179,6 +181,7 @@ class SavedRuns:
                 if self.app.settings.general_checks:
                     yield Phase("Checking general similarity (the forgetting check)")
                     stats["forgetting"] = self.app.trainer.forgetting(loaded.base, blended, texts)
+                stats["blend_seconds"] = round(time.perf_counter() - started, 1)  # its own, not the parent's
                 info = self.app.trainer.serve(
                     session, new_run_info(run, parent.base_model, texts, parent.corpus, stats)
                 )
