@@ -263,6 +263,16 @@ def test_a_served_blend_reads_as_a_blend_in_tab_one_and_on_the_explore_tab(app, 
     assert "| base | blend α=0.5 |" in health and "The blend " in health and "Tuning" not in health
 
 
+def test_what_moved_says_when_a_string_has_more_neighbours_than_its_cell_shows():
+    """The table showed the first 5 of up to 10 gained or lost neighbours with no sign that more exist."""
+    from ui.explore import moved_frame
+
+    rows = [{"text": "cat", "moved": 0.7, "gained": [f"g{i}" for i in range(7)], "lost": ["l0", "l1"]}]
+    frame = moved_frame(rows)
+    assert frame.loc[0, "gained"] == "g0, g1, g2, g3, g4, … +2 more"
+    assert frame.loc[0, "lost"] == "l0, l1"  # all shown: nothing added
+
+
 def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):
     app, fns = ui
     session = app.session()

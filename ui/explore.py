@@ -148,8 +148,17 @@ def explore_outputs(ui: SimpleNamespace) -> list[Any]:
     return [getattr(ui, name) for name in names]
 
 
+SHOWN_NEIGHBOURS = 5  # per cell of the what-moved table; its CSV has them all
+
+
+def first_names(names: list[str], n: int = SHOWN_NEIGHBOURS) -> str:
+    """The first `n` neighbours, then how many more there are (the table shows 5 of up to 10)."""
+    more = len(names) - n
+    return ", ".join(names[:n]) + (f", … +{more} more" if more > 0 else "")
+
+
 def moved_frame(rows: list[dict[str, Any]]) -> Any:
-    """The what-moved rows as a table: string, moved (0-1), neighbours gained and lost."""
+    """The what-moved rows as a table: string, moved (0-1), neighbours gained and lost (the first five of each)."""
     import pandas as pd
 
     return pd.DataFrame(
@@ -157,8 +166,8 @@ def moved_frame(rows: list[dict[str, Any]]) -> Any:
             {
                 "string": r["text"],
                 "moved": round(float(r["moved"]), 2),
-                "gained": ", ".join(r["gained"][:5]),
-                "lost": ", ".join(r["lost"][:5]),
+                "gained": first_names(r["gained"]),
+                "lost": first_names(r["lost"]),
             }
             for r in rows
         ],
