@@ -30,12 +30,12 @@ from explorer.runs.store import remember
 from explorer.share.uploads import UploadQuota, display_name
 from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
 from mirror.config import BUNDLED_MODEL, MirrorConfig
-from mirror.data import SUFFIXES
 from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
 from ui.explore import explore_outputs, explore_panels, explore_tab, wire_explore
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
 from ui.numbers import Number, Slider
+from ui.uploads import NamedFile, given_name
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -88,9 +88,8 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
             gr.Markdown("### 1. Your strings", elem_classes="mx-step")
             with gr.Tabs():
                 with gr.Tab("Upload a file"):
-                    ui.upload = gr.File(
+                    ui.upload = NamedFile(  # any file: the loader says why it refuses one (ui/uploads.py)
                         label="A .txt (one string per line), .csv / .tsv or .jsonl file",
-                        file_types=list(SUFFIXES),
                         type="filepath",
                         elem_id="mx-upload",
                     )
@@ -217,13 +216,7 @@ def search_tab() -> SimpleNamespace:
     ui.search_btn = gr.Button("Search", variant="primary", elem_id="mx-search-btn")
     ui.results = gr.HTML("", elem_id="mx-search-results")
     with gr.Accordion("Search another corpus with your tuned encoder", open=False):
-        ui.other = gr.File(
-            label="A .txt, .csv/.tsv or .jsonl file",
-            file_types=list(SUFFIXES),
-            type="filepath",
-            height=150,
-            elem_id="mx-other",
-        )
+        ui.other = NamedFile(label="A .txt, .csv/.tsv or .jsonl file", type="filepath", height=150, elem_id="mx-other")
         ui.other_column = gr.Textbox(label="Text column (for .csv/.tsv/.jsonl; empty = detect)")
         ui.other_btn = gr.Button("Index it", elem_id="mx-other-btn")
         ui.other_md = gr.Markdown("")
@@ -334,7 +327,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             hidden = gr.update(choices=[], value=None, visible=False)
             return [gr.update(), hidden, *keep_fields, gr.update(), gr.update(), session]
         out, cols = after_load(
-            session, lambda: app.loader.load_file(session, path, None), mode_value, model_value, vals
+            session, lambda: app.loader.load_file(session, path, None, given_name(path)), mode_value, model_value, vals
         )
         column = gr.update(choices=[("(detect)", "")] + [(c, c) for c in cols], value="", visible=bool(cols))
         return [out[0], column, *out[1:]]
@@ -343,9 +336,8 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         session = app.session(s)
         if not path:
             return [gr.update(), *keep_fields, gr.update(), gr.update(), session]
-        return after_load(
-            session, lambda: app.loader.load_file(session, path, col or None), mode_value, model_value, vals
-        )[0]
+        load = lambda: app.loader.load_file(session, path, col or None, given_name(path))  # noqa: E731
+        return after_load(session, load, mode_value, model_value, vals)[0]
 
     def on_paste(text, mode_value, model_value, s, *vals):
         session = app.session(s)
@@ -689,7 +681,7 @@ def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.
     def on_other(path, col, s, progress=gr.Progress()):  # noqa: B008
         def index(session: Session) -> tuple:
             progress(None, desc="Indexing with both encoders")
-            text = app.searcher.index_corpus(session, path, (col or "").strip() or None)
+            text = app.searcher.index_corpus(session, path, (col or "").strip() or None, given_name(path))
             return render.message(text, "ok"), gr.update(value="extra"), render.served_md(session)
 
         return call_service(app, s, 3, index)

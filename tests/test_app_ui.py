@@ -79,7 +79,8 @@ def upload_with_launch(ui, session: Session | None, path: Path) -> tuple[str, di
     """(markdown shown under the upload, the Launch button's update, session state)."""
     _, fns = ui
     defaults = [None] * len(ADVANCED)  # the Advanced fields: not used when loading
-    out = quiet(fns["on_upload"].fn, str(path), None, "auto", "bundled", session, *defaults)
+    path = path if isinstance(path, str) else str(path)  # a str as given: an upload's path may carry its orig_name
+    out = quiet(fns["on_upload"].fn, path, None, "auto", "bundled", session, *defaults)
     return out[0], out[-2], out[-1]
 
 
@@ -204,6 +205,37 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
     assert any("Serving" in str(v) for v in out.values())  # the note under the upload
     assert shown["BrowserState"]["runs"] == [session.run.folder.name]  # it joins the browser's runs
     assert session.run is not None and session.run is not tuned.run
+
+
+def test_every_file_reaches_the_loader_and_is_reported_by_the_name_the_user_gave(ui, tmp_path):
+    """A newcomer pass: a .bin was refused by the upload box's own file-type filter (a toast that faded, the page
+    unchanged); a file named nul.csv was reported as "_nul.csv" (Gradio's cache prefixes Windows device names)."""
+    from gradio.data_classes import FileData
+
+    from ui.uploads import NamedFile
+
+    app, fns = ui
+    inputs = [b for b in fns["on_upload"].inputs + fns["on_other"].inputs if isinstance(b, NamedFile)]
+    assert {b.elem_id for b in inputs} == {"mx-upload", "mx-other"} and not any(b.file_types for b in inputs)
+    config = inputs[0].get_config()  # what the page draws: gr.File's front end, with the label and id given
+    assert inputs[0].get_block_name() == "file" and config["elem_id"] and config["label"].startswith("A .txt")
+    session = app.session()
+    upload_with_launch(ui, session, write(tmp_path, "good.txt", b"cat\ndog\ncar\n"))
+    shown, launch, _ = upload_with_launch(ui, session, write(tmp_path, "weights.bin", b"\x00\x01" * 50))
+    assert shown.startswith(
+        "> **Error:** weights.bin: unsupported file type '.bin'; use one of .txt, .csv, .tsv, .jsonl"
+    )
+    assert "Still loaded: **3 strings** from `good.txt`" in shown and launch["interactive"] is True
+
+    (tmp_path / "cache").mkdir()
+    cached = write(tmp_path / "cache", "_nul.csv", b"text\ncat\x00\x00\x00\x00dog\n" * 40)  # as Gradio stores nul.csv
+    path = NamedFile(type="filepath").preprocess(FileData(path=str(cached), orig_name="nul.csv"))
+    assert path == str(cached) and path.orig_name == "nul.csv"
+    shown = upload_with_launch(ui, session, path)[0]
+    assert "> **Error:** nul.csv: looks like a binary file" in shown and "_nul.csv" not in shown
+    # a name the cache changed otherwise (characters a file name cannot hold, dropped) is shown as stored
+    odd = NamedFile(type="filepath").preprocess(FileData(path=str(cached), orig_name="a<b>.csv"))
+    assert "_nul.csv: looks like a binary file" in upload_with_launch(ui, session, odd)[0]
 
 
 # The upload corpus (tests/upload_corpus.py) through the page's upload handler: a message, no traceback, and the

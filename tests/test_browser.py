@@ -457,5 +457,15 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         expect(other.locator("#mx-input")).to_contain_text("binary")
         expect(other.locator("#mx-input")).to_contain_text("Still loaded: 30 strings from good.txt")
         expect(other.locator("#mx-launch")).to_be_enabled()
+        # a refused type is said under the upload (not a toast that fades), and a file is named as the user named it
+        weights, nul = tmp_path / "weights.bin", tmp_path / "nul.csv"  # nul.csv: Gradio's cache stores it as _nul.csv
+        weights.write_bytes(b"\x00\x01binary" * 20)
+        nul.write_bytes(b"text\ncat\x00\x00\x00\x00dog\n" * 40)
+        upload_file(other, weights)
+        expect(other.locator("#mx-input")).to_contain_text("weights.bin: unsupported file type '.bin'; use one of .txt")
+        expect(other.locator("#mx-input")).to_contain_text("Still loaded: 30 strings from good.txt")
+        upload_file(other, nul)
+        expect(other.locator("#mx-input")).to_contain_text("nul.csv: looks like a binary file")
+        assert "_nul.csv" not in other.locator("#mx-input").inner_text()
         other.screenshot(path=ARTIFACTS / "newcomer_6_second_browser.png", full_page=True)
         assert not errors, errors

@@ -75,8 +75,11 @@ class Searcher:
             index = self.app.base_indexes.get(model, encoder, texts)
             return search_both(None, index, queries, k, hide_query)
 
-    def index_corpus(self, session: Session, path: str | None, column: str | None = None) -> str:
-        """Index another uploaded corpus with the served tuned and base encoders; returns a summary."""
+    def index_corpus(
+        self, session: Session, path: str | None, column: str | None = None, name: str | None = None
+    ) -> str:
+        """Index another uploaded corpus with the served tuned and base encoders; returns a summary. `name`: the
+        file's name as the user gave it, where the path's own differs."""
         from index.store import VectorIndex
         from mirror.encoder import replace_dir
 
@@ -85,12 +88,13 @@ class Searcher:
             raise MirrorError("tune a model first (tab ①): the other corpus is indexed with your tuned encoder")
         if not path:
             raise MirrorError("upload a corpus file first")
-        raw, _ = read_file(path, column, self.app.settings.max_upload_bytes, name=display_name(path))
+        shown = display_name(name or path)
+        raw, _ = read_file(path, column, self.app.settings.max_upload_bytes, name=shown)
         texts, stats = clean_texts(raw)
         dropped = max(0, len(texts) - self.app.settings.max_strings)
         texts = texts[: self.app.settings.max_strings]
         if not texts:
-            raise MirrorError(f"`{display_name(path)}` has no non-empty strings")
+            raise MirrorError(f"`{shown}` has no non-empty strings")
         self.app.check_disk(session)
         loaded = self.app.models.loaded(run)
         tmp_b, tmp_t = run.folder / ".extra_base.new", run.folder / ".extra_tuned.new"
@@ -103,9 +107,9 @@ class Searcher:
                 VectorIndex.load(run.folder / "extra_base", loaded.base, gpu=False),
                 VectorIndex.load(run.folder / "extra_tuned", loaded.tuned, gpu=False),
             )
-            run.extra_corpus = display_name(path)
+            run.extra_corpus = shown
         return (
-            f"Indexed {len(texts):,} strings of `{display_name(path)}` with both encoders ({stats.summary()}"
+            f"Indexed {len(texts):,} strings of `{shown}` with both encoders ({stats.summary()}"
             + (
                 f"; {dropped:,} more dropped: this server's limit is {self.app.settings.max_strings:,}"
                 if dropped

@@ -52,12 +52,16 @@ class TextLoader:
         file after a good one must not cost the good one); the page says which strings are still loaded."""
         yield
 
-    def load_file(self, session: Session, path: str | None, column: str | None = None) -> dict[str, Any]:
+    def load_file(
+        self, session: Session, path: str | None, column: str | None = None, name: str | None = None
+    ) -> dict[str, Any]:
+        """The strings of an uploaded file; `name`: the one the user gave it, where the path's own differs (the UI's
+        upload cache renames a few), else the path's."""
         with self._replacing_texts(session):
             if not path:
                 raise MirrorError("no file uploaded")
             notes: list[str] = []
-            name = display_name(path)
+            name = display_name(name or path)
             raw, columns = read_file(path, column, self.app.settings.max_upload_bytes, name=name, notes=notes)
             return {**self.set_texts(session, raw, name, notes), "columns": columns}
 
