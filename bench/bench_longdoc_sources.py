@@ -1,7 +1,9 @@
-"""A candidate source for the "Long documents" check that was measured and not shipped (issue 25): Wikipedia
-articles cut into section openings of 150-256 tokens, from the shortened English Wikipedia dump in gensim's test
-data (CC BY-SA; 90 articles). Scores saved tuned model folders against the bundled base, as a fresh load of each
-folder computes it, with relations between documents taken from the articles' structure:
+"""Candidate sources for the "Long documents" check that were measured and not shipped (issue 25).
+
+**Wikipedia** (a gensim wheel): articles cut into section openings of 150-256 tokens, from the shortened English
+Wikipedia dump in gensim's test data (CC BY-SA; 90 articles). Scores saved tuned model folders against the bundled
+base, as a fresh load of each folder computes it, with relations between documents taken from the articles'
+structure:
 
 - top-10 rankings (nDCG@10, gains 2^grade - 1): same article 2, an article this one links to (or from) 1;
   and "cross": other sections of the same article left out, linked articles 1 (related-but-different documents);
@@ -11,15 +13,28 @@ folder computes it, with relations between documents taken from the articles' st
     .venv/bin/python bench/bench_longdoc_sources.py /tmp/gensim/gensim-4.4.0-*.whl /work/models/sentences-default \
         /work/models/words-default /work/models/sentences-newdefault
 
-The wheel is read in place (nothing is unpacked or shipped). Output: a table, and bench/out/longdoc-sources.json.
+**The Jargon File** (Debian's `dict-jargon` package, version 4.4.7, public domain): its entries as documents, in
+two length bands (40-110 words, the length of short news articles, and 110-450 words), each scored whole and on two
+seeded random halves; relations from the entries' own cross-references ({term}): 2 one entry refers to the other,
+1 they share an entry they refer to or are referred from (two steps), 0 otherwise; nDCG@10 of the top 10.
+
+    apt-get download dict-jargon && \
+    .venv/bin/python bench/bench_longdoc_sources.py dict-jargon_*.deb /work/models/sentences-default ...
+
+Wheel and package are read in place (nothing is unpacked or shipped). Output: a table, and
+bench/out/longdoc-sources.json (bench/out/longdoc-sources-jargon.json for the Jargon File).
 """
 
 from __future__ import annotations
 
 import argparse
 import bz2
+import gzip
 import html
+import io
+import random
 import re
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -144,14 +159,101 @@ def pairs_spearman(vectors: list[np.ndarray], grade: np.ndarray, resamples: int 
     ]
 
 
+def deb_member(deb: Path, suffix: str) -> bytes:
+    """One file of a Debian package (an ar archive holding data.tar.*), read in place."""
+    raw, at = deb.read_bytes(), 8
+    while at < len(raw):
+        name, size = raw[at : at + 16].decode().strip().rstrip("/"), int(raw[at + 48 : at + 58])
+        if name.startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(raw[at + 60 : at + 60 + size])) as tar:
+                member = next(m for m in tar.getmembers() if m.name.endswith(suffix))
+                return tar.extractfile(member).read()
+        at += 60 + size + size % 2
+    raise SystemExit(f"{deb}: no data.tar member")
+
+
+def jargon_entries(deb: Path) -> list[dict]:
+    """The Jargon File's entries: headwords (lower case), plain text (cross-reference braces dropped) and the
+    headwords it refers to. Entries with the same text under several headwords are one entry."""
+    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+    def number(s: str) -> int:
+        value = 0
+        for c in s:
+            value = value * 64 + digits.index(c)
+        return value
+
+    data = gzip.decompress(deb_member(deb, "jargon.dict.dz"))
+    bodies: dict[str, list[str]] = {}
+    for line in deb_member(deb, "jargon.index").decode().splitlines():
+        head, offset, length = line.split("\t")[:3]
+        if not head.startswith("00-database"):
+            body = data[number(offset) : number(offset) + number(length)].decode("utf-8", "replace")
+            bodies.setdefault(body, []).append(head.lower())
+    entries = []
+    for body, heads in bodies.items():
+        _, sep, text = body.partition("\n\n")
+        if sep:
+            refs = {m.lower() for m in re.findall(r"\{([^}]+)\}", text)}
+            entries.append({"heads": heads, "text": " ".join(re.sub(r"[{}]", "", text).split()), "refs": refs})
+    return entries
+
+
+def jargon_grades(entries: list[dict]) -> np.ndarray:
+    """n x n over all entries: 2 one refers to the other, 1 two steps apart, 0 otherwise (diagonal -1)."""
+    at = {h: i for i, e in enumerate(entries) for h in e["heads"]}
+    n = len(entries)
+    link = np.zeros((n, n), np.float32)
+    for i, e in enumerate(entries):
+        for ref in e["refs"]:
+            j = at.get(ref, at.get(ref.rstrip("s")))
+            if j is not None and j != i:
+                link[i, j] = link[j, i] = 1
+    grade = np.where(link > 0, 2, np.where(link @ link > 0, 1, 0))
+    np.fill_diagonal(grade, -1)
+    return grade
+
+
+def jargon(deb: Path, models: list[str], encoders: list) -> int:
+    entries = jargon_entries(deb)
+    grade = jargon_grades(entries)
+    names = ["base", *(Path(m).name for m in models)]
+    rows = []
+    for low, high in ((40, 110), (110, 450)):
+        band = [i for i, e in enumerate(entries) if low <= len(e["text"].split()) <= high]
+        side = random.Random(13)
+        halves = {i: "dev" if side.random() < 0.5 else "check" for i in band}
+        texts = [entries[i]["text"] for i in band]
+        vectors = [e.encode(texts, normalize=True).astype(np.float64) for e in encoders]
+        for half in ("all", "dev", "check"):
+            keep = [k for k, i in enumerate(band) if half == "all" or halves[i] == half]
+            pick = np.array([band[k] for k in keep])
+            per_doc = [100 * ndcg(v[keep], grade[np.ix_(pick, pick)]) for v in vectors]
+            row = {
+                "entries": f"{low}-{high} words, {half} ({len(keep)})",
+                "base": round(float(np.nanmean(per_doc[0])), 1),
+            }
+            for name, s in zip(names[1:], per_doc[1:], strict=True):
+                lo, hi = bootstrap_mean_difference(per_doc[0], s)
+                row[name] = f"{np.nanmean(s) - np.nanmean(per_doc[0]):+.1f} [{lo:+.1f}, {hi:+.1f}]"
+            rows.append(row)
+            print(row, flush=True)
+    print_table(rows, ["entries", *names])
+    write_json("longdoc-sources-jargon.json", {"entries": len(entries), "rows": rows})
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("wheel", type=Path, help="a gensim wheel (pip download --no-deps gensim==4.4.0)")
+    parser.add_argument("source", type=Path, help="a gensim wheel (pip download --no-deps gensim==4.4.0), "
+                        "or Debian's dict-jargon package (apt-get download dict-jargon)")  # fmt: skip
     parser.add_argument("models", nargs="+", help="tuned model folders")
     parser.add_argument("--base", default="bundled")
     args = parser.parse_args()
     encoders = [load_encoder(args.base), *(load_encoder(m) for m in args.models)]
-    docs = documents(args.wheel, encoders[0].tokenizer)
+    if args.source.suffix == ".deb":
+        return jargon(args.source, args.models, encoders)
+    docs = documents(args.source, encoders[0].tokenizer)
     print(f"{len(docs)} section openings of {len({d['article'] for d in docs})} articles")
     vectors = [e.encode([d["text"] for d in docs], normalize=True).astype(np.float64) for e in encoders]
     same, linked = grades(docs)

@@ -64,6 +64,7 @@ REMEDIES: dict[str, tuple[dict, str]] = {
     "freeze5": ({"freeze_layers": 5, "freeze_embeddings": True}, "embeddings and the lower 5 of 6 layers frozen"),
     "alpha0.5": ({"blend_alpha": 0.5}, "WiSE-FT α 0.5 after training (fixed)"),
     "distill10-freeze3": ({"distill": 10.0, "freeze_layers": 3, "freeze_embeddings": True}, "both"),
+    "join2": ({"join_views": 2, "max_length": 100}, "longer views: 2 strings joined into one training string"),
     "join4": ({"join_views": 4, "max_length": 200}, "longer views: 4 strings joined into one training string"),
 }
 ALPHAS = (0.25, 0.5, 0.75)  # the blends tried for a "+blend" row (α = 1 is the trained model's own row)
