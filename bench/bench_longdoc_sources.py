@@ -14,8 +14,8 @@ structure:
         /work/models/words-default /work/models/sentences-newdefault
 
 **The Jargon File** (Debian's `dict-jargon` package, version 4.4.7, public domain): its entries as documents, in
-two length bands (40-110 words, the length of short news articles, and 110-450 words), each scored whole and on two
-seeded random halves; relations from the entries' own cross-references ({term}): 2 one entry refers to the other,
+two length bands (40-110 words, the length of short news articles, and 110-450 words), each scored whole, on two
+seeded random halves (each ranked within itself), and as two halves of queries (each entry ranked among all); relations from the entries' own cross-references ({term}): 2 one entry refers to the other,
 1 they share an entry they refer to or are referred from (two steps), 0 otherwise; nDCG@10 of the top 10.
 
     apt-get download dict-jargon && \
@@ -225,12 +225,17 @@ def jargon(deb: Path, models: list[str], encoders: list) -> int:
         halves = {i: "dev" if side.random() < 0.5 else "check" for i in band}
         texts = [entries[i]["text"] for i in band]
         vectors = [e.encode(texts, normalize=True).astype(np.float64) for e in encoders]
-        for half in ("all", "dev", "check"):
-            keep = [k for k, i in enumerate(band) if half == "all" or halves[i] == half]
-            pick = np.array([band[k] for k in keep])
-            per_doc = [100 * ndcg(v[keep], grade[np.ix_(pick, pick)]) for v in vectors]
+        whole = [100 * ndcg(v, grade[np.ix_(band, band)]) for v in vectors]
+        splits = {"all": None, "dev": "dev", "check": "check", "queries dev": "dev", "queries check": "check"}
+        for label, half in splits.items():
+            keep = [k for k, i in enumerate(band) if half is None or halves[i] == half]
+            if label.startswith("queries"):  # these entries' rankings among all the band's entries
+                per_doc = [s[keep] for s in whole]
+            else:  # ranked within the half
+                pick = np.array([band[k] for k in keep])
+                per_doc = [100 * ndcg(v[keep], grade[np.ix_(pick, pick)]) for v in vectors]
             row = {
-                "entries": f"{low}-{high} words, {half} ({len(keep)})",
+                "entries": f"{low}-{high} words, {label} ({len(keep)})",
                 "base": round(float(np.nanmean(per_doc[0])), 1),
             }
             for name, s in zip(names[1:], per_doc[1:], strict=True):

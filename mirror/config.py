@@ -200,9 +200,11 @@ PRESETS: dict[str, MirrorConfig] = {
 SENTENCE_ENCODER_ADJUSTMENTS: dict[str, dict[str, Any]] = {
     # STS-B dev/test (bundled MiniLM, mean pooling): paper τ0.04/lr2e-5 .862/.823 (base .867/.820);
     # τ0.1/lr2e-5 .867/.834; τ0.1/lr1e-5 .877/.840. Words: no setting beat the paper's (sweep in RESULTS).
-    # blend_alpha 0.5 (WiSE-FT): the run alone forgets on real long documents (-1.8 on the check's dev half, -11 on the
-    # issue's held-out news); halfway back to the base keeps most of the STS-B gain (bench/RESULTS.md, "Remedies").
-    "sentences": {"temperature": 0.1, "lr": 1e-5, "blend_alpha": 0.5},
+    # blend_alpha 0.25 (WiSE-FT): the run alone forgets on real long documents (-1.8 on the check's dev half, -11 on the
+    # issue's held-out news); the largest α that holds on every general dev half, the Jargon File's entries included
+    # (α 0.5: -0.9 there), keeping STS-B test +0.8 of the run's +2.0 (bench/RESULTS.md, "The sentences default
+    # moves to α 0.25").
+    "sentences": {"temperature": 0.1, "lr": 1e-5, "blend_alpha": 0.25},
 }
 
 

@@ -105,7 +105,7 @@ def test_sentences_on_a_sentence_encoder_use_the_dev_chosen_settings(tmp_path):
     (st_folder / "modules.json").write_text("[]")
     for model in ("bundled", "sentence-transformers/all-mpnet-base-v2", str(st_folder)):
         sents = MirrorConfig.preset("sentences", model=model)
-        assert (sents.temperature, sents.lr, sents.epochs, sents.blend_alpha) == (0.1, 1e-5, 1, 0.5)
+        assert (sents.temperature, sents.lr, sents.epochs, sents.blend_alpha) == (0.1, 1e-5, 1, 0.25)
         words = MirrorConfig.preset("words", model=model)  # words keep the paper's settings
         assert (words.temperature, words.lr, words.blend_alpha) == (0.2, 2e-5, 1.0)
     mlm = MirrorConfig.preset("sentences", model=str(mlm_folder))
