@@ -614,7 +614,8 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
                 return {ui.saved_md: render.message(ev.text), state: session}
             elif isinstance(ev, Done):
                 shown = render.message(f"Serving `{display_name(path)}`.", "ok")
-                return {ui.saved_md: shown, **view.served(ev.run, session, memory)}
+                took = render.status_box(render.done_status(ev.run), "ok")  # not the last run's "Tuned and indexed"
+                return {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory)}
         return {state: session}
 
     queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}

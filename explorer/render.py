@@ -317,6 +317,11 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
     run_id = run.folder.name
     head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
+    if s.get("uploaded") is not None:  # loaded and indexed now; the table's training was done earlier
+        head = (
+            f"### Served: the model you uploaded (`{s['uploaded']}`, run `{run_id[:8]}`)\n"
+            f"Trained earlier, not now: the table shows that training.\n\n| Uploaded model | |\n|---|---|\n{table}\n\n"
+        )
     alpha, parent = s.get("blend_alpha"), str(s.get("blended_from") or "")
     if alpha is not None:  # the training in the table is the parent's; the blend itself trained nothing
         of = f"run `{parent[:8]}`" if parent else "the tuned model"
@@ -333,7 +338,13 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
 
 
 def done_status(run: RunInfo) -> str:
-    """Tab ①'s status line once a run is served: how long it took (a blend: its own seconds, not its parent's)."""
+    """Tab ①'s status line once a run is served: how long it took (a blend: its own seconds, not its parent's; an
+    uploaded model: the seconds it took to load and index now, its training named as done earlier)."""
+    s = run.stats
+    if s.get("uploaded") is not None:
+        took, trained = s.get("load_seconds"), s.get("seconds")
+        now = "Loaded and indexed" + (f" in {float(took):.0f} s" if took is not None else "")
+        return now + (f"; trained earlier in {float(trained):.0f} s." if trained is not None else "; trained earlier.")
     if run.stats.get("blend_alpha") is not None:
         took = run.stats.get("blend_seconds")
         return "Blended and indexed" + (f" in {float(took):.0f} s." if took is not None else ".")
