@@ -710,10 +710,10 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         import pandas as pd
 
         empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
-        moved = pd.DataFrame(report.moved or [{"": empty}])
+        moved = pd.DataFrame([render.served_columns(m, report.served) for m in report.moved] or [{"": empty}])
         table, chart = (
-            pd.DataFrame(render.eval_table_rows(report.rows)),
-            render.eval_chart(report.rows, report.encoders),
+            pd.DataFrame(render.eval_table_rows(report.rows, report.served)),
+            render.eval_chart(report.rows, report.encoders, report.served),
         )
         shown = gr.update(value=table, visible=True)
         return render.eval_md(report.rows, report.notes, report.caption), shown, chart, moved

@@ -180,8 +180,9 @@ def fmt_interval(ci: Sequence[float] | None, signed: bool = False) -> str:
     return f"{ci[0]:{spec}} – {ci[1]:{spec}}"
 
 
-def eval_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The evaluation rows for the table: intervals as text, the change signed."""
+def eval_table_rows(rows: list[dict[str, Any]], served: str = "tuned") -> list[dict[str, Any]]:
+    """The evaluation rows for the table: intervals as text, the change signed, the tuned encoder's columns named
+    `served` (render.served_label: "blend α=0.5" for a blend)."""
     out = []
     for r in rows:
         row = dict(r)
@@ -189,16 +190,26 @@ def eval_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[key] = fmt_interval(r[key], signed=key.startswith("change"))
         if "change" in r:
             row["change"] = f"{r['change']:+.4f}"
-        out.append(row)
+        out.append(served_columns(row, served))
     return out
+
+
+def served_columns(row: dict[str, Any], served: str) -> dict[str, Any]:
+    """`row` with its tuned encoder's keys ("tuned", "tuned 95% CI", "tuned rank") named `served`, order kept."""
+    if served == "tuned":
+        return row
+    return {(served + k[len("tuned") :] if k == "tuned" or k.startswith("tuned ") else k): v for k, v in row.items()}
 
 
 ENCODER_COLOURS = {"base": "#4c78a8", "tuned": "#f58518"}
 
 
-def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str]) -> str:
-    """Spearman per set and encoder as horizontal bars (HTML), each with its 95% interval as a whisker. The axis
-    runs from 0 (or the lowest value, when one is negative) to 1. All text is escaped."""
+def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str], served: str = "tuned") -> str:
+    """Spearman per set and encoder as horizontal bars (HTML), each with its 95% interval as a whisker; the tuned
+    encoder's bars labelled `served` ("blend α=0.5" for a blend). The axis runs from 0 (or the lowest value, when one
+    is negative) to 1. All text is escaped."""
+    names = {e: served if e == "tuned" else e for e in encoders}
+    label_em = max(3.5, 0.6 * max((len(n) for n in names.values()), default=0))  # "blend α=0.25" needs room
     values = [r[e] for r in rows for e in encoders] + [
         lo for r in rows for e in encoders if r.get(f"{e} 95% CI") for lo in r[f"{e} 95% CI"][:1]
     ]
@@ -221,7 +232,7 @@ def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str]) -> str:
             )
         return (
             f'<div class="mx-eval-bar" style="display:flex;align-items:center;gap:8px;margin:2px 0">'
-            f'<span style="width:3.5em;font-size:0.9em">{html.escape(enc)}</span>'
+            f'<span style="width:{label_em:g}em;flex:none;font-size:0.9em">{html.escape(names[enc])}</span>'
             '<div style="position:relative;flex:1;height:18px;background:rgba(127,127,127,0.12);border-radius:3px">'
             f'<div style="position:absolute;left:{start:.1f}%;width:{width:.1f}%;top:0;bottom:0;'
             f'background:{ENCODER_COLOURS.get(enc, "#888")};border-radius:3px"></div>{whisker}</div>'
