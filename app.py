@@ -420,8 +420,12 @@ class TrainView:
 
     @staticmethod
     def plot(values: Sequence[float], batches: Sequence[int] | None = None) -> Any:
-        """The loss curve (render.loss_frame); hidden until it has two points."""
-        return gr.update(value=render.loss_frame(values, batches), visible=len(values) > 1)
+        """The loss curve (render.loss_frame); hidden until it has two points, and its value left alone until then:
+        Gradio's plot hands a new value, rows or none (None), to the chart already drawn, and a chart without rows
+        (a blend's redraws, a new run's first step) made Vega-Lite warn "Infinite extent for field" in the console."""
+        if len(values) < 2:
+            return gr.update(visible=False)
+        return gr.update(value=render.loss_frame(values, batches), visible=True)
 
 
 class RunView:

@@ -295,6 +295,22 @@ def test_a_served_blend_reads_as_a_blend_in_tab_one_and_on_the_explore_tab(app, 
     assert "| base | blend α=0.5 |" in health and "The blend " in health and "Tuning" not in health
 
 
+def test_a_blend_never_sends_the_loss_curve_a_frame_without_rows(app, tiny_bert):
+    """Pressing Blend on the Explore tab printed Vega-Lite's "Infinite extent for field "step"" (and "loss") warnings
+    in the browser console: the blend's redraws of tab ①'s loss curve sent it a frame without rows (a blend has no
+    steps of its own; None fares no better: Gradio hands the drawn chart no rows). Until it has two points the curve
+    is hidden with its value left alone; at the end, the parent's curve."""
+    fns = {f.name: f for f in mx.build_demo(app).fns.values()}
+    session = tuned_session(app, tiny_bert)
+    parent = session.run
+    updates = quiet(lambda: list(fns["on_blend"].fn(0.5, {"runs": [parent.folder.name]}, session)))
+    curves = [v for u in updates for c, v in u.items() if getattr(c, "elem_id", None) == "mx-loss"]
+    assert len(curves) >= 2  # redrawn while the blend works (the first event is always drawn), then at its end
+    assert all("value" not in c or (c["value"] is not None and len(c["value"]) > 0) for c in curves), curves
+    assert curves[0] == {"__type__": "update", "visible": False}
+    assert curves[-1]["visible"] and len(curves[-1]["value"]) == 2 * len(parent.losses)  # each step and smoothed
+
+
 def test_a_reused_model_zip_says_it_was_loaded_now_and_trained_earlier(app, tiny_bert):
     """A newcomer pass: a model zip reused under "Reuse a model you tuned here before" left tab ① saying "Tuned and
     indexed in <the earlier run's seconds> s" over "Done: your tuned model is served", as if it had been trained now:
