@@ -218,7 +218,11 @@ def test_the_evaluate_tab_names_a_served_blend_as_the_blend(app, tuned, tmp_path
     assert columns[:5] == ["gold set", "pairs", "base", "base 95% CI", "blend α=0.5"]
     assert "blend α=0.5 95% CI" in columns and not any(c.startswith("tuned") for c in columns)
     assert bars.count(">blend α=0.5</span>") == 1 and ">tuned<" not in bars
-    assert app.searcher.evaluate(tuned, [], str(pairs))[0]["tuned"] is not None  # the API's rows keep their keys
+    seen: list[Phase] = []
+    rows = app.searcher.evaluate_report(tuned, [], str(pairs), seen.append).rows
+    assert rows[0]["tuned"] is not None  # the service's rows (the API's) keep their keys
+    said = {p.text for p in seen}
+    assert "Encoding pairs.txt with the blend α=0.5 encoder" in said and not any("tuned" in t for t in said)
     row = {"gold set": "s", "pair": "a · b", "base rank": 2, "tuned rank": 1, "toward gold": 1}
     assert list(served_columns(row, "blend α=0.5")) == [
         "gold set",

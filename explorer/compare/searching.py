@@ -140,6 +140,5 @@ class Searcher:
         else:
             encoders = [("base", self.app.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
-        report = evaluate_sets(sets, encoders, on_progress)
-        named = {"caption": run_caption(run), "served": served_label(run)}
-        return dataclasses.replace(report, notes=notes + report.notes, **named)
+        report = evaluate_sets(sets, encoders, on_progress, served_label(run))
+        return dataclasses.replace(report, notes=notes + report.notes, caption=run_caption(run))
