@@ -350,16 +350,19 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
 
 def done_status(run: RunInfo) -> str:
     """Tab ①'s status line once a run is served: how long it took (a blend: its own seconds, not its parent's; an
-    uploaded model: the seconds it took to load and index now, its training named as done earlier)."""
+    uploaded model: the seconds it took to load and index now, its training named as done earlier). A load or a
+    blend often takes under a second: said so, not "0 s"."""
     s = run.stats
     if s.get("uploaded") is not None:
         took, trained = s.get("load_seconds"), s.get("seconds")
-        now = "Loaded and indexed" + (f" in {float(took):.0f} s" if took is not None else "")
-        return now + (f"; trained earlier in {float(trained):.0f} s." if trained is not None else "; trained earlier.")
-    if run.stats.get("blend_alpha") is not None:
-        took = run.stats.get("blend_seconds")
-        return "Blended and indexed" + (f" in {float(took):.0f} s." if took is not None else ".")
-    return f"Tuned and indexed in {run.stats.get('wall_seconds', 0):.0f} s."
+        now = "Loaded and indexed" + (f" in {fmt_seconds(float(took))}" if took is not None else "")
+        return now + (
+            f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."
+        )
+    if s.get("blend_alpha") is not None:
+        took = s.get("blend_seconds")
+        return "Blended and indexed" + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
+    return f"Tuned and indexed in {fmt_seconds(float(s.get('wall_seconds', 0)))}."
 
 
 def run_caption(run: RunInfo | None) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import app as mx
-from explorer import MirrorApp, Session, Settings
+from explorer import MirrorApp, Session, Settings, render
 from explorer.tune.inputs import ADVANCED
 from mirror import MirrorConfig
 from mirror.names import is_under
@@ -324,7 +324,8 @@ def test_a_reused_model_zip_says_it_was_loaded_now_and_trained_earlier(app, tiny
     run = session.run
     assert run is not None and run is not trained
     took, earlier = run.stats["load_seconds"], trained.stats["seconds"]
-    assert f"Loaded and indexed in {took:.0f} s; trained earlier in {earlier:.0f} s." in shown["mx-status"]
+    said = f"Loaded and indexed in {render.fmt_seconds(took)}; trained earlier in {render.fmt_seconds(earlier)}."
+    assert said in shown["mx-status"]
     assert "Tuned and indexed" not in shown["mx-status"]
     zip_name = trained.model_zip.name
     assert shown["mx-result"].startswith(

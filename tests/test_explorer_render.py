@@ -129,5 +129,7 @@ def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
     shown = render.run_md(uploaded)
     assert shown.startswith("### Served: the model you uploaded (`mine.zip`, run `bbbbbbbb`)")
     assert "Trained earlier, not now" in shown and "| Uploaded model | |" in shown and "Done:" not in shown
+    quick = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=0.4, seconds=95.0)
+    assert render.done_status(quick) == "Loaded and indexed in under a second; trained earlier in 2 min."  # not "0 s"
     no_times = blend_run(blend_alpha=None, blended_from=None, seconds=None, uploaded="mine.zip")
     assert render.done_status(no_times) == "Loaded and indexed; trained earlier."
