@@ -298,6 +298,17 @@ def loss_summary(losses: Sequence[float], n: int = 10) -> str:
     return f"{last:.4f} (mean of the last {k} steps; first {k}: {first:.4f}, {(last - first) / first:+.0%})"
 
 
+def end_losses(stats: dict[str, Any]) -> str:
+    """The loss of a run whose steps are not kept (a model zip reused: its folder keeps the first and last step's
+    loss only), or "n/a"."""
+    first, last = stats.get("first_loss"), stats.get("final_loss")
+    if not isinstance(last, int | float):
+        return "n/a"
+    if not isinstance(first, int | float) or not first:
+        return f"{last:.4f} (last step)"
+    return f"{last:.4f} (last step; first step: {first:.4f}, {(last - first) / first:+.0%})"
+
+
 def load_md(info: dict[str, Any]) -> str:
     stats: CleanStats = info["stats"]
     p = MirrorConfig.preset(info["mode"])
@@ -320,7 +331,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         ("Device", s.get("device", "n/a")),
         ("Training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else "n/a"),
         ("Steps", f"{s.get('steps', 'n/a')} / {s.get('total_steps', 'n/a')}"),
-        ("Loss", loss_summary(run.losses)),
+        ("Loss", loss_summary(run.losses) if run.losses else end_losses(s)),
         ("Strings", f"{run.n_texts:,} from `{run.corpus}`"),
         ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {s.get('mode', '?')} preset"),
     ]

@@ -332,6 +332,7 @@ def test_a_reused_model_zip_says_it_was_loaded_now_and_trained_earlier(app, tiny
         f"### Served: the model you uploaded (`{zip_name}`, run `{run.folder.name[:8]}`)"
     )
     assert "Trained earlier, not now" in shown["mx-result"] and "Done: your tuned model" not in shown["mx-result"]
+    assert f"| Loss | {trained.stats['final_loss']:.4f} (last step; first step: " in shown["mx-result"]  # not "n/a"
 
 
 def test_what_moved_says_when_a_string_has_more_neighbours_than_its_cell_shows():

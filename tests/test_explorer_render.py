@@ -129,6 +129,10 @@ def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
     shown = render.run_md(uploaded)
     assert shown.startswith("### Served: the model you uploaded (`mine.zip`, run `bbbbbbbb`)")
     assert "Trained earlier, not now" in shown and "| Uploaded model | |" in shown and "Done:" not in shown
+    uploaded.losses = []  # a zip keeps the first and last step's loss, not each step's
+    assert "| Loss | n/a |" in render.run_md(uploaded)
+    uploaded.stats.update(first_loss=2.0, final_loss=1.5)
+    assert "| Loss | 1.5000 (last step; first step: 2.0000, -25%) |" in render.run_md(uploaded)
     quick = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=0.4, seconds=95.0)
     assert render.done_status(quick) == "Loaded and indexed in under a second; trained earlier in 2 min."  # not "0 s"
     no_times = blend_run(blend_alpha=None, blended_from=None, seconds=None, uploaded="mine.zip")
