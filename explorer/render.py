@@ -364,15 +364,15 @@ def done_status(run: RunInfo) -> str:
     uploaded model: the seconds it took to load and index now, its training named as done earlier). A load or a
     blend often takes under a second: said so, not "0 s"."""
     s = run.stats
+    if s.get("blend_alpha") is not None:  # first: a blend of an uploaded model keeps its parent's "uploaded"
+        took = s.get("blend_seconds")
+        return "Blended and indexed" + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
     if s.get("uploaded") is not None:
         took, trained = s.get("load_seconds"), s.get("seconds")
         now = "Loaded and indexed" + (f" in {fmt_seconds(float(took))}" if took is not None else "")
         return now + (
             f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."
         )
-    if s.get("blend_alpha") is not None:
-        took = s.get("blend_seconds")
-        return "Blended and indexed" + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
     return f"Tuned and indexed in {fmt_seconds(float(s.get('wall_seconds', 0)))}."
 
 

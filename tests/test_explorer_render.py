@@ -135,5 +135,8 @@ def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
     assert "| Loss | 1.5000 (last step; first step: 2.0000, -25%) |" in render.run_md(uploaded)
     quick = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=0.4, seconds=95.0)
     assert render.done_status(quick) == "Loaded and indexed in under a second; trained earlier in 2 min."  # not "0 s"
+    of_upload = blend_run(uploaded="mine.zip", load_seconds=3.0)  # a blend of a reused zip copies its parent's stats
+    assert render.done_status(of_upload) == "Blended and indexed in 2 s."
+    assert render.run_md(of_upload).startswith("### Served: a blend (run `bbbbbbbb`), α = 0.5 of run `aaaaaaaa`")
     no_times = blend_run(blend_alpha=None, blended_from=None, seconds=None, uploaded="mine.zip")
     assert render.done_status(no_times) == "Loaded and indexed; trained earlier."
