@@ -420,8 +420,12 @@ class TrainView:
 
     @staticmethod
     def plot(values: Sequence[float], batches: Sequence[int] | None = None) -> Any:
-        """The loss curve (render.loss_frame); hidden until it has two points."""
-        return gr.update(value=render.loss_frame(values, batches), visible=len(values) > 1)
+        """The loss curve (render.loss_frame); hidden until it has two points, and its value left alone until then:
+        Gradio's plot hands a new value, rows or none (None), to the chart already drawn, and a chart without rows
+        (a blend's redraws, a new run's first step) made Vega-Lite warn "Infinite extent for field" in the console."""
+        if len(values) < 2:
+            return gr.update(visible=False)
+        return gr.update(value=render.loss_frame(values, batches), visible=True)
 
 
 class RunView:
@@ -614,7 +618,8 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
                 return {ui.saved_md: render.message(ev.text), state: session}
             elif isinstance(ev, Done):
                 shown = render.message(f"Serving `{display_name(path)}`.", "ok")
-                return {ui.saved_md: shown, **view.served(ev.run, session, memory)}
+                took = render.status_box(render.done_status(ev.run), "ok")  # not the last run's "Tuned and indexed"
+                return {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory)}
         return {state: session}
 
     queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
@@ -709,10 +714,10 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         import pandas as pd
 
         empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
-        moved = pd.DataFrame(report.moved or [{"": empty}])
+        moved = pd.DataFrame([render.served_columns(m, report.served) for m in report.moved] or [{"": empty}])
         table, chart = (
-            pd.DataFrame(render.eval_table_rows(report.rows)),
-            render.eval_chart(report.rows, report.encoders),
+            pd.DataFrame(render.eval_table_rows(report.rows, report.served)),
+            render.eval_chart(report.rows, report.encoders, report.served),
         )
         shown = gr.update(value=table, visible=True)
         return render.eval_md(report.rows, report.notes, report.caption), shown, chart, moved

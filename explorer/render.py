@@ -180,8 +180,9 @@ def fmt_interval(ci: Sequence[float] | None, signed: bool = False) -> str:
     return f"{ci[0]:{spec}} – {ci[1]:{spec}}"
 
 
-def eval_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The evaluation rows for the table: intervals as text, the change signed."""
+def eval_table_rows(rows: list[dict[str, Any]], served: str = "tuned") -> list[dict[str, Any]]:
+    """The evaluation rows for the table: intervals as text, the change signed, the tuned encoder's columns named
+    `served` (render.served_label: "blend α=0.5" for a blend)."""
     out = []
     for r in rows:
         row = dict(r)
@@ -189,16 +190,26 @@ def eval_table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[key] = fmt_interval(r[key], signed=key.startswith("change"))
         if "change" in r:
             row["change"] = f"{r['change']:+.4f}"
-        out.append(row)
+        out.append(served_columns(row, served))
     return out
+
+
+def served_columns(row: dict[str, Any], served: str) -> dict[str, Any]:
+    """`row` with its tuned encoder's keys ("tuned", "tuned 95% CI", "tuned rank") named `served`, order kept."""
+    if served == "tuned":
+        return row
+    return {(served + k[len("tuned") :] if k == "tuned" or k.startswith("tuned ") else k): v for k, v in row.items()}
 
 
 ENCODER_COLOURS = {"base": "#4c78a8", "tuned": "#f58518"}
 
 
-def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str]) -> str:
-    """Spearman per set and encoder as horizontal bars (HTML), each with its 95% interval as a whisker. The axis
-    runs from 0 (or the lowest value, when one is negative) to 1. All text is escaped."""
+def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str], served: str = "tuned") -> str:
+    """Spearman per set and encoder as horizontal bars (HTML), each with its 95% interval as a whisker; the tuned
+    encoder's bars labelled `served` ("blend α=0.5" for a blend). The axis runs from 0 (or the lowest value, when one
+    is negative) to 1. All text is escaped."""
+    names = {e: served if e == "tuned" else e for e in encoders}
+    label_em = max(3.5, 0.6 * max((len(n) for n in names.values()), default=0))  # "blend α=0.25" needs room
     values = [r[e] for r in rows for e in encoders] + [
         lo for r in rows for e in encoders if r.get(f"{e} 95% CI") for lo in r[f"{e} 95% CI"][:1]
     ]
@@ -221,7 +232,7 @@ def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str]) -> str:
             )
         return (
             f'<div class="mx-eval-bar" style="display:flex;align-items:center;gap:8px;margin:2px 0">'
-            f'<span style="width:3.5em;font-size:0.9em">{html.escape(enc)}</span>'
+            f'<span style="width:{label_em:g}em;flex:none;font-size:0.9em">{html.escape(names[enc])}</span>'
             '<div style="position:relative;flex:1;height:18px;background:rgba(127,127,127,0.12);border-radius:3px">'
             f'<div style="position:absolute;left:{start:.1f}%;width:{width:.1f}%;top:0;bottom:0;'
             f'background:{ENCODER_COLOURS.get(enc, "#888")};border-radius:3px"></div>{whisker}</div>'
@@ -287,6 +298,17 @@ def loss_summary(losses: Sequence[float], n: int = 10) -> str:
     return f"{last:.4f} (mean of the last {k} steps; first {k}: {first:.4f}, {(last - first) / first:+.0%})"
 
 
+def end_losses(stats: dict[str, Any]) -> str:
+    """The loss of a run whose steps are not kept (a model zip reused: its folder keeps the first and last step's
+    loss only), or "n/a"."""
+    first, last = stats.get("first_loss"), stats.get("final_loss")
+    if not isinstance(last, int | float):
+        return "n/a"
+    if not isinstance(first, int | float) or not first:
+        return f"{last:.4f} (last step)"
+    return f"{last:.4f} (last step; first step: {first:.4f}, {(last - first) / first:+.0%})"
+
+
 def load_md(info: dict[str, Any]) -> str:
     stats: CleanStats = info["stats"]
     p = MirrorConfig.preset(info["mode"])
@@ -309,7 +331,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         ("Device", s.get("device", "n/a")),
         ("Training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else "n/a"),
         ("Steps", f"{s.get('steps', 'n/a')} / {s.get('total_steps', 'n/a')}"),
-        ("Loss", loss_summary(run.losses)),
+        ("Loss", loss_summary(run.losses) if run.losses else end_losses(s)),
         ("Strings", f"{run.n_texts:,} from `{run.corpus}`"),
         ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {s.get('mode', '?')} preset"),
     ]
@@ -317,6 +339,11 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
     run_id = run.folder.name
     head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
+    if s.get("uploaded") is not None:  # loaded and indexed now; the table's training was done earlier
+        head = (
+            f"### Served: the model you uploaded (`{s['uploaded']}`, run `{run_id[:8]}`)\n"
+            f"Trained earlier, not now: the table shows that training.\n\n| Uploaded model | |\n|---|---|\n{table}\n\n"
+        )
     alpha, parent = s.get("blend_alpha"), str(s.get("blended_from") or "")
     if alpha is not None:  # the training in the table is the parent's; the blend itself trained nothing
         of = f"run `{parent[:8]}`" if parent else "the tuned model"
@@ -333,11 +360,20 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
 
 
 def done_status(run: RunInfo) -> str:
-    """Tab ①'s status line once a run is served: how long it took (a blend: its own seconds, not its parent's)."""
-    if run.stats.get("blend_alpha") is not None:
-        took = run.stats.get("blend_seconds")
-        return "Blended and indexed" + (f" in {float(took):.0f} s." if took is not None else ".")
-    return f"Tuned and indexed in {run.stats.get('wall_seconds', 0):.0f} s."
+    """Tab ①'s status line once a run is served: how long it took (a blend: its own seconds, not its parent's; an
+    uploaded model: the seconds it took to load and index now, its training named as done earlier). A load or a
+    blend often takes under a second: said so, not "0 s"."""
+    s = run.stats
+    if s.get("blend_alpha") is not None:  # first: a blend of an uploaded model keeps its parent's "uploaded"
+        took = s.get("blend_seconds")
+        return "Blended and indexed" + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
+    if s.get("uploaded") is not None:
+        took, trained = s.get("load_seconds"), s.get("seconds")
+        now = "Loaded and indexed" + (f" in {fmt_seconds(float(took))}" if took is not None else "")
+        return now + (
+            f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."
+        )
+    return f"Tuned and indexed in {fmt_seconds(float(s.get('wall_seconds', 0)))}."
 
 
 def run_caption(run: RunInfo | None) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import app as mx
-from explorer import MirrorApp, Session, Settings
+from explorer import MirrorApp, Session, Settings, render
 from explorer.tune.inputs import ADVANCED
 from mirror import MirrorConfig
 from mirror.names import is_under
@@ -201,7 +201,7 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
     out = fns["on_saved_zip"].fn(str(tuned.run.model_zip), None, session)
     shown = {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in out.items()}
     result_md, model_file = shown["mx-result"], shown["mx-model-zip"]
-    assert "Done" in result_md and model_file["visible"]
+    assert "Served: the model you uploaded" in result_md and model_file["visible"]
     assert any("Serving" in str(v) for v in out.values())  # the note under the upload
     assert shown["BrowserState"]["runs"] == [session.run.folder.name]  # it joins the browser's runs
     assert session.run is not None and session.run is not tuned.run
@@ -293,6 +293,46 @@ def test_a_served_blend_reads_as_a_blend_in_tab_one_and_on_the_explore_tab(app, 
     assert "blend α=0.5" in last["mx-explore-caption"]
     health = fns["on_served"].fn(session)[0]  # what the caption's change draws next
     assert "| base | blend α=0.5 |" in health and "The blend " in health and "Tuning" not in health
+
+
+def test_a_blend_never_sends_the_loss_curve_a_frame_without_rows(app, tiny_bert):
+    """Pressing Blend on the Explore tab printed Vega-Lite's "Infinite extent for field "step"" (and "loss") warnings
+    in the browser console: the blend's redraws of tab ①'s loss curve sent it a frame without rows (a blend has no
+    steps of its own; None fares no better: Gradio hands the drawn chart no rows). Until it has two points the curve
+    is hidden with its value left alone; at the end, the parent's curve."""
+    fns = {f.name: f for f in mx.build_demo(app).fns.values()}
+    session = tuned_session(app, tiny_bert)
+    parent = session.run
+    updates = quiet(lambda: list(fns["on_blend"].fn(0.5, {"runs": [parent.folder.name]}, session)))
+    curves = [v for u in updates for c, v in u.items() if getattr(c, "elem_id", None) == "mx-loss"]
+    assert len(curves) >= 2  # redrawn while the blend works (the first event is always drawn), then at its end
+    assert all("value" not in c or (c["value"] is not None and len(c["value"]) > 0) for c in curves), curves
+    assert curves[0] == {"__type__": "update", "visible": False}
+    assert curves[-1]["visible"] and len(curves[-1]["value"]) == 2 * len(parent.losses)  # each step and smoothed
+
+
+def test_a_reused_model_zip_says_it_was_loaded_now_and_trained_earlier(app, tiny_bert):
+    """A newcomer pass: a model zip reused under "Reuse a model you tuned here before" left tab ① saying "Tuned and
+    indexed in <the earlier run's seconds> s" over "Done: your tuned model is served", as if it had been trained now:
+    the status gives this visit's own seconds (loading and indexing) and names the training as done earlier."""
+    fns = {f.name: f for f in mx.build_demo(app).fns.values()}
+    trained = tuned_session(app, tiny_bert).run
+    session = app.session()
+    app.loader.load_pasted(session, "\n".join(WORDS))
+    out = quiet(fns["on_saved_zip"].fn, str(trained.model_zip), None, session)
+    shown = {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in out.items()}
+    run = session.run
+    assert run is not None and run is not trained
+    took, earlier = run.stats["load_seconds"], trained.stats["seconds"]
+    said = f"Loaded and indexed in {render.fmt_seconds(took)}; trained earlier in {render.fmt_seconds(earlier)}."
+    assert said in shown["mx-status"]
+    assert "Tuned and indexed" not in shown["mx-status"]
+    zip_name = trained.model_zip.name
+    assert shown["mx-result"].startswith(
+        f"### Served: the model you uploaded (`{zip_name}`, run `{run.folder.name[:8]}`)"
+    )
+    assert "Trained earlier, not now" in shown["mx-result"] and "Done: your tuned model" not in shown["mx-result"]
+    assert f"| Loss | {trained.stats['final_loss']:.4f} (last step; first step: " in shown["mx-result"]  # not "n/a"
 
 
 def test_what_moved_says_when_a_string_has_more_neighbours_than_its_cell_shows():

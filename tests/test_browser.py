@@ -320,9 +320,15 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
 
 
 def watch_console(page, errors: list[str]) -> None:
-    """Page errors and console errors (a script that threw, a failed frontend call) end up in `errors`."""
+    """Page errors and console errors (a script that threw, a failed frontend call) end up in `errors`, and so do
+    Vega-Lite's "Infinite extent" warnings: a chart handed no rows (tab ①'s loss curve during a blend did)."""
+
+    def on_console(msg) -> None:
+        if msg.type == "error" or "Infinite extent" in msg.text:
+            errors.append(f"console {msg.type}: {msg.text}")
+
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-    page.on("console", lambda msg: errors.append(f"console: {msg.text}") if msg.type == "error" else None)
+    page.on("console", on_console)
 
 
 def toast_text(page) -> str:

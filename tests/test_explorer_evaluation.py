@@ -17,7 +17,7 @@ import app as mx
 from explorer.compare import evaluation
 from explorer.compare.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
 from explorer.events import Phase
-from explorer.render import eval_chart, eval_table_rows, fmt_interval
+from explorer.render import eval_chart, eval_table_rows, fmt_interval, served_columns
 from mirror.evaluate import bootstrap_spearman, interval, moved_pairs, spearman
 
 
@@ -201,6 +201,37 @@ def test_an_evaluation_names_the_run_it_scored_even_when_another_is_served_by_th
     report = app.searcher.evaluate_report(tuned, [], str(pairs), swap)
     assert report.encoders == ("base", "tuned") and scored.folder.name[:8] in report.caption
     assert "Base encoder only" in app.searcher.evaluate_report(tuned, [], str(pairs)).caption
+
+
+def test_the_evaluate_tab_names_a_served_blend_as_the_blend(app, tuned, tmp_path):
+    """A newcomer pass: after a blend, tab ③ headed its columns and bars "tuned" (the other tabs say "blend α=0.5");
+    the blend's columns, bars and moved-pair ranks now carry its name (render.served_label)."""
+    fns = {f.name: f for f in mx.build_demo(app).fns.values()}
+    assert list(app.saved.blend_run(tuned, 0.5))[-1].kind == "done"
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("cat dog 8\ncar bus 7\nred moon 1\nsun moon 6\nman woman 7\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        md, table, bars, moved, _ = fns["on_eval"].fn([], str(pairs), tuned)
+    assert "blend α=0.5" in md  # the caption (render.blend_part)
+    columns = list(table["value"].columns)
+    assert columns[:5] == ["gold set", "pairs", "base", "base 95% CI", "blend α=0.5"]
+    assert "blend α=0.5 95% CI" in columns and not any(c.startswith("tuned") for c in columns)
+    assert bars.count(">blend α=0.5</span>") == 1 and ">tuned<" not in bars
+    seen: list[Phase] = []
+    rows = app.searcher.evaluate_report(tuned, [], str(pairs), seen.append).rows
+    assert rows[0]["tuned"] is not None  # the service's rows (the API's) keep their keys
+    said = {p.text for p in seen}
+    assert "Encoding pairs.txt with the blend α=0.5 encoder" in said and not any("tuned" in t for t in said)
+    row = {"gold set": "s", "pair": "a · b", "base rank": 2, "tuned rank": 1, "toward gold": 1}
+    assert list(served_columns(row, "blend α=0.5")) == [
+        "gold set",
+        "pair",
+        "base rank",
+        "blend α=0.5 rank",
+        "toward gold",
+    ]
+    assert served_columns(row, "tuned") == row
 
 
 def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_path):

@@ -117,3 +117,26 @@ def test_a_blend_is_named_a_blend_in_tab_one_and_in_its_health_and_checks():
     assert "Tuning made the model worse" not in checks and "blend at α" not in checks  # no blend of a blend
     kept = render.forgetting_md(trained)
     assert "| base | tuned | change |" in kept and "Tuning made the model worse on 1 general check" in kept
+
+
+def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
+    """A model zip reused in tab ① read "Tuned and indexed in <its training's seconds>" and "Done: your tuned model
+    is served": the status gives the seconds loading and indexing took now, the training as done earlier."""
+    from explorer import render
+
+    uploaded = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=3.0)
+    assert render.done_status(uploaded) == "Loaded and indexed in 3 s; trained earlier in 31 s."
+    shown = render.run_md(uploaded)
+    assert shown.startswith("### Served: the model you uploaded (`mine.zip`, run `bbbbbbbb`)")
+    assert "Trained earlier, not now" in shown and "| Uploaded model | |" in shown and "Done:" not in shown
+    uploaded.losses = []  # a zip keeps the first and last step's loss, not each step's
+    assert "| Loss | n/a |" in render.run_md(uploaded)
+    uploaded.stats.update(first_loss=2.0, final_loss=1.5)
+    assert "| Loss | 1.5000 (last step; first step: 2.0000, -25%) |" in render.run_md(uploaded)
+    quick = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=0.4, seconds=95.0)
+    assert render.done_status(quick) == "Loaded and indexed in under a second; trained earlier in 2 min."  # not "0 s"
+    of_upload = blend_run(uploaded="mine.zip", load_seconds=3.0)  # a blend of a reused zip copies its parent's stats
+    assert render.done_status(of_upload) == "Blended and indexed in 2 s."
+    assert render.run_md(of_upload).startswith("### Served: a blend (run `bbbbbbbb`), α = 0.5 of run `aaaaaaaa`")
+    no_times = blend_run(blend_alpha=None, blended_from=None, seconds=None, uploaded="mine.zip")
+    assert render.done_status(no_times) == "Loaded and indexed; trained earlier."

@@ -46,6 +46,7 @@ class EvalReport:
     notes: list[str] = field(default_factory=list)
     encoders: tuple[str, ...] = ("base", "tuned")
     caption: str = ""  # which run (or the base model alone) was evaluated
+    served: str = "tuned"  # the "tuned" encoder's name on screen: "blend α=0.5" for a blend (render.served_label)
 
 
 def load_sets(gold: Sequence[str] | None, pairs_path: str | None, max_bytes: int) -> list[tuple[str, list[Pair]]]:
@@ -71,16 +72,18 @@ def evaluate_sets(
     sets: Sequence[tuple[str, list[Pair]]],
     encoders: Sequence[tuple[str, Any]],
     on_progress: Callable[[Phase], None] | None = None,
+    served: str = "tuned",
 ) -> EvalReport:
     """Score every set with every encoder ("base", then "tuned" when there is one). `on_progress` gets a Phase
-    (what is being encoded, strings done of all strings to encode) as batches finish."""
+    (what is being encoded, strings done of all strings to encode) as batches finish; `served` is the tuned
+    encoder's name in it and in the report ("blend α=0.5" for a blend)."""
     total = sum(len(pair_strings(pairs)) for _, pairs in sets) * len(encoders)
     done = 0
     rows, moved, notes = [], [], []
     for name, pairs in sets:
         cosines: dict[str, Any] = {}
         for which, encoder in encoders:
-            text = f"Encoding {name} with the {which} encoder"
+            text = f"Encoding {name} with the {served if which == 'tuned' else which} encoder"
             report = _reporter(on_progress, text, done, total)
             report(0, 0)
             cosines[which] = pair_cosines(encoder, pairs, on_progress=report)
@@ -95,7 +98,7 @@ def evaluate_sets(
                 f"`{name}` has only {len(pairs)} pairs: with fewer than {FEW_PAIRS} a Spearman swings a lot with the "
                 "sample of pairs, so read its 95% interval rather than the number"
             )
-    return EvalReport(rows, moved, notes, tuple(which for which, _ in encoders))
+    return EvalReport(rows, moved, notes, tuple(which for which, _ in encoders), served=served)
 
 
 def _reporter(on_progress: Callable[[Phase], None] | None, text: str, offset: int, total: int) -> Callable:

@@ -10,7 +10,7 @@ from typing import Any
 from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.compare.search import search_both
 from explorer.events import Phase
-from explorer.render import run_caption
+from explorer.render import run_caption, served_label
 from explorer.runs.models import IndexPair
 from explorer.runs.sessions import Session
 from explorer.share.uploads import display_name
@@ -140,5 +140,5 @@ class Searcher:
         else:
             encoders = [("base", self.app.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
-        report = evaluate_sets(sets, encoders, on_progress)
+        report = evaluate_sets(sets, encoders, on_progress, served_label(run))
         return dataclasses.replace(report, notes=notes + report.notes, caption=run_caption(run))

@@ -73,6 +73,7 @@ class SavedRuns:
     def _use_saved(self, session: Session, zip_path: str) -> Iterator[Event]:
         from mirror.encoder import load_encoder
 
+        started = time.perf_counter()  # this upload's own seconds (its stats carry the training's, done earlier)
         handle = session.active = RunHandle(started=True)
         run = self.app.trainer.new_run_folder(session, handle)
         texts, source = list(session.texts), session.source
@@ -106,6 +107,7 @@ class SavedRuns:
                 )
                 # served as uploaded, not re-zipped
                 kept = link_or_copy(Path(zip_path), run / download_name(base_model, run.name, "model"))
+                stats["load_seconds"] = round(time.perf_counter() - started, 1)  # unpacked, loaded, indexed now
                 info = self.app.trainer.serve(
                     session, new_run_info(run, base_model, texts, source, stats, model_zip=kept)
                 )
