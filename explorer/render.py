@@ -464,15 +464,12 @@ def forgetting_md(run: RunInfo | None) -> str:
 def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:
     """What a blend's general checks mean, naming it a blend (the verdict kept with a run speaks of "the tuned model"
     and, when a check is worse, suggests a blend, which this already is)."""
-    from mirror.checks import word_of
+    from mirror.checks import no_worse, worse_rows
 
     head = f"The served model is a blend: α = {alpha:g} of the tuned weights."
-    worse = [r for r in rows if word_of(r) == "worse"]
+    worse, listed = worse_rows(rows)
     if not worse:
-        better = [r["name"] for r in rows if word_of(r) == "better"]
-        gained = f" and better on {', '.join(better)}" if better else ""
-        return f"{head} General checks: the blend is no worse than the base on any of them{gained}."
-    listed = "; ".join(f"{r['name']} ({r.get('what', '')}): {r['base']:.1f} → {r['tuned']:.1f}" for r in worse)
+        return f"{head} {no_worse(rows, 'the blend')}"
     n = len(worse)
     return (
         f"{head} The blend is worse than the base on {n} general check{'s' if n > 1 else ''}: {listed}. A lower α "

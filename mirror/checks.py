@@ -289,14 +289,24 @@ def run_checks(
     return rows
 
 
+def worse_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The checks whose verdict is worse, and them listed for the user ("name (what): base → tuned; ...")."""
+    worse = [r for r in rows if word_of(r) == "worse"]
+    return worse, "; ".join(f"{r['name']} ({r.get('what', '')}): {r['base']:.1f} → {r['tuned']:.1f}" for r in worse)
+
+
+def no_worse(rows: Sequence[dict[str, Any]], who: str = "the tuned model") -> str:
+    """The sentence for checks none of which is worse: "General checks: WHO is no worse ... and better on ..."."""
+    better = [r["name"] for r in rows if word_of(r) == "better"]
+    gained = f" and better on {', '.join(better)}" if better else ""
+    return f"General checks: {who} is no worse than the base on any of them{gained}."
+
+
 def summary(rows: Sequence[dict[str, Any]]) -> str:
     """What the checks mean for the user, in plain words."""
-    worse = [r for r in rows if word_of(r) == "worse"]
+    worse, listed = worse_rows(rows)
     if not worse:
-        better = [r["name"] for r in rows if word_of(r) == "better"]
-        gained = f" and better on {', '.join(better)}" if better else ""
-        return f"General checks: the tuned model is no worse than the base on any of them{gained}."
-    listed = "; ".join(f"{r['name']} ({r['what']}): {r['base']:.1f} → {r['tuned']:.1f}" for r in worse)
+        return no_worse(rows)
     return (
         f"Tuning made the model worse on {len(worse)} general check{'s' if len(worse) > 1 else ''}: {listed}. "
         f"If you will search texts like these, blend at α = {SUGGESTED_ALPHA:g} (where tuning forgot on our dev sets, "
