@@ -23,18 +23,19 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, Settings, render
-from explorer.compare.evaluation import EtaClock, EvalReport
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Step
 from explorer.runs.sessions import RunInfo
 from explorer.runs.store import remember
 from explorer.share.uploads import UploadQuota, display_name
-from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, GOLD_SETS, HUB_MODELS, MAX_K, MODES, label
+from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, HUB_MODELS, MODES, label
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
+from ui.evaluate import evaluate_tab, wire_evaluate
 from ui.explore import explore_outputs, explore_panels, explore_tab, wire_explore
-from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
-from ui.numbers import Number, Slider
+from ui.handlers import ENCODE_QUEUE, PRIVATE
+from ui.numbers import Number
+from ui.search import search_tab, wire_search
 from ui.uploads import NamedFile, given_name
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
@@ -186,66 +187,6 @@ def advanced_settings() -> dict[str, gr.components.Component]:
                 for name in names[i : i + 2]:
                     fields[name] = setting_component(name, getattr(preset, name))
     return fields
-
-
-def search_tab() -> SimpleNamespace:
-    """Tab ②: queries against the tuned and the base encoder, and another corpus to search."""
-    ui = SimpleNamespace()
-    ui.served_md = gr.Markdown(render.served_md(None), elem_id="mx-served")
-    with gr.Row():
-        # lines=1 with room to grow: Enter searches (Gradio submits on Enter only when lines is 1), Shift+Enter
-        # starts another query on a new line
-        ui.queries = gr.Textbox(
-            label="Queries",
-            info="Enter searches · Shift+Enter adds another query on a new line (up to 20)",
-            lines=1,
-            max_lines=8,
-            placeholder="kitten",
-            scale=4,
-            elem_id="mx-queries",
-        )
-        with gr.Column(scale=1):
-            ui.k = Slider(1, MAX_K, value=10, step=1, label="Hits per query (k)")
-            ui.corpus = gr.Radio([("Your strings", "main"), ("Other corpus", "extra")], value="main", label="Search in")
-            ui.hide_query = gr.Checkbox(
-                value=True,
-                label="Hide the query itself",
-                info="Drop the hit that is the query's own string",
-                elem_id="mx-hide-query",
-            )
-    ui.search_btn = gr.Button("Search", variant="primary", elem_id="mx-search-btn")
-    ui.results = gr.HTML("", elem_id="mx-search-results")
-    with gr.Accordion("Search another corpus with your tuned encoder", open=False):
-        ui.other = NamedFile(label="A .txt, .csv/.tsv or .jsonl file", type="filepath", height=150, elem_id="mx-other")
-        ui.other_column = gr.Textbox(label="Text column (for .csv/.tsv/.jsonl; empty = detect)")
-        ui.other_btn = gr.Button("Index it", elem_id="mx-other-btn")
-        ui.other_md = gr.Markdown("")
-    return ui
-
-
-def evaluate_tab() -> SimpleNamespace:
-    """Tab ③: Spearman before and after tuning on gold sets or the user's pairs."""
-    ui = SimpleNamespace()
-    gr.Markdown(
-        "Spearman correlation between cosine similarity and human scores, **before and after** tuning. SimLex-999 "
-        "and WordSim-353 suit word models, STS-B dev suits sentence models. A pairs file is `w1 w2 score`, "
-        "`s1<TAB>s2<TAB>score` or the STS-B layout, one pair per line."
-    )
-    with gr.Row():
-        ui.gold = gr.CheckboxGroup(list(GOLD_SETS), value=["SimLex-999", "WordSim-353"], label="Gold sets")
-        ui.pairs = gr.File(
-            label="…or your own pairs file", file_types=[".txt", ".tsv", ".csv"], type="filepath", height=150
-        )
-    ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn")
-    ui.eval_md = gr.Markdown("", elem_id="mx-eval-md")
-    ui.eval_table = gr.Dataframe(interactive=False, visible=False, elem_id="mx-eval-table")  # none before a result
-    # HTML rather than gr.BarPlot: the bars carry their 95% intervals, and the plot kept the colours of its first
-    # drawing (base only, before tuning) and dropped the tuned bars afterwards
-    ui.eval_plot = gr.HTML("", elem_id="mx-eval-plot")
-    with gr.Accordion("Pairs whose rank moved most", open=False):
-        gr.Markdown(render.MOVED_HEADER)
-        ui.moved = gr.Dataframe(interactive=False, elem_id="mx-eval-moved")
-    return ui
 
 
 def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
@@ -656,76 +597,6 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
         yield from on_blend(render.SUGGESTED_ALPHA, memory, s, progress)  # the real blend, at the suggested α
 
     ui.remedy_btn.click(on_remedy, [view.browser, view.state], outputs, **kw)
-
-
-def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.components.Component) -> None:
-    """Search (button or Enter; before any tuning with the base `model` chosen in tab ①) and indexing another
-    corpus."""
-
-    def on_search(q, k_value, corpus_value, s, hide=True, model_value=BUNDLED_MODEL, progress=gr.Progress()):  # noqa: B008
-        def search(session: Session) -> str:
-            if session.run is None:
-                progress(None, desc="Searching with the base model (its first search embeds your strings)")
-            found = app.searcher.search(session, q, k_value, corpus_value, bool(hide), model_value or BUNDLED_MODEL)
-            base = session.run.base_model if session.run else (model_value or BUNDLED_MODEL)
-            return render.render_results(found, base)
-
-        return call_service(app, s, 1, search, lambda text: render.status_box(text, "error"))
-
-    search_inputs = [ui.queries, ui.k, ui.corpus, state, ui.hide_query, model]
-    # the Search button and Enter in the queries box: one handler
-    gr.on(
-        [ui.search_btn.click, ui.queries.submit],
-        on_search,
-        search_inputs,
-        [ui.results, state],
-        concurrency_limit=None,
-        **PRIVATE,
-    )
-
-    def on_other(path, col, s, progress=gr.Progress()):  # noqa: B008
-        def index(session: Session) -> tuple:
-            progress(None, desc="Indexing with both encoders")
-            text = app.searcher.index_corpus(session, path, (col or "").strip() or None, given_name(path))
-            return render.message(text, "ok"), gr.update(value="extra"), render.served_md(session)
-
-        return call_service(app, s, 3, index)
-
-    outputs = [ui.other_md, ui.corpus, ui.served_md, state]
-    ui.other_btn.click(on_other, [ui.other, ui.other_column, state], outputs, **ENCODE_QUEUE, **PRIVATE)
-
-
-def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
-    """Evaluate: a progress bar with the time left while the pairs are encoded, then scores, bars and moved pairs."""
-
-    def on_eval(gold_value, pairs_path, s, progress=gr.Progress()):  # noqa: B008
-        progress(None, desc="Loading the encoders")
-        clock = EtaClock()
-
-        def step(ev: Phase) -> None:
-            left = clock.left(ev.done, ev.total)
-            progress((ev.done, ev.total), desc=ev.text + (f" · {left}" if left else ""), unit="strings")
-
-        return call_service(
-            app, s, 4, lambda session: eval_outputs(app.searcher.evaluate_report(session, gold_value, pairs_path, step))
-        )
-
-    def eval_outputs(report: EvalReport) -> tuple:
-        import pandas as pd
-
-        empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
-        moved = pd.DataFrame([render.served_columns(m, report.served) for m in report.moved] or [{"": empty}])
-        table, chart = (
-            pd.DataFrame(render.eval_table_rows(report.rows, report.served)),
-            render.eval_chart(report.rows, report.encoders, report.served),
-        )
-        shown = gr.update(value=table, visible=True)
-        return render.eval_md(report.rows, report.notes, report.caption), shown, chart, moved
-
-    outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved, state]
-    # one progress bar (with the time left), over the scores' line: not a copy over every output
-    kw = {"show_progress_on": [ui.eval_md], **ENCODE_QUEUE, **PRIVATE}
-    ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **kw)
 
 
 # ----------------------------------------------------------------------------------------------- main
