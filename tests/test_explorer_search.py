@@ -1,6 +1,6 @@
 """The Search tab: each hit's rank move between base and tuned, the query's own string hidden, the base-only
 search before any tuning, strings merged case-insensitively at load, Enter wired to search, errors shown as HTML
-(explorer.compare.search, explorer.render, app.searcher.search, app.py's adapters).
+(explorer.compare.search, explorer.render, app.searcher.search, ui/search.py's adapters).
 
 Ranking is checked on hand-made vectors with known neighbours (a real FAISS index over them); the tiny random
 model only drives the service and the adapters, where no order is asserted."""

@@ -1,0 +1,300 @@
+"""The run served on every tab: Launch and Cancel, the run list and links, a saved zip, the blend; RunView draws it."""
+
+from __future__ import annotations
+
+import html
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from explorer import MirrorApp, Session, render
+from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Step
+from explorer.runs.sessions import RunInfo
+from explorer.runs.store import remember
+from explorer.share.uploads import display_name
+from mirror.errors import MirrorError
+from ui.explore import explore_outputs, explore_panels
+from ui.handlers import ENCODE_QUEUE, PRIVATE
+from ui.tune import estimate_only
+
+
+class TrainView:
+    """Draws one run's events on the Tune tab: status line or progress bar, live loss curve."""
+
+    def __init__(self, progress: gr.Progress) -> None:
+        self.progress = progress
+        self.losses: list[float] = []
+        self.batches: list[int] = []  # each step's strings: the curve divides its loss by log(2B-1)
+        self.status = render.status_box("Starting…")
+        self.last_drawn = 0.0
+
+    def take(self, ev: Event) -> None:
+        if isinstance(ev, Phase):
+            if ev.total:
+                self.progress((ev.done, ev.total), desc=ev.text, unit="strings")
+                right = f"{ev.done:,} / {ev.total:,} strings"
+                self.status = render.progress_bar(f"<b>{html.escape(ev.text)}…</b>", ev.done, ev.total, right)
+            else:
+                self.progress(None, desc=ev.text)
+                self.status = render.status_box(f"**{ev.text}…**")
+        elif isinstance(ev, Note):
+            gr.Warning(render.toast_text(ev.text))
+        elif isinstance(ev, Step):
+            self.losses.append(ev.loss)
+            self.batches.append(ev.batch)
+            eta = f"ETA {render.fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
+            text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
+            self.status = render.progress_bar(text, ev.step, ev.total, eta)
+            self.progress((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")
+
+    def due(self) -> bool:
+        """At most two redraws a second."""
+        now = time.monotonic()
+        if now - self.last_drawn < 0.5:
+            return False
+        self.last_drawn = now
+        return True
+
+    @staticmethod
+    def plot(values: Sequence[float], batches: Sequence[int] | None = None) -> Any:
+        """The loss curve (render.loss_frame); hidden until it has two points, and its value left alone until then:
+        Gradio's plot hands a new value, rows or none (None), to the chart already drawn, and a chart without rows
+        (a blend's redraws, a new run's first step) made Vega-Lite warn "Infinite extent for field" in the console."""
+        if len(values) < 2:
+            return gr.update(visible=False)
+        return gr.update(value=render.loss_frame(values, batches), visible=True)
+
+
+class RunView:
+    """What the Tune tab shows of a run, shared by Launch, a reloaded page and the run list: its events drawn as
+    they come, then every panel switched to it."""
+
+    def __init__(
+        self,
+        app: MirrorApp,
+        state: gr.State,
+        browser: gr.BrowserState,
+        ui: SimpleNamespace,
+        search: SimpleNamespace,
+        evaluate: SimpleNamespace,
+        explore: SimpleNamespace,
+    ) -> None:
+        self.app, self.state, self.browser, self.ui = app, state, browser, ui
+        self.search, self.evaluate, self.explore = search, evaluate, explore
+        self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
+        self.outputs += [search.results]
+        self.outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
+        self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
+        self.outputs += [ui.input_md, ui.estimate_md]
+        self.outputs += [c for c in explore_outputs(explore) if c not in self.outputs]
+
+    def run_list(self, memory: dict, value: str | None = None) -> Any:
+        choices = [(r["label"], r["id"]) for r in self.app.saved.list_runs(memory["runs"])]
+        return gr.update(choices=choices, value=value if any(v == value for _, v in choices) else None)
+
+    def served(self, run: RunInfo, session: Session, memory: dict | None) -> dict:
+        """Every panel switched to `run`: summary, downloads, loss curve, search header, run list."""
+        ui, words, memory = self.ui, run.stats.get("mode") != "sentences", remember(memory, run.folder.name)
+        return {
+            ui.result_md: render.run_md(run),
+            ui.model_file: gr.update(value=str(run.model_zip), visible=True),
+            ui.index_file: gr.update(value=str(run.index_zip), visible=True),
+            ui.loss_plot: TrainView.plot(run.losses, run.stats.get("batch_sizes")),
+            self.search.served_md: render.served_md(session),
+            # the last search's hits were the previous run's: gone, with what to do for this run's
+            self.search.results: render.status_box("A new run is served: press **Search** to see its neighbours."),
+            self.evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
+            **explore_panels(self.explore, run),
+            ui.runs: self.run_list(memory, run.folder.name),
+            self.browser: memory,
+            self.state: session,
+        }
+
+    def draw(self, events: Iterator[Event], session: Session, memory: dict, progress: gr.Progress) -> Iterator[dict]:
+        """A run's events drawn as they come (at most twice a second), then its end."""
+        ui, view = self.ui, TrainView(progress)
+        idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
+        for ev in events:
+            if isinstance(ev, Failed | Cancelled):
+                gr.Warning(render.toast_text(ev.text))
+                kept = " Your previous model and index are still served." if session.run else ""
+                failed = isinstance(ev, Failed)
+                box = render.status_box(ev.text, "error") if failed else render.status_box(ev.text + kept, "warning")
+                curve = view.plot(view.losses, view.batches) if view.losses else view.plot(getattr(ev, "losses", []))
+                yield {
+                    ui.status_md: box,
+                    ui.loss_plot: curve,
+                    **idle,
+                    self.browser: remember(memory),
+                    self.state: session,
+                }
+                return
+            if isinstance(ev, Done):
+                box = render.status_box(render.done_status(ev.run), "ok")
+                shown = {ui.status_md: box, **idle, **self.served(ev.run, session, memory)}
+                restored = self.app.loader.restore_texts(session)  # a page reloaded during the run had no strings
+                if restored is not None:
+                    planning = render.message("Planning the run and timing it on this machine…", "info")
+                    shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
+                    shown[ui.launch] = gr.update(interactive=True)
+                yield shown
+                return
+            view.take(ev)
+            if view.due():
+                yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses, view.batches)}
+
+
+def wire_training(app: MirrorApp, view: RunView) -> None:
+    """Launch (queued, one training slot) and Cancel."""
+    ui, state, browser = view.ui, view.state, view.browser
+    train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+
+    def on_request(memory, s):
+        session = app.session(s)
+        handle = app.trainer.request_run(session)
+        busy = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
+        shown = render.status_box("Waiting for a free training slot…")
+        return {ui.status_md: shown, **busy, browser: remember(memory, active=handle.id), state: session}
+
+    def on_train(data: dict, progress=gr.Progress()):  # noqa: B008 - gradio's progress idiom
+        """Stream the run to the page: progress bar, live loss curve; then summary and downloads."""
+        session = app.session(data[state])
+        overrides = {name: data[comp] for name, comp in ui.fields.items()}
+        events = app.trainer.train(session, data[ui.model], data[ui.mode], overrides)
+        yield from view.draw(events, session, data[browser], progress)
+
+    def on_cancel(s):
+        session = app.session(s)
+        return render.status_box(app.trainer.cancel(session)), session
+
+    train_inputs = {ui.mode, ui.model, state, browser, *ui.fields.values()}
+    request_outputs = [ui.status_md, ui.launch, ui.cancel, browser, state]
+    ui.launch.click(on_request, [browser, state], request_outputs, queue=False, **PRIVATE).then(
+        on_train, train_inputs, view.outputs, show_progress="hidden", **train_queue, **PRIVATE
+    )
+    ui.cancel.click(on_cancel, [state], [ui.status_md, state], queue=False, **PRIVATE)
+
+
+def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
+    """The browser's runs: listed on page load, opened from the list or a link (?run=<id>); a page reloaded
+    during its run reattaches to it."""
+    ui, state, browser = view.ui, view.state, view.browser
+
+    def on_load(memory, s, request: gr.Request, progress=gr.Progress()):  # noqa: B008
+        session, memory = app.session(s), remember(memory, active=(memory or {}).get("active"))
+        asked = (request.query_params.get("run") if request else None) or None
+        active = memory["active"]
+        if active and active in app.in_progress:
+            running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
+            shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
+            yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
+            yield from view.draw(app.trainer.follow(active, session=session), session, memory, progress)
+            return
+        # the run asked for by a link, else the one that was going, else the one this page served before a reload
+        run_id = asked or active or memory.get("served")
+        shown = try_open(session, run_id, memory) if run_id else None
+        if shown is not None:
+            yield shown
+            return
+        # a page with no state yet gets none from here: an upload made during this load has its own session by
+        # now, and a fresh empty one sent back would replace it (the strings shown, Launch finding none)
+        idle = {ui.runs: view.run_list(memory), **({state: session} if s is not None else {})}
+        if run_id:  # it could not be opened (expired, removed): say so, and serve nothing
+            memory = {**memory, "active": None, "served": None}
+            why = f"Nothing is served: your last run ({run_id[:8]}…) is no longer on this server (runs unused for a "
+            why += "while are removed). Tune a new one, or open another of your runs above."
+            idle[ui.status_md] = render.status_box(why, "warning")
+        yield {**idle, browser: memory}
+
+    def try_open(session: Session, run_id: str | None, memory: dict) -> dict | None:
+        try:
+            if not run_id:
+                return None
+            shown = view.served(app.saved.open_run(session, run_id), session, memory)
+            restored = app.loader.restore_texts(session)  # a reloaded page has no strings: the run's own come back
+            if restored is not None:  # (the plan and its time follow: `estimated` below)
+                planning = render.message("Planning the run and timing it on this machine…", "info")
+                shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
+                shown[ui.launch] = gr.update(interactive=True)
+            return shown
+        except MirrorError as exc:
+            gr.Warning(render.toast_text(str(exc)))
+            return None
+
+    def on_open(run_id, memory, s):
+        session = app.session(s)
+        if not run_id:
+            gr.Warning("Pick one of your runs in the list first, then press Open this run.")
+            return {state: session}
+        return try_open(session, run_id, remember(memory)) or {state: session}
+
+    # after a run is opened, the plan for its strings (loaded again when the page had none)
+    plan_in = [ui.mode, ui.model, state, *ui.fields.values()]
+    estimated = {"fn": lambda *a: estimate_only(app, ui, *a), "inputs": plan_in, "outputs": [ui.estimate_md, state]}
+    opened = {"show_progress_on": [ui.result_md], **PRIVATE}
+    ui.open_run.click(on_open, [ui.runs, browser, state], view.outputs, **opened).then(**estimated, **PRIVATE)
+    # the browser's stored value reaches the page a moment after it loads: read it once it is there
+    wait = "async () => { await new Promise((done) => setTimeout(done, 400)); }"
+    load = {"show_progress": "hidden", **PRIVATE}
+    demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], view.outputs, **load).then(
+        **estimated, show_progress="hidden", **PRIVATE
+    )
+
+
+def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
+    """Serving a model zip saved from this app (tuned here before): it becomes a run like any other."""
+    ui, state, browser = view.ui, view.state, view.browser
+
+    def on_saved_zip(path, memory, s, progress=gr.Progress()):  # noqa: B008
+        session = app.session(s)
+        for ev in app.saved.use_saved_model(session, path) if path else ():
+            if isinstance(ev, Phase):
+                progress(None, desc=ev.text)
+            elif isinstance(ev, Failed):
+                gr.Warning(render.toast_text(ev.text))
+                return {ui.saved_md: render.message(ev.text), state: session}
+            elif isinstance(ev, Done):
+                shown = render.message(f"Serving `{display_name(path)}`.", "ok")
+                took = render.status_box(render.done_status(ev.run), "ok")  # not the last run's "Tuned and indexed"
+                return {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory)}
+        return {state: session}
+
+    queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+    ui.saved_zip.upload(on_saved_zip, [ui.saved_zip, browser, state], [ui.saved_md, *view.outputs], **queue, **PRIVATE)
+
+
+def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
+    """Explore's Blend: a blend of the served run with its base, served as a new run like a finished training (here,
+    not in ui/explore.py: RunView draws it, and RunView draws Explore's panels)."""
+
+    def on_blend(alpha, memory, s, progress=gr.Progress()):  # noqa: B008
+        session, ended = app.session(s), []
+        started = iter(app.saved.blend_run(session, alpha))
+        first = next(started, None)
+        if isinstance(first, Failed):  # refused before it began (nothing served, a bad α): said here, not in tab ①
+            gr.Warning(render.toast_text(first.text))
+            yield {ui.blend_md: render.message(first.text, "error")}
+            return
+        events = (ended.append(ev) or ev for ev in itertools.chain([first] if first else [], started))
+        yield from view.draw(events, session, memory, progress)
+        if ended and isinstance(ended[-1], Done):
+            yield {
+                ui.blend_md: render.message(render.blend_text(ended[-1].run), "ok"),
+                ui.forget_md: render.forgetting_md(ended[-1].run),
+            }
+        elif ended and isinstance(ended[-1], Failed | Cancelled):
+            yield {ui.blend_md: render.message(ended[-1].text, "error")}
+
+    outputs = [*view.outputs, ui.blend_md, ui.forget_md]
+    # the progress on the blend's own line: the Explore tab is not greyed out while it works
+    kw = {"show_progress_on": [ui.blend_md], **ENCODE_QUEUE, **PRIVATE}
+    ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **kw)
+
+    def on_remedy(memory, s, progress=gr.Progress()):  # noqa: B008
+        yield from on_blend(render.SUGGESTED_ALPHA, memory, s, progress)  # the real blend, at the suggested α
+
+    ui.remedy_btn.click(on_remedy, [view.browser, view.state], outputs, **kw)

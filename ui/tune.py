@@ -1,0 +1,255 @@
+"""Tab ① Tune's layout, and its strings and settings in: loading (file, paste, example, Hub), presets, the plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from explorer import MirrorApp, Session, render
+from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, HUB_MODELS, MODES, label
+from mirror.config import BUNDLED_MODEL, MirrorConfig
+from ui.handlers import PRIVATE
+from ui.numbers import Number
+from ui.uploads import NamedFile, given_name
+
+
+def tune_tab(allow_hub: bool) -> SimpleNamespace:
+    """Tab ①: strings in (file, paste, example, a Hub dataset), base model and settings, launch and progress,
+    downloads."""
+    ui = SimpleNamespace()
+    with gr.Row():
+        ui.runs = gr.Dropdown(
+            label="Your runs on this server (this browser remembers them; a run's link opens it anywhere)",
+            choices=[],
+            value=None,
+            scale=4,
+            elem_id="mx-runs",
+        )
+        ui.open_run = gr.Button("Open this run", scale=1, elem_id="mx-open-run")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            gr.Markdown("### 1. Your strings", elem_classes="mx-step")
+            with gr.Tabs():
+                with gr.Tab("Upload a file"):
+                    ui.upload = NamedFile(  # any file: the loader says why it refuses one (ui/uploads.py)
+                        label="A .txt (one string per line), .csv / .tsv or .jsonl file",
+                        type="filepath",
+                        elem_id="mx-upload",
+                    )
+                    ui.column = gr.Dropdown(label="Text column", choices=[], visible=False, elem_id="mx-column")
+                with gr.Tab("Paste"):
+                    ui.pasted = gr.Textbox(
+                        label="One string per line",
+                        lines=8,
+                        max_lines=16,
+                        placeholder="cat\ndog\nkitten\n…",
+                        elem_id="mx-paste",
+                    )
+                    ui.paste_btn = gr.Button("Use these strings", elem_id="mx-paste-btn")
+                with gr.Tab("Examples"):
+                    ui.example = gr.Radio(
+                        [(text, key) for key, (text, _) in EXAMPLES.items()], value="small", label="Bundled examples"
+                    )
+                    ui.example_btn = gr.Button("Load example", elem_id="mx-example-btn")
+                with gr.Tab("Hugging Face dataset", visible=allow_hub):
+                    with gr.Row():
+                        ui.hub_dataset = gr.Textbox(label="Dataset id", placeholder="user/dataset", scale=3)
+                        ui.hub_column = gr.Textbox(label="Text column", placeholder="text", scale=2)
+                        ui.hub_split = gr.Textbox(label="Split (optional)", placeholder="train", scale=1)
+                    ui.hub_btn = gr.Button("Load from the Hub", elem_id="mx-hub-dataset-btn")
+            ui.input_md = gr.Markdown(
+                "Load some strings: upload a file, paste them, or pick an example.", elem_id="mx-input"
+            )
+        with gr.Column(scale=2):
+            gr.Markdown("### 2. Base model and settings", elem_classes="mx-step")
+            ui.model = gr.Dropdown(
+                HUB_MODELS,
+                value=BUNDLED_MODEL,
+                allow_custom_value=True,
+                label="Base model",
+                info="Pick one or type a Hugging Face model id (hub models need internet access).",
+                elem_id="mx-model",
+            )
+            ui.mode = gr.Radio(MODES, value="auto", label="Preset")
+            ui.fields = advanced_settings()
+    gr.Markdown("### 3. Tune", elem_classes="mx-step")
+    ui.estimate_md = gr.Markdown("Load some strings to see the plan and a time estimate.", elem_id="mx-estimate")
+    with gr.Row():
+        # enabled only when they can act: Launch once strings are loaded, Cancel while a run goes on
+        ui.launch = gr.Button(
+            "Launch mirror tuning", variant="primary", scale=4, interactive=False, elem_id="mx-launch"
+        )
+        ui.cancel = gr.Button("Cancel", variant="secondary", scale=1, interactive=False, elem_id="mx-cancel")
+    ui.status_md = gr.HTML("", elem_id="mx-status")
+    ui.loss_plot = gr.LinePlot(
+        None,  # no empty frame: Vega-Lite warns of an "Infinite extent" on a chart without rows
+        x="step",
+        y="loss",
+        color="series",
+        x_axis_format="d",  # steps are whole numbers, also on a 6-step run
+        y_title="loss ÷ log(2B−1)",
+        title=render.LOSS_TITLE,
+        height=260,
+        visible=False,
+        elem_id="mx-loss",
+    )
+    ui.result_md = gr.Markdown("", elem_id="mx-result")
+    with gr.Row():
+        ui.model_file = gr.File(
+            label="Tuned model (.zip of a sentence-transformers folder)",
+            interactive=False,
+            visible=False,
+            elem_id="mx-model-zip",
+        )
+        ui.index_file = gr.File(
+            label="Search index of your strings (.zip)", interactive=False, visible=False, elem_id="mx-index-zip"
+        )
+    with gr.Accordion("Reuse a model you tuned here before", open=False):
+        gr.Markdown("Load your strings in step 1, then upload the model .zip you downloaded: both encoders index them.")
+        ui.saved_zip = gr.File(
+            label="Tuned model .zip", file_types=[".zip"], type="filepath", height=150, elem_id="mx-saved-zip"
+        )
+        ui.saved_md = gr.Markdown("")
+    return ui
+
+
+def advanced_settings() -> dict[str, gr.components.Component]:
+    """Every MirrorConfig field but mode and model, two to a row, showing the words preset's values."""
+    with gr.Accordion("Advanced settings", open=False):
+        gr.Markdown(
+            "Every setting of the engine. *Pooling* auto keeps the model's own ([CLS] for plain BERT checkpoints); "
+            "each string is contrasted with the other 2B−2 views of its batch; the second view of a string at least "
+            "*Mask strings from* characters long has a span of *Mask span k* characters masked. Loading strings "
+            "(preset *Auto*) or changing the preset resets these to the preset's values."
+        )
+        fields: dict[str, gr.components.Component] = {}
+        preset, names = MirrorConfig.preset("words"), list(ADVANCED)
+        for i in range(0, len(names), 2):
+            with gr.Row():
+                for name in names[i : i + 2]:
+                    fields[name] = setting_component(name, getattr(preset, name))
+    return fields
+
+
+def setting_component(name: str, value: Any) -> gr.components.Component:
+    """The input for one MirrorConfig field, by its kind."""
+    kind, elem_id = ADVANCED[name], f"mx-set-{name}"
+    if kind == "choice":
+        return gr.Dropdown(list(CHOICE_FIELDS[name]), value=value, label=label(name), elem_id=elem_id)
+    if kind == "bool":
+        return gr.Checkbox(value=bool(value), label=label(name), elem_id=elem_id)
+    if kind == "str":
+        return gr.Textbox(value=value, label=label(name), elem_id=elem_id)
+    # max length: no BERT-family model offered here takes more than 512 positions; the engine caps it further
+    # at the chosen model's own limit (with a note), for API callers too.
+    limit = {"maximum": 512, "minimum": 4} if name == "max_length" else {}
+    precision = 0 if kind == "int" else None
+    return Number(value=value, label=label(name), precision=precision, elem_id=elem_id, **limit)
+
+
+def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
+    """Loading strings (upload, column, paste, example) and the plan they give with the chosen settings."""
+    fields, field_list = ui.fields, list(ui.fields.values())
+    keep_fields = [gr.update() for _ in fields]
+
+    def preset_values(resolved: str) -> dict[str, Any]:
+        p = MirrorConfig.preset(resolved)
+        return {name: getattr(p, name) for name in fields}
+
+    def after_load(session: Session, load: Callable[[], dict], mode_value: str, model_value: str, vals) -> list:
+        """Outputs after a load: its summary, the preset's values (mode Auto), the plan; or the error."""
+        try:
+            info = load()
+        except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
+            error = render.user_error(exc)
+            gr.Warning(render.toast_text(error))
+            if not session.texts:
+                failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
+                return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", [])
+            # the strings loaded before stay loaded (and armed), and the page says so plainly
+            kept = f"Still loaded: **{len(session.texts):,} strings** from `{session.source}`; Launch tunes those."
+            can_launch = gr.update(interactive=session.active is None or session.active.finished)
+            shown = render.message(error) + "\n\n" + render.message(kept, "info")
+            return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", [])
+        overrides, updates = dict(zip(fields, vals, strict=True)), keep_fields
+        if mode_value == "auto":
+            overrides = preset_values(info["mode"])
+            updates = [gr.update(value=v) for v in overrides.values()]
+        # the plan and its time come in a second step (`then_estimate`): the first estimate of a model times it on
+        # this machine (seconds), and the strings' summary must not wait for that
+        estimate = render.message("Planning the run and timing it on this machine…", "info")
+        can_launch = gr.update(interactive=session.active is None or session.active.finished)
+        return [render.load_md(info), *updates, estimate, can_launch, session], info.get("columns", [])
+
+    def on_upload(path, col, mode_value, model_value, s, *vals):
+        session = app.session(s)
+        if not path:
+            hidden = gr.update(choices=[], value=None, visible=False)
+            return [gr.update(), hidden, *keep_fields, gr.update(), gr.update(), session]
+        out, cols = after_load(
+            session, lambda: app.loader.load_file(session, path, None, given_name(path)), mode_value, model_value, vals
+        )
+        column = gr.update(choices=[("(detect)", "")] + [(c, c) for c in cols], value="", visible=bool(cols))
+        return [out[0], column, *out[1:]]
+
+    def on_column(path, col, mode_value, model_value, s, *vals):
+        session = app.session(s)
+        if not path:
+            return [gr.update(), *keep_fields, gr.update(), gr.update(), session]
+        load = lambda: app.loader.load_file(session, path, col or None, given_name(path))  # noqa: E731
+        return after_load(session, load, mode_value, model_value, vals)[0]
+
+    def on_paste(text, mode_value, model_value, s, *vals):
+        session = app.session(s)
+        return after_load(session, lambda: app.loader.load_pasted(session, text), mode_value, model_value, vals)[0]
+
+    def on_example(key, mode_value, model_value, s, *vals):
+        session = app.session(s)
+        return after_load(session, lambda: app.loader.load_example(session, key), mode_value, model_value, vals)[0]
+
+    def on_hub(dataset, column, split, mode_value, model_value, s, *vals):
+        session = app.session(s)
+        load = lambda: app.loader.load_hub_dataset(session, dataset, column, split)  # noqa: E731
+        return after_load(session, load, mode_value, model_value, vals)[0]
+
+    def on_mode(mode_value, model_value, s, *vals):
+        session = app.session(s)
+        resolved = mode_value if mode_value != "auto" else (session.detected_mode if session.texts else "words")
+        values = preset_values(resolved)
+        updates = [gr.update(value=v) for v in values.values()]
+        return [*updates, app.planner.estimate(session, model_value, mode_value, values), session]
+
+    def on_settings(mode_value, model_value, s, *vals):
+        session = app.session(s)
+        return app.planner.estimate(session, model_value, mode_value, dict(zip(fields, vals, strict=True))), session
+
+    inputs = [ui.mode, ui.model, state, *field_list]
+    loaded = [ui.input_md, *field_list, ui.estimate_md, ui.launch, state]
+    # (estimate_only leaves the text as it is when the session has no strings: a file input fires `change` as the
+    # file is cleared and again as it lands, and the first one's plan must not land after the second's)
+    plan = lambda *a: estimate_only(app, ui, *a)  # noqa: E731
+    estimated = {"fn": plan, "inputs": inputs, "outputs": [ui.estimate_md, state], **PRIVATE}
+    upload_out = [ui.input_md, ui.column, *loaded[1:]]
+    ui.upload.change(on_upload, [ui.upload, ui.column, *inputs], upload_out, **PRIVATE).then(**estimated)
+    ui.column.input(on_column, [ui.upload, ui.column, *inputs], loaded, **PRIVATE).then(**estimated)
+    ui.paste_btn.click(on_paste, [ui.pasted, *inputs], loaded, **PRIVATE).then(**estimated)
+    ui.example_btn.click(on_example, [ui.example, *inputs], loaded, **PRIVATE).then(**estimated)
+    hub_in = [ui.hub_dataset, ui.hub_column, ui.hub_split, *inputs]
+    ui.hub_btn.click(on_hub, hub_in, loaded, **PRIVATE).then(**estimated)
+    ui.mode.input(on_mode, inputs, [*field_list, ui.estimate_md, state], **PRIVATE)
+    changes = [ui.model.change, *[f.input for f in field_list]]
+    gr.on(changes, on_settings, inputs, [ui.estimate_md, state], show_progress="hidden", **PRIVATE)
+
+
+def estimate_only(
+    app: MirrorApp, ui: SimpleNamespace, mode_value: str, model_value: str, s: Session | None, *vals: Any
+) -> tuple:
+    """The Tune tab's plan and time estimate for the session's strings and the settings shown (unchanged when the
+    session has no strings: the page's own text stays)."""
+    session = app.session(s)
+    if not session.texts:  # nothing to plan; a fresh session is not sent back over one an upload just made
+        return gr.update(), session if s is not None else gr.update()
+    return app.planner.estimate(session, model_value, mode_value, dict(zip(ui.fields, vals, strict=True))), session
