@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mirror.checks import SUGGESTED_ALPHA
+from mirror.checks import SUGGESTED_ALPHA, no_worse, worse_rows
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError
 
@@ -338,20 +338,22 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
     run_id = run.folder.name
-    head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
-    if s.get("uploaded") is not None:  # loaded and indexed now; the table's training was done earlier
+    blend = blend_of(run)
+    if blend is not None:  # first (a blend of an uploaded model keeps its parent's "uploaded"): the training in the
+        alpha, parent = blend  # table is the parent's; the blend itself trained nothing
+        of = f"run `{parent[:8]}`" if parent else "the tuned model"
+        head = (
+            f"### Served: a blend (run `{run_id[:8]}`), α = {alpha:g} of {of}\n"
+            f"No training: its weights are {1 - alpha:g} × the base's + {alpha:g} × the tuned weights "
+            f"of {of}, whose training the table shows.\n\n| Blended from {of} | |\n|---|---|\n{table}\n\n"
+        )
+    elif s.get("uploaded") is not None:  # loaded and indexed now; the table's training was done earlier
         head = (
             f"### Served: the model you uploaded (`{s['uploaded']}`, run `{run_id[:8]}`)\n"
             f"Trained earlier, not now: the table shows that training.\n\n| Uploaded model | |\n|---|---|\n{table}\n\n"
         )
-    alpha, parent = s.get("blend_alpha"), str(s.get("blended_from") or "")
-    if alpha is not None:  # the training in the table is the parent's; the blend itself trained nothing
-        of = f"run `{parent[:8]}`" if parent else "the tuned model"
-        head = (
-            f"### Served: a blend (run `{run_id[:8]}`), α = {float(alpha):g} of {of}\n"
-            f"No training: its weights are {1 - float(alpha):g} × the base's + {float(alpha):g} × the tuned weights "
-            f"of {of}, whose training the table shows.\n\n| Blended from {of} | |\n|---|---|\n{table}\n\n"
-        )
+    else:
+        head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
     return (
         f"{head}Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below. "
         f"[Link to this run](?run={run_id}) (whoever has it can open the run; a run unused for a while is removed)."
@@ -364,7 +366,7 @@ def done_status(run: RunInfo) -> str:
     uploaded model: the seconds it took to load and index now, its training named as done earlier). A load or a
     blend often takes under a second: said so, not "0 s"."""
     s = run.stats
-    if s.get("blend_alpha") is not None:  # first: a blend of an uploaded model keeps its parent's "uploaded"
+    if blend_of(run) is not None:  # first: a blend of an uploaded model keeps its parent's "uploaded"
         took = s.get("blend_seconds")
         return "Blended and indexed" + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
     if s.get("uploaded") is not None:
@@ -386,12 +388,19 @@ def run_caption(run: RunInfo | None) -> str:
     return caption + blend_part(run)
 
 
+def blend_of(run: RunInfo | None) -> tuple[float, str] | None:
+    """A blend's α and the id of the run it blends ("" when not known); None for a run as trained, or no run."""
+    alpha = run.stats.get("blend_alpha") if run is not None else None
+    return None if alpha is None else (float(alpha), str(run.stats.get("blended_from") or ""))
+
+
 def blend_part(run: RunInfo) -> str:
     """For a blend, what to add to its name (Markdown: " · blend α=0.5 of run `abcd1234`"); "" for a run as trained."""
-    alpha, parent = run.stats.get("blend_alpha"), str(run.stats.get("blended_from") or "")
-    if alpha is None:
+    blend = blend_of(run)
+    if blend is None:
         return ""
-    return f" · blend α={float(alpha):g}" + (f" of run `{parent[:8]}`" if parent else "")
+    alpha, parent = blend
+    return f" · blend α={alpha:g}" + (f" of run `{parent[:8]}`" if parent else "")
 
 
 def served_md(session: Session | None) -> str:
@@ -411,8 +420,8 @@ def served_md(session: Session | None) -> str:
 
 def served_label(run: RunInfo | None) -> str:
     """The served model's column in a base-against-served table: "tuned", or "blend α=0.5" for a blend."""
-    alpha = run.stats.get("blend_alpha") if run is not None else None
-    return "tuned" if alpha is None else f"blend α={float(alpha):g}"
+    blend = blend_of(run)
+    return "tuned" if blend is None else f"blend α={blend[0]:g}"
 
 
 def health_md(health: dict[str, Any], run: RunInfo | None = None) -> str:
@@ -449,8 +458,8 @@ def forgetting_md(run: RunInfo | None) -> str:
         "|---|---|---:|---:|---:|---:|---:|---|"
     )
     kind = "warning" if any(c.get("worse") for c in check["checks"]) else "ok"
-    alpha = run.stats.get("blend_alpha")
-    verdict = check.get("verdict", "") if alpha is None else blend_verdict(check["checks"], float(alpha))
+    blend = blend_of(run)
+    verdict = check.get("verdict", "") if blend is None else blend_verdict(check["checks"], blend[0])
     took = f" The checks took {check['seconds']:g} s." if check.get("seconds") is not None else ""
     note = (
         "\n\nHalf of each bundled set (the other half chose the defaults). *Worse* means a drop of more than "
@@ -464,8 +473,6 @@ def forgetting_md(run: RunInfo | None) -> str:
 def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:
     """What a blend's general checks mean, naming it a blend (the verdict kept with a run speaks of "the tuned model"
     and, when a check is worse, suggests a blend, which this already is)."""
-    from mirror.checks import no_worse, worse_rows
-
     head = f"The served model is a blend: α = {alpha:g} of the tuned weights."
     worse, listed = worse_rows(rows)
     if not worse:
@@ -501,9 +508,9 @@ def default_alpha(run: RunInfo | None) -> float:
     tuned model as trained: nothing to repair). Only a starting point: nothing is blended until the user asks."""
     if run is None:
         return 1.0
-    alpha = run.stats.get("blend_alpha")
-    if alpha is not None:
-        return float(alpha)
+    blend = blend_of(run)
+    if blend is not None:
+        return blend[0]
     checks = (run.stats.get("forgetting") or {}).get("checks") or []
     return float(SUGGESTED_ALPHA) if any(c.get("worse") for c in checks) else 1.0
 
@@ -511,14 +518,14 @@ def default_alpha(run: RunInfo | None) -> float:
 def remedy_offered(run: RunInfo | None) -> bool:
     """Whether the one-click remedy (a blend at the suggested α) is offered: the run as trained (not a blend) has a
     general check worse than the base."""
-    if run is None or run.stats.get("blend_alpha") is not None:
+    if run is None or blend_of(run) is not None:
         return False
     return any(c.get("worse") for c in (run.stats.get("forgetting") or {}).get("checks") or [])
 
 
 def blend_text(run: RunInfo) -> str:
     """What the user reads when a blend is served."""
-    alpha, parent = run.stats.get("blend_alpha", 1.0), str(run.stats.get("blended_from") or "")
+    alpha, parent = blend_of(run) or (1.0, "")
     of = f" of run `{parent[:8]}`" if parent else ""
     return (
         f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of the tuned weights{of}, {1 - alpha:g} of "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.render import run_caption
+from explorer.render import blend_of, run_caption
 from explorer.runs.sessions import RunInfo, Session, disk_usage
 from mirror.data import fmt_size
 from mirror.errors import MirrorError
@@ -176,7 +176,7 @@ class RunExplorer:
             views = health.positive_views([space.texts[i] for i in idx], loaded.tuned.mask_token or "[MASK]")
             with self.app.search_slots:
                 pos_b, pos_t = loaded.base.encode(views), loaded.tuned.encode(views)
-            who = "Tuning" if space.run.stats.get("blend_alpha") is None else "The blend"
+            who = "Tuning" if blend_of(space.run) is None else "The blend"
             pairs_b, pairs_t = (space.base[idx], pos_b), (space.tuned[idx], pos_t)
             return health.compare_health(space.base, space.tuned, pairs_b, pairs_t, who)
 
