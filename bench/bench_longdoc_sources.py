@@ -42,7 +42,7 @@ import numpy as np
 from common import print_table, write_json
 from scipy.stats import spearmanr
 
-from mirror.checks import bootstrap_mean_difference
+from mirror.checks import bootstrap_mean_difference, graded_ndcg
 from mirror.encoder import load_encoder
 
 DUMP = "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -124,19 +124,6 @@ def grades(docs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     same = art[:, None] == art[None, :]
     linked = np.array([[b["article"] in a["links"] for b in docs] for a in docs])
     return same, (linked | linked.T) & ~same
-
-
-def ndcg(vectors: np.ndarray, grade: np.ndarray, k: int = 10) -> np.ndarray:
-    """Per document: nDCG@k of the others ranked by cosine; grade -1 leaves a document out of the ranking."""
-    sims, disc, out = vectors @ vectors.T, 1 / np.log2(np.arange(2, k + 2)), np.full(len(vectors), np.nan)
-    for i in range(len(vectors)):
-        keep = grade[i] >= 0
-        gains = 2.0 ** grade[i, keep] - 1
-        ideal = (np.sort(gains)[::-1][:k] * disc[: min(k, keep.sum())]).sum()
-        if ideal > 0:
-            top = np.argsort(-sims[i, keep], kind="stable")[:k]
-            out[i] = (gains[top] * disc[: len(top)]).sum() / ideal
-    return out
 
 
 def pairs_spearman(vectors: list[np.ndarray], grade: np.ndarray, resamples: int = 200) -> tuple[list, list]:
@@ -225,7 +212,7 @@ def jargon(deb: Path, models: list[str], encoders: list) -> int:
         halves = {i: "dev" if side.random() < 0.5 else "check" for i in band}
         texts = [entries[i]["text"] for i in band]
         vectors = [e.encode(texts, normalize=True).astype(np.float64) for e in encoders]
-        whole = [100 * ndcg(v, grade[np.ix_(band, band)]) for v in vectors]
+        whole = [100 * graded_ndcg(v, grade[np.ix_(band, band)]) for v in vectors]
         splits = {"all": None, "dev": "dev", "check": "check", "queries dev": "dev", "queries check": "check"}
         for label, half in splits.items():
             keep = [k for k, i in enumerate(band) if half is None or halves[i] == half]
@@ -233,7 +220,7 @@ def jargon(deb: Path, models: list[str], encoders: list) -> int:
                 per_doc = [s[keep] for s in whole]
             else:  # ranked within the half
                 pick = np.array([band[k] for k in keep])
-                per_doc = [100 * ndcg(v[keep], grade[np.ix_(pick, pick)]) for v in vectors]
+                per_doc = [100 * graded_ndcg(v[keep], grade[np.ix_(pick, pick)]) for v in vectors]
             row = {
                 "entries": f"{low}-{high} words, {label} ({len(keep)})",
                 "base": round(float(np.nanmean(per_doc[0])), 1),
@@ -271,7 +258,7 @@ def main() -> int:
     for label, grade in rankings.items():
         grade = grade.copy()
         np.fill_diagonal(grade, -1)
-        per_doc = [100 * ndcg(v, grade) for v in vectors]
+        per_doc = [100 * graded_ndcg(v, grade) for v in vectors]
         row = {"score": f"nDCG@10 ({label})", "base": round(float(np.nanmean(per_doc[0])), 1)}
         for name, s in zip(names[1:], per_doc[1:], strict=True):
             lo, hi = bootstrap_mean_difference(per_doc[0], s)

@@ -196,21 +196,24 @@ def relevance(docs: Docs) -> np.ndarray:
 
 
 def graded_ndcg(vectors: np.ndarray, grades: np.ndarray, k: int | None = TOP_K) -> np.ndarray:
-    """Per document (row of `grades`, see `relevance`): the nDCG@k of every other document ranked by cosine (rows of
-    `vectors` are unit length; k=None: the whole ranking), gains 2^grade - 1. NaN for a row with nothing relevant."""
+    """Per document (row of `grades`, see `relevance`): the nDCG@k of the other documents ranked by cosine (rows of
+    `vectors` are unit length; k=None: the whole ranking), gains 2^grade - 1; a grade below 0 leaves a document out
+    of the row's ranking (the diagonal's -1: a document is not ranked against itself). NaN for a row with nothing
+    relevant."""
     v = np.asarray(vectors, dtype=np.float64)
     sims = v @ v.T
     n = len(v)
-    top = n - 1 if k is None else min(k, n - 1)
-    discount = 1.0 / np.log2(np.arange(2, top + 2))
+    discounts = 1.0 / np.log2(np.arange(2, n + 2))
     out = np.full(n, np.nan)
     for i in range(n):
-        others = np.arange(n) != i
-        gains = 2.0 ** grades[i, others] - 1
+        ranked = grades[i] >= 0
+        gains = 2.0 ** grades[i, ranked] - 1
+        top = len(gains) if k is None else min(k, len(gains))
+        discount = discounts[:top]
         ideal = (np.sort(gains)[::-1][:top] * discount).sum()
         if ideal <= 0:
             continue
-        order = np.argsort(-sims[i, others], kind="stable")[:top]
+        order = np.argsort(-sims[i, ranked], kind="stable")[:top]
         out[i] = (gains[order] * discount).sum() / ideal
     return out
 
