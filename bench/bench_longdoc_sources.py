@@ -146,15 +146,15 @@ def pairs_spearman(vectors: list[np.ndarray], grade: np.ndarray, resamples: int 
     ]
 
 
-def deb_member(deb: Path, suffix: str) -> bytes:
-    """One file of a Debian package (an ar archive holding data.tar.*), read in place."""
+def deb_members(deb: Path, *suffixes: str) -> list[bytes]:
+    """Files of a Debian package (an ar archive holding data.tar.*), one per suffix, read in place in one pass."""
     raw, at = deb.read_bytes(), 8
     while at < len(raw):
         name, size = raw[at : at + 16].decode().strip().rstrip("/"), int(raw[at + 48 : at + 58])
         if name.startswith("data.tar"):
             with tarfile.open(fileobj=io.BytesIO(raw[at + 60 : at + 60 + size])) as tar:
-                member = next(m for m in tar.getmembers() if m.name.endswith(suffix))
-                return tar.extractfile(member).read()
+                members = tar.getmembers()
+                return [tar.extractfile(next(m for m in members if m.name.endswith(x))).read() for x in suffixes]
         at += 60 + size + size % 2
     raise SystemExit(f"{deb}: no data.tar member")
 
@@ -170,9 +170,10 @@ def jargon_entries(deb: Path) -> list[dict]:
             value = value * 64 + digits.index(c)
         return value
 
-    data = gzip.decompress(deb_member(deb, "jargon.dict.dz"))
+    packed, index = deb_members(deb, "jargon.dict.dz", "jargon.index")
+    data = gzip.decompress(packed)
     bodies: dict[str, list[str]] = {}
-    for line in deb_member(deb, "jargon.index").decode().splitlines():
+    for line in index.decode().splitlines():
         head, offset, length = line.split("\t")[:3]
         if not head.startswith("00-database"):
             body = data[number(offset) : number(offset) + number(length)].decode("utf-8", "replace")
