@@ -29,21 +29,22 @@ from __future__ import annotations
 
 import argparse
 import bz2
-import gzip
 import html
-import io
 import random
 import re
-import tarfile
+import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
-from common import print_table, write_json
+from common import ROOT, print_table, write_json
 from scipy.stats import spearmanr
 
 from mirror.checks import bootstrap_mean_difference, graded_ndcg
 from mirror.encoder import load_encoder
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from make_jargon_docs import jargon_entries, jargon_links  # noqa: E402  (the shipped check's parser)
 
 DUMP = "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 SKIP = {"see also", "references", "external links", "further reading", "notes", "bibliography", "sources",
@@ -146,57 +147,11 @@ def pairs_spearman(vectors: list[np.ndarray], grade: np.ndarray, resamples: int 
     ]
 
 
-def deb_members(deb: Path, *suffixes: str) -> list[bytes]:
-    """Files of a Debian package (an ar archive holding data.tar.*), one per suffix, read in place in one pass."""
-    raw, at = deb.read_bytes(), 8
-    while at < len(raw):
-        name, size = raw[at : at + 16].decode().strip().rstrip("/"), int(raw[at + 48 : at + 58])
-        if name.startswith("data.tar"):
-            with tarfile.open(fileobj=io.BytesIO(raw[at + 60 : at + 60 + size])) as tar:
-                members = tar.getmembers()
-                return [tar.extractfile(next(m for m in members if m.name.endswith(x))).read() for x in suffixes]
-        at += 60 + size + size % 2
-    raise SystemExit(f"{deb}: no data.tar member")
-
-
-def jargon_entries(deb: Path) -> list[dict]:
-    """The Jargon File's entries: headwords (lower case), plain text (cross-reference braces dropped) and the
-    headwords it refers to. Entries with the same text under several headwords are one entry."""
-    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-    def number(s: str) -> int:
-        value = 0
-        for c in s:
-            value = value * 64 + digits.index(c)
-        return value
-
-    packed, index = deb_members(deb, "jargon.dict.dz", "jargon.index")
-    data = gzip.decompress(packed)
-    bodies: dict[str, list[str]] = {}
-    for line in index.decode().splitlines():
-        head, offset, length = line.split("\t")[:3]
-        if not head.startswith("00-database"):
-            body = data[number(offset) : number(offset) + number(length)].decode("utf-8", "replace")
-            bodies.setdefault(body, []).append(head.lower())
-    entries = []
-    for body, heads in bodies.items():
-        _, sep, text = body.partition("\n\n")
-        if sep:
-            refs = {m.lower() for m in re.findall(r"\{([^}]+)\}", text)}
-            entries.append({"heads": heads, "text": " ".join(re.sub(r"[{}]", "", text).split()), "refs": refs})
-    return entries
-
-
 def jargon_grades(entries: list[dict]) -> np.ndarray:
     """n x n over all entries: 2 one refers to the other, 1 two steps apart, 0 otherwise (diagonal -1)."""
-    at = {h: i for i, e in enumerate(entries) for h in e["heads"]}
-    n = len(entries)
-    link = np.zeros((n, n), np.float32)
-    for i, e in enumerate(entries):
-        for ref in e["refs"]:
-            j = at.get(ref, at.get(ref.rstrip("s")))
-            if j is not None and j != i:
-                link[i, j] = link[j, i] = 1
+    link = np.zeros((len(entries), len(entries)), np.float32)
+    for i, linked in enumerate(jargon_links(entries)):
+        link[i, sorted(linked)] = 1
     grade = np.where(link > 0, 2, np.where(link @ link > 0, 1, 0))
     np.fill_diagonal(grade, -1)
     return grade

@@ -1,10 +1,10 @@
-"""Does the "Long documents" general check (mirror/checks.py) see what held-out news similarity shows (issue 25): the
-sentences default (c308252 settings) WORSE than the base and the words default BETTER? Scores saved tuned model
-folders, each as a fresh load of the folder computes it, against the bundled base on both halves of every general
-check (the joined-STS extra included), with each check's encode time and tokens.
+"""Do the document checks ("Long documents", "Short articles"; mirror/checks.py) see what held-out news similarity
+shows (issue 25): the sentences default (c308252 settings) WORSE than the base and the words default BETTER? Scores
+saved tuned model folders, each as a fresh load of the folder computes it, against the bundled base on both halves
+of every general check (the joined-STS extra included), with each check's encode time and tokens.
 
     .venv/bin/python bench/bench_longdocs.py /work/models/sentences-default /work/models/words-default
-    .venv/bin/python bench/bench_longdocs.py RUN/model --only "Long documents" --half check
+    .venv/bin/python bench/bench_longdocs.py RUN/model --only "Short articles" --half check
 
 The models are `python -m mirror train examples/stsb_train_sentences.txt --mode sentences --out DIR` and
 `python -m mirror train examples/en_top10k.txt --mode words --out DIR` (the defaults of the commit that trained them;

@@ -30,7 +30,7 @@ from pathlib import Path
 from common import ROOT, SHARED, data_path, print_table, write_json
 
 from mirror.blend import blend_folder
-from mirror.checks import CHECKS, run_checks, side
+from mirror.checks import CHECKS, check_items, compare, score, side
 from mirror.encoder import load_encoder
 from mirror.evaluate import bootstrap_spearman, interval, pair_cosines, read_pairs, spearman
 
@@ -38,12 +38,16 @@ _BASE_SIDES: dict[tuple[str, str], object] = {}  # (check, half): the base's sid
 
 
 def general_checks(base, tuned, half: str) -> list[dict]:
-    def base_side(encoder, check, items):
+    """The rows of run_checks, each with its unrounded change too (`exact_delta`: what `holds` compares)."""
+    rows = []
+    for check in CHECKS:
+        items = check_items(check, half)
         if (check.name, half) not in _BASE_SIDES:
-            _BASE_SIDES[check.name, half] = side(encoder, check, items)
-        return _BASE_SIDES[check.name, half]
-
-    return run_checks(base, tuned, half=half, base_side=base_side)
+            _BASE_SIDES[check.name, half] = side(base, check, items)
+        base_side, tuned_side = _BASE_SIDES[check.name, half], side(tuned, check, items)
+        row = compare(check, items, base_side, tuned_side)
+        rows.append(row | {"exact_delta": score(items, tuned_side) - score(items, base_side)})
+    return rows
 
 
 def margin_of(name: str) -> float:
@@ -118,13 +122,13 @@ def scores(preset: str, base, folder: Path) -> dict:
     names = [c.name for c in CHECKS]
     if cache.is_file():
         cached = json.loads(cache.read_text())
-        if cached.get("checks") == names and cached.get("v") == 2:
+        if cached.get("checks") == names and cached.get("v") == 3:
             return cached
     tuned = load_encoder(folder)  # a fresh load of what was saved, never the training process's encoder
     _, proxy, _ = PRESETS[preset]
     pairs = read_pairs(data_path(proxy))
     started = time.perf_counter()
-    out: dict = {"checks": names, "v": 2}
+    out: dict = {"checks": names, "v": 3}
     for half, picked in (("dev", pairs[0::2]), ("check", pairs[1::2])):
         out[half] = {"in_domain": in_domain(base, tuned, picked), "general": general_checks(base, tuned, half)}
     test = SHARED / "stsb" / "sts-test.csv"
@@ -136,11 +140,12 @@ def scores(preset: str, base, folder: Path) -> dict:
 
 
 def general_deltas(score: dict, half: str, own: str) -> dict[str, float]:
-    return {c["name"]: c["delta"] for c in score[half]["general"] if c["name"] != own}
+    return {c["name"]: c.get("exact_delta", c["delta"]) for c in score[half]["general"] if c["name"] != own}
 
 
 def holds(score: dict, own: str) -> bool:
-    """No general DEV check more than half its margin below the base: "at or above the base", with the checks' noise.
+    """No general DEV check more than half its margin below the base (the unrounded change): "at or above the base",
+    with the checks' noise.
     Half, not the whole margin: the long-document check sees a muted loss (the sentences default: -1.8 here, -11 on
     the issue's held-out news set), so a drop it can only just see is not waved through."""
     return all(d >= -margin_of(n) / 2 for n, d in general_deltas(score, "dev", own).items())
@@ -210,7 +215,7 @@ def table(models: Path) -> None:
             kept[f"{preset}/{r['remedy']}"] = {"train": train, "scores": score}
             cells = [r["in-domain dev"], r["in-domain check"], r.get("STS-B test", "")]
             cells += [r[n + (" (in-domain)" if n == own else "")] for n in names]
-            cells += [f"{r['min general dev Δ']:+}" + ("" if r["holds on dev"] else " ✗")]
+            cells += [f"{r['min general dev Δ']:+.2f}" + ("" if r["holds on dev"] else " ✗")]
             cells += [round(r["train s"]) if r["train s"] else "", r["peak MB"]]
             print(f"| {preset} | {r['remedy']} | " + " | ".join(str(c) for c in cells) + " |")
     write_json("remedies.json", {"margins": {c.name: c.margin for c in CHECKS}, "models": kept})

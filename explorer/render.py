@@ -465,7 +465,8 @@ def forgetting_md(run: RunInfo | None) -> str:
         "\n\nHalf of each bundled set (the other half chose the defaults). *Worse* means a drop of more than "
         f"{MARGIN:g} point with its whole interval below zero, *better* the same upwards; *Long documents* asks "
         "whether the top 10 for a real document are its related documents (World English Bible chapters: the next "
-        f"chapter, then its book, then books of its kind).{took}"
+        "chapter, then its book, then books of its kind), *Short articles* the same for the Jargon File's entries "
+        f"of 40-110 words (one refers to the other, then both to a third).{took}"
     )
     return f"{message(verdict, kind)}\n\n{head}\n{rows}{note}{own_long_md(check)}"
 

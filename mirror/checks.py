@@ -13,10 +13,14 @@ which adds the base-score cache and the app's wording) both call `run_checks`. T
   related-but-different documents (the next chapter above another chapter of the book, above a chapter of another
   book of the same kind, above the rest), not finding a document's own parts. The check's figure is the mean over
   documents; the interval resamples them. Graded nDCG over the whole ranking moves less (bench/RESULTS.md).
+- "links": real documents with links between them (the Jargon File's entries and their cross-references), scored
+  as "docs" with grades from the links: 2 one document links to the other, 1 both link to a third (any document of
+  the source, in the file or not), 0 otherwise.
 
 Each check has a "check" half (what runs after every run and on the command line) and a "dev" half (what chose the
 defaults and the remedies): pairs alternate; documents are split by source within each group, seeded, so the halves
-share no document and no source.
+share no document and no source; a "links" file says each document's half (the Jargon File: the 40-110-word
+entries are checked, the 110-450-word ones are dev).
 """
 
 from __future__ import annotations
@@ -85,6 +89,25 @@ class Docs:
         return Docs(*(tuple(col[i] for i in keep) for col in columns))
 
 
+@dataclass(frozen=True)
+class LinkedDocs:
+    """Documents of a "links" check: parallel tuples of id, half ("check" or "dev"), text and the ids each document
+    links to or is linked from (documents outside the file included: two documents linked through a third are
+    related)."""
+
+    ids: tuple[str, ...]
+    halves: tuple[str, ...]
+    texts: tuple[str, ...]
+    links: tuple[frozenset[str], ...]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, keep: Sequence[int]) -> LinkedDocs:
+        columns = (self.ids, self.halves, self.texts, self.links)
+        return LinkedDocs(*(tuple(col[i] for i in keep) for col in columns))
+
+
 LONG_DOCS = Check(
     "Long documents",
     "bible-docs.tsv",
@@ -92,11 +115,21 @@ LONG_DOCS = Check(
     240,
     kind="docs",
 )
+# The Jargon File's entries of 40-110 words (short news articles' length), all 997 of them: fewer would not see the
+# words preset's gain beyond the check's noise (bench/RESULTS.md, "Short articles").
+SHORT_ARTICLES = Check(
+    "Short articles",
+    "jargon-docs.tsv",
+    "which real 40-110-word articles are related: one refers to the other, or both to a third",
+    1000,
+    kind="links",
+)
 CHECKS = (
     Check("SimLex-999", "simlex999.txt", "word similarity", 500),
     Check("WordSim-353", "wordsim353.tsv", "word relatedness", 200),
     Check("STS-B dev", "sts-dev.csv", "sentence similarity", 200),
     LONG_DOCS,
+    SHORT_ARTICLES,
 )
 # STS-B test sentences joined 10 at a time (scripts/make_long_docs.py): long, but with STS's short, high-overlap
 # character, so it cannot see what tuning on sentences does to real documents. Kept as an extra, not run by default.
@@ -125,6 +158,31 @@ def read_docs(path: str | Path) -> Docs:
     if len(set(cols[1])) < 2:
         raise MirrorError(f"{path.name}: needs documents of at least 2 groups")
     return Docs(*(tuple(c) for c in cols), tuple(lines))
+
+
+def read_linked_docs(path: str | Path) -> LinkedDocs:
+    """A links file: `id<TAB>half<TAB>headword<TAB>links<TAB>text` per line (links: space-separated ids, `-` for
+    none; half: check or dev), `#` lines are comments."""
+    path = Path(path)
+    if not path.is_file():
+        raise MirrorError(f"{path}: no such file")
+    ids: list[str] = []
+    halves: list[str] = []
+    texts: list[str] = []
+    links: list[frozenset[str]] = []
+    for lineno, line in enumerate(decode(path.read_bytes(), path.name).splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split("\t")]
+        if len(parts) != 5 or not all(parts) or parts[1] not in ("check", "dev"):
+            raise MirrorError(f"{path.name}: line {lineno} is not `id<TAB>check|dev<TAB>headword<TAB>links<TAB>text`")
+        ids.append(parts[0])
+        halves.append(parts[1])
+        links.append(frozenset() if parts[3] == "-" else frozenset(parts[3].split()))
+        texts.append(parts[4])
+    if len(set(ids)) != len(ids):
+        raise MirrorError(f"{path.name}: document ids are not unique")
+    return LinkedDocs(tuple(ids), tuple(halves), tuple(texts), tuple(links))
 
 
 def split_docs(docs: Docs, half: str, seed: int = SPLIT_SEED) -> Docs:
@@ -158,14 +216,20 @@ def cap_docs(docs: Docs, n: int) -> Docs:
     return docs.subset(sorted(keep))
 
 
-def check_items(check: Check, half: str = "check") -> tuple[Pair, ...] | Docs:
-    """The items a check scores: its "check" half (odd pairs; or half of the sources) or its "dev" half, capped.
+def check_items(check: Check, half: str = "check") -> tuple[Pair, ...] | Docs | LinkedDocs:
+    """The items a check scores: its "check" half (odd pairs; half of the sources; the documents the file marks)
+    or its "dev" half, capped.
     Read once per process: every run, and every time estimate, asks for them."""
     return _check_items(check, half, GOLD)
 
 
 @functools.lru_cache(maxsize=32)
-def _check_items(check: Check, half: str, gold: Path) -> tuple[Pair, ...] | Docs:
+def _check_items(check: Check, half: str, gold: Path) -> tuple[Pair, ...] | Docs | LinkedDocs:
+    if half not in ("check", "dev"):
+        raise ValueError(f"half must be 'check' or 'dev', not {half!r}")
+    if check.kind == "links":
+        linked = read_linked_docs(gold / check.file)
+        return linked.subset([i for i, h in enumerate(linked.halves) if h == half][: check.max_items])
     if check.kind == "docs":
         return cap_docs(split_docs(read_docs(gold / check.file), half), check.max_items)
     pairs = read_pairs(gold / check.file)
@@ -176,14 +240,17 @@ def _check_items(check: Check, half: str, gold: Path) -> tuple[Pair, ...] | Docs
 def check_texts(check: Check, half: str = "check") -> list[str]:
     """The distinct strings a check encodes (what its cost is made of)."""
     items = check_items(check, half)
-    if isinstance(items, Docs):
+    if isinstance(items, Docs | LinkedDocs):
         return list(items.texts)
     return sorted({p[0] for p in items} | {p[1] for p in items})
 
 
-def relevance(docs: Docs) -> np.ndarray:
+def relevance(docs: Docs | LinkedDocs) -> np.ndarray:
     """The graded relevance of document j to document i (n x n, int): 3 neighbours (consecutive lines of one
-    source), 2 same source, 1 same group, 0 otherwise; -1 on the diagonal (a document is not ranked against itself)."""
+    source), 2 same source, 1 same group, 0 otherwise (linked documents: see `linked_relevance`); -1 on the diagonal
+    (a document is not ranked against itself)."""
+    if isinstance(docs, LinkedDocs):
+        return linked_relevance(docs)
     g = np.unique(np.asarray(docs.groups), return_inverse=True)[1]
     s = np.unique(np.asarray(docs.sources), return_inverse=True)[1]
     line = np.asarray(docs.lines)
@@ -191,6 +258,20 @@ def relevance(docs: Docs) -> np.ndarray:
     grade = np.where(g[:, None] == g[None, :], 1, 0)
     grade = np.where(same_source, 2, grade)
     grade = np.where(same_source & (np.abs(line[:, None] - line[None, :]) == 1), 3, grade)
+    np.fill_diagonal(grade, -1)
+    return grade
+
+
+def linked_relevance(docs: LinkedDocs) -> np.ndarray:
+    """The graded relevance of linked documents (n x n, int): 2 one links to the other, 1 both link to a third
+    document (in the file or not), 0 otherwise; -1 on the diagonal."""
+    columns = {t: c for c, t in enumerate(sorted(set().union(*docs.links, docs.ids)))}
+    incidence = np.zeros((len(docs), len(columns)), dtype=np.float32)  # float: the product below runs on BLAS
+    for i, linked in enumerate(docs.links):
+        incidence[i, [columns[t] for t in linked]] = 1
+    own = np.array([columns[t] for t in docs.ids])
+    direct = incidence[:, own] > 0
+    grade = np.where(direct | direct.T, 2, np.where(incidence @ incidence.T > 0, 1, 0))
     np.fill_diagonal(grade, -1)
     return grade
 
@@ -218,10 +299,10 @@ def graded_ndcg(vectors: np.ndarray, grades: np.ndarray, k: int | None = TOP_K) 
     return out
 
 
-def side(encoder, check: Check, items: tuple[Pair, ...] | Docs) -> np.ndarray:
+def side(encoder, check: Check, items: tuple[Pair, ...] | Docs | LinkedDocs) -> np.ndarray:
     """What one encoder contributes to a check, before the comparison: the pairs' cosines, or each document's
     nDCG (float64)."""
-    if isinstance(items, Docs):
+    if isinstance(items, Docs | LinkedDocs):
         return graded_ndcg(encoder.encode(list(items.texts), normalize=True), relevance(items))
     return pair_cosines(encoder, items)
 
@@ -250,14 +331,23 @@ def verdict_word(delta: float, ci: Sequence[float] | None, margin: float) -> str
     return "same"
 
 
-def compare(check: Check, items: tuple[Pair, ...] | Docs, base_side: np.ndarray, tuned_side: np.ndarray) -> dict:
+def score(items: tuple[Pair, ...] | Docs | LinkedDocs, one_side: np.ndarray) -> float:
+    """A check's figure for one encoder's side (`side`), unrounded: Spearman ×100 of the pairs' cosines with the gold
+    scores, or the documents' mean nDCG ×100."""
+    if isinstance(items, Docs | LinkedDocs):
+        return 100 * float(np.nanmean(one_side))
+    return 100 * spearman(one_side, [p[2] for p in items])
+
+
+def compare(
+    check: Check, items: tuple[Pair, ...] | Docs | LinkedDocs, base_side: np.ndarray, tuned_side: np.ndarray
+) -> dict:
     """One check's row: base and tuned scores, the change with its 95% interval, and the verdict word."""
-    if isinstance(items, Docs):
-        b, t = 100 * float(np.nanmean(base_side)), 100 * float(np.nanmean(tuned_side))
+    b, t = score(items, base_side), score(items, tuned_side)
+    if isinstance(items, Docs | LinkedDocs):
         ci = bootstrap_mean_difference(100 * base_side, 100 * tuned_side)
     else:
         gold = [p[2] for p in items]
-        b, t = 100 * spearman(base_side, gold), 100 * spearman(tuned_side, gold)
         boot = bootstrap_spearman(gold, base_side, tuned_side, n_resamples=BOOTSTRAP_RESAMPLES, seed=0)
         ci = interval(100 * (boot[:, 1] - boot[:, 0]))
     word = verdict_word(t - b, ci, check.margin)

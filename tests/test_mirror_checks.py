@@ -1,6 +1,7 @@
-"""The general checks of the engine (mirror.checks) and `python -m mirror check`: the documents loader and the
-shipped "Long documents" set with its licence, the halves, the graded nDCG on synthetic vectors with known
-neighbours, the intervals and verdict words, and the command line on the tiny random BERT."""
+"""The general checks of the engine (mirror.checks) and `python -m mirror check`: the documents loaders and the
+shipped "Long documents" and "Short articles" sets with their licences, the halves, the links' grades, the graded
+nDCG on synthetic vectors with known neighbours, the intervals and verdict words, and the command line on the tiny
+random BERT."""
 
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ from mirror.checks import (
     CHECKS,
     GOLD,
     LONG_DOCS,
+    SHORT_ARTICLES,
     Check,
     Docs,
+    LinkedDocs,
     bootstrap_mean_difference,
     cap_docs,
     compare,
     graded_ndcg,
     json_rows,
     read_docs,
+    read_linked_docs,
     relevance,
     split_docs,
     summary,
@@ -96,6 +100,76 @@ def test_the_long_documents_licence_file_names_the_source_the_licence_and_the_sc
     assert (ROOT / "scripts" / "make_bible_docs.py").is_file()
     readme = (ROOT / "examples" / "README.md").read_text()
     assert "gold/bible-docs.tsv" in readme and "BIBLE_LICENSE.txt" in readme
+
+
+def write_linked(path, rows):
+    path.write_text("# id\thalf\theadword\tlinks\ttext\n" + "".join("\t".join(r) + "\n" for r in rows))
+    return path
+
+
+def test_read_linked_docs_reads_ids_halves_links_and_texts(tmp_path):
+    path = write_linked(
+        tmp_path / "j.tsv", [("j1", "check", "foo", "j2 j9", "first text"), ("j2", "dev", "bar baz", "-", "second")]
+    )
+    docs = read_linked_docs(path)
+    assert docs.ids == ("j1", "j2") and docs.halves == ("check", "dev") and docs.texts == ("first text", "second")
+    assert docs.links == (frozenset({"j2", "j9"}), frozenset()) and len(docs) == 2
+
+
+@pytest.mark.parametrize(
+    "rows, needle",
+    [
+        ([("j1", "check", "h", "-", "t"), ("j2", "check", "h", "t")], "line 3 is not `id<TAB>check|dev"),
+        ([("j1", "test", "h", "-", "t")], "line 2 is not"),
+        ([("j1", "check", "h", "", "t")], "line 2 is not"),
+        ([("j1", "check", "h", "-", "t"), ("j1", "dev", "h", "-", "u")], "ids are not unique"),
+    ],
+)
+def test_read_linked_docs_refuses_a_bad_file_with_a_message(tmp_path, rows, needle):
+    with pytest.raises(MirrorError, match=needle):
+        read_linked_docs(write_linked(tmp_path / "bad.tsv", rows))
+    with pytest.raises(MirrorError, match="no such file"):
+        read_linked_docs(tmp_path / "missing.tsv")
+
+
+def test_linked_relevance_grades_direct_links_two_steps_and_links_through_documents_outside_the_file():
+    # a-b linked (listed on one side only), b-c linked, c and d both link to x, which is not in the file
+    docs = LinkedDocs(
+        ("a", "b", "c", "d"),
+        ("check",) * 4,
+        ("ta", "tb", "tc", "td"),
+        (frozenset({"b"}), frozenset({"c"}), frozenset({"b", "x"}), frozenset({"x"})),
+    )
+    assert relevance(docs).tolist() == [
+        [-1, 2, 1, 0],  # a: b direct, c through b, d nothing
+        [2, -1, 2, 0],
+        [1, 2, -1, 1],  # c: d through x (outside the file)
+        [0, 0, 1, -1],
+    ]
+
+
+def test_the_shipped_short_articles_are_jargon_entries_checked_at_40_110_words_with_longer_dev_entries():
+    check, dev = checks.check_items(SHORT_ARTICLES, "check"), checks.check_items(SHORT_ARTICLES, "dev")
+    assert isinstance(check, LinkedDocs) and len(check) == 997 and len(dev) >= 500  # every 40-110-word entry
+    assert not set(check.ids) & set(dev.ids) and set(check.halves) == {"check"} and set(dev.halves) == {"dev"}
+    words = np.array([len(t.split()) for t in check.texts])
+    assert words.min() >= 40 and words.max() <= 110 and min(len(t.split()) for t in dev.texts) > 110
+    grade = relevance(check)
+    related = (grade > 0).sum(1)
+    assert (grade == 2).any() and (grade == 1).any() and (related > 0).mean() > 0.8  # most entries have relatives
+    assert (grade == grade.T).all()  # links go both ways
+    known = set(read_linked_docs(GOLD / SHORT_ARTICLES.file).ids)
+    outside = set().union(*check.links) - known
+    assert outside  # links to entries of other lengths: they make two-step relations too
+
+
+def test_the_short_articles_licence_file_names_the_source_the_licence_and_the_script():
+    text = (GOLD / "JARGON_LICENSE.txt").read_text()
+    assert "public domain" in text.lower() and "dict-jargon" in text and "scripts/make_jargon_docs.py" in text
+    assert "Jargon File 4.4.7" in text  # the citation the File asks for
+    assert (ROOT / "scripts" / "make_jargon_docs.py").is_file()
+    readme = (ROOT / "examples" / "README.md").read_text()
+    assert "gold/jargon-docs.tsv" in readme and "JARGON_LICENSE.txt" in readme
 
 
 # -- halves ---------------------------------------------------------------------------------------------------------
@@ -222,9 +296,10 @@ def test_summary_and_json_rows_say_the_same_as_the_rows():
     assert [r["verdict"] for r in out] == ["worse", "better"]
 
 
-def test_the_default_checks_include_the_long_documents_and_not_the_joined_sts_pairs():
+def test_the_default_checks_include_both_document_checks_and_not_the_joined_sts_pairs():
     names = [c.name for c in CHECKS]
-    assert "Long documents" in names and "Joined STS pairs" not in names
+    assert "Long documents" in names and "Short articles" in names and "Joined STS pairs" not in names
+    assert SHORT_ARTICLES.kind == "links" and SHORT_ARTICLES.unit == "documents" and "nDCG@10" in SHORT_ARTICLES.metric
     assert all(c.name in {x.name for x in checks.ALL_CHECKS} for c in CHECKS)
 
 
@@ -239,8 +314,9 @@ def tuned_dir(tiny_bert, tmp_path_factory):
 
 @pytest.fixture
 def small_checks(monkeypatch):
-    """The command on two small checks (one of each kind) over the shipped files, to stay fast."""
-    small = (Check("WordSim-353", "wordsim353.tsv", "word relatedness", 40), LONG_DOCS)
+    """The command on three small checks (one of each kind) over the shipped files, to stay fast."""
+    short = Check(SHORT_ARTICLES.name, SHORT_ARTICLES.file, SHORT_ARTICLES.what, 200, kind="links")
+    small = (Check("WordSim-353", "wordsim353.tsv", "word relatedness", 40), LONG_DOCS, short)
     monkeypatch.setattr(checks, "CHECKS", small)
     monkeypatch.setattr(checks, "LONG_DOCS", LONG_DOCS)
     return small
@@ -258,8 +334,8 @@ def test_cli_check_json_has_one_object_per_check_with_the_promised_keys(tuned_di
 def test_cli_check_against_itself_is_the_same_everywhere(tiny_bert, small_checks, capsys):
     assert main(["check", str(tiny_bert), "--base", str(tiny_bert), "--device", "cpu"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    rows = [line.split() for line in lines if line.startswith(("WordSim-353", "Long documents"))]
-    assert len(rows) == 2 and all("+0.0" in row and "same" in row for row in rows)
+    rows = [line.split() for line in lines if line.startswith(("WordSim-353", "Long documents", "Short articles"))]
+    assert len(rows) == 3 and all("+0.0" in row and "same" in row for row in rows)
     assert lines[-1] == "General checks: the tuned model is no worse than the base on any of them."
 
 

@@ -33,10 +33,10 @@ if TYPE_CHECKING:
 Clock = Callable[[], float]
 T = TypeVar("T")
 
-# The forgetting check after each run (explorer.compare.forgetting over mirror.checks) encodes the distinct strings of its
-# checks (SimLex + WordSim words, STS-B dev sentences, ~200 real documents of 150-256 tokens) with the base and with
-# the tuned encoder: their token lengths are counted with the encoder's own tokenizer (forgetting_lengths), so the
-# estimate follows the checks when they change.
+# The forgetting check after each run (explorer.compare.forgetting over mirror.checks) encodes the distinct strings
+# of its checks (SimLex + WordSim words, STS-B dev sentences, ~200 documents of 150-256 tokens, ~1000 of 40-110
+# words) with the base and with the tuned encoder: their token lengths are counted with the encoder's own tokenizer
+# (forgetting_lengths), so the estimate follows the checks when they change.
 FORGETTING_ENCODERS = 2
 ENCODE_BATCH = 128  # VectorIndex.build's batch size
 # Training steps are timed at the padded length the job's steps have (rounded to a power of 2: a calibration per
