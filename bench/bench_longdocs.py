@@ -30,16 +30,35 @@ def tokens(encoder, texts: list[str]) -> int:
     return sum(min(limit, len(ids)) for ids in encoder.tokenizer(texts)["input_ids"])
 
 
+class Precision:
+    """An encoder whose every encode runs at one precision (the CPU's bf16, or fp32 as on a CPU without it)."""
+
+    def __init__(self, encoder, precision: str):
+        self.encoder, self.precision = encoder, precision
+
+    def encode(self, texts, **kwargs):
+        return self.encoder.encode(texts, precision=self.precision, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.encoder, name)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="tuned model folders (their base: bundled unless --base)")
     parser.add_argument("--base", default="bundled")
     parser.add_argument("--only", action="append", help="a check's name (repeatable; default: all, the extra too)")
     parser.add_argument("--half", action="append", choices=["dev", "check"], help="(default: both)")
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="of every encode (fp32: a CPU without bf16)",
+    )
     args = parser.parse_args()
     picked = [c for c in ALL_CHECKS if not args.only or c.name in args.only]
     halves = args.half or ["dev", "check"]
-    base = load_encoder(args.base)
+    base = Precision(load_encoder(args.base), args.precision)
     base_sides, cost = {}, []
     for half in halves:
         for check in picked:
@@ -56,11 +75,16 @@ def main() -> int:
                     "base_s": round(time.perf_counter() - started, 2),
                 }
             )
-    print("\nCost of the base's side (this machine, now; the tuned side costs the same):")
+    print(f"\nCost of the base's side (this machine, now, precision {args.precision}; the tuned side costs the same):")
     print_table(cost, ["check", "half", "items", "texts", "tokens", "base_s"])
+    default = {c.name for c in checks.CHECKS}
+    run_s = sum(c["base_s"] for c in cost if c["half"] == "check" and c["check"] in default)
+    print(f"A run's general checks (the default checks' check halves, one encoder): {run_s:.1f} s")
     results = {}
     for folder in args.models:
-        tuned = load_encoder(folder)  # a fresh load of the saved folder: what the app and the CLI score
+        tuned = Precision(
+            load_encoder(folder), args.precision
+        )  # a fresh load of the saved folder: what the app and the CLI score
         rows = []
         for half in halves:
             for check in picked:

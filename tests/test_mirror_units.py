@@ -106,10 +106,12 @@ def test_sentences_on_a_sentence_encoder_use_the_dev_chosen_settings(tmp_path):
     for model in ("bundled", "sentence-transformers/all-mpnet-base-v2", str(st_folder)):
         sents = MirrorConfig.preset("sentences", model=model)
         assert (sents.temperature, sents.lr, sents.epochs, sents.blend_alpha) == (0.1, 1e-5, 1, 0.25)
-        words = MirrorConfig.preset("words", model=model)  # words keep the paper's settings
-        assert (words.temperature, words.lr, words.blend_alpha) == (0.2, 2e-5, 1.0)
+        words = MirrorConfig.preset("words", model=model)  # words keep the paper's τ and lr, blended at 0.75
+        assert (words.temperature, words.lr, words.blend_alpha) == (0.2, 2e-5, 0.75)
     mlm = MirrorConfig.preset("sentences", model=str(mlm_folder))
     assert (mlm.temperature, mlm.blend_alpha) == (0.04, 1.0)  # no blend back toward a base that is no sentence encoder
+    assert MirrorConfig.preset("words", model=str(mlm_folder)).blend_alpha == 1.0
+    assert MirrorConfig.preset("words", blend_alpha=1.0).blend_alpha == 1.0
     assert MirrorConfig.preset("sentences", blend_alpha=1.0).blend_alpha == 1.0  # an explicit value wins
     # explicit values always win over the adjustment
     assert MirrorConfig.preset("sentences", temperature=0.05).temperature == 0.05
