@@ -258,7 +258,7 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
                 gr.Warning(render.toast_text(ev.text))
                 return {ui.saved_md: render.message(ev.text), state: session}
             elif isinstance(ev, Done):
-                shown = render.message(f"Serving `{display_name(path)}`.", "ok")
+                shown = render.message(f"Serving `{display_name(path)}`{render.blend_part(ev.run)}.", "ok")
                 took = render.status_box(render.done_status(ev.run), "ok")  # not the last run's "Tuned and indexed"
                 return {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory)}
         return {state: session}
