@@ -163,13 +163,21 @@ def toast_text(text: str) -> str:
     return html.escape(re.sub(r"`(.+?)`", r"\1", text), quote=False)
 
 
-MOVED_HEADER = (
-    "**Pairs whose rank moved most with tuning.** A pair's rank is its place among all pairs of its set "
-    "(1 = most similar) by gold score, by base cosine and by tuned cosine. Per set: the pairs whose tuned rank came "
-    "closest to their gold rank (*toward gold* > 0: tuning helped) and those pushed farthest from it "
-    "(< 0: tuning hurt). Ranked by distance to the gold rank rather than by raw movement, since that is what "
-    "moves the Spearman correlation."
-)
+def moved_header(run: RunInfo | None) -> str:
+    """Tab ③'s heading over the pairs whose rank moved most: with tuning, or, when the served model is a blend, with
+    the blend (its α and run, and its column's name, as the rest of the tab names it)."""
+    blend = blend_of(run)
+    if blend is None:
+        what, who, col = "with tuning", "tuning", "tuned"
+    else:
+        what, who, col = f"with the blend ({blend_words(blend)})", "the blend", served_label(run)
+    return (
+        f"**Pairs whose rank moved most {what}.** A pair's rank is its place among all pairs of its set "
+        f"(1 = most similar) by gold score, by base cosine and by {col} cosine. Per set: the pairs whose {col} rank "
+        f"came closest to their gold rank (*toward gold* > 0: {who} helped) and those pushed farthest from it "
+        f"(< 0: {who} hurt). Ranked by distance to the gold rank rather than by raw movement, since that is what "
+        "moves the Spearman correlation."
+    )
 
 
 def fmt_interval(ci: Sequence[float] | None, signed: bool = False) -> str:

@@ -165,3 +165,17 @@ def test_a_reused_zip_of_a_blend_is_named_a_blend_loaded_now():
     assert render.uploaded_zip(made_here) is None and render.done_status(made_here) == "Blended and indexed in 2 s."
     assert render.uploaded_zip(blend_run(blend_alpha=None, blended_from=None)) is None
 
+
+def test_the_evaluate_tabs_moved_heading_names_a_blend():
+    """Tab ③ headed a blend's moved pairs "Pairs whose rank moved most with tuning" (a static heading), while its
+    table and bars already said "blend α=0.5"."""
+    from explorer import render
+
+    blend, trained = blend_run(), blend_run(blend_alpha=None, blended_from=None)
+    shown = render.moved_header(blend)
+    assert shown.startswith("**Pairs whose rank moved most with the blend (α = 0.5 of run `aaaaaaaa`).**")
+    assert "by blend α=0.5 cosine" in shown and "the blend helped" in shown and "tuning" not in shown
+    for run in (trained, None):
+        plain = render.moved_header(run)
+        assert plain.startswith("**Pairs whose rank moved most with tuning.**") and "blend" not in plain
+        assert "by tuned cosine" in plain and "tuning helped" in plain
