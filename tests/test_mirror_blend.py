@@ -179,3 +179,17 @@ def test_cli_blend_errors_exit_2_before_any_work(case, message, tuned_dir, tmp_p
         assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     else:
         assert not out.exists()
+
+
+def test_cli_check_of_a_blend_folder_says_it_is_a_blend(pair, tuned_dir, tmp_path, capsys, monkeypatch):
+    """`python -m mirror check` on a blend's folder headed its numbers "tuned: <folder>" like a model as trained."""
+    from mirror import checks
+
+    row = {"name": "Toy", "what": "pairs", "metric": "m", "items": 4, "unit": "pairs", "base": 50.0, "tuned": 50.0}
+    row |= {"delta": 0.0, "ci": [-1.0, 1.0], "verdict": "same"}
+    monkeypatch.setattr(checks, "run_checks", lambda base, tuned, half="check": [row])  # the header, not the checks
+    out = blend_folder(pair[0], tuned_dir, 0.25, tmp_path / "quarter")
+    assert main(["check", str(out), "--device", "cpu"]) == 0
+    assert f"tuned: {out} (a blend: alpha=0.25 of the tuned weights)" in capsys.readouterr().out
+    assert main(["check", str(tuned_dir), "--device", "cpu"]) == 0
+    assert f"tuned: {tuned_dir}   (check half)" in capsys.readouterr().out

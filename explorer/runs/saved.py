@@ -174,7 +174,9 @@ class SavedRuns:
                 loaded = self.app.models.loaded(parent)
                 texts = list(loaded.main.tuned.texts)
                 yield Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base")
-                link_tree(tuned_weights(parent.folder), run / "tuned_model")  # the unblended model, for later blends
+                # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
+                # mirror.blend blends it as α of the tuned weights it came from)
+                link_tree(tuned_weights(parent.folder), run / "tuned_model")
                 # the record names the parent run, so the blend's zip reads as this blend when it is reused
                 blend_folder(loaded.base, run / "tuned_model", alpha, run / "model", of=parent.folder.name)
                 blended = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
