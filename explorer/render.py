@@ -352,7 +352,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         of = f"run `{parent[:8]}`" if parent else "the tuned model"
         made = "No training" if zipped is None else "Loaded now, trained and blended earlier"
         head = (
-            f"### Served: a blend{'' if zipped is None else f' you uploaded (`{zipped}`)'} (run `{run_id[:8]}`), "
+            f"### Served: a blend {'(' if zipped is None else f'you uploaded (`{zipped}`, '}run `{run_id[:8]}`), "
             f"α = {alpha:g} of {of}\n"
             f"{made}: its weights are {1 - alpha:g} × the base's + {alpha:g} × the tuned weights "
             f"of {of}, whose training the table shows.\n\n| Blended from {of} | |\n|---|---|\n{table}\n\n"

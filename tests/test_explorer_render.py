@@ -154,7 +154,7 @@ def test_a_reused_zip_of_a_blend_is_named_a_blend_loaded_now():
     )
     shown = render.run_md(zipped)
     assert shown.startswith(
-        "### Served: a blend you uploaded (`blend.zip`) (run `bbbbbbbb`), α = 0.25 of run `aaaaaaaa`"
+        "### Served: a blend you uploaded (`blend.zip`, run `bbbbbbbb`), α = 0.25 of run `aaaaaaaa`"
     )
     assert "Loaded now, trained and blended earlier: its weights are 0.75 × the base's + 0.25 × the tuned" in shown
     assert "the model you uploaded" not in shown and render.served_label(zipped) == "blend α=0.25"
