@@ -50,7 +50,11 @@ def test_a_reused_zip_of_a_blend_is_served_as_that_blend(app, tuned, tiny_bert):
     app.loader.load_pasted(s, "\n".join(WORDS[:8]))
     assert list(app.saved.use_saved_model(s, str(made.model_zip)))[-1].kind == "done"
     run = s.run
-    assert run.stats["uploaded"] == made.model_zip.name and render.blend_of(run) == (0.5, parent)
+    assert run.stats["uploaded"] == made.model_zip.name and render.blend_of(run) == (0.5, parent[:8])
+    with zipfile.ZipFile(made.model_zip) as z:  # shared with others maybe: no full run id, which would open the run
+        assert parent[:8] in z.read("mirror-model/mirror_config.json").decode() and not any(
+            parent in z.read(n).decode("utf-8", "replace") for n in z.namelist()
+        )
     assert render.done_status(run).startswith(f"Loaded a blend (α = 0.5 of run `{parent[:8]}`) and indexed")
     assert render.served_label(run) == "blend α=0.5" and render.default_alpha(run) == 0.5
     assert "blend α=0.5 of 8 strings from" in app.saved.list_runs([run.folder.name])[0]["label"]

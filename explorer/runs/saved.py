@@ -177,8 +177,9 @@ class SavedRuns:
                 # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
                 # mirror.blend blends it as α of the tuned weights it came from)
                 link_tree(tuned_weights(parent.folder), run / "tuned_model")
-                # the record names the parent run, so the blend's zip reads as this blend when it is reused
-                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model", of=parent.folder.name)
+                # the record names the parent run, so the blend's zip reads as this blend when it is reused; by its
+                # short id only: the zip and a Hub push are shared, and a full run id opens the run (its strings)
+                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model", of=parent.folder.name[:8])
                 blended = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
                 link_tree(parent.folder / "base_index", run / "base_index")
                 events: list[Event] = []
