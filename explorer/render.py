@@ -163,13 +163,21 @@ def toast_text(text: str) -> str:
     return html.escape(re.sub(r"`(.+?)`", r"\1", text), quote=False)
 
 
-MOVED_HEADER = (
-    "**Pairs whose rank moved most with tuning.** A pair's rank is its place among all pairs of its set "
-    "(1 = most similar) by gold score, by base cosine and by tuned cosine. Per set: the pairs whose tuned rank came "
-    "closest to their gold rank (*toward gold* > 0: tuning helped) and those pushed farthest from it "
-    "(< 0: tuning hurt). Ranked by distance to the gold rank rather than by raw movement, since that is what "
-    "moves the Spearman correlation."
-)
+def moved_header(run: RunInfo | None) -> str:
+    """Tab ③'s heading over the pairs whose rank moved most: with tuning, or, when the served model is a blend, with
+    the blend (its α and run, and its column's name, as the rest of the tab names it)."""
+    blend = blend_of(run)
+    if blend is None:
+        what, who, col = "with tuning", "tuning", "tuned"
+    else:
+        what, who, col = f"with the blend ({blend_words(blend)})", "the blend", served_label(run)
+    return (
+        f"**Pairs whose rank moved most {what}.** A pair's rank is its place among all pairs of its set "
+        f"(1 = most similar) by gold score, by base cosine and by {col} cosine. Per set: the pairs whose {col} rank "
+        f"came closest to their gold rank (*toward gold* > 0: {who} helped) and those pushed farthest from it "
+        f"(< 0: {who} hurt). Ranked by distance to the gold rank rather than by raw movement, since that is what "
+        "moves the Spearman correlation."
+    )
 
 
 def fmt_interval(ci: Sequence[float] | None, signed: bool = False) -> str:
@@ -338,18 +346,20 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
     run_id = run.folder.name
-    blend = blend_of(run)
-    if blend is not None:  # first (a blend of an uploaded model keeps its parent's "uploaded"): the training in the
-        alpha, parent = blend  # table is the parent's; the blend itself trained nothing
+    blend, zipped = blend_of(run), uploaded_zip(run)
+    if blend is not None:  # the training in the table is the parent's; the blend itself trained nothing
+        alpha, parent = blend
         of = f"run `{parent[:8]}`" if parent else "the tuned model"
+        made = "No training" if zipped is None else "Loaded now, trained and blended earlier"
         head = (
-            f"### Served: a blend (run `{run_id[:8]}`), α = {alpha:g} of {of}\n"
-            f"No training: its weights are {1 - alpha:g} × the base's + {alpha:g} × the tuned weights "
+            f"### Served: a blend {'(' if zipped is None else f'you uploaded (`{zipped}`, '}run `{run_id[:8]}`), "
+            f"α = {alpha:g} of {of}\n"
+            f"{made}: its weights are {1 - alpha:g} × the base's + {alpha:g} × the tuned weights "
             f"of {of}, whose training the table shows.\n\n| Blended from {of} | |\n|---|---|\n{table}\n\n"
         )
-    elif s.get("uploaded") is not None:  # loaded and indexed now; the table's training was done earlier
+    elif zipped is not None:  # loaded and indexed now; the table's training was done earlier
         head = (
-            f"### Served: the model you uploaded (`{s['uploaded']}`, run `{run_id[:8]}`)\n"
+            f"### Served: the model you uploaded (`{zipped}`, run `{run_id[:8]}`)\n"
             f"Trained earlier, not now: the table shows that training.\n\n| Uploaded model | |\n|---|---|\n{table}\n\n"
         )
     else:
@@ -366,12 +376,14 @@ def done_status(run: RunInfo) -> str:
     uploaded model: the seconds it took to load and index now, its training named as done earlier). A load or a
     blend often takes under a second: said so, not "0 s"."""
     s = run.stats
-    if blend_of(run) is not None:  # first: a blend of an uploaded model keeps its parent's "uploaded"
+    blend, zipped = blend_of(run), uploaded_zip(run)
+    if blend is not None and zipped is None:
         took = s.get("blend_seconds")
         return "Blended and indexed" + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
-    if s.get("uploaded") is not None:
+    if zipped is not None:
         took, trained = s.get("load_seconds"), s.get("seconds")
-        now = "Loaded and indexed" + (f" in {fmt_seconds(float(took))}" if took is not None else "")
+        now = "Loaded and indexed" if blend is None else f"Loaded a blend ({blend_words(blend)}) and indexed"
+        now += f" in {fmt_seconds(float(took))}" if took is not None else ""
         return now + (
             f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."
         )
@@ -392,6 +404,22 @@ def blend_of(run: RunInfo | None) -> tuple[float, str] | None:
     """A blend's α and the id of the run it blends ("" when not known); None for a run as trained, or no run."""
     alpha = run.stats.get("blend_alpha") if run is not None else None
     return None if alpha is None else (float(alpha), str(run.stats.get("blended_from") or ""))
+
+
+def uploaded_zip(run: RunInfo) -> str | None:
+    """The name of the model zip the served model itself was loaded from, None when it was made here: trained, or
+    blended (a blend made here of an uploaded run copies its parent's stats, "uploaded" included, beside its own
+    blend_seconds)."""
+    s = run.stats
+    made_here = blend_of(run) is not None and s.get("blend_seconds") is not None
+    return None if s.get("uploaded") is None or made_here else str(s["uploaded"])
+
+
+def blend_words(blend: tuple[float, str]) -> str:
+    """A blend (`blend_of`) in a few words: "α = 0.5 of run `abcd1234`" ("of the tuned weights" when its run is not
+    known)."""
+    alpha, parent = blend
+    return f"α = {alpha:g} of " + (f"run `{parent[:8]}`" if parent else "the tuned weights")
 
 
 def blend_part(run: RunInfo) -> str:

@@ -212,6 +212,7 @@ def add_check_parser(sub: Any) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     """`check`: every general check, base -> tuned with its interval and a word; exit 0 whatever the verdict."""
     from mirror import checks
+    from mirror.blend import recorded_blend
     from mirror.encoder import load_encoder
 
     tuned = load_encoder(args.tuned, device=args.device)
@@ -224,7 +225,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(checks.json_rows(rows)))
         return 0
     width = max(len(r["name"]) for r in rows)
-    print(f"base: {base_name}   tuned: {args.tuned}   ({args.half} half)")
+    blended = recorded_blend(tuned.info)  # a blend folder says so: its numbers are the blend's, not the tuned model's
+    shown = args.tuned + (f" (a blend: alpha={blended[0]:g} of the tuned weights)" if blended else "")
+    print(f"base: {base_name}   tuned: {shown}   ({args.half} half)")
     for r in rows:
         ci = f"[{r['ci'][0]:+.1f}, {r['ci'][1]:+.1f}]" if r["ci"] else ""
         print(

@@ -29,14 +29,41 @@ def check_alpha(alpha: Any) -> float:
     return a
 
 
-def blend(base: Encoder, tuned: Encoder, alpha: float) -> Encoder:
-    """A new encoder with the tuned model's tokenizer, pooling and config and weights (1 - α)·base + α·tuned.
-    MirrorError when the two models' weights do not match one for one (not the same architecture)."""
+def recorded_blend(info: Any) -> tuple[float, str] | None:
+    """The blend a saved model's mirror_config.json records (written by `blend`): its α of the tuned weights and what
+    it blends ("of": the app's run id, "" when not recorded); None for a model as trained. The sentences preset's
+    own blend after training (`MirrorConfig.blend_alpha`) is part of how that preset trains, so its output reads as
+    a model as trained, not as a blend: only a blend made after training is recorded here."""
+    record = info.get("blend") if isinstance(info, dict) else None
+    if not isinstance(record, dict):
+        return None
+    try:
+        alpha = check_alpha(record.get("alpha"))
+    except MirrorError:
+        return None  # a hand-edited record: not trusted as a blend
+    return alpha, str(record.get("of") or "")
+
+
+def blend(base: Encoder, tuned: Encoder, alpha: float, of: str | None = None) -> Encoder:
+    """A new encoder with the tuned model's tokenizer, pooling and config and weights (1 - α)·base + α·tuned; `of`
+    names the tuned model in the record (the app: its run id). When `tuned` is itself a blend of this base at α0
+    (a saved blend loaded again, e.g. a model zip), α stays α of the tuned weights it blends: the weights are
+    base + (α/α0)·(blend - base), not α·α0 of them. MirrorError when the two models' weights do not match one for
+    one (not the same architecture), or when `tuned` is a blend at α0 = 0 (the base: its tuned weights are gone)."""
     alpha = check_alpha(alpha)
+    weight, prior = alpha, recorded_blend(tuned.info)
+    if prior is not None:
+        if prior[0] == 0.0 and alpha != 0.0:
+            raise MirrorError(
+                "this model is a blend at α = 0 (the base itself): its tuned weights cannot be recovered; "
+                "blend the tuned model it was made from"
+            )
+        weight = alpha / prior[0] if alpha else 0.0
+        of = of or prior[1]
     mixed = copy.deepcopy(tuned.model)
-    mix_weights(mixed, base.model, alpha)
+    mix_weights(mixed, base.model, weight)
     info = copy.deepcopy(tuned.info) if isinstance(tuned.info, dict) else {}
-    info["blend"] = {"alpha": alpha, "base": str(base.source)}
+    info["blend"] = {"alpha": alpha, "base": str(base.source), **({"of": of} if of else {})}
     return Encoder(
         model=mixed,
         tokenizer=tuned.tokenizer,
@@ -49,7 +76,8 @@ def blend(base: Encoder, tuned: Encoder, alpha: float) -> Encoder:
 
 def mix_weights(model: Any, base_model: Any, alpha: float) -> None:
     """Set `model`'s floating-point weights to (1 - α)·base + α·model, in place (the caller owns the write: inside
-    `Encoder.changing_weights` when the model is an encoder's). MirrorError when the weights do not match."""
+    `Encoder.changing_weights` when the model is an encoder's); α > 1 extrapolates (`blend` of a blend). MirrorError
+    when the weights do not match."""
     import torch
 
     ours, theirs = model.state_dict(), base_model.state_dict()
@@ -69,10 +97,12 @@ def mix_weights(model: Any, base_model: Any, alpha: float) -> None:
                 w.copy_(b * (1.0 - alpha) + w * alpha)
 
 
-def blend_folder(base: Encoder | str | Path | None, tuned_dir: str | Path, alpha: float, out_dir: str | Path) -> Path:
+def blend_folder(
+    base: Encoder | str | Path | None, tuned_dir: str | Path, alpha: float, out_dir: str | Path, of: str | None = None
+) -> Path:
     """Blend the tuned model saved in `tuned_dir` with `base` (an encoder, a model name or folder; None: the
     base the tuned folder names) and save the blend to `out_dir` as a model mirror wrote (its mirror_config.json
-    records α and the base)."""
+    records α, the base and `of`, so the folder, its zip and the CLI know it for a blend: `recorded_blend`)."""
     alpha = check_alpha(alpha)
     tuned = load_encoder(tuned_dir)
     if not isinstance(base, Encoder):
@@ -80,5 +110,5 @@ def blend_folder(base: Encoder | str | Path | None, tuned_dir: str | Path, alpha
         if not name:
             raise MirrorError(f"{Path(tuned_dir).name}: the folder does not name its base model; give --base")
         base = load_encoder(check_model_name(str(name)), pooling=tuned.pooling)  # a name from a file: checked
-    mixed = blend(base, tuned, alpha)
+    mixed = blend(base, tuned, alpha, of)
     return save_encoder(mixed, out_dir, extra=mixed.info)

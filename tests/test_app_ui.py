@@ -278,9 +278,10 @@ def test_blend_with_no_run_says_so_on_its_own_line_not_in_tab_one(ui):
     assert "Nothing to blend yet" in next(iter(updates[0].values()))
 
 
-def test_a_served_blend_reads_as_a_blend_in_tab_one_and_on_the_explore_tab(app, tiny_bert):
+def test_a_served_blend_reads_as_a_blend_in_tab_one_and_on_the_explore_tab(app, tiny_bert, tmp_path):
     """After a blend, tab ① said "Done: your tuned model is served" and "Tuned and indexed in <the parent's seconds>",
-    and the Explore tab's health called the blend "tuned": each now names the blend."""
+    the Explore tab's health called the blend "tuned" and tab ③ headed its moved pairs "with tuning": each now names
+    the blend."""
     fns = {f.name: f for f in mx.build_demo(app).fns.values()}
     session = tuned_session(app, tiny_bert)
     parent = session.run.folder.name
@@ -293,6 +294,16 @@ def test_a_served_blend_reads_as_a_blend_in_tab_one_and_on_the_explore_tab(app, 
     assert "blend α=0.5" in last["mx-explore-caption"]
     health = fns["on_served"].fn(session)[0]  # what the caption's change draws next
     assert "| base | blend α=0.5 |" in health and "The blend " in health and "Tuning" not in health
+    # tab ③'s heading over the moved pairs follows the served run, and each evaluation of it
+    assert last["mx-eval-moved-head"].startswith(
+        f"**Pairs whose rank moved most with the blend (α = 0.5 of run `{parent[:8]}`)"
+    )
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("cat dog 9\ncar bus 7\ncat car 2\ndog bus 1\n")
+    shown = quiet(fns["on_eval"].fn, [], str(pairs), session)
+    assert any(
+        isinstance(v, str) and v.startswith("**Pairs whose rank moved most with the blend (α = 0.5") for v in shown
+    )
 
 
 def test_a_blend_never_sends_the_loss_curve_a_frame_without_rows(app, tiny_bert):

@@ -212,14 +212,18 @@ def test_the_evaluate_tab_names_a_served_blend_as_the_blend(app, tuned, tmp_path
     pairs.write_text("cat dog 8\ncar bus 7\nred moon 1\nsun moon 6\nman woman 7\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        md, table, bars, moved, _ = fns["on_eval"].fn([], str(pairs), tuned)
+        md, table, bars, header, moved, _ = fns["on_eval"].fn([], str(pairs), tuned)
     assert "blend α=0.5" in md  # the caption (render.blend_part)
+    parent = tuned.run.stats["blended_from"]  # the moved pairs' heading too (it said "moved most with tuning")
+    assert header.startswith(f"**Pairs whose rank moved most with the blend (α = 0.5 of run `{parent[:8]}`).**")
     columns = list(table["value"].columns)
     assert columns[:5] == ["gold set", "pairs", "base", "base 95% CI", "blend α=0.5"]
     assert "blend α=0.5 95% CI" in columns and not any(c.startswith("tuned") for c in columns)
     assert bars.count(">blend α=0.5</span>") == 1 and ">tuned<" not in bars
     seen: list[Phase] = []
-    rows = app.searcher.evaluate_report(tuned, [], str(pairs), seen.append).rows
+    report = app.searcher.evaluate_report(tuned, [], str(pairs), seen.append)
+    rows = report.rows
+    assert report.moved_header == header  # the report names its run's heading, whatever is served by the time
     assert rows[0]["tuned"] is not None  # the service's rows (the API's) keep their keys
     said = {p.text for p in seen}
     assert "Encoding pairs.txt with the blend α=0.5 encoder" in said and not any("tuned" in t for t in said)
@@ -240,8 +244,9 @@ def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_
     pairs.write_text("cat dog 8\ncar bus 7\nred moon 1\nsun moon 6\nman woman 7\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        md, table, bars, moved, session = fns["on_eval"].fn([], str(pairs), tuned)
+        md, table, bars, header, moved, session = fns["on_eval"].fn([], str(pairs), tuned)
     assert session is tuned and "only 5 pairs" in md and "bootstrap 95% intervals" in md
+    assert header.startswith("**Pairs whose rank moved most with tuning.**")
     assert md.startswith(f"Run `{tuned.run.folder.name[:8]}`")  # the panel says which run it belongs to
     assert table["visible"] is True  # hidden until there is a result (issue 28: no empty "1 · 2 · 3" table)
     table = table["value"]

@@ -140,3 +140,42 @@ def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
     assert render.run_md(of_upload).startswith("### Served: a blend (run `bbbbbbbb`), α = 0.5 of run `aaaaaaaa`")
     no_times = blend_run(blend_alpha=None, blended_from=None, seconds=None, uploaded="mine.zip")
     assert render.done_status(no_times) == "Loaded and indexed; trained earlier."
+
+
+def test_a_reused_zip_of_a_blend_is_named_a_blend_loaded_now():
+    """A newcomer pass: the zip of a blend, reused in tab ①, read "Loaded and indexed" and "the model you uploaded"
+    and was called "tuned" everywhere: it reads as the blend it is, loaded now (its own seconds), trained earlier."""
+    from explorer import render
+
+    zipped = blend_run(blend_seconds=None, uploaded="blend.zip", load_seconds=3.0, blend_alpha=0.25)
+    assert render.uploaded_zip(zipped) == "blend.zip"
+    assert render.done_status(zipped) == (
+        "Loaded a blend (α = 0.25 of run `aaaaaaaa`) and indexed in 3 s; trained earlier in 31 s."
+    )
+    shown = render.run_md(zipped)
+    assert shown.startswith(
+        "### Served: a blend you uploaded (`blend.zip`, run `bbbbbbbb`), α = 0.25 of run `aaaaaaaa`"
+    )
+    assert "Loaded now, trained and blended earlier: its weights are 0.75 × the base's + 0.25 × the tuned" in shown
+    assert "the model you uploaded" not in shown and render.served_label(zipped) == "blend α=0.25"
+    assert "| base | blend α=0.25 | change |" in render.forgetting_md(zipped)
+    unknown = blend_run(blend_seconds=None, blended_from=None, uploaded="cli.zip", load_seconds=3.0)  # `mirror blend`
+    assert render.done_status(unknown).startswith("Loaded a blend (α = 0.5 of the tuned weights) and indexed in 3 s")
+    made_here = blend_run(uploaded="blend.zip", load_seconds=3.0)  # a blend made here of a reused zip
+    assert render.uploaded_zip(made_here) is None and render.done_status(made_here) == "Blended and indexed in 2 s."
+    assert render.uploaded_zip(blend_run(blend_alpha=None, blended_from=None)) is None
+
+
+def test_the_evaluate_tabs_moved_heading_names_a_blend():
+    """Tab ③ headed a blend's moved pairs "Pairs whose rank moved most with tuning" (a static heading), while its
+    table and bars already said "blend α=0.5"."""
+    from explorer import render
+
+    blend, trained = blend_run(), blend_run(blend_alpha=None, blended_from=None)
+    shown = render.moved_header(blend)
+    assert shown.startswith("**Pairs whose rank moved most with the blend (α = 0.5 of run `aaaaaaaa`).**")
+    assert "by blend α=0.5 cosine" in shown and "the blend helped" in shown and "tuning" not in shown
+    for run in (trained, None):
+        plain = render.moved_header(run)
+        assert plain.startswith("**Pairs whose rank moved most with tuning.**") and "blend" not in plain
+        assert "by tuned cosine" in plain and "tuning helped" in plain

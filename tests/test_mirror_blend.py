@@ -10,7 +10,8 @@ import torch
 
 from mirror import MirrorConfig
 from mirror.__main__ import main
-from mirror.blend import blend, blend_folder, check_alpha
+from mirror.blend import blend, blend_folder, check_alpha, recorded_blend
+from mirror.config import SENTENCE_ENCODER_ADJUSTMENTS
 from mirror.encoder import load_encoder, load_sentence_transformer
 from mirror.errors import MirrorError
 from mirror.train import mirror_tune, save_result
@@ -104,6 +105,40 @@ def test_blend_folder_asks_for_the_base_when_the_folder_names_none(tuned_dir, tm
         blend_folder(None, copy, 0.5, tmp_path / "out")
 
 
+def test_a_saved_blend_records_what_it_blends_and_a_model_as_trained_records_none(pair, tiny_bert, tuned_dir, tmp_path):
+    """A model zip of a blend read as a tuned model once loaded again: the folder now records the blend (α and the
+    run it blends), which `recorded_blend` reads back; a model as trained, the sentences preset's own blend after
+    training included (its config's blend_alpha), is no blend."""
+    base, tuned = pair
+    assert recorded_blend(tuned.info) is None
+    out = blend_folder(base, tuned_dir, 0.25, tmp_path / "blend", of="a" * 32)
+    assert recorded_blend(load_encoder(out).info) == (0.25, "a" * 32)
+    assert recorded_blend(load_encoder(blend_folder(base, tuned_dir, 0.5, tmp_path / "b2")).info) == (0.5, "")
+    blended = SENTENCE_ENCODER_ADJUSTMENTS["sentences"]["blend_alpha"]  # what the preset does on a sentence encoder
+    config = MirrorConfig.preset("sentences", model=str(tiny_bert), pooling="mean", blend_alpha=blended, **TINY)
+    preset = load_encoder(save_result(mirror_tune(WORDS, config), tmp_path / "preset"))
+    assert preset.info["config"]["blend_alpha"] == config.blend_alpha and recorded_blend(preset.info) is None
+    assert recorded_blend({"blend": {"alpha": 7}}) is None and recorded_blend({"blend": "x"}) is None
+
+
+def test_a_blend_of_a_saved_blend_is_alpha_of_the_tuned_weights(pair, tuned_dir, tmp_path):
+    """Blending a loaded blend (a reused zip's model) at α gave α·α0 of the tuned weights, while the slider and the
+    record said α: it is now α of the tuned weights the first blend was made from."""
+    base, tuned = pair
+    saved = load_encoder(blend_folder(base, tuned_dir, 0.25, tmp_path / "quarter", of="parent"))
+    again = blend(base, saved, 0.5)
+    direct = weights(blend(base, tuned, 0.5))
+    for key, w in weights(again).items():
+        torch.testing.assert_close(w, direct[key], atol=1e-5, rtol=1e-4)
+    assert recorded_blend(again.info) == (0.5, "parent")  # still of the run the first blend was made from
+    for alpha, same in ((0.25, saved), (0.0, base)):
+        theirs = weights(same)
+        assert all(torch.equal(w, theirs[k]) for k, w in weights(blend(base, saved, alpha)).items())
+    nothing = load_encoder(blend_folder(base, tuned_dir, 0.0, tmp_path / "zero"))
+    with pytest.raises(MirrorError, match="tuned weights cannot be recovered"):
+        blend(base, nothing, 0.5)
+
+
 # ------------------------------------------------------------------------------------------------------ CLI
 
 
@@ -144,3 +179,17 @@ def test_cli_blend_errors_exit_2_before_any_work(case, message, tuned_dir, tmp_p
         assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     else:
         assert not out.exists()
+
+
+def test_cli_check_of_a_blend_folder_says_it_is_a_blend(pair, tuned_dir, tmp_path, capsys, monkeypatch):
+    """`python -m mirror check` on a blend's folder headed its numbers "tuned: <folder>" like a model as trained."""
+    from mirror import checks
+
+    row = {"name": "Toy", "what": "pairs", "metric": "m", "items": 4, "unit": "pairs", "base": 50.0, "tuned": 50.0}
+    row |= {"delta": 0.0, "ci": [-1.0, 1.0], "verdict": "same"}
+    monkeypatch.setattr(checks, "run_checks", lambda base, tuned, half="check": [row])  # the header, not the checks
+    out = blend_folder(pair[0], tuned_dir, 0.25, tmp_path / "quarter")
+    assert main(["check", str(out), "--device", "cpu"]) == 0
+    assert f"tuned: {out} (a blend: alpha=0.25 of the tuned weights)" in capsys.readouterr().out
+    assert main(["check", str(tuned_dir), "--device", "cpu"]) == 0
+    assert f"tuned: {tuned_dir}   (check half)" in capsys.readouterr().out

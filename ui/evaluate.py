@@ -33,7 +33,8 @@ def evaluate_tab() -> SimpleNamespace:
     # drawing (base only, before tuning) and dropped the tuned bars afterwards
     ui.eval_plot = gr.HTML("", elem_id="mx-eval-plot")
     with gr.Accordion("Pairs whose rank moved most", open=False):
-        gr.Markdown(render.MOVED_HEADER)
+        # follows the served run (RunView.served, and each evaluation): a blend's moved "with the blend"
+        ui.moved_head = gr.Markdown(render.moved_header(None), elem_id="mx-eval-moved-head")
         ui.moved = gr.Dataframe(interactive=False, elem_id="mx-eval-moved")
     return ui
 
@@ -50,7 +51,7 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             progress((ev.done, ev.total), desc=ev.text + (f" · {left}" if left else ""), unit="strings")
 
         return call_service(
-            app, s, 4, lambda session: eval_outputs(app.searcher.evaluate_report(session, gold_value, pairs_path, step))
+            app, s, 5, lambda session: eval_outputs(app.searcher.evaluate_report(session, gold_value, pairs_path, step))
         )
 
     def eval_outputs(report: EvalReport) -> tuple:
@@ -63,9 +64,10 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             render.eval_chart(report.rows, report.encoders, report.served),
         )
         shown = gr.update(value=table, visible=True)
-        return render.eval_md(report.rows, report.notes, report.caption), shown, chart, moved
+        header = report.moved_header or render.moved_header(None)
+        return render.eval_md(report.rows, report.notes, report.caption), shown, chart, header, moved
 
-    outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved, state]
+    outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved_head, ui.moved, state]
     # one progress bar (with the time left), over the scores' line: not a copy over every output
     kw = {"show_progress_on": [ui.eval_md], **ENCODE_QUEUE, **PRIVATE}
     ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **kw)

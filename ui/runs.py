@@ -87,7 +87,7 @@ class RunView:
         self.search, self.evaluate, self.explore = search, evaluate, explore
         self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
         self.outputs += [search.results]
-        self.outputs += [evaluate.gold, ui.launch, ui.cancel, ui.runs, browser, state]
+        self.outputs += [evaluate.gold, evaluate.moved_head, ui.launch, ui.cancel, ui.runs, browser, state]
         self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
         self.outputs += [ui.input_md, ui.estimate_md]
         self.outputs += [c for c in explore_outputs(explore) if c not in self.outputs]
@@ -108,6 +108,7 @@ class RunView:
             # the last search's hits were the previous run's: gone, with what to do for this run's
             self.search.results: render.status_box("A new run is served: press **Search** to see its neighbours."),
             self.evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
+            self.evaluate.moved_head: render.moved_header(run),  # "…with the blend…" when it is one
             **explore_panels(self.explore, run),
             ui.runs: self.run_list(memory, run.folder.name),
             self.browser: memory,
@@ -258,7 +259,7 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
                 gr.Warning(render.toast_text(ev.text))
                 return {ui.saved_md: render.message(ev.text), state: session}
             elif isinstance(ev, Done):
-                shown = render.message(f"Serving `{display_name(path)}`.", "ok")
+                shown = render.message(f"Serving `{display_name(path)}`{render.blend_part(ev.run)}.", "ok")
                 took = render.status_box(render.done_status(ev.run), "ok")  # not the last run's "Tuned and indexed"
                 return {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory)}
         return {state: session}

@@ -46,6 +46,7 @@ class EvalReport:
     notes: list[str] = field(default_factory=list)
     encoders: tuple[str, ...] = ("base", "tuned")
     caption: str = ""  # which run (or the base model alone) was evaluated
+    moved_header: str = ""  # the heading over `moved` (render.moved_header: "…moved most with the blend…" for one)
     served: str = "tuned"  # the "tuned" encoder's name on screen: "blend α=0.5" for a blend (render.served_label)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.compare.search import search_both
 from explorer.events import Phase
-from explorer.render import run_caption, served_label
+from explorer.render import moved_header, run_caption, served_label
 from explorer.runs.models import IndexPair
 from explorer.runs.sessions import Session
 from explorer.share.uploads import display_name
@@ -141,4 +141,5 @@ class Searcher:
             encoders = [("base", self.app.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
         report = evaluate_sets(sets, encoders, on_progress, served_label(run))
-        return dataclasses.replace(report, notes=notes + report.notes, caption=run_caption(run))
+        caption, header = run_caption(run), moved_header(run)
+        return dataclasses.replace(report, notes=notes + report.notes, caption=caption, moved_header=header)

@@ -71,6 +71,7 @@ class SavedRuns:
         yield from self.app.trainer.exclusive(session, self._use_saved(session, zip_path))
 
     def _use_saved(self, session: Session, zip_path: str) -> Iterator[Event]:
+        from mirror.blend import recorded_blend
         from mirror.encoder import load_encoder
 
         started = time.perf_counter()  # this upload's own seconds (its stats carry the training's, done earlier)
@@ -102,6 +103,9 @@ class SavedRuns:
                 stats = dict(tuned.info.get("stats") or {})
                 stats.update(pooling=tuned.pooling, mode=(tuned.info.get("config") or {}).get("mode", "?"))
                 stats.update(uploaded=display_name(zip_path), notes=notes)
+                blended = recorded_blend(tuned.info)  # a zip of a blend reads as that blend, not as a tuned model
+                if blended is not None:
+                    stats.update(blend_alpha=blended[0], blended_from=blended[1])
                 stats["summary"] = f"uploaded model {display_name(zip_path)}" + (
                     f" ({stats['summary']})" if stats.get("summary") else ""
                 )
@@ -170,8 +174,12 @@ class SavedRuns:
                 loaded = self.app.models.loaded(parent)
                 texts = list(loaded.main.tuned.texts)
                 yield Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base")
-                link_tree(tuned_weights(parent.folder), run / "tuned_model")  # the unblended model, for later blends
-                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model")
+                # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
+                # mirror.blend blends it as α of the tuned weights it came from)
+                link_tree(tuned_weights(parent.folder), run / "tuned_model")
+                # the record names the parent run, so the blend's zip reads as this blend when it is reused; by its
+                # short id only: the zip and a Hub push are shared, and a full run id opens the run (its strings)
+                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model", of=parent.folder.name[:8])
                 blended = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
                 link_tree(parent.folder / "base_index", run / "base_index")
                 events: list[Event] = []
