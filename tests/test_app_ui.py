@@ -425,7 +425,10 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
         sessions.append(s)
     monkeypatch.setattr("explorer.runs.jobs.ABANDONED_S", 600.0)  # its page stays open: only Gradio's expiry acts
     busy = sessions[1]  # closed while a run goes on: cleaned up when the run ends
-    # a run goes on in its own thread, whether its page pulls events or not: this one runs until cancelled below
+    # a run goes on in its own thread, whether its page pulls events or not: this one runs until cancelled below. On
+    # the 14 WORDS its 1000 epochs were ~4,000 tiny steps, which could end before the sleeps below (sized by the TTL)
+    # did, and the session went with its run (seen failing at random); 196 strings make it ~49,000 steps
+    app.loader.load_pasted(busy, "\n".join(f"{a} {b}" for a in WORDS for b in WORDS))
     running = app.trainer.train(
         busy, str(tiny_bert), "auto", {**TINY, "batch_size": 4, "max_steps": None, "epochs": 1000}
     )
