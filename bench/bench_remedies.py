@@ -70,6 +70,9 @@ REMEDIES: dict[str, tuple[dict, str]] = {
     "distill10-freeze3": ({"distill": 10.0, "freeze_layers": 3, "freeze_embeddings": True}, "both"),
     "join2": ({"join_views": 2, "max_length": 100}, "longer views: 2 strings joined into one training string"),
     "join4": ({"join_views": 4, "max_length": 200}, "longer views: 4 strings joined into one training string"),
+    # early stopping: training has no schedule (constant lr, seeded order), so the first N steps of a run are the run
+    # stopped at step N; stopping on the general checks = the largest N that holds on dev
+    **{f"stop{n}": ({"max_steps": n}, f"early stop: the first {n} steps") for n in (10, 20, 30, 40)},
 }
 ALPHAS = (0.25, 0.5, 0.75)  # the blends tried for a "+blend" row (α = 1 is the trained model's own row)
 # preset: (training set, in-domain pairs set, the general check that is that same set, so not "general" here)
