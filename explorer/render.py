@@ -490,7 +490,7 @@ def forgetting_md(run: RunInfo | None) -> str:
     verdict = check.get("verdict", "") if blend is None else blend_verdict(check["checks"], blend[0])
     took = f" The checks took {check['seconds']:g} s." if check.get("seconds") is not None else ""
     note = (
-        "\n\nHalf of each bundled set (the other half chose the defaults). *Worse* means a drop of more than "
+        "\n\nThe check half of each bundled set (its dev half chose the defaults). *Worse* means a drop of more than "
         f"{MARGIN:g} point with its whole interval below zero, *better* the same upwards; *Long documents* asks "
         "whether the top 10 for a real document are its related documents (World English Bible chapters: the next "
         "chapter, then its book, then books of its kind), *Short articles* the same for the Jargon File's entries "

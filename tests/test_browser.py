@@ -286,10 +286,15 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         page.locator("#mx-twinmap .tm-mode[data-mode=box]").click()
         root.scroll_into_view_if_needed()
         x, y = map_xy(page, "base", k)
-        page.mouse.move(x - 60, y - 60)
+        # the box's corners inside the map's canvas: a drag starts only on it (the point may lie near an edge; 60 px
+        # beyond it pressed on the page and drew no box, in the layout a clean clone's run gives)
+        box = page.locator('#mx-twinmap .tm-map[data-map="base"] canvas').bounding_box()
+        x0, y0 = max(x - 60, box["x"] + 2), max(y - 60, box["y"] + 2)
+        x1, y1 = min(x + 60, box["x"] + box["width"] - 2), min(y + 60, box["y"] + box["height"] - 2)
+        page.mouse.move(x0, y0)
         page.mouse.down()
         page.mouse.move(x, y, steps=4)
-        page.mouse.move(x + 60, y + 60, steps=4)
+        page.mouse.move(x1, y1, steps=4)
         page.mouse.up()
         # the map writes its data-* hooks on its next animation frame (twinmap.js sync): read right after the
         # pointerup, a loaded machine's late frame read 0 (failed at random in CI)
