@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mirror.checks import SUGGESTED_ALPHA, no_worse, worse_rows
+from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError
 
@@ -502,15 +502,7 @@ def forgetting_md(run: RunInfo | None) -> str:
 def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:
     """What a blend's general checks mean, naming it a blend (the verdict kept with a run speaks of "the tuned model"
     and, when a check is worse, suggests a blend, which this already is)."""
-    head = f"The served model is a blend: α = {alpha:g} of the tuned weights."
-    worse, listed = worse_rows(rows)
-    if not worse:
-        return f"{head} {no_worse(rows, 'the blend')}"
-    n = len(worse)
-    return (
-        f"{head} The blend is worse than the base on {n} general check{'s' if n > 1 else ''}: {listed}. A lower α "
-        "keeps more of the base (α = 0 is the base itself)."
-    )
+    return f"The served model is a blend: α = {alpha:g} of the tuned weights. {blend_summary(rows)}"
 
 
 def own_long_md(check: dict[str, Any]) -> str:

@@ -234,7 +234,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"{r['name']:<{width}}  {r['base']:5.1f} -> {r['tuned']:5.1f}  {r['delta']:+5.1f} {ci:<15} {r['verdict']:<6}"
             f"  {r['metric']}, {r['items']} {r['unit']}: {r['what']}"
         )
-    print(checks.summary(rows))
+    print(checks.blend_summary(rows) if blended else checks.summary(rows))  # a blend is not told to blend
     return 0
 
 

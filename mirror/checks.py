@@ -408,6 +408,19 @@ def summary(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def blend_summary(rows: Sequence[dict[str, Any]]) -> str:
+    """What a blend's checks mean, naming it a blend (`summary` speaks of "the tuned model" and, when a check is
+    worse, suggests a blend, which this already is)."""
+    worse, listed = worse_rows(rows)
+    if not worse:
+        return no_worse(rows, "the blend")
+    n = len(worse)
+    return (
+        f"The blend is worse than the base on {n} general check{'s' if n > 1 else ''}: {listed}. A lower α keeps "
+        "more of the base (α = 0 is the base itself)."
+    )
+
+
 def word_of(row: dict[str, Any]) -> str:
     """A row's verdict word; rows kept before the words existed (a run's stats) had only `worse`."""
     return row.get("verdict") or ("worse" if row.get("worse") else "same")

@@ -190,6 +190,14 @@ def test_cli_check_of_a_blend_folder_says_it_is_a_blend(pair, tuned_dir, tmp_pat
     monkeypatch.setattr(checks, "run_checks", lambda base, tuned, half="check": [row])  # the header, not the checks
     out = blend_folder(pair[0], tuned_dir, 0.25, tmp_path / "quarter")
     assert main(["check", str(out), "--device", "cpu"]) == 0
-    assert f"tuned: {out} (a blend: alpha=0.25 of the tuned weights)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"tuned: {out} (a blend: alpha=0.25 of the tuned weights)" in printed
+    assert printed.splitlines()[-1] == "General checks: the blend is no worse than the base on any of them."
+    worse = row | {"tuned": 40.0, "delta": -10.0, "ci": [-12.0, -8.0], "verdict": "worse"}
+    monkeypatch.setattr(checks, "run_checks", lambda base, tuned, half="check": [worse])
+    assert main(["check", str(out), "--device", "cpu"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]  # a blend is not told to blend: a lower α keeps more of the base
+    assert last.startswith("The blend is worse than the base on 1 general check: Toy") and "A lower α" in last
+    assert "blend at α" not in last
     assert main(["check", str(tuned_dir), "--device", "cpu"]) == 0
     assert f"tuned: {tuned_dir}   (check half)" in capsys.readouterr().out
