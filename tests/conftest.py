@@ -45,6 +45,22 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    # Gradio copies every file it serves from outside its temp folder (the model zips of the test servers, ~90 MB
+    # each) into GRADIO_TEMP_DIR, <tmp>/gradio by default, and a test server ends before its delete_cache runs: a
+    # run of the suite left ~2 GB there each time, until a full disk failed a blend (OSError). The session's own
+    # folder instead, removed at its end (a value set outside the tests wins).
+    if "GRADIO_TEMP_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["GRADIO_TEMP_DIR"] = config._mirror_gradio_tmp = tempfile.mkdtemp(prefix="mirror-tests-gradio-")
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_mirror_gradio_tmp", None)
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
