@@ -14,7 +14,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from tests.server import ROOT, serve_app
+from tests.server import ROOT, serve
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -44,8 +44,10 @@ def chromium_or_skip() -> str:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[str]:
-    with serve_app(tmp_path_factory.mktemp("browser_app")) as url:
-        yield url
+    # these paths do not read the general checks (tests/test_verdict_browser.py does, with them on): off, each run
+    # and blend here saves encoding ~1,200 check texts with the tuned model (~8-18 s on 2 loaded cores)
+    with serve(tmp_path_factory.mktemp("browser_app"), env={"MIRROR_GENERAL_CHECKS": "0"}) as served:
+        yield served.url
 
 
 @pytest.fixture(scope="module")
