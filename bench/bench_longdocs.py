@@ -82,9 +82,8 @@ def main() -> int:
     print(f"A run's general checks (the default checks' check halves, one encoder): {run_s:.1f} s")
     results = {}
     for folder in args.models:
-        tuned = Precision(
-            load_encoder(folder), args.precision
-        )  # a fresh load of the saved folder: what the app and the CLI score
+        # a fresh load of the saved folder: what the app and the CLI score
+        tuned = Precision(load_encoder(folder), args.precision)
         rows = []
         for half in halves:
             for check in picked:

@@ -108,6 +108,9 @@ class LinkedDocs:
         return LinkedDocs(*(tuple(col[i] for i in keep) for col in columns))
 
 
+DocItems = Docs | LinkedDocs  # the items of a documents check ("docs" or "links")
+
+
 LONG_DOCS = Check(
     "Long documents",
     "bible-docs.tsv",
@@ -216,7 +219,7 @@ def cap_docs(docs: Docs, n: int) -> Docs:
     return docs.subset(sorted(keep))
 
 
-def check_items(check: Check, half: str = "check") -> tuple[Pair, ...] | Docs | LinkedDocs:
+def check_items(check: Check, half: str = "check") -> tuple[Pair, ...] | DocItems:
     """The items a check scores: its "check" half (odd pairs; half of the sources; the documents the file marks)
     or its "dev" half, capped.
     Read once per process: every run, and every time estimate, asks for them."""
@@ -224,7 +227,7 @@ def check_items(check: Check, half: str = "check") -> tuple[Pair, ...] | Docs | 
 
 
 @functools.lru_cache(maxsize=32)
-def _check_items(check: Check, half: str, gold: Path) -> tuple[Pair, ...] | Docs | LinkedDocs:
+def _check_items(check: Check, half: str, gold: Path) -> tuple[Pair, ...] | DocItems:
     if half not in ("check", "dev"):
         raise ValueError(f"half must be 'check' or 'dev', not {half!r}")
     if check.kind == "links":
@@ -240,12 +243,12 @@ def _check_items(check: Check, half: str, gold: Path) -> tuple[Pair, ...] | Docs
 def check_texts(check: Check, half: str = "check") -> list[str]:
     """The distinct strings a check encodes (what its cost is made of)."""
     items = check_items(check, half)
-    if isinstance(items, Docs | LinkedDocs):
+    if isinstance(items, DocItems):
         return list(items.texts)
     return sorted({p[0] for p in items} | {p[1] for p in items})
 
 
-def relevance(docs: Docs | LinkedDocs) -> np.ndarray:
+def relevance(docs: DocItems) -> np.ndarray:
     """The graded relevance of document j to document i (n x n, int): 3 neighbours (consecutive lines of one
     source), 2 same source, 1 same group, 0 otherwise (linked documents: see `linked_relevance`); -1 on the diagonal
     (a document is not ranked against itself)."""
@@ -299,10 +302,10 @@ def graded_ndcg(vectors: np.ndarray, grades: np.ndarray, k: int | None = TOP_K) 
     return out
 
 
-def side(encoder, check: Check, items: tuple[Pair, ...] | Docs | LinkedDocs) -> np.ndarray:
+def side(encoder, check: Check, items: tuple[Pair, ...] | DocItems) -> np.ndarray:
     """What one encoder contributes to a check, before the comparison: the pairs' cosines, or each document's
     nDCG (float64)."""
-    if isinstance(items, Docs | LinkedDocs):
+    if isinstance(items, DocItems):
         return graded_ndcg(encoder.encode(list(items.texts), normalize=True), relevance(items))
     return pair_cosines(encoder, items)
 
@@ -331,20 +334,18 @@ def verdict_word(delta: float, ci: Sequence[float] | None, margin: float) -> str
     return "same"
 
 
-def score(items: tuple[Pair, ...] | Docs | LinkedDocs, one_side: np.ndarray) -> float:
+def score(items: tuple[Pair, ...] | DocItems, one_side: np.ndarray) -> float:
     """A check's figure for one encoder's side (`side`), unrounded: Spearman ×100 of the pairs' cosines with the gold
     scores, or the documents' mean nDCG ×100."""
-    if isinstance(items, Docs | LinkedDocs):
+    if isinstance(items, DocItems):
         return 100 * float(np.nanmean(one_side))
     return 100 * spearman(one_side, [p[2] for p in items])
 
 
-def compare(
-    check: Check, items: tuple[Pair, ...] | Docs | LinkedDocs, base_side: np.ndarray, tuned_side: np.ndarray
-) -> dict:
+def compare(check: Check, items: tuple[Pair, ...] | DocItems, base_side: np.ndarray, tuned_side: np.ndarray) -> dict:
     """One check's row: base and tuned scores, the change with its 95% interval, and the verdict word."""
     b, t = score(items, base_side), score(items, tuned_side)
-    if isinstance(items, Docs | LinkedDocs):
+    if isinstance(items, DocItems):
         ci = bootstrap_mean_difference(100 * base_side, 100 * tuned_side)
     else:
         gold = [p[2] for p in items]
