@@ -12,7 +12,7 @@ the shared state, and one object per concern over it (`app.loader`, `app.planner
 Imports go down only: explorer/ uses mirror/ and index/, never ui/ or app.py (tests/test_layers.py).
 """
 
-from explorer.events import Cancelled, Done, Failed, Note, Phase, Step, Tick
+from explorer.events import Cancelled, Done, Failed, Note, Phase, Served, Step, Tick
 from explorer.runs.sessions import RunHandle, RunInfo, Session
 from explorer.service import MirrorApp
 from explorer.settings import Settings
@@ -26,6 +26,7 @@ __all__ = [
     "Phase",
     "RunHandle",
     "RunInfo",
+    "Served",
     "Session",
     "Settings",
     "Step",

@@ -1,9 +1,10 @@
 """Progress events: one frozen dataclass per kind, born in the job runner and drawn by the UI, the API and the CLI.
 
 A training job yields Phase, Step, Note and Tick while it runs, then one of Finished (its files are in its
-folder) or Stopped (cancelled, timed out, abandoned) or Failed (Phase, Step, Finished and Stopped are the tune -> index job's own, defined with it in
-index.pipeline). The service turns Finished into Done (the run
-it now serves) and Stopped into Cancelled (with the sentence to show). Adding a field is one edit here.
+folder) or Stopped (cancelled, timed out, abandoned) or Failed (Phase, Step, Finished and Stopped are the tune -> index
+job's own, defined with it in index.pipeline). The service turns Finished into Served (the run it now serves) and,
+once its general checks, card and downloads are made, Done; and Stopped into Cancelled (with the sentence to show).
+Adding a field is one edit here.
 Every event has a `kind` string, the same for an event and the dict an API client gets.
 """
 
@@ -43,6 +44,15 @@ class Done:
 
 
 @dataclass(frozen=True)
+class Served:
+    """The run's model and indexes are served now (search and Explore use them); its general checks, card and
+    downloads follow, then Done."""
+
+    run: RunInfo
+    kind: ClassVar[str] = "served"
+
+
+@dataclass(frozen=True)
 class Cancelled:
     """The run stopped early; the previous run (if any) stays served."""
 
@@ -60,7 +70,20 @@ class Failed:
     kind: ClassVar[str] = "error"
 
 
-__all__ = ["Cancelled", "Done", "Event", "Failed", "Finished", "Note", "Phase", "Step", "Stopped", "TERMINAL", "Tick"]
+__all__ = [
+    "Cancelled",
+    "Done",
+    "Event",
+    "Failed",
+    "Finished",
+    "Note",
+    "Phase",
+    "Served",
+    "Step",
+    "Stopped",
+    "TERMINAL",
+    "Tick",
+]
 
-Event = Phase | Step | Note | Tick | Finished | Stopped | Done | Cancelled | Failed
+Event = Phase | Step | Note | Tick | Finished | Stopped | Served | Done | Cancelled | Failed
 TERMINAL = (Done, Cancelled, Failed)

@@ -387,7 +387,23 @@ def done_status(run: RunInfo) -> str:
         return now + (
             f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."
         )
-    return f"Tuned and indexed in {fmt_seconds(float(s.get('wall_seconds', 0)))}."
+    done = f"Tuned and indexed in {fmt_seconds(float(s.get('wall_seconds', 0)))}"
+    served, checks = s.get("served_seconds"), (s.get("forgetting") or {}).get("seconds")
+    if served is not None and checks is not None:  # served before its checks: searchable then, and what they took
+        return (
+            f"{done}: searchable after {fmt_seconds(float(served))}, then its general checks ({fmt_seconds(checks)})."
+        )
+    return done + "."
+
+
+def served_status(run: RunInfo) -> str:
+    """Tab ①'s status line when a run is served before its general checks (the Served event)."""
+    took = run.stats.get("served_seconds")
+    when = f" after {fmt_seconds(float(took))}" if took is not None else ""
+    return (
+        f"Tuned and indexed{when}: Search and Explore use it now. Checking general similarity (the forgetting check); "
+        "the downloads and the checks' table follow in a few seconds."
+    )
 
 
 def run_caption(run: RunInfo | None) -> str:
@@ -466,12 +482,20 @@ def health_md(health: dict[str, Any], run: RunInfo | None = None) -> str:
     return f"**Space health.** {health.get('summary', '')}\n\n{table}"
 
 
+CHECKS_PENDING = (
+    "**General checks:** running now on the served model (word pairs, sentence pairs, real documents); their table "
+    "appears here in a few seconds. Search and Explore already use the tuned model."
+)
+
+
 def forgetting_md(run: RunInfo | None) -> str:
     """The general checks of a run (base -> tuned on bundled word pairs, sentence pairs and real long documents,
     each change with its interval and a plain word) and the verdict."""
     from explorer.compare.forgetting import MARGIN
     from mirror.checks import word_of
 
+    if run is not None and getattr(run, "checks_pending", False):
+        return message(CHECKS_PENDING, "info")
     check = (run.stats.get("forgetting") if run is not None else None) or {}
     if not check.get("checks"):
         return "**General checks:** not run for this run." if run is not None else ""

@@ -4,6 +4,8 @@ training run by the service (never failing it)."""
 
 from __future__ import annotations
 
+import zipfile
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from explorer.compare.forgetting import CHECKS, Check, forgetting_check, verdict
 from explorer.settings import Settings
 from mirror import checks as engine
 from mirror.checks import check_items
+from mirror.errors import MirrorError
 from tests.conftest import train
 
 TOY = Check("Toy pairs", "toy.tsv", "toy similarity", 200)
@@ -123,6 +126,58 @@ def test_every_run_ends_with_the_forgetting_check(app, tiny_bert):
     shown = render.forgetting_md(s.run)
     assert "| general check | score | items | base | tuned | change | 95% interval of the change | verdict |" in shown
     assert all(f"| {c.name} |" in shown for c in CHECKS) and check["verdict"] in shown
+
+
+def test_a_run_is_served_before_its_checks_and_its_downloads_follow(app, tiny_bert, monkeypatch):
+    """The run is searchable while its general checks run (they add no wait before Search: seconds on a CPU without
+    bf16, more for a larger base); its card and downloads carry them once they are in."""
+    s, seen = app.session(), {}
+    app.loader.load_pasted(s, "cat\ndog\ncar\nbus\nred\nblue\nbig\nsmall")
+    real = forgetting.forgetting_check
+
+    def while_checking(base, tuned, **kw):  # what a user sees while the checks run
+        run = s.run
+        seen.update(pending=run.checks_pending, zip=run.model_zip.exists(), shown=render.forgetting_md(run))
+        seen["hits"] = app.searcher.search(s, "cat", k=3)[0]["tuned"]
+        other = app.saved.open_run(app.session(), run.folder.name)  # another page opens its link meanwhile
+        seen["other"] = (other.checks_pending, render.forgetting_md(other))
+        with pytest.raises(MirrorError, match="still running"):  # its card has no checks yet
+            app.explore.push(s, "me/run", "hf_x")
+        return real(base, tuned, **kw)
+
+    monkeypatch.setattr(forgetting, "forgetting_check", while_checking)
+    events = train(app, s, tiny_bert)
+    kinds = [e.kind for e in events]
+    assert kinds[-1] == "done" and kinds.count("served") == 1, kinds
+    served, done = events[kinds.index("served")], events[-1]
+    assert served.run is done.run is s.run
+    phases = [e.text for e in events[kinds.index("served") :] if e.kind == "phase"]
+    assert phases == ["Checking general similarity (the forgetting check)", "Preparing downloads"]
+    assert seen["pending"] and not seen["zip"] and seen["shown"] == render.message(render.CHECKS_PENDING, "info")
+    assert [h["text"] for h in seen["hits"]][0] == "cat"
+    assert seen["other"] == (True, seen["shown"])
+    run = s.run
+    assert not run.checks_pending and run.model_zip.is_file() and run.index_zip.is_file()
+    assert run.stats["forgetting"]["checks"] and 0 < run.stats["served_seconds"] <= run.stats["wall_seconds"]
+    card = (run.folder / "model" / "README.md").read_text(encoding="utf-8")
+    assert all(f"| {c.name} |" in card for c in CHECKS)  # the card (and the zip) carry the checks
+    with zipfile.ZipFile(run.model_zip) as zf:
+        assert zf.read("mirror-model/README.md").decode("utf-8") == card
+    kept = app.saved.open_run(app.session(), run.folder.name)
+    assert not kept.checks_pending and kept.stats["forgetting"] == run.stats["forgetting"]
+    assert "searchable after" in render.done_status(run)
+
+
+def test_a_run_whose_server_stopped_during_its_checks_opens_with_its_downloads(app, tuned):
+    """run.json says its checks were pending and no run of that id is in progress (the server restarted): it opens
+    as a run without checks, its downloads made then."""
+    run = tuned.run
+    run.checks_pending = True
+    run.model_zip.unlink()
+    app.runs.save(run)
+    opened = app.saved.open_run(app.session(), run.folder.name)
+    assert not opened.checks_pending and opened.model_zip.is_file()
+    assert not app.runs.load(run.folder.name).checks_pending
 
 
 def test_a_failing_check_never_fails_the_run(app, tiny_bert, monkeypatch, caplog):

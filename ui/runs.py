@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, render
-from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Step
+from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Step
 from explorer.runs.sessions import RunInfo
 from explorer.runs.store import remember
 from explorer.share.uploads import display_name
@@ -101,8 +101,7 @@ class RunView:
         ui, words, memory = self.ui, run.stats.get("mode") != "sentences", remember(memory, run.folder.name)
         return {
             ui.result_md: render.run_md(run),
-            ui.model_file: gr.update(value=str(run.model_zip), visible=True),
-            ui.index_file: gr.update(value=str(run.index_zip), visible=True),
+            **self.downloads(run),
             ui.loss_plot: TrainView.plot(run.losses, run.stats.get("batch_sizes")),
             self.search.served_md: render.served_md(session),
             # the last search's hits were the previous run's: gone, with what to do for this run's
@@ -115,11 +114,53 @@ class RunView:
             self.state: session,
         }
 
+    def downloads(self, run: RunInfo) -> dict:
+        """The run's two downloads, hidden while they are not made yet (a run served before its checks)."""
+        ui = self.ui
+        return {
+            f: gr.update(value=str(p), visible=True) if p.is_file() else gr.update(value=None, visible=False)
+            for f, p in ((ui.model_file, run.model_zip), (ui.index_file, run.index_zip))
+        }
+
+    def checked(self, run: RunInfo, memory: dict) -> dict:
+        """What changes when a run served before its checks (Served) is Done: its summary, downloads, checks and
+        blend, nothing the user may be looking at since (search results, Explore's maps, what moved)."""
+        ui, explore = self.ui, self.explore
+        return {
+            ui.result_md: render.run_md(run),
+            **self.downloads(run),
+            explore.forget_md: render.forgetting_md(run),
+            explore.remedy_btn: gr.update(visible=render.remedy_offered(run)),
+            explore.alpha: gr.update(value=render.default_alpha(run)),
+            ui.runs: self.run_list(memory, run.folder.name),
+        }
+
     def draw(self, events: Iterator[Event], session: Session, memory: dict, progress: gr.Progress) -> Iterator[dict]:
-        """A run's events drawn as they come (at most twice a second), then its end."""
-        ui, view = self.ui, TrainView(progress)
+        """A run's events drawn as they come (at most twice a second), then its end. A run served before its
+        general checks (Served) is drawn served at once, and its checks and downloads when it is Done."""
+        ui, view, served = self.ui, TrainView(progress), False
         idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
         for ev in events:
+            if isinstance(ev, Served):
+                served, memory = True, remember(memory, ev.run.folder.name)
+                box = render.status_box(render.served_status(ev.run), "ok")
+                # Cancel cannot undo a served run; Launch waits for the checks (the run holds its training slot)
+                yield {
+                    ui.status_md: box,
+                    ui.cancel: gr.update(interactive=False),
+                    **self.served(ev.run, session, memory),
+                }
+                continue
+            if served and isinstance(ev, Done):
+                box = render.status_box(render.done_status(ev.run), "ok")
+                yield {
+                    ui.status_md: box,
+                    **idle,
+                    **self.checked(ev.run, memory),
+                    self.browser: memory,
+                    self.state: session,
+                }
+                return
             if isinstance(ev, Failed | Cancelled):
                 gr.Warning(render.toast_text(ev.text))
                 kept = " Your previous model and index are still served." if session.run else ""

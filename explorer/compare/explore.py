@@ -258,6 +258,8 @@ class RunExplorer:
             raise MirrorError(NO_RUN)
         if not self.app.settings.allow_hub:
             raise MirrorError("this server does not talk to the Hugging Face Hub (MIRROR_ALLOW_HUB is off)")
+        if run.checks_pending:  # its card is written once they are in: a push now would carry no checks
+            raise MirrorError("this run's general checks are still running; push in a few seconds, when they are in")
         return hub.push_model(
             run.folder / "model", repo_id, token, private=private, max_bytes=self.app.settings.max_model_bytes
         )

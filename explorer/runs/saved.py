@@ -35,9 +35,12 @@ class SavedRuns:
     def open_run(self, session: Session, run_id: str) -> RunInfo:
         """Serve a kept run (by its id: a link, the browser's run list, an API call) to this session."""
         info = self.app.runs.load(run_id)
-        loaded = self.app.models.loaded(
-            info
-        )  # a run whose files went bad fails here, and the session keeps what it had
+        # a run whose files went bad fails here, and the session keeps what it had
+        loaded = self.app.models.loaded(info)
+        if info.checks_pending and info.folder.name not in self.app.in_progress:  # its server stopped during its checks
+            info.checks_pending = False
+            package_run(info, zip_model=not info.model_zip.exists())
+            self.app.runs.save(info)
         if loaded.rebuilt and REBUILT_NOTE not in info.stats.get("notes", []):
             self._after_rebuild(info)
         with session.lock:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Step, Stopped
+from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Served, Step, Stopped
 from explorer.render import fmt_seconds, user_error
 from explorer.runs.jobs import train_job
 from explorer.runs.models import release_memory
@@ -134,7 +134,7 @@ class Trainer:
 
     def follow(self, run_id: str, since: int = 0, session: Session | None = None) -> Iterator[Event]:
         """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run; with
-        `session`, that session can cancel it, and is served the run when it is done."""
+        `session`, that session can cancel it, and is served the run once it is served (Served, then Done)."""
         handle = self.app.in_progress.get(run_id)
         if handle is None:
             raise MirrorError("that run is not in progress on this server (finished, or the server restarted)")
@@ -143,7 +143,7 @@ class Trainer:
         for ev in handle.follow(since):
             if session is not None and isinstance(ev, TERMINAL) and session.active is handle:
                 session.active = None  # before the consumer sees the end (it may stop pulling there)
-            if session is not None and isinstance(ev, Done) and session.run is not ev.run:
+            if session is not None and isinstance(ev, Served | Done) and session.run is not ev.run:
                 self.app.saved.open_run(session, run_id)
             yield ev
 
@@ -252,28 +252,23 @@ class Trainer:
                         return
                     if isinstance(ev, Finished):
                         info = new_run_info(run, config.model, texts, source, ev.stats, package=False)
-                        check_s = None
-                        if self.app.settings.general_checks:
-                            from explorer.compare.forgetting import base_scored
-
-                            yield Phase("Checking general similarity (the forgetting check)")
-                            loaded = self.app.models.loaded(info)  # what _serve loads next: a broken model fails here
-                            encoders = 1 if base_scored(loaded.base) else 2
-                            info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
-                            check_s = (info.stats["forgetting"] or {}).get("seconds")
-                            check_s = check_s / encoders if check_s is not None else None
-                        if planned is not None:
-                            self.app.estimator.observe(
-                                planned.key, planned.phase("training"), ev.stats.get("seconds"), check_s
-                            )
-                        yield Phase("Preparing downloads")
-                        info = self.serve(session, package_run(info))  # its card has the checks' results
-                        info.stats.update(
-                            wall_seconds=round(time.perf_counter() - started, 1),
-                            started_at=round(started_at, 3),
-                            finished_at=round(time.time(), 3),
-                        )
-                        served.append(info)
+                        if not self.app.settings.general_checks:
+                            if planned is not None:
+                                train_s = ev.stats.get("seconds")
+                                self.app.estimator.observe(planned.key, planned.phase("training"), train_s, None)
+                            yield Phase("Preparing downloads")
+                            served.append(self.serve(session, package_run(info)))
+                            self.app.runs.save(finished(info, started, started_at))
+                            yield Done(info)
+                            return
+                        # served before its checks: search and Explore use the run while they run (seconds, more on a
+                        # CPU without bf16 or a larger base), then its card and downloads carry them
+                        info.checks_pending = True
+                        info.stats["served_seconds"] = round(time.perf_counter() - started, 1)
+                        served.append(self.serve(session, info))  # a broken model fails here, before the swap
+                        yield Served(info)
+                        yield from self._check_and_package(info, texts, planned, ev.stats.get("seconds"))
+                        self.app.runs.save(finished(info, started, started_at))  # checks_pending False from now on
                         yield Done(info)
                         return
                     yield ev
@@ -285,6 +280,29 @@ class Trainer:
         except Exception as exc:
             log.exception("run failed")
             yield Failed(f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served")
+
+    def _check_and_package(
+        self, info: RunInfo, texts: Sequence[str], planned: Any, train_s: float | None
+    ) -> Iterator[Event]:
+        """A served run's general checks, then its card and downloads (which carry them). Nothing here fails the run:
+        it is served already; a check that cannot run is left out (logged), downloads that cannot be made are said."""
+        from explorer.compare.forgetting import base_scored
+
+        yield Phase("Checking general similarity (the forgetting check)")
+        loaded = self.app.models.loaded(info)
+        encoders = 1 if base_scored(loaded.base) else 2
+        info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
+        check_s = (info.stats["forgetting"] or {}).get("seconds")
+        if planned is not None:
+            check_s = check_s / encoders if check_s is not None else None
+            self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
+        yield Phase("Preparing downloads")
+        try:
+            package_run(info)  # its card has the checks' results
+        except Exception as exc:
+            log.exception("could not package the run's downloads")
+            info.stats["notes"] = [*info.stats.get("notes", []), f"The downloads could not be made ({exc})."]
+        info.checks_pending = False
 
     def new_run_folder(self, session: Session, handle: RunHandle) -> Path:
         run = self.app.runs.folder(handle.id)
@@ -362,6 +380,16 @@ def new_run_info(
         index_zip=folder / download_name(base_model, folder.name, "index"),
     )
     return package_run(info, zip_model=model_zip is None) if package else info
+
+
+def finished(info: RunInfo, started: float, started_at: float) -> RunInfo:
+    """`info` with the run's wall time (from Launch to served with its checks and downloads) and its clock times."""
+    info.stats.update(
+        wall_seconds=round(time.perf_counter() - started, 1),
+        started_at=round(started_at, 3),
+        finished_at=round(time.time(), 3),
+    )
+    return info
 
 
 def package_run(info: RunInfo, zip_model: bool = True) -> RunInfo:
