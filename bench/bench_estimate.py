@@ -10,7 +10,10 @@ fresh `python app.py` whose visitor arrives after it. Prints estimate vs
 measured per phase and in total, with the load average (2 cores shared with other work: the measurements move
 with it).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_estimate.py [--sizes 400,1500,10000] [--cold] [--warm-up]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_estimate.py [--sizes 400,1500,10000] [--cold] [--warm-up] [--fp32]
+
+"searchable after s": from Launch to the run served (the Served event: search and Explore use it), before its general
+checks and downloads; "measured s" runs to Done. `--fp32` runs everything as a CPU without native bf16 does.
 
 400 is examples/small_words.txt (411 words), 1500 the first 1,500 of examples/en_top10k.txt, 10000 all of it.
 """
@@ -27,7 +30,7 @@ from pathlib import Path
 from common import EXAMPLES, print_table, write_json
 
 from explorer import MirrorApp, Settings
-from explorer.events import Cancelled, Done, Failed, Phase, Step
+from explorer.events import Cancelled, Done, Failed, Phase, Served, Step
 from explorer.tune.estimate import PHASES, in_fresh_thread
 from explorer.tune.inputs import build_config
 
@@ -95,6 +98,8 @@ def visit(app: MirrorApp, size: int, row: dict) -> dict:
     for ev in app.trainer.train(session, "bundled", "auto", {}):
         if isinstance(ev, Step):
             steps.append(round(time.perf_counter() - started, 3))
+        if isinstance(ev, Served):  # the tuned model is searchable from here; its checks and downloads follow
+            row["served_s"] = round(time.perf_counter() - started, 2)
         if isinstance(ev, Phase | Step | Done):
             phase = "training" if isinstance(ev, Step) else current
             if isinstance(ev, Phase):
@@ -123,7 +128,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="400,1500,10000", help="comma-separated: 400, 1500 and/or 10000")
     parser.add_argument("--cold", action="store_true", help="every size estimated as on a fresh server")
     parser.add_argument("--warm-up", action="store_true", help="the server's start-up warm-up first (timed)")
+    parser.add_argument(
+        "--fp32", action="store_true", help="as a CPU without native bf16 runs it (precision auto = fp32 everywhere)"
+    )
     args = parser.parse_args()
+    if args.fp32:
+        import mirror.encoder
+
+        mirror.encoder.cpu_has_native_bf16 = lambda: False
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-estimate-") as tmp:
@@ -149,14 +161,20 @@ def main() -> None:
                 f"{r['measured']['base index'] + r['measured']['tuned index']:.0f}"
             ),
             "checks est / meas s": f"{r['estimated']['general checks']:.0f} / {r['measured']['general checks']:.0f}",
+            "searchable after s": r.get("served_s", "-"),
             "load avg before -> after": f"{r['load_before']} -> {r['load_after']}",
         }
         for r in rows
     ]
     print()
     print_table(table, list(table[0]))
-    name = "estimate" + ("-cold" if args.cold else "") + ("-warm-up" if args.warm_up else "")
-    write_json(f"{name}.json", {"rows": rows, "cold": args.cold, "warm_up": args.warm_up})
+    name = (
+        "estimate"
+        + ("-cold" if args.cold else "")
+        + ("-warm-up" if args.warm_up else "")
+        + ("-fp32" if args.fp32 else "")
+    )
+    write_json(f"{name}.json", {"rows": rows, "cold": args.cold, "warm_up": args.warm_up, "fp32": args.fp32})
 
 
 if __name__ == "__main__":

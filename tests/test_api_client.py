@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server import ROOT, serve_app
+from tests.server import ROOT, serve
 
 WORDS = (ROOT / "examples" / "small_words.txt").read_text().split()[:50]
 FAST = {"max_steps": 2, "batch_size": 16}
@@ -18,8 +18,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[str]:
-    with serve_app(tmp_path_factory.mktemp("api_app")) as url:
-        yield url
+    # no general checks: nothing here reads them, and each bundled-model run would pay ~8-16 s for them
+    with serve(tmp_path_factory.mktemp("api_app"), {"MIRROR_GENERAL_CHECKS": "0"}) as served:
+        yield served.url
 
 
 @pytest.fixture(scope="module")

@@ -210,6 +210,7 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
     first = app.planner.estimate(s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 1 and "calibrated on this machine just now" in first
     assert "**Plan:** 2 steps" in first and "estimated ~" in first
+    assert "(searchable after ~" in first  # served before its general checks and downloads
     for name in ("load", "base index", "training", "save", "tuned index", "downloads", "general checks"):
         assert name in first
     again = app.planner.estimate(s, str(tiny_bert), "auto", {**TINY, "max_steps": 3})  # same key: a setting of the plan
@@ -315,7 +316,7 @@ def test_the_service_learns_from_each_run_and_drops_checks_that_are_off(app, tin
     t = off.session()
     off.loader.load_pasted(t, "\n".join(WORDS))
     text = off.planner.estimate(t, str(tiny_bert), "auto", TINY)
-    assert "training" in text and "general checks" not in text
+    assert "training" in text and "general checks" not in text and "searchable after" not in text
 
 
 def test_a_second_request_waits_for_the_calibration_another_one_started(app, tiny_bert, monkeypatch):

@@ -246,7 +246,8 @@ def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, lo
     roots = tmp_path / "models"
     evil = remote_code_model(roots / "evil", tiny_bert)
     unknown = remote_code_model(roots / "unknown", tiny_bert, model_type="evil-net")
-    app = MirrorApp(Settings(work_dir=tmp_path / "w", model_roots=(roots, Path(tiny_bert))))
+    # no general checks: they would score the bundled model's run (~15 s) and load nothing this test looks at
+    app = MirrorApp(Settings(work_dir=tmp_path / "w", model_roots=(roots, Path(tiny_bert)), general_checks=False))
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))
     for model in ["some-org/remote-code-model", str(evil), str(tiny_bert), BUNDLED_MODEL]:

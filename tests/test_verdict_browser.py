@@ -48,9 +48,12 @@ def test_the_verdict_table_and_the_one_click_remedy(server, browser, tmp_path): 
         page.locator("#mx-launch").click()
         expect(page.locator("#mx-result")).to_contain_text("Done", timeout=300_000)
 
+        # served before its checks: the tuned model is searchable at once, the checks' table and downloads follow
         page.get_by_role("tab", name="④ Explore").click()
         table = page.locator("#mx-forgetting")
-        expect(table).to_contain_text("Tuning made the model worse")
+        expect(table).to_contain_text("Tuning made the model worse", timeout=120_000)
+        expect(page.locator("#mx-status")).to_contain_text("searchable after")
+        expect(page.locator("#mx-model-zip a[href]").first).to_be_attached()
         text = table.inner_text()
         for name in ("SimLex-999", "WordSim-353", "STS-B dev", "Long documents", "Short articles"):
             assert name in text

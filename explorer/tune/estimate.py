@@ -526,7 +526,12 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
     if cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
         how += f" while it was busy (load {cal.load:.1f} per core): the run may take much less, or more"
-    return f"{plan} · **estimated ~{fmt_seconds(est.total)}** on this {cal.where}: {shown}{reused} · _{how}_{extra}"
+    after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
+    ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
+    return (
+        f"{plan} · **estimated ~{fmt_seconds(est.total)}**{ready} on this {cal.where}: {shown}{reused} · _{how}_"
+        f"{extra}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the first guess
