@@ -364,8 +364,10 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         )
     else:
         head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
+    pending = getattr(run, "checks_pending", False)  # served before its checks: its downloads come with them
+    downloads = "Downloads follow with the general checks." if pending else "Downloads below."
     return (
-        f"{head}Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. Downloads below. "
+        f"{head}Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. {downloads} "
         f"[Link to this run](?run={run_id}) (whoever has it can open the run; a run unused for a while is removed)."
         f"{extra}"
     )

@@ -161,10 +161,13 @@ def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
     # served before its general checks: every panel switched then, the downloads and the checks' table at the end
     (at,) = [i for i, u in enumerate(named) if "Search and Explore use it now" in u.get("mx-status", "")]
     assert not named[at]["mx-model-zip"]["visible"] and "running now" in named[at]["mx-forgetting"]
+    assert "Downloads follow with the general checks." in named[at]["mx-result"]
     assert named[at]["mx-cancel"]["interactive"] is False and "mx-search-results" not in named[-1]
+    assert all("Search and Explore use it now" in u["mx-status"] for u in named[at:-1] if "mx-status" in u)
     last = {k: v for u in named for k, v in u.items()}  # what the page shows at the end
     assert "Tuned and indexed" in last["mx-status"] and "Done: your tuned model is served" in last["mx-result"]
     assert "searchable after" in last["mx-status"] and "| SimLex-999 |" in last["mx-forgetting"]
+    assert "Downloads below." in last["mx-result"]
     assert last["mx-model-zip"]["visible"] and re.search(
         r"/mirror-tiny_bert\w*-[0-9a-f]{12}-model\.zip$", last["mx-model-zip"]["value"]
     )

@@ -151,6 +151,8 @@ class RunView:
                     **self.served(ev.run, session, memory),
                 }
                 continue
+            if served and not isinstance(ev, Done | Failed | Cancelled):  # the status keeps saying it is served
+                continue
             if served and isinstance(ev, Done):
                 box = render.status_box(render.done_status(ev.run), "ok")
                 yield {

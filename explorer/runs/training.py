@@ -289,13 +289,17 @@ class Trainer:
         from explorer.compare.forgetting import base_scored
 
         yield Phase("Checking general similarity (the forgetting check)")
-        loaded = self.app.models.loaded(info)
-        encoders = 1 if base_scored(loaded.base) else 2
-        info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
-        check_s = (info.stats["forgetting"] or {}).get("seconds")
-        if planned is not None:
-            check_s = check_s / encoders if check_s is not None else None
-            self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
+        try:
+            loaded = self.app.models.loaded(info)  # loaded by `serve` just before
+            encoders = 1 if base_scored(loaded.base) else 2
+            info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
+            check_s = (info.stats["forgetting"] or {}).get("seconds")
+            if planned is not None:
+                check_s = check_s / encoders if check_s is not None else None
+                self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
+        except Exception:  # a bug: the served run stays served, without its checks
+            log.exception("the general checks of a served run failed")
+            info.stats["forgetting"] = None
         yield Phase("Preparing downloads")
         try:
             package_run(info)  # its card has the checks' results

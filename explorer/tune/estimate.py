@@ -529,8 +529,7 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
     ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
     return (
-        f"{plan} · **estimated ~{fmt_seconds(est.total)}**{ready} on this {cal.where}: {shown}{reused} · _{how}_"
-        f"{extra}"
+        f"{plan} · **estimated ~{fmt_seconds(est.total)}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
     )
 
 
