@@ -1,0 +1,77 @@
+"""What a run's general checks cost on a larger base (issue 25's budget): the encode of every check half's texts
+(mirror.checks.CHECKS, what runs after each run, for the tuned model: the base's side is kept per base) by an encoder
+of a given shape, at a given precision, on this machine.
+
+    .venv/bin/python bench/bench_check_cost.py --shape bundled --shape bert-base [--precision auto|fp32|bf16]
+
+`bundled` is the bundled all-MiniLM-L6-v2 itself (6 layers, 384 wide); `bert-base` (12 x 768) and `bert-large`
+(24 x 1024) are those shapes randomly initialised with the bundled tokenizer and its 256-token limit: what an
+encode costs depends on the shape and the tokens, not on the weights, and no such model installs offline here.
+Output: a table (seconds per check and in all, and the ratio to the bundled shape when it ran), and
+bench/out/check-cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from common import machine, print_table, write_json
+
+from mirror.checks import CHECKS, check_texts
+from mirror.encoder import load_encoder
+
+SHAPES = {
+    "bert-base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
+    "bert-large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
+}
+
+
+def shaped(shape: str, scratch: Path):
+    """The bundled encoder, or a random one of `shape` with the bundled tokenizer, saved and loaded as a user's."""
+    bundled = load_encoder("bundled")
+    if shape == "bundled":
+        return bundled
+    import torch
+    from transformers import AutoModel, BertConfig
+
+    config = BertConfig(**{**bundled.model.config.to_dict(), **SHAPES[shape]})
+    torch.manual_seed(0)
+    folder = scratch / shape
+    AutoModel.from_config(config).save_pretrained(folder)
+    bundled.tokenizer.save_pretrained(folder)
+    encoder = load_encoder(folder, pooling="mean")
+    encoder.max_seq_length = bundled.max_seq_length  # the bundled model's limit: the same tokens as its checks
+    return encoder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", action="append", choices=["bundled", *SHAPES], help="(default: bundled, bert-base)")
+    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="check-cost-") as tmp:
+        for shape in args.shape or ["bundled", "bert-base"]:
+            encoder = shaped(shape, Path(tmp))
+            encoder.encode(["warm up"], precision=args.precision)
+            row: dict = {"shape": shape}
+            for check in CHECKS:
+                started = time.perf_counter()
+                encoder.encode(check_texts(check, "check"), precision=args.precision)
+                row[check.name] = round(time.perf_counter() - started, 2)
+            row["all s"] = round(sum(row[c.name] for c in CHECKS), 1)
+            rows.append(row)
+            print(row, flush=True)
+    bundled = next((r["all s"] for r in rows if r["shape"] == "bundled"), None)
+    for row in rows:
+        row["x bundled"] = round(row["all s"] / bundled, 1) if bundled else "-"
+    print(f"\nA run's general checks, the tuned side (precision {args.precision}, {machine()['cpus']} cores):")
+    print_table(rows, ["shape", *(c.name for c in CHECKS), "all s", "x bundled"])
+    write_json("check-cost.json", {"precision": args.precision, "rows": rows, "machine": machine()})
+
+
+if __name__ == "__main__":
+    main()
