@@ -24,6 +24,7 @@ from mirror.config import MirrorConfig
 from mirror.data import clean_texts
 from mirror.encoder import Encoder, autocast, load_encoder, pooled, resolve_device, resolve_precision, save_encoder
 from mirror.errors import MirrorError
+from mirror.general import Mixer, mixed_count
 from mirror.loss import distill_cosine, l2_to_anchor, nt_xent
 
 LOWER_LR = "lower the learning rate or raise the temperature"
@@ -141,12 +142,13 @@ class StepBudget:
     extra_tokens: int  # special tokens, and what a span mask can add
     world_size: int = 1
     explicit: bool = False  # set by the caller (--memory-mb), not read from this machine
+    mix: float = 0.0  # general text added to every batch (mix_general): a batch of n strings trains n + mixed_count
 
     def padded(self, tokens: int) -> int:
         return min(tokens + self.extra_tokens, self.max_length)
 
     def cost(self, count: int, padded: int) -> int:
-        views = 2 * math.ceil(count / self.world_size)
+        views = 2 * math.ceil((count + mixed_count(count, self.mix)) / self.world_size)
         return memory.step_bytes(views, padded, self.geometry, self.dtype_bytes, training=True)
 
     def capacity(self, padded: int, most: int) -> int:
@@ -229,6 +231,7 @@ def step_budget(
         extra_tokens=encoder.tokenizer.num_special_tokens_to_add() + mask,
         world_size=world_size,
         explicit=memory_budget is not None,
+        mix=config.mix_general,
     )
 
 
@@ -316,7 +319,8 @@ def mirror_tune(
     texts, _ = clean_texts(texts)
     if len(texts) < 2:
         raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
-    n_texts, texts = len(texts), joined(texts, config.join_views, config.seed)
+    user, texts = texts, joined(texts, config.join_views, config.seed)
+    n_texts = len(user)
     if len(texts) < 2:
         raise MirrorError(f"{n_texts} strings joined {config.join_views} at a time make 1 training string: join fewer")
     device = resolve_device(config.device)
@@ -337,6 +341,10 @@ def mirror_tune(
     rng = random.Random(config.seed + 1)  # views draw from their own stream, so plan_steps can replay plan_rng
     plan = (min_batch, config.bucket_by_length)  # the rest of plan_epoch's arguments, the same for every epoch
     total = count_steps(lengths, config.batch_size, plan_rng, budget, config.epochs, *plan, config.max_steps)
+    mixer = Mixer.of(config.mode, config.mix_general, user, encoder.token_lengths)
+    mix_rng = random.Random(config.seed + 3)  # its own stream: without mixing, batches and views are as they were
+    if mixer is not None:
+        notes.append(mixer.note(config.mode))
 
     model = encoder.model
     _set_trainable(model, config)
@@ -381,12 +389,9 @@ def mirror_tune(
                         cancelled = True
                         break
                     batch_ids = queue.pop(0)
+                    strings = [texts[i] for i in batch_ids] + _mixed_in(mixer, batch_ids, lengths, budget, mix_rng)
                     try:
-                        pending.append(
-                            _train_step(
-                                encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device, anchor
-                            )
-                        )
+                        pending.append(_train_step(encoder, optimizer, scaler, strings, config, rng, device, anchor))
                     except torch.OutOfMemoryError:
                         # Free what the failed step held and go on with half the batch: fewer negatives
                         # per step, but the run finishes, and the result says so.
@@ -401,7 +406,7 @@ def mirror_tune(
                         notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
                         continue
                     step += 1
-                    sizes.append(len(batch_ids))
+                    sizes.append(len(strings))
                     if len(pending) >= sync_every:
                         read_back()
                 if cancelled or step >= total:
@@ -432,6 +437,17 @@ def mirror_tune(
         n_texts=n_texts,
         notes=notes,
     )
+
+
+def _mixed_in(
+    mixer: Mixer | None, batch_ids: list[int], lengths: Sequence[int], budget: StepBudget, rng: random.Random
+) -> list[str]:
+    """The general strings a batch takes (none without a mixer): no longer than its longest string, unless that one
+    is already cut at the max length (then any length pads the same)."""
+    if mixer is None:
+        return []
+    longest = max(lengths[i] for i in batch_ids)
+    return mixer.draw(len(batch_ids), longest if budget.padded(longest) < budget.max_length else None, rng)
 
 
 def _ready_encoder(encoder: Encoder | None, config: MirrorConfig, device: torch.device) -> Encoder:
