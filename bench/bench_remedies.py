@@ -1,8 +1,8 @@
 """Remedies against forgetting: train the bundled model with each remedy (mirror.config: distill, l2_base,
-freeze_layers/freeze_embeddings, blend_alpha, join_views, max_steps, mix_general) for a preset, then score every saved
-model FROM A FRESH LOAD of its folder: in-domain (sentences: STS-B dev; words: SimLex-999) and every general check,
-each on its DEV half (to choose) and its CHECK half (to report), plus STS-B test (held out, where ../shared/data has
-it); with training time and peak memory (max RSS of the training process). WiSE-FT rows ("+blend"): a trained model
+freeze_layers/freeze_embeddings, blend_alpha, join_views, max_steps, mix_general, lora_rank) for a preset, then score
+every saved model FROM A FRESH LOAD of its folder: in-domain (sentences: STS-B dev; words: SimLex-999) and every
+general check, each on its DEV half (to choose) and its CHECK half (to report), plus STS-B test (held out, where
+../shared/data has it); with training time and peak memory (max RSS of the training process). WiSE-FT rows ("+blend"): a trained model
 that does not hold on dev (a general dev check more than half its margin below the base, `holds`) is blended with its
 base at the α of ALPHAS that keeps the most in-domain dev score among those that hold.
 
@@ -75,6 +75,9 @@ REMEDIES: dict[str, tuple[dict, str]] = {
     **{f"stop{n}": ({"max_steps": n}, f"early stop: the first {n} steps") for n in (10, 20, 30, 40)},
     # general text (examples/general: Wikipedia sentences, words for a words run) as this share of every batch
     **{f"mix{p}": ({"mix_general": p / 100}, f"{p}% of every batch general text") for p in (10, 25, 50)},
+    # LoRA: rank-r adapters on the attention layers, base frozen, merged at the end; adapters usually want a higher lr
+    **{f"lora{r}": ({"lora_rank": r}, f"LoRA rank {r} on the attention layers") for r in (8, 16)},
+    "lora8-lr1e-4": ({"lora_rank": 8, "lr": 1e-4}, "LoRA rank 8 on the attention layers, lr 1e-4"),
 }
 ALPHAS = (0.25, 0.5, 0.75)  # the blends tried for a "+blend" row (α = 1 is the trained model's own row)
 # preset: (training set, in-domain pairs set, the general check that is that same set, so not "general" here)

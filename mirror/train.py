@@ -8,7 +8,6 @@ import inspect
 import math
 import platform
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from mirror.data import clean_texts
 from mirror.encoder import Encoder, autocast, load_encoder, pooled, resolve_device, resolve_precision, save_encoder
 from mirror.errors import MirrorError
 from mirror.general import Mixer, mixed_count
+from mirror.lora import LAYER, add_lora, merge_lora
 from mirror.loss import distill_cosine, l2_to_anchor, nt_xent
 
 LOWER_LR = "lower the learning rate or raise the temperature"
@@ -348,6 +348,9 @@ def mirror_tune(
 
     model = encoder.model
     _set_trainable(model, config)
+    if config.lora_rank:  # before the anchor's copy: the copy's adapters are zero, it computes the base
+        adapted = add_lora(model, config.lora_rank, config.freeze_layers)
+        notes.append(f"LoRA rank {config.lora_rank} on {adapted} attention layers, merged into the weights at the end")
     anchor = Anchor.of(model, encoder.pooling, config)
     encoder.model = _wrapped_for_training(model, config, world_size, device)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
@@ -414,6 +417,9 @@ def mirror_tune(
             read_back()
         finally:
             encoder.model = model  # unwrap DDP
+            merge_lora(model)  # W + B·A: a plain model again, whatever ended the run
+            if anchor is not None:
+                merge_lora(anchor.model)  # B = 0 there: the base's weights, under the same names (the blend's)
             model.eval()
             optimizer.zero_grad(set_to_none=True)
             for param in model.parameters():  # a later run on this encoder decides afresh what trains
@@ -512,9 +518,6 @@ class Anchor:
         return torch.stack([t.to(z1.device) for t in terms]).sum() if terms else None
 
 
-_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # encoder.layer.3. (BERT, RoBERTa), transformer.layer.3. (DistilBERT)
-
-
 def _set_trainable(model: Any, config: MirrorConfig) -> None:
     """What trains: everything but BERT's pooler head (unused by [CLS]/mean pooling), the embeddings when frozen,
     and the lowest `freeze_layers` transformer layers. MirrorError when the model has fewer layers than that."""
@@ -522,7 +525,7 @@ def _set_trainable(model: Any, config: MirrorConfig) -> None:
     if config.freeze_layers and layers is not None and config.freeze_layers > layers:
         raise MirrorError(f"frozen layers must be at most the model's {layers} layers, got {config.freeze_layers}")
     for name, param in model.named_parameters():
-        layer = _LAYER.search(name)
+        layer = LAYER.search(name)
         frozen = (
             name.startswith("pooler.")
             or (config.freeze_embeddings and name.startswith("embeddings."))
