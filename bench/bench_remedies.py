@@ -2,9 +2,9 @@
 freeze_layers/freeze_embeddings, blend_alpha, join_views, max_steps, mix_general, lora_rank) for a preset, then score
 every saved model FROM A FRESH LOAD of its folder: in-domain (sentences: STS-B dev; words: SimLex-999) and every
 general check, each on its DEV half (to choose) and its CHECK half (to report), plus STS-B test (held out, where
-../shared/data has it); with training time and peak memory (max RSS of the training process). WiSE-FT rows ("+blend"): a trained model
-that does not hold on dev (a general dev check more than half its margin below the base, `holds`) is blended with its
-base at the α of ALPHAS that keeps the most in-domain dev score among those that hold.
+../shared/data has it); with training time and peak memory (max RSS of the training process). WiSE-FT rows
+("+blend"): a trained model that does not hold on dev (a general dev check more than half its margin below the base,
+`holds`) is blended with its base at the α of ALPHAS that keeps the most in-domain dev score among those that hold.
 
     .venv/bin/python bench/bench_remedies.py --preset sentences                      # every remedy in REMEDIES
     .venv/bin/python bench/bench_remedies.py --preset sentences --remedy none --remedy distill10 --blend none

@@ -53,7 +53,7 @@ def test_off_every_batch_is_the_users_strings_alone(tiny_bert, monkeypatch):
 @pytest.mark.parametrize("fraction", [0.25, 0.5])
 def test_a_fraction_adds_general_strings_to_the_same_batches_and_steps(tiny_bert, monkeypatch, fraction):
     plain, plain_result = batches_of(tiny_bert, SENTENCES, monkeypatch)
-    # max length 8 cuts every batch: any general sentence pads the same (the tiny vocab spells them out letter by letter)
+    # max length 8 cuts every batch: any general sentence pads the same (the tiny vocab spells them letter by letter)
     mixed, result = batches_of(tiny_bert, SENTENCES, monkeypatch, mix_general=fraction, max_length=8)
     corpus = set(general_text("sentences"))
     assert result.steps == plain_result.steps == len(mixed) == len(plain)
