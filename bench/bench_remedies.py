@@ -77,7 +77,10 @@ REMEDIES: dict[str, tuple[dict, str]] = {
     **{f"mix{p}": ({"mix_general": p / 100}, f"{p}% of every batch general text") for p in (10, 25, 50)},
     # LoRA: rank-r adapters on the attention layers, base frozen, merged at the end; adapters usually want a higher lr
     **{f"lora{r}": ({"lora_rank": r}, f"LoRA rank {r} on the attention layers") for r in (8, 16)},
-    "lora8-lr1e-4": ({"lora_rank": 8, "lr": 1e-4}, "LoRA rank 8 on the attention layers, lr 1e-4"),
+    **{
+        f"lora8-lr{lr:.0e}".replace("e-0", "e-"): ({"lora_rank": 8, "lr": lr}, f"LoRA rank 8, lr {lr:g}")
+        for lr in (1e-4, 1e-3)
+    },
 }
 ALPHAS = (0.25, 0.5, 0.75)  # the blends tried for a "+blend" row (α = 1 is the trained model's own row)
 # preset: (training set, in-domain pairs set, the general check that is that same set, so not "general" here)
