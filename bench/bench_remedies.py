@@ -1,10 +1,10 @@
 """Remedies against forgetting: train the bundled model with each remedy (mirror.config: distill, l2_base,
-freeze_layers/freeze_embeddings, blend_alpha) for a preset, then score every saved model FROM A FRESH LOAD of its
-folder: in-domain (sentences: STS-B dev; words: SimLex-999) and every general check, each on its DEV half (to choose)
-and its CHECK half (to report), plus STS-B test (held out, where ../shared/data has it); with training time and peak
-memory (max RSS of the training process). WiSE-FT rows ("+blend"): a trained model that does not hold on dev (a general
-dev check more than half its margin below the base, `holds`) is blended with its base at the α of ALPHAS that keeps
-the most in-domain dev score among those that hold.
+freeze_layers/freeze_embeddings, blend_alpha, join_views, max_steps, mix_general, lora_rank) for a preset, then score
+every saved model FROM A FRESH LOAD of its folder: in-domain (sentences: STS-B dev; words: SimLex-999) and every
+general check, each on its DEV half (to choose) and its CHECK half (to report), plus STS-B test (held out, where
+../shared/data has it); with training time and peak memory (max RSS of the training process). WiSE-FT rows
+("+blend"): a trained model that does not hold on dev (a general dev check more than half its margin below the base,
+`holds`) is blended with its base at the α of ALPHAS that keeps the most in-domain dev score among those that hold.
 
     .venv/bin/python bench/bench_remedies.py --preset sentences                      # every remedy in REMEDIES
     .venv/bin/python bench/bench_remedies.py --preset sentences --remedy none --remedy distill10 --blend none
@@ -73,6 +73,14 @@ REMEDIES: dict[str, tuple[dict, str]] = {
     # early stopping: training has no schedule (constant lr, seeded order), so the first N steps of a run are the run
     # stopped at step N; stopping on the general checks = the largest N that holds on dev
     **{f"stop{n}": ({"max_steps": n}, f"early stop: the first {n} steps") for n in (10, 20, 30, 40)},
+    # general text (examples/general: Wikipedia sentences, words for a words run) as this share of every batch
+    **{f"mix{p}": ({"mix_general": p / 100}, f"{p}% of every batch general text") for p in (10, 25, 50)},
+    # LoRA: rank-r adapters on the attention layers, base frozen, merged at the end; adapters usually want a higher lr
+    **{f"lora{r}": ({"lora_rank": r}, f"LoRA rank {r} on the attention layers") for r in (8, 16)},
+    **{
+        f"lora8-lr{lr:.0e}".replace("e-0", "e-"): ({"lora_rank": 8, "lr": lr}, f"LoRA rank 8, lr {lr:g}")
+        for lr in (1e-4, 1e-3)
+    },
 }
 ALPHAS = (0.25, 0.5, 0.75)  # the blends tried for a "+blend" row (α = 1 is the trained model's own row)
 # preset: (training set, in-domain pairs set, the general check that is that same set, so not "general" here)

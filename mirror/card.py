@@ -43,6 +43,8 @@ SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are
     ("freeze_embeddings", "frozen embeddings"),
     ("blend_alpha", "blend with the base after training (α)"),
     ("join_views", "strings joined per training view"),
+    ("mix_general", "general text mixed into each batch (fraction)"),
+    ("lora_rank", "LoRA rank (adapters merged into the weights)"),
 )
 
 

@@ -64,6 +64,10 @@ class MirrorConfig:
     freeze_embeddings: bool = False  # the token and position embeddings keep the base's weights
     blend_alpha: float = 1.0  # WiSE-FT after training: weights (1 − α)·base + α·tuned (1: the tuned model as trained)
     join_views: int = 1  # longer views: N of the strings (shuffled) joined into one training string; raise max_length
+    # general text (mirror/general.py: Wikipedia sentences, or words for a words run) added to every batch so that it
+    # is this fraction of the batch's strings; the user's strings alone still make the batches and the step count
+    mix_general: float = 0.0
+    lora_rank: int = 0  # LoRA: rank-r adapters on the attention layers, base frozen, merged at the end (0: off)
 
     @staticmethod
     def preset(mode: Mode, **overrides: Any) -> MirrorConfig:
@@ -139,6 +143,10 @@ REMEDY_HELP: dict[str, str] = {
     "blend_alpha": "after training, weights (1 - α)·base + α·tuned (WiSE-FT); 1 = no blend; on a sentence encoder the "
     "sentences preset blends at 0.25, the words preset at 0.75",
     "join_views": "longer views: N strings joined into one training string (raise --max-length with it)",
+    "mix_general": "mix general text (bundled Wikipedia sentences, or words for a words run) into every batch: this "
+    "fraction of its strings, 0 = off",
+    "lora_rank": "train only rank-r adapters on the attention layers (LoRA; the base's weights frozen), merged into the "
+    "weights when training ends; 0 = off (every weight trains)",
 }
 
 
@@ -162,6 +170,8 @@ NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "freeze_layers": ("frozen layers", True, 0, 1000),  # and at most the model's layers: mirror_tune checks
     "blend_alpha": ("blend α", False, 0.0, 1.0),
     "join_views": ("strings joined per view", True, 1, 64),
+    "mix_general": ("general text fraction", False, 0.0, 0.9),
+    "lora_rank": ("LoRA rank", True, 0, 4096),
 }
 
 

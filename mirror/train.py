@@ -8,7 +8,6 @@ import inspect
 import math
 import platform
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from mirror.config import MirrorConfig
 from mirror.data import clean_texts
 from mirror.encoder import Encoder, autocast, load_encoder, pooled, resolve_device, resolve_precision, save_encoder
 from mirror.errors import MirrorError
+from mirror.general import Mixer, mixed_count
+from mirror.lora import LAYER, add_lora, merge_lora
 from mirror.loss import distill_cosine, l2_to_anchor, nt_xent
 
 LOWER_LR = "lower the learning rate or raise the temperature"
@@ -141,12 +142,13 @@ class StepBudget:
     extra_tokens: int  # special tokens, and what a span mask can add
     world_size: int = 1
     explicit: bool = False  # set by the caller (--memory-mb), not read from this machine
+    mix: float = 0.0  # general text added to every batch (mix_general): a batch of n strings trains n + mixed_count
 
     def padded(self, tokens: int) -> int:
         return min(tokens + self.extra_tokens, self.max_length)
 
     def cost(self, count: int, padded: int) -> int:
-        views = 2 * math.ceil(count / self.world_size)
+        views = 2 * math.ceil((count + mixed_count(count, self.mix)) / self.world_size)
         return memory.step_bytes(views, padded, self.geometry, self.dtype_bytes, training=True)
 
     def capacity(self, padded: int, most: int) -> int:
@@ -229,6 +231,7 @@ def step_budget(
         extra_tokens=encoder.tokenizer.num_special_tokens_to_add() + mask,
         world_size=world_size,
         explicit=memory_budget is not None,
+        mix=config.mix_general,
     )
 
 
@@ -316,7 +319,8 @@ def mirror_tune(
     texts, _ = clean_texts(texts)
     if len(texts) < 2:
         raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
-    n_texts, texts = len(texts), joined(texts, config.join_views, config.seed)
+    user, texts = texts, joined(texts, config.join_views, config.seed)
+    n_texts = len(user)
     if len(texts) < 2:
         raise MirrorError(f"{n_texts} strings joined {config.join_views} at a time make 1 training string: join fewer")
     device = resolve_device(config.device)
@@ -337,9 +341,16 @@ def mirror_tune(
     rng = random.Random(config.seed + 1)  # views draw from their own stream, so plan_steps can replay plan_rng
     plan = (min_batch, config.bucket_by_length)  # the rest of plan_epoch's arguments, the same for every epoch
     total = count_steps(lengths, config.batch_size, plan_rng, budget, config.epochs, *plan, config.max_steps)
+    mixer = Mixer.of(config.mode, config.mix_general, user, encoder.token_lengths)
+    mix_rng = random.Random(config.seed + 3)  # its own stream: without mixing, batches and views are as they were
+    if mixer is not None:
+        notes.append(mixer.note(config.mode))
 
     model = encoder.model
     _set_trainable(model, config)
+    if config.lora_rank:  # before the anchor's copy: the copy's adapters are zero, it computes the base
+        adapted = add_lora(model, config.lora_rank, config.freeze_layers)
+        notes.append(f"LoRA rank {config.lora_rank} on {adapted} attention layers, merged into the weights at the end")
     anchor = Anchor.of(model, encoder.pooling, config)
     encoder.model = _wrapped_for_training(model, config, world_size, device)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
@@ -381,12 +392,9 @@ def mirror_tune(
                         cancelled = True
                         break
                     batch_ids = queue.pop(0)
+                    strings = [texts[i] for i in batch_ids] + _mixed_in(mixer, batch_ids, lengths, budget, mix_rng)
                     try:
-                        pending.append(
-                            _train_step(
-                                encoder, optimizer, scaler, [texts[i] for i in batch_ids], config, rng, device, anchor
-                            )
-                        )
+                        pending.append(_train_step(encoder, optimizer, scaler, strings, config, rng, device, anchor))
                     except torch.OutOfMemoryError:
                         # Free what the failed step held and go on with half the batch: fewer negatives
                         # per step, but the run finishes, and the result says so.
@@ -401,7 +409,7 @@ def mirror_tune(
                         notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
                         continue
                     step += 1
-                    sizes.append(len(batch_ids))
+                    sizes.append(len(strings))
                     if len(pending) >= sync_every:
                         read_back()
                 if cancelled or step >= total:
@@ -409,6 +417,9 @@ def mirror_tune(
             read_back()
         finally:
             encoder.model = model  # unwrap DDP
+            merge_lora(model)  # W + B·A: a plain model again, whatever ended the run
+            if anchor is not None:
+                merge_lora(anchor.model)  # B = 0 there: the base's weights, under the same names (the blend's)
             model.eval()
             optimizer.zero_grad(set_to_none=True)
             for param in model.parameters():  # a later run on this encoder decides afresh what trains
@@ -432,6 +443,17 @@ def mirror_tune(
         n_texts=n_texts,
         notes=notes,
     )
+
+
+def _mixed_in(
+    mixer: Mixer | None, batch_ids: list[int], lengths: Sequence[int], budget: StepBudget, rng: random.Random
+) -> list[str]:
+    """The general strings a batch takes (none without a mixer): no longer than its longest string, unless that one
+    is already cut at the max length (then any length pads the same)."""
+    if mixer is None:
+        return []
+    longest = max(lengths[i] for i in batch_ids)
+    return mixer.draw(len(batch_ids), longest if budget.padded(longest) < budget.max_length else None, rng)
 
 
 def _ready_encoder(encoder: Encoder | None, config: MirrorConfig, device: torch.device) -> Encoder:
@@ -496,9 +518,6 @@ class Anchor:
         return torch.stack([t.to(z1.device) for t in terms]).sum() if terms else None
 
 
-_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # encoder.layer.3. (BERT, RoBERTa), transformer.layer.3. (DistilBERT)
-
-
 def _set_trainable(model: Any, config: MirrorConfig) -> None:
     """What trains: everything but BERT's pooler head (unused by [CLS]/mean pooling), the embeddings when frozen,
     and the lowest `freeze_layers` transformer layers. MirrorError when the model has fewer layers than that."""
@@ -506,7 +525,7 @@ def _set_trainable(model: Any, config: MirrorConfig) -> None:
     if config.freeze_layers and layers is not None and config.freeze_layers > layers:
         raise MirrorError(f"frozen layers must be at most the model's {layers} layers, got {config.freeze_layers}")
     for name, param in model.named_parameters():
-        layer = _LAYER.search(name)
+        layer = LAYER.search(name)
         frozen = (
             name.startswith("pooler.")
             or (config.freeze_embeddings and name.startswith("embeddings."))
