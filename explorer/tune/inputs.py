@@ -64,6 +64,8 @@ LABELS: dict[str, str] = {
     "freeze_embeddings": "Freeze the embeddings",
     "blend_alpha": "Blend with the base after training: α (1 = off)",
     "join_views": "Longer views: strings joined per view (1 = off)",
+    "mix_general": "Mix general text into each batch: its fraction (0 = off)",
+    "lora_rank": "LoRA: adapter rank on attention, merged at the end (0 = off)",
 }
 CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS}
 _DEFAULTS = MirrorConfig()
