@@ -240,7 +240,9 @@ def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
     assert events[-1].kind == "done", events[-1]
     run = tuned.run
     assert run.folder != parent.folder and run.stats["blend_alpha"] == 0.5
-    assert "Checking general similarity (the forgetting check)" in [e.text for e in events if e.kind == "phase"]
+    kinds = [e.text if e.kind == "phase" else e.kind for e in events]
+    assert kinds.index("served") < kinds.index("Checking general similarity (the forgetting check)")  # served first
+    assert not run.checks_pending and run.model_zip.is_file() and "| Short articles |" in render.forgetting_md(run)
     assert run.stats["forgetting"] is not parent.stats["forgetting"] and run.stats["forgetting"]["checks"]
     assert render.default_alpha(run) == 0.5 and "α = 0.5 of the tuned weights" in render.forgetting_md(run)
     assert [e.kind for e in app.saved.blend_run(tuned, 2)] == ["error"]

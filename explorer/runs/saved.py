@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.events import Done, Event, Failed, Phase
+from explorer.events import Done, Event, Failed, Phase, Served
 from explorer.runs.models import REBUILT_NOTE
 from explorer.runs.sessions import RunHandle, RunInfo, Session
 from explorer.runs.training import new_run_info, package_run
@@ -191,14 +191,19 @@ class SavedRuns:
                 stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
                 stats.pop("forgetting", None)  # the parent's checks are not the blend's
                 stats.update(blended_from=parent.folder.name, summary=f"blend α={alpha:g} of {parent.summary}")
-                if self.app.settings.general_checks:
-                    yield Phase("Checking general similarity (the forgetting check)")
-                    stats["forgetting"] = self.app.trainer.forgetting(loaded.base, blended, texts)
                 stats["blend_seconds"] = round(time.perf_counter() - started, 1)  # its own, not the parent's
-                info = self.app.trainer.serve(
-                    session, new_run_info(run, parent.base_model, texts, parent.corpus, stats)
-                )
-                served.append(info)
+                checks = self.app.settings.general_checks
+                info = new_run_info(run, parent.base_model, texts, parent.corpus, stats, package=not checks)
+                if not checks:
+                    served.append(self.app.trainer.serve(session, info))
+                    yield Done(info)
+                    return
+                # served before its checks, as a run (explorer.runs.training): they, its card and downloads follow
+                info.checks_pending = True
+                served.append(self.app.trainer.serve(session, info))
+                yield Served(info)
+                yield from self.app.trainer.check_and_package(info, texts)
+                self.app.runs.save(info)
                 yield Done(info)
         except MirrorError as exc:
             yield Failed(str(exc))

@@ -267,7 +267,7 @@ class Trainer:
                         info.stats["served_seconds"] = round(time.perf_counter() - started, 1)
                         served.append(self.serve(session, info))  # a broken model fails here, before the swap
                         yield Served(info)
-                        yield from self._check_and_package(info, texts, planned, ev.stats.get("seconds"))
+                        yield from self.check_and_package(info, texts, planned, ev.stats.get("seconds"))
                         self.app.runs.save(finished(info, started, started_at))  # checks_pending False from now on
                         yield Done(info)
                         return
@@ -281,11 +281,12 @@ class Trainer:
             log.exception("run failed")
             yield Failed(f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served")
 
-    def _check_and_package(
-        self, info: RunInfo, texts: Sequence[str], planned: Any, train_s: float | None
+    def check_and_package(
+        self, info: RunInfo, texts: Sequence[str], planned: Any = None, train_s: float | None = None
     ) -> Iterator[Event]:
-        """A served run's general checks, then its card and downloads (which carry them). Nothing here fails the run:
-        it is served already; a check that cannot run is left out (logged), downloads that cannot be made are said."""
+        """A served run's (or blend's) general checks, then its card and downloads (which carry them); `planned`: the
+        estimate's plan of a training run, which learns what they cost. Nothing here fails the run: it is served
+        already; a check that cannot run is left out (logged), downloads that cannot be made are said."""
         from explorer.compare.forgetting import base_scored
 
         yield Phase("Checking general similarity (the forgetting check)")
