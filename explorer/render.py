@@ -400,10 +400,12 @@ def done_status(run: RunInfo) -> str:
 
 def served_status(run: RunInfo) -> str:
     """Tab ①'s status line when a run is served before its general checks (the Served event)."""
-    took = run.stats.get("served_seconds")
-    when = f" after {fmt_seconds(float(took))}" if took is not None else ""
+    blend = blend_of(run)
+    took = run.stats.get("blend_seconds" if blend is not None else "served_seconds")
+    when = f" in {fmt_seconds(float(took))}" if took is not None else ""
+    what = "Blended and indexed" if blend is not None else "Tuned and indexed"
     return (
-        f"Tuned and indexed{when}: Search and Explore use it now. Checking general similarity (the forgetting check); "
+        f"{what}{when}: Search and Explore use it now. Checking general similarity (the forgetting check); "
         "the downloads and the checks' table follow in a few seconds."
     )
 

@@ -57,6 +57,9 @@ class MirrorApp:
         self.sessions = SessionStore(self.settings, self.forget)
         self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.forget)
         self.in_progress: dict[str, RunHandle] = {}  # run id -> its handle, while it runs (a reload reattaches)
+        # run id -> the RunInfo of a run (or blend) served before its general checks, while they run: whoever opens
+        # it meanwhile gets this one, which the checks then complete (explorer.runs.training.check_and_package)
+        self.checking: dict[str, RunInfo] = {}
         # Training slots, enforced here as well as by the Gradio queue (which makes users wait for one):
         # a caller that bypasses the queue gets a clear "busy" error instead of an extra training.
         self.train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)

@@ -156,12 +156,17 @@ def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
         name = (comp.elem_id or "").removeprefix("mx-set-")
         value = {**TINY, "max_steps": 3, "mx-model": str(tiny_bert)}.get(name, getattr(comp, "value", None))
         data[comp] = session if comp.__class__.__name__ == "State" else value
+        if comp.__class__.__name__ == "BrowserState":  # what Launch's first handler stores: the run it follows
+            data[comp] = {"runs": [], "active": "a" * 32, "served": None}
     updates = list(fns["on_train"].fn(data))
     named = [{getattr(c, "elem_id", None) or type(c).__name__: v for c, v in u.items()} for u in updates]
     # served before its general checks: every panel switched then, the downloads and the checks' table at the end
     (at,) = [i for i, u in enumerate(named) if "Search and Explore use it now" in u.get("mx-status", "")]
     assert not named[at]["mx-model-zip"]["visible"] and "running now" in named[at]["mx-forgetting"]
     assert "Downloads follow with the general checks." in named[at]["mx-result"]
+    # served, still followed: a reload during the checks reattaches to the run (and gets its end), until Done
+    assert named[at]["BrowserState"]["active"] == "a" * 32 and named[-1]["BrowserState"]["active"] is None
+    assert named[at]["BrowserState"]["served"] == named[-1]["BrowserState"]["served"] == session.run.folder.name
     assert named[at]["mx-cancel"]["interactive"] is False and "mx-search-results" not in named[-1]
     assert all("Search and Explore use it now" in u["mx-status"] for u in named[at:-1] if "mx-status" in u)
     last = {k: v for u in named for k, v in u.items()}  # what the page shows at the end

@@ -140,9 +140,10 @@ def test_a_run_is_served_before_its_checks_and_its_downloads_follow(app, tiny_be
         seen.update(pending=run.checks_pending, zip=run.model_zip.exists(), shown=render.forgetting_md(run))
         seen["hits"] = app.searcher.search(s, "cat", k=3)[0]["tuned"]
         other = app.saved.open_run(app.session(), run.folder.name)  # another page opens its link meanwhile
-        seen["other"] = (other.checks_pending, render.forgetting_md(other))
+        seen["other"] = (other, other.checks_pending, render.forgetting_md(other))
         with pytest.raises(MirrorError, match="still running"):  # its card has no checks yet
             app.explore.push(s, "me/run", "hf_x")
+        seen["cancel"] = app.trainer.cancel(s)
         return real(base, tuned, **kw)
 
     monkeypatch.setattr(forgetting, "forgetting_check", while_checking)
@@ -155,7 +156,8 @@ def test_a_run_is_served_before_its_checks_and_its_downloads_follow(app, tiny_be
     assert phases == ["Checking general similarity (the forgetting check)", "Preparing downloads"]
     assert seen["pending"] and not seen["zip"] and seen["shown"] == render.message(render.CHECKS_PENDING, "info")
     assert [h["text"] for h in seen["hits"]][0] == "cat"
-    assert seen["other"] == (True, seen["shown"])
+    assert seen["other"][1:] == (True, seen["shown"]) and seen["other"][0] is s.run  # the one the checks complete
+    assert "served already" in seen["cancel"] and not (s.run.folder / "STOP").exists()  # a cancel comes too late
     run = s.run
     assert not run.checks_pending and run.model_zip.is_file() and run.index_zip.is_file()
     assert run.stats["forgetting"]["checks"] and 0 < run.stats["served_seconds"] <= run.stats["wall_seconds"]
@@ -166,6 +168,23 @@ def test_a_run_is_served_before_its_checks_and_its_downloads_follow(app, tiny_be
     kept = app.saved.open_run(app.session(), run.folder.name)
     assert not kept.checks_pending and kept.stats["forgetting"] == run.stats["forgetting"]
     assert "searchable after" in render.done_status(run)
+
+
+def test_a_blend_opened_during_its_checks_is_the_one_they_complete(app, tuned, monkeypatch):
+    """A page reloaded during a blend's checks (or its link opened elsewhere) gets the live run: not mistaken for one
+    whose server stopped (which would write its card and zips beside the blend's own)."""
+    real, seen = forgetting.forgetting_check, []
+
+    def while_checking(base, tuned_encoder, **kw):
+        blend = tuned.run
+        opened = app.saved.open_run(app.session(), blend.folder.name)
+        seen.append((opened is blend, opened.checks_pending, blend.model_zip.exists()))
+        return real(base, tuned_encoder, **kw)
+
+    monkeypatch.setattr(forgetting, "forgetting_check", while_checking)
+    events = list(app.saved.blend_run(tuned, 0.5))
+    assert events[-1].kind == "done" and seen and all(s == (True, True, False) for s in seen), seen
+    assert not app.checking and not tuned.run.checks_pending and tuned.run.model_zip.is_file()
 
 
 def test_a_run_whose_server_stopped_during_its_checks_opens_with_its_downloads(app, tuned):
@@ -242,6 +261,8 @@ def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
     assert run.folder != parent.folder and run.stats["blend_alpha"] == 0.5
     kinds = [e.text if e.kind == "phase" else e.kind for e in events]
     assert kinds.index("served") < kinds.index("Checking general similarity (the forgetting check)")  # served first
+    assert render.served_status(run).startswith("Blended and indexed")  # its own time, not its parent's
+    assert "served_seconds" not in run.stats and run.stats["blend_seconds"] >= 0
     assert not run.checks_pending and run.model_zip.is_file() and "| Short articles |" in render.forgetting_md(run)
     assert run.stats["forgetting"] is not parent.stats["forgetting"] and run.stats["forgetting"]["checks"]
     assert render.default_alpha(run) == 0.5 and "α = 0.5 of the tuned weights" in render.forgetting_md(run)

@@ -96,9 +96,11 @@ class RunView:
         choices = [(r["label"], r["id"]) for r in self.app.saved.list_runs(memory["runs"])]
         return gr.update(choices=choices, value=value if any(v == value for _, v in choices) else None)
 
-    def served(self, run: RunInfo, session: Session, memory: dict | None) -> dict:
-        """Every panel switched to `run`: summary, downloads, loss curve, search header, run list."""
-        ui, words, memory = self.ui, run.stats.get("mode") != "sentences", remember(memory, run.folder.name)
+    def served(self, run: RunInfo, session: Session, memory: dict | None, active: str | None = None) -> dict:
+        """Every panel switched to `run`: summary, downloads, loss curve, search header, run list. `active`: the run
+        the browser still follows (a run served before its checks: a reload reattaches to it until it is Done)."""
+        ui, words = self.ui, run.stats.get("mode") != "sentences"
+        memory = remember(memory, run.folder.name, active)
         return {
             ui.result_md: render.run_md(run),
             **self.downloads(run),
@@ -142,26 +144,27 @@ class RunView:
         idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
         for ev in events:
             if isinstance(ev, Served):
-                served, memory = True, remember(memory, ev.run.folder.name)
+                active = (memory or {}).get("active")  # still followed: a reload now reattaches, until Done
+                served, memory = True, remember(memory, ev.run.folder.name, active)
                 box = render.status_box(render.served_status(ev.run), "ok")
                 # Cancel cannot undo a served run; Launch waits for the checks (the run holds its training slot)
                 yield {
                     ui.status_md: box,
                     ui.cancel: gr.update(interactive=False),
-                    **self.served(ev.run, session, memory),
+                    **self.served(ev.run, session, memory, active),
                 }
                 continue
             if served and not isinstance(ev, Done | Failed | Cancelled):  # the status keeps saying it is served
                 continue
             if served and isinstance(ev, Done):
-                box = render.status_box(render.done_status(ev.run), "ok")
-                yield {
-                    ui.status_md: box,
-                    **idle,
-                    **self.checked(ev.run, memory),
-                    self.browser: memory,
-                    self.state: session,
-                }
+                box, memory = render.status_box(render.done_status(ev.run), "ok"), remember(memory)
+                shown = {ui.status_md: box, **idle, **self.checked(ev.run, memory), self.browser: memory}
+                restored = self.app.loader.restore_texts(session)  # a page reloaded during the run had no strings
+                if restored is not None:
+                    planning = render.message("Planning the run and timing it on this machine…", "info")
+                    shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
+                    shown[ui.launch] = gr.update(interactive=True)
+                yield {**shown, self.state: session}
                 return
             if isinstance(ev, Failed | Cancelled):
                 gr.Warning(render.toast_text(ev.text))

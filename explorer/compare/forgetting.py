@@ -100,7 +100,11 @@ def own_long_texts(base, tuned, texts: Sequence[str]) -> dict[str, Any] | None:
         return None
     tokenizer = getattr(tuned, "tokenizer", None)
     if tokenizer is not None:
-        counts = [len(ids) for ids in tokenizer(candidates, add_special_tokens=False)["input_ids"]]
+        # truncated as every encode is (mirror.encoder): a fast tokenizer shared with the served model's searches
+        # must not have its truncation switched off ("Already borrowed"); counts up to the limit are all this needs
+        limit = min(getattr(tuned, "max_seq_length", 512), getattr(tuned, "token_limit", 512))
+        ids = tokenizer(candidates, add_special_tokens=False, truncation=True, max_length=limit)["input_ids"]
+        counts = [len(x) for x in ids]
     else:
         counts = [len(t.split()) for t in candidates]
     long = [t for _, t in sorted(((-n, t) for n, t in zip(counts, candidates, strict=True) if n >= LONG_TOKENS))]

@@ -35,9 +35,11 @@ class SavedRuns:
     def open_run(self, session: Session, run_id: str) -> RunInfo:
         """Serve a kept run (by its id: a link, the browser's run list, an API call) to this session."""
         info = self.app.runs.load(run_id)
+        # served before its checks, which still run: the RunInfo they complete, so this session sees them land
+        info = self.app.checking.get(info.folder.name, info)
         # a run whose files went bad fails here, and the session keeps what it had
         loaded = self.app.models.loaded(info)
-        if info.checks_pending and info.folder.name not in self.app.in_progress:  # its server stopped during its checks
+        if info.checks_pending and info.folder.name not in self.app.checking:  # its server stopped during its checks
             info.checks_pending = False
             package_run(info, zip_model=not info.model_zip.exists())
             self.app.runs.save(info)
@@ -189,7 +191,9 @@ class SavedRuns:
                 index_with(blended, texts, run / "tuned_index", "Indexing your strings with the blend", events.append)
                 yield from events
                 stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
-                stats.pop("forgetting", None)  # the parent's checks are not the blend's
+                # the parent's checks and times are not the blend's
+                for key in ("forgetting", "served_seconds", "wall_seconds", "started_at", "finished_at"):
+                    stats.pop(key, None)
                 stats.update(blended_from=parent.folder.name, summary=f"blend α={alpha:g} of {parent.summary}")
                 stats["blend_seconds"] = round(time.perf_counter() - started, 1)  # its own, not the parent's
                 checks = self.app.settings.general_checks
@@ -199,11 +203,10 @@ class SavedRuns:
                     yield Done(info)
                     return
                 # served before its checks, as a run (explorer.runs.training): they, its card and downloads follow
-                info.checks_pending = True
-                served.append(self.app.trainer.serve(session, info))
+                served.append(self.app.trainer.serve_first(session, info))
+                handle.served = True
                 yield Served(info)
                 yield from self.app.trainer.check_and_package(info, texts)
-                self.app.runs.save(info)
                 yield Done(info)
         except MirrorError as exc:
             yield Failed(str(exc))

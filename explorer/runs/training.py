@@ -61,6 +61,8 @@ class Trainer:
         handle = session.active  # read once: the run may end (and reset it) at any moment
         if handle is None or handle.finished:
             return "Nothing is running. Your model and index (if any) stay served."
+        if handle.served:
+            return "This run is served already: its general checks and downloads follow in a few seconds."
         handle.request_stop("cancel")
         if handle.started:
             return "Stopping after the current step… the previous model and index stay served."
@@ -263,12 +265,13 @@ class Trainer:
                             return
                         # served before its checks: search and Explore use the run while they run (seconds, more on a
                         # CPU without bf16 or a larger base), then its card and downloads carry them
-                        info.checks_pending = True
+                        finished(info, started, started_at)  # provisional: a server stopped mid-check keeps these
+                        served.append(self.serve_first(session, info))  # a broken model fails here, before the swap
                         info.stats["served_seconds"] = round(time.perf_counter() - started, 1)
-                        served.append(self.serve(session, info))  # a broken model fails here, before the swap
+                        handle.served = True
                         yield Served(info)
                         yield from self.check_and_package(info, texts, planned, ev.stats.get("seconds"))
-                        self.app.runs.save(finished(info, started, started_at))  # checks_pending False from now on
+                        self.app.runs.save(finished(info, started, started_at))
                         yield Done(info)
                         return
                     yield ev
@@ -281,12 +284,31 @@ class Trainer:
             log.exception("run failed")
             yield Failed(f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served")
 
+    def serve_first(self, session: Session, info: RunInfo) -> RunInfo:
+        """Serve `info` before its general checks (`check_and_package` next): pending, and the one RunInfo whoever
+        opens the run meanwhile gets (app.checking), so the checks complete it for every session."""
+        info.checks_pending = True
+        self.app.checking[info.folder.name] = info
+        try:
+            return self.serve(session, info)
+        except BaseException:
+            self.app.checking.pop(info.folder.name, None)
+            raise
+
     def check_and_package(
         self, info: RunInfo, texts: Sequence[str], planned: Any = None, train_s: float | None = None
     ) -> Iterator[Event]:
         """A served run's (or blend's) general checks, then its card and downloads (which carry them); `planned`: the
         estimate's plan of a training run, which learns what they cost. Nothing here fails the run: it is served
         already; a check that cannot run is left out (logged), downloads that cannot be made are said."""
+        try:
+            yield from self._check_and_package(info, texts, planned, train_s)
+        finally:  # also when its consumer went away (a blend's page closed): a later open repairs what is left
+            self.app.checking.pop(info.folder.name, None)
+
+    def _check_and_package(
+        self, info: RunInfo, texts: Sequence[str], planned: Any, train_s: float | None
+    ) -> Iterator[Event]:
         from explorer.compare.forgetting import base_scored
 
         yield Phase("Checking general similarity (the forgetting check)")
@@ -308,6 +330,7 @@ class Trainer:
             log.exception("could not package the run's downloads")
             info.stats["notes"] = [*info.stats.get("notes", []), f"The downloads could not be made ({exc})."]
         info.checks_pending = False
+        self.app.runs.save(info)
 
     def new_run_folder(self, session: Session, handle: RunHandle) -> Path:
         run = self.app.runs.folder(handle.id)
@@ -343,13 +366,15 @@ class Trainer:
         run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in the
         seconds the estimate learns from); None (logged) when they cannot run here: a run is never failed for its
         checks. Seconds on a CPU (the base's scores are kept)."""
-        from explorer.compare.forgetting import forgetting_check, own_long_texts
+        from explorer.compare.forgetting import CHECKS, forgetting_check, own_long_texts, verdict
 
         try:
-            started = time.perf_counter()
+            started, rows = time.perf_counter(), []
+            for check in CHECKS:  # a search slot per check: a served run's searches wait for one check at most
+                with self.app.search_slots:
+                    rows += forgetting_check(base, tuned, checks=[check])["checks"]
+            out = {"checks": rows, "verdict": verdict(rows), "seconds": round(time.perf_counter() - started, 1)}
             with self.app.search_slots:
-                out = forgetting_check(base, tuned)
-                out["seconds"] = round(time.perf_counter() - started, 1)
                 own = own_long_texts(base, tuned, texts)
             if own is not None:
                 out["own_long_texts"] = own
