@@ -39,6 +39,19 @@ DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout"
 CHARS_PER_TOKEN = 100
 # Inference batches on a CPU hold at most this many padded tokens: past a few thousand, activations fall out of cache
 # and a batch gets slower per string (MiniLM, 1-2 threads: 2-4k tokens are ~1.4x faster than 16k).
+# Every call of a (fast) tokenizer goes through this lock (`tokenized`): a call with other truncation or padding
+# settings than the last one rewrites the tokenizer's state, and two threads doing so at once on a served encoder's
+# tokenizer (a search, the general checks, the planner) fail with "Already borrowed". Tokenizing takes milliseconds;
+# the forward passes run outside it.
+TOKENIZER_LOCK = threading.RLock()
+
+
+def tokenized(tokenizer: Any, texts: Any, **kwargs: Any) -> Any:
+    """`tokenizer(texts, **kwargs)` holding TOKENIZER_LOCK."""
+    with TOKENIZER_LOCK:
+        return tokenizer(texts, **kwargs)
+
+
 CPU_BATCH_TOKENS = 4096
 # encode() tokenizes this many strings at a time (the ids of a million strings held at once would take ~1 GB).
 TOKENIZE_CHUNK = 16384
@@ -164,7 +177,8 @@ class Encoder:
         long string is truncated, never an index error; strings are cut before tokenizing (CHARS_PER_TOKEN).
         """
         limit = min(max_length or self.max_seq_length, self.token_limit)
-        return self.tokenizer(
+        return tokenized(
+            self.tokenizer,
             _cut(texts, limit),
             padding=True,
             truncation=True,
@@ -176,7 +190,8 @@ class Encoder:
         """Number of tokens of each string (without special tokens, up to the length of its cut): the key for
         length bucketing."""
         return [
-            len(ids) for ids in self.tokenizer(_cut(texts, self.token_limit), add_special_tokens=False)["input_ids"]
+            len(ids)
+            for ids in tokenized(self.tokenizer, _cut(texts, self.token_limit), add_special_tokens=False)["input_ids"]
         ]
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -243,7 +258,8 @@ class Encoder:
 
     def _token_ids(self, texts: Sequence[str], limit: int) -> list[list[int]]:
         """Token ids of each string with its special tokens, truncated to `limit` (unpadded)."""
-        return self.tokenizer(
+        return tokenized(
+            self.tokenizer,
             _cut(texts, limit),
             truncation=True,
             max_length=limit,

@@ -223,3 +223,39 @@ def test_an_encoder_with_its_bf16_twin_deep_copies_into_an_independent_one(tiny_
     with torch.no_grad():
         next(other.model.parameters()).add_(1.0)
     np.testing.assert_array_equal(enc.encode(TEXTS), before)
+
+
+def test_every_tokenizer_call_on_a_served_encoder_holds_the_lock(tiny_bert, tmp_path):
+    """A served encoder's tokenizer is shared by searches, the general checks and the planner, each with its own
+    truncation/padding settings: a call that changes them while another thread's runs fails ("Already borrowed"). So
+    every call goes through mirror.encoder.TOKENIZER_LOCK: encode, tokenize, token_lengths, the long-upload self-check
+    and the estimate's count of the checks' tokens."""
+    from explorer.compare.forgetting import MIN_LONG, own_long_texts
+    from explorer.tune import estimate
+
+    enc = load_encoder(tiny_bert, pooling="mean")
+    real, held = enc.tokenizer, []
+
+    class Watched:
+        """The tokenizer, noting for each call whether this thread held the lock."""
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def __len__(self):
+            return len(real)
+
+        def __call__(self, *args, **kwargs):
+            held.append(encoder_module.TOKENIZER_LOCK._is_owned())
+            return real(*args, **kwargs)
+
+    enc.tokenizer = Watched()
+    long = [" ".join(f"w{i}x{j}" for j in range(120)) for i in range(MIN_LONG)]
+    enc.encode(["a cat", "a dog"])
+    enc.tokenize(["a cat"])
+    enc.token_lengths(["a cat"])
+    assert own_long_texts(enc, enc, long) is not None
+    estimate._CHECK_LENGTHS.clear()
+    estimate.forgetting_lengths(enc)
+    assert len(held) >= 5 and all(held), held
+    assert not encoder_module.TOKENIZER_LOCK._is_owned()

@@ -100,10 +100,12 @@ def own_long_texts(base, tuned, texts: Sequence[str]) -> dict[str, Any] | None:
         return None
     tokenizer = getattr(tuned, "tokenizer", None)
     if tokenizer is not None:
-        # truncated as every encode is (mirror.encoder): a fast tokenizer shared with the served model's searches
-        # must not have its truncation switched off ("Already borrowed"); counts up to the limit are all this needs
+        from mirror.encoder import tokenized
+
+        # the served model's tokenizer, shared with its searches: through the lock (mirror.encoder.TOKENIZER_LOCK),
+        # and truncated as every encode is (counts up to the limit are all this needs)
         limit = min(getattr(tuned, "max_seq_length", 512), getattr(tuned, "token_limit", 512))
-        ids = tokenizer(candidates, add_special_tokens=False, truncation=True, max_length=limit)["input_ids"]
+        ids = tokenized(tokenizer, candidates, add_special_tokens=False, truncation=True, max_length=limit)["input_ids"]
         counts = [len(x) for x in ids]
     else:
         counts = [len(t.split()) for t in candidates]

@@ -309,10 +309,11 @@ def _check_lengths(tokenizer) -> tuple[tuple[int, ...], ...]:
     key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer))
     if key not in _CHECK_LENGTHS:
         from mirror.checks import CHECKS, check_texts
+        from mirror.encoder import tokenized
 
         counted = []
         for check in CHECKS:
-            ids = tokenizer(check_texts(check), add_special_tokens=False, truncation=False)["input_ids"]
+            ids = tokenized(tokenizer, check_texts(check), add_special_tokens=False, truncation=False)["input_ids"]
             counted.append(tuple(max(1, len(x)) for x in ids))
         if len(_CHECK_LENGTHS) > 16:
             _CHECK_LENGTHS.clear()
