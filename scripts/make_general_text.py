@@ -20,17 +20,15 @@ The wikitext is made plain by bench/bench_longdoc_sources.py's parser (the one i
 
 from __future__ import annotations
 
-import bz2
 import random
 import re
 import sys
-import zipfile
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from bench_longdoc_sources import DUMP, plain  # noqa: E402
+from bench_longdoc_sources import DUMP, article_pages, plain  # noqa: E402
 
 from mirror.evaluate import read_pairs  # noqa: E402
 
@@ -44,17 +42,7 @@ _WORD = re.compile(r"[a-z]+")
 
 def articles(wheel: Path) -> list[tuple[str, str]]:
     """(title, plain text) of every article of the dump (no redirects, lists or disambiguation pages)."""
-    with zipfile.ZipFile(wheel) as z:
-        xml = bz2.decompress(z.read(DUMP)).decode()
-    out = []
-    for page in re.findall(r"<page>(.*?)</page>", xml, re.S):
-        title = re.search(r"<title>(.*?)</title>", page).group(1)
-        text = re.search(r"<text[^>]*>(.*?)</text>", page, re.S)
-        if "<ns>0</ns>" not in page or "<redirect" in page or not text or "disambiguation" in title.lower():
-            continue
-        if not title.startswith("List of"):
-            out.append((title, plain(text.group(1))))
-    return out
+    return [(title, plain(wikitext)) for title, wikitext in article_pages(wheel)]
 
 
 def build(wheel: Path) -> tuple[list[str], list[str], list[str]]:
