@@ -37,8 +37,6 @@ DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout"
 # cost grows with the whole string (a 10 MB line takes ~20 s), truncation only happens after it. No token
 # of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first tokens are kept as they were.
 CHARS_PER_TOKEN = 100
-# Inference batches on a CPU hold at most this many padded tokens: past a few thousand, activations fall out of cache
-# and a batch gets slower per string (MiniLM, 1-2 threads: 2-4k tokens are ~1.4x faster than 16k).
 # Every call of a (fast) tokenizer goes through this lock (`tokenized`): a call with other truncation or padding
 # settings than the last one rewrites the tokenizer's state, and two threads doing so at once on a served encoder's
 # tokenizer (a search, the general checks, the planner) fail with "Already borrowed". Tokenizing takes milliseconds;
@@ -52,6 +50,8 @@ def tokenized(tokenizer: Any, texts: Any, **kwargs: Any) -> Any:
         return tokenizer(texts, **kwargs)
 
 
+# Inference batches on a CPU hold at most this many padded tokens: past a few thousand, activations fall out of cache
+# and a batch gets slower per string (MiniLM, 1-2 threads: 2-4k tokens are ~1.4x faster than 16k).
 CPU_BATCH_TOKENS = 4096
 # encode() tokenizes this many strings at a time (the ids of a million strings held at once would take ~1 GB).
 TOKENIZE_CHUNK = 16384

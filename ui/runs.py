@@ -116,6 +116,17 @@ class RunView:
             self.state: session,
         }
 
+    def with_strings(self, shown: dict, session: Session) -> dict:
+        """`shown` plus the served run's own strings when the session has none (a page reloaded during or after the
+        run): loaded again, Launch enabled, the plan said to follow."""
+        restored = self.app.loader.restore_texts(session)
+        if restored is not None:
+            planning = render.message("Planning the run and timing it on this machine…", "info")
+            ui = self.ui
+            shown = {**shown, ui.input_md: render.load_md(restored), ui.estimate_md: planning}
+            shown[ui.launch] = gr.update(interactive=True)
+        return shown
+
     def downloads(self, run: RunInfo) -> dict:
         """The run's two downloads, hidden while they are not made yet (a run served before its checks)."""
         ui = self.ui
@@ -144,8 +155,8 @@ class RunView:
         idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
         for ev in events:
             if isinstance(ev, Served):
-                active = (memory or {}).get("active")  # still followed: a reload now reattaches, until Done
-                served, memory = True, remember(memory, ev.run.folder.name, active)
+                active = (memory or {}).get("active")  # still followed: a reload reattaches, until Done
+                served, memory = True, remember(memory, ev.run.folder.name, active)  # Done's memory serves it too
                 box = render.status_box(render.served_status(ev.run), "ok")
                 # Cancel cannot undo a served run; Launch waits for the checks (the run holds its training slot)
                 yield {
@@ -159,12 +170,7 @@ class RunView:
             if served and isinstance(ev, Done):
                 box, memory = render.status_box(render.done_status(ev.run), "ok"), remember(memory)
                 shown = {ui.status_md: box, **idle, **self.checked(ev.run, memory), self.browser: memory}
-                restored = self.app.loader.restore_texts(session)  # a page reloaded during the run had no strings
-                if restored is not None:
-                    planning = render.message("Planning the run and timing it on this machine…", "info")
-                    shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
-                    shown[ui.launch] = gr.update(interactive=True)
-                yield {**shown, self.state: session}
+                yield {**self.with_strings(shown, session), self.state: session}
                 return
             if isinstance(ev, Failed | Cancelled):
                 gr.Warning(render.toast_text(ev.text))
@@ -182,13 +188,7 @@ class RunView:
                 return
             if isinstance(ev, Done):
                 box = render.status_box(render.done_status(ev.run), "ok")
-                shown = {ui.status_md: box, **idle, **self.served(ev.run, session, memory)}
-                restored = self.app.loader.restore_texts(session)  # a page reloaded during the run had no strings
-                if restored is not None:
-                    planning = render.message("Planning the run and timing it on this machine…", "info")
-                    shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
-                    shown[ui.launch] = gr.update(interactive=True)
-                yield shown
+                yield self.with_strings({ui.status_md: box, **idle, **self.served(ev.run, session, memory)}, session)
                 return
             view.take(ev)
             if view.due():
@@ -261,13 +261,8 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         try:
             if not run_id:
                 return None
-            shown = view.served(app.saved.open_run(session, run_id), session, memory)
-            restored = app.loader.restore_texts(session)  # a reloaded page has no strings: the run's own come back
-            if restored is not None:  # (the plan and its time follow: `estimated` below)
-                planning = render.message("Planning the run and timing it on this machine…", "info")
-                shown.update({ui.input_md: render.load_md(restored), ui.estimate_md: planning})
-                shown[ui.launch] = gr.update(interactive=True)
-            return shown
+            # (the plan and its time follow: `estimated` below)
+            return view.with_strings(view.served(app.saved.open_run(session, run_id), session, memory), session)
         except MirrorError as exc:
             gr.Warning(render.toast_text(str(exc)))
             return None

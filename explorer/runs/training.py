@@ -270,8 +270,8 @@ class Trainer:
                         info.stats["served_seconds"] = round(time.perf_counter() - started, 1)
                         handle.served = True
                         yield Served(info)
-                        yield from self.check_and_package(info, texts, planned, ev.stats.get("seconds"))
-                        self.app.runs.save(finished(info, started, started_at))
+                        clock = (started, started_at)
+                        yield from self.check_and_package(info, texts, planned, ev.stats.get("seconds"), clock)
                         yield Done(info)
                         return
                     yield ev
@@ -296,41 +296,42 @@ class Trainer:
             raise
 
     def check_and_package(
-        self, info: RunInfo, texts: Sequence[str], planned: Any = None, train_s: float | None = None
+        self,
+        info: RunInfo,
+        texts: Sequence[str],
+        planned: Any = None,
+        train_s: float | None = None,
+        clock: tuple[float, float] | None = None,
     ) -> Iterator[Event]:
-        """A served run's (or blend's) general checks, then its card and downloads (which carry them); `planned`: the
-        estimate's plan of a training run, which learns what they cost. Nothing here fails the run: it is served
+        """A served run's (or blend's) general checks, then its card and downloads (which carry them), then run.json
+        without `checks_pending`. `planned`: the estimate's plan of a training run, which learns what they cost;
+        `clock`: its (perf_counter, time) at Launch, for its wall time. Nothing here fails the run: it is served
         already; a check that cannot run is left out (logged), downloads that cannot be made are said."""
-        try:
-            yield from self._check_and_package(info, texts, planned, train_s)
-        finally:  # also when its consumer went away (a blend's page closed): a later open repairs what is left
-            self.app.checking.pop(info.folder.name, None)
-
-    def _check_and_package(
-        self, info: RunInfo, texts: Sequence[str], planned: Any, train_s: float | None
-    ) -> Iterator[Event]:
         from explorer.compare.forgetting import base_scored
 
-        yield Phase("Checking general similarity (the forgetting check)")
         try:
-            loaded = self.app.models.loaded(info)  # loaded by `serve` just before
-            encoders = 1 if base_scored(loaded.base) else 2
-            info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
-            check_s = (info.stats["forgetting"] or {}).get("seconds")
-            if planned is not None:
-                check_s = check_s / encoders if check_s is not None else None
-                self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
-        except Exception:  # a bug: the served run stays served, without its checks
-            log.exception("the general checks of a served run failed")
-            info.stats["forgetting"] = None
-        yield Phase("Preparing downloads")
-        try:
-            package_run(info)  # its card has the checks' results
-        except Exception as exc:
-            log.exception("could not package the run's downloads")
-            info.stats["notes"] = [*info.stats.get("notes", []), f"The downloads could not be made ({exc})."]
-        info.checks_pending = False
-        self.app.runs.save(info)
+            yield Phase("Checking general similarity (the forgetting check)")
+            try:
+                loaded = self.app.models.loaded(info)  # loaded by `serve` just before
+                encoders = 1 if base_scored(loaded.base) else 2
+                info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
+                check_s = (info.stats["forgetting"] or {}).get("seconds")
+                if planned is not None:
+                    check_s = check_s / encoders if check_s is not None else None
+                    self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
+            except Exception:  # a bug: the served run stays served, without its checks
+                log.exception("the general checks of a served run failed")
+                info.stats["forgetting"] = None
+            yield Phase("Preparing downloads")
+            try:
+                package_run(info)  # its card has the checks' results
+            except Exception as exc:
+                log.exception("could not package the run's downloads")
+                info.stats["notes"] = [*info.stats.get("notes", []), f"The downloads could not be made ({exc})."]
+            info.checks_pending = False
+            self.app.runs.save(finished(info, *clock) if clock else info)
+        finally:  # also when its consumer went away (a blend's page closed): a later open repairs what is left
+            self.app.checking.pop(info.folder.name, None)
 
     def new_run_folder(self, session: Session, handle: RunHandle) -> Path:
         run = self.app.runs.folder(handle.id)
