@@ -122,6 +122,41 @@ def export_path(out_dir: str | Path, fmt: str, prefix: str = "mirror") -> Path:
     return Path(out_dir) / name
 
 
+def export_prefix(run_prefix: str, rows: Sequence[int] | None, key: str) -> str:
+    """The file-name stem of an export: the run's (`mirror-<run id>`) for every string, `...-selection-<n>-<key>`
+    for a selection of n rows, so a selection's download is never named like the whole run's (nor like another
+    selection's of the same size)."""
+    return run_prefix if not rows else f"{run_prefix}-selection-{len(rows)}-{key[:6]}"
+
+
+def moved_csv_name(run_prefix: str, text_filter: str = "") -> str:
+    """The What moved CSV's file name: `<run prefix>-moved-all.csv`, or `...-moved-matching-<filter>.csv`."""
+    needle = " ".join(str(text_filter or "").split())
+    if not needle:
+        return f"{run_prefix}-moved-all.csv"
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", needle.casefold()).strip("-")[:40].strip("-")
+    return f"{run_prefix}-moved-matching-{slug or 'filter'}.csv"
+
+
+def content_folder(exports_dir: Path, kind: str, data: bytes) -> Path:
+    """`<exports_dir>/<kind>-<hash of data>`: the folder a download of these exact bytes lives in. A file handed out
+    is never rewritten: a request for other contents gets another folder, so another link."""
+    return exports_dir / f"{kind}-{hashlib.sha256(data).hexdigest()[:16]}"
+
+
+def write_once(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` unless it is there already (then it holds these bytes: its folder is named by their
+    hash); atomically, so a reader never sees half a file."""
+    if path.is_file():
+        os.utime(path.parent)  # recently used: the last of the run's exports to go
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
 def export_key(fmt: str, rows: Sequence[int] | None, coords: Mapping[str, Sequence[float]] | None) -> str:
     """What makes two exports of one run the same file: the format, the rows picked and the map coordinates."""
     h = hashlib.sha256(fmt.encode())

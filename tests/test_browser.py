@@ -6,6 +6,8 @@ Screenshots go to tests/artifacts/. Without a chromium executable the test skips
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 from collections.abc import Iterator
@@ -223,6 +225,31 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         fresh.locator("#mx-search-btn").click()
         expect(fresh.locator("#mx-search-hits .mx-query")).to_have_count(1)
         fresh.screenshot(path=ARTIFACTS / "browser_6_link_in_a_fresh_browser.png", full_page=True)
+
+        # issue 36's High row: both pages download What moved, the link's page filtered after the first page's
+        # download. Each link keeps serving the rows it was made for.
+        page.get_by_role("tab", name="④ Explore").click()
+        page.locator("#mx-moved-csv-btn").click()
+        link_a = page.locator("#mx-moved-file a[href]").first
+        expect(link_a).to_be_visible(timeout=60_000)
+        href_a = link_a.get_attribute("href")
+        fresh.get_by_role("tab", name="④ Explore").click()
+        needle = WORDS[1][:3]
+        fresh.get_by_label("Filter").fill(needle)
+        fresh.locator("#mx-moved-csv-btn").click()
+        link_b = fresh.locator("#mx-moved-file a[href]").first
+        expect(link_b).to_be_visible(timeout=60_000)
+        href_b = link_b.get_attribute("href")
+        assert href_a != href_b and href_a.endswith("-moved-all.csv") and "-moved-matching-" in href_b
+
+        def strings(href: str) -> list[str]:
+            reply = page.request.get(urljoin(server, href))
+            assert reply.ok
+            return [row["string"] for row in csv.DictReader(io.StringIO(reply.text()))]
+
+        every, matching = strings(href_a), strings(href_b)
+        assert sorted(every) == sorted(WORDS[:30])  # page A's link, fetched after page B's download
+        assert matching and len(matching) < len(every) and all(needle in s.lower() for s in matching)
         assert not errors, errors
 
 

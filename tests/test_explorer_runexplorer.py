@@ -46,6 +46,39 @@ def test_what_moved_ranks_every_string_once_filters_and_downloads(app, tuned):
     assert [t["string"] for t in table] == [r["text"] for r in rows]
 
 
+def test_a_what_moved_download_never_changes_under_its_owner(app, tuned):
+    """Issue 36's High row: two pages on one run (its owner and a link's opener), each downloading What moved with its
+    own filter. Each link keeps serving the rows it was made for; its name says the filter; the same request again
+    is the same file."""
+    other = app.session()
+    app.saved.open_run(other, tuned.run.folder.name)  # the run's link, opened in another browser
+    everything = app.explore.moved_csv(tuned, "")
+    before = everything.read_bytes()
+    matching = app.explore.moved_csv(other, "o")  # page B, filtered, after page A's download
+    assert matching != everything and matching.parent != everything.parent  # another file, another link
+    assert everything.read_bytes() == before  # page A's link still serves every string
+
+    def strings(path):
+        with path.open(encoding="utf-8") as f:
+            return [row["string"] for row in csv.DictReader(f)]
+
+    assert sorted(strings(everything)) == sorted(WORDS)
+    assert strings(matching) == [r["text"] for r in app.explore.moved(tuned, "o")] != strings(everything)
+    assert everything.name.endswith("-moved-all.csv") and matching.name.endswith("-moved-matching-o.csv")
+    assert app.explore.moved_csv(tuned, "O") == matching  # the same rows again: the same file
+    assert app.explore.moved_csv(other, "") == everything
+
+
+def test_an_export_of_a_selection_is_named_as_one(app, tuned):
+    """A selection's export and the whole run's are never named alike (both were `mirror-<id>-all.zip`)."""
+    whole = app.explore.export(tuned, "all")
+    picked = app.explore.export(tuned, "all", [0, 2, 3])
+    other = app.explore.export(tuned, "all", [1, 2, 3])
+    assert whole.name == f"mirror-{tuned.run.folder.name[:12]}-all.zip"
+    assert "-selection-3-" in picked.name and picked.name.endswith("-all.zip")
+    assert len({whole.name, picked.name, other.name}) == 3 and len({whole.parent, picked.parent, other.parent}) == 3
+
+
 def test_health_and_neighbours_of_the_served_run(app, tuned):
     health = app.explore.health(tuned)
     for side in ("base", "tuned"):

@@ -152,10 +152,13 @@ def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundl
     for name in ("index.faiss", "texts.json"):
         shutil.copyfile(run.folder / "base_index" / name, run.folder / "tuned_index" / name)
 
+    old_zip = run.index_zip.read_bytes()
     fresh_server = MirrorApp(app.settings)  # nothing in memory: a restart, or a link opened elsewhere
     other = fresh_server.session()
     opened = fresh_server.saved.open_run(other, run.folder.name)
     assert REBUILT_NOTE in opened.stats["notes"]
+    # the rebuilt index is another download: the old link (handed out before) still serves the bytes it served
+    assert opened.index_zip != run.index_zip and run.index_zip.read_bytes() == old_zip
     assert_run_matches_its_model(fresh_server, other, opened)
     again = MirrorApp(app.settings).saved.open_run(MirrorApp(app.settings).session(), run.folder.name)
     assert again.stats["notes"].count(REBUILT_NOTE) == 1  # said once, kept in run.json

@@ -65,7 +65,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
         ui.moved_table = gr.Dataframe(
             headers=MOVED_COLUMNS, interactive=False, wrap=True, max_height=420, elem_id="mx-moved-table"
         )
-        ui.moved_file = gr.File(label="What moved (CSV)", visible=False)
+        ui.moved_file = gr.File(label="What moved (CSV)", visible=False, elem_id="mx-moved-file")
     with gr.Accordion("Space health and general checks (did tuning forget anything?)", open=True):
         ui.health_md = gr.Markdown("", elem_id="mx-health")
         ui.forget_md = gr.Markdown("", elem_id="mx-forgetting")

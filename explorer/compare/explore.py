@@ -148,18 +148,20 @@ class RunExplorer:
         return moved.filter_rows(rows, text_filter)[:limit]
 
     def moved_csv(self, session: Session, text_filter: str = "") -> Path:
-        """The what-moved table (every string, or those matching the filter) as a CSV file of the run's."""
-        from mirror import moved
+        """The what-moved table (every string, or those matching the filter) as a CSV file of the run's, named for
+        the filter. Its folder is named by the file's contents: a link handed out never serves other rows later (two
+        pages on one run with two filters get two files)."""
+        from mirror import exports, moved
 
         rows = self.moved(session, text_filter, limit=None)
-        self.app.check_disk(session)
+        data = moved.moved_csv(rows).encode("utf-8")
         folder = self.space(session).run.folder
-        out = folder / "exports" / f"mirror-{folder.name[:12]}-moved.csv"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".csv.tmp")
-        tmp.write_text(moved.moved_csv(rows), encoding="utf-8")
-        tmp.replace(out)
-        return out
+        name = exports.moved_csv_name(f"mirror-{folder.name[:12]}", text_filter)
+        out = exports.content_folder(folder / "exports", "moved", name.encode() + b"\0" + data) / name
+        with self._export_lock:
+            if not out.is_file():
+                self.app.check_disk(session)
+            return exports.write_once(out, data)
 
     def health(self, session: Session) -> dict[str, Any]:
         """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
@@ -194,9 +196,11 @@ class RunExplorer:
         space = self.space(session)
         picked = _checked_rows(rows, len(space.texts))
         coords = self._coords(space)
-        prefix = f"mirror-{space.run.folder.name[:12]}"
-        # One file per run, format, selection and map, whoever asks: a repeated export is the same file again.
-        out = space.run.folder / "exports" / f"{fmt}-{exports.export_key(fmt, picked, coords)}"
+        key = exports.export_key(fmt, picked, coords)
+        prefix = exports.export_prefix(f"mirror-{space.run.folder.name[:12]}", picked, key)
+        # One file per run, format, selection and map, whoever asks: a repeated export is the same file again, and
+        # an export with other contents is another folder (another link): a file handed out never changes.
+        out = space.run.folder / "exports" / f"{fmt}-{key}"
         with self._export_lock:
             done = exports.export_path(out, fmt, prefix)
             if done.is_file():

@@ -55,6 +55,8 @@ class SavedRuns:
         info.stats["notes"] = [*info.stats.get("notes", []), REBUILT_NOTE]
         shutil.rmtree(info.folder / "exports", ignore_errors=True)
         self.app.explore.forget(info.folder)  # figures computed from the old index
+        # the rebuilt index under a name of its own: a link to the old zip handed out before never serves other bytes
+        info.index_zip = info.index_zip.with_name(info.index_zip.stem + "-rebuilt.zip")
         package_run(info, zip_model=False)
         self.app.runs.save(info)
 
