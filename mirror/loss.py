@@ -35,7 +35,8 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     z = F.normalize(torch.cat([z1, z2]).float(), dim=-1)
     logits = z @ z.T / temperature
     logits.fill_diagonal_(float("-inf"))  # a view is not its own negative
-    targets = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(z.device)
+    # made on the device: a host tensor copied there (`.to(device)`) is a blocking copy, a host-device sync each step
+    targets = torch.cat([torch.arange(b, 2 * b, device=z.device), torch.arange(0, b, device=z.device)])
     return F.cross_entropy(logits, targets)
 
 
