@@ -194,9 +194,12 @@ class Encoder:
             for ids in tokenized(self.tokenizer, _cut(texts, self.token_limit), add_special_tokens=False)["input_ids"]
         ]
 
-    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Pooled (not normalised) embeddings of a tokenized batch already on the model's device."""
-        return pooled(self._inference_model(), batch, self.pooling)
+    def embed(self, batch: dict[str, torch.Tensor], padded: bool | None = None) -> torch.Tensor:
+        """Pooled (not normalised) embeddings of a tokenized batch already on the model's device. `padded`: whether
+        any row of it has padding, when the caller knows (model_inputs: then the forward pass never syncs)."""
+        model = self._inference_model()
+        inputs = batch if padded is None else model_inputs(model, batch, padded)
+        return pooled(model, batch, self.pooling, inputs)
 
     @torch.inference_mode()
     def encode(
@@ -243,7 +246,8 @@ class Encoder:
                             fits = fits or _rows_that_fit(self.model, device, precision, memory_budget)
                             n = fits(n, width)
                         rows = order[start : start + n]
-                        emb = self.embed(self._padded([ids[i] for i in rows], width, device)).float()
+                        batch_ids = [ids[i] for i in rows]  # longest first: padded unless the last is as long
+                        emb = self.embed(self._padded(batch_ids, width, device), len(batch_ids[-1]) < width).float()
                         if normalize:
                             emb = torch.nn.functional.normalize(emb, dim=-1)
                         out[lo + rows] = emb.cpu().numpy()
@@ -325,13 +329,45 @@ class Encoder:
         return h.hexdigest()[:16]
 
 
-def pooled(model: Any, batch: dict[str, torch.Tensor], pooling: str) -> torch.Tensor:
-    """`model`'s pooled (not normalised) embeddings of a tokenized batch: [CLS] or the mean over real tokens."""
-    out = model(**batch).last_hidden_state
+def pooled(
+    model: Any, batch: dict[str, torch.Tensor], pooling: str, inputs: dict[str, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """`model`'s pooled (not normalised) embeddings of a tokenized batch: [CLS] or the mean over real tokens.
+    `inputs`: what the model is called with, when not the batch itself (model_inputs)."""
+    out = model(**(batch if inputs is None else inputs)).last_hidden_state
     if pooling == "cls":
         return out[:, 0]
     mask = batch["attention_mask"].unsqueeze(-1).to(out.dtype)
     return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+# Model types whose forward makes its attention mask with transformers' create_bidirectional_mask alone, which takes a
+# 4-D mask as it is. Not ModernBERT (it also makes a sliding-window mask from the 2-D one) nor DeBERTa (its own).
+PREPARED_MASK_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet"})
+
+
+def model_inputs(model: Any, batch: dict[str, torch.Tensor], padded: bool) -> dict[str, torch.Tensor]:
+    """`batch` as a forward pass takes it without a host-device sync. Given a 2-D mask, transformers reads it to decide
+    whether attention may skip it (`mask.all()`), and on a GPU that read waits for every kernel queued before it: once
+    a step, the host idle meanwhile (bench/RESULTS.md, "GPU"). Whoever made the batch knows the answer: without
+    padding no mask at all; with padding, for PREPARED_MASK_TYPES, the 4-D mask transformers would make (boolean for
+    SDPA, additive for eager attention), built on the device; other models get the batch as it is."""
+    if not padded:
+        return {k: v for k, v in batch.items() if k != "attention_mask"}
+    inner = model
+    while not hasattr(inner, "config") and hasattr(inner, "module"):  # DistributedDataParallel
+        inner = inner.module
+    config = getattr(inner, "config", None)
+    attention = getattr(config, "_attn_implementation", None)
+    if getattr(config, "model_type", None) not in PREPARED_MASK_TYPES or attention not in ("sdpa", "eager"):
+        return batch
+    mask = batch["attention_mask"]
+    n, length = mask.shape
+    keep = mask.bool()[:, None, None, :].expand(n, 1, length, length).contiguous()  # as transformers makes it
+    if attention == "eager":
+        dtype = next(inner.parameters()).dtype
+        keep = torch.zeros(keep.shape, dtype=dtype, device=mask.device).masked_fill(~keep, torch.finfo(dtype).min)
+    return {**batch, "attention_mask": keep}
 
 
 def _bf16_twin(model: Any) -> Any:

@@ -379,6 +379,13 @@ def mirror_tune(
             if report is not None:
                 report(first + offset, total, value, sizes[len(losses) - 1])
 
+    def prepare(batch_ids: list[int]) -> StepInputs:
+        strings = [texts[i] for i in batch_ids] + _mixed_in(mixer, batch_ids, lengths, budget, mix_rng)
+        return _prepare_step(encoder, strings, config, rng, device)
+
+    # On a GPU the next batch is made while this step runs (the host is what a GPU step waits for: bench/RESULTS.md
+    # "GPU"); one batch at a time and in order, so the views draw what they draw without it.
+    ahead = Ahead(prepare, threaded=device.type == "cuda")
     started = time.perf_counter()
     model.train()  # dropout on in both forward passes: the "feature" augmentation
     # Every write of the weights happens inside: what was built from the old ones (the bf16 inference copy) is dropped.
@@ -392,12 +399,13 @@ def mirror_tune(
                         cancelled = True
                         break
                     batch_ids = queue.pop(0)
-                    strings = [texts[i] for i in batch_ids] + _mixed_in(mixer, batch_ids, lengths, budget, mix_rng)
+                    inputs = ahead.take(batch_ids, queue[0] if queue else None)
                     try:
-                        pending.append(_train_step(encoder, optimizer, scaler, strings, config, rng, device, anchor))
+                        pending.append(_train_step(encoder, optimizer, scaler, inputs, config, device, anchor))
                     except torch.OutOfMemoryError:
                         # Free what the failed step held and go on with half the batch: fewer negatives
                         # per step, but the run finishes, and the result says so.
+                        ahead.drop()  # the next batch as planned before: the plan changes
                         batch_size = _halved_after_oom(batch_size, min_batch, world_size, optimizer, device)
                         rest = [i for ids in [batch_ids, *queue] for i in ids]
                         chunks = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
@@ -409,13 +417,14 @@ def mirror_tune(
                         notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
                         continue
                     step += 1
-                    sizes.append(len(strings))
+                    sizes.append(inputs.strings)
                     if len(pending) >= sync_every:
                         read_back()
                 if cancelled or step >= total:
                     break
             read_back()
         finally:
+            ahead.close()
             encoder.model = model  # unwrap DDP
             merge_lora(model)  # W + B·A: a plain model again, whatever ended the run
             if anchor is not None:
@@ -558,29 +567,82 @@ def _halved_after_oom(
     return batch_size // 2
 
 
+@dataclass
+class StepInputs:
+    """One step's batch as the host makes it: both views tokenized (this rank's share), in pinned memory on a GPU."""
+
+    batch: dict[str, torch.Tensor]
+    views: int  # this rank's views of the first kind: the batch is views1 + views2
+    strings: int  # the step's strings, all ranks together
+    padded: bool  # whether any row has padding (known here, on the host: the GPU is never asked)
+
+
+def _prepare_step(
+    encoder: Encoder, strings: list[str], config: MirrorConfig, rng: random.Random, device: torch.device
+) -> StepInputs:
+    """The two views of `strings`, tokenized (this rank's share under torchrun)."""
+    view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
+    n = len(strings)
+    rank, world_size = distributed.world()
+    lo, hi = distributed.shard_bounds(n, world_size, rank)  # the whole batch in a single process
+    batch = encoder.tokenize(view1[lo:hi] + view2[lo:hi], config.max_length)
+    padded = not bool(batch["attention_mask"].all())
+    if device.type == "cuda":  # pinned host memory makes the copy to the GPU truly asynchronous
+        batch = {k: v.pin_memory() for k, v in batch.items()}
+    return StepInputs(batch, hi - lo, n, padded)
+
+
+class Ahead:
+    """`take(ids, following)`: `prepare(ids)`, and `prepare(following)` started in a worker thread (threaded) to be
+    taken next. One prepare at a time, in the order taken, so anything they draw from a seeded stream is drawn as it
+    would be without the thread."""
+
+    def __init__(self, prepare: Callable[[list[int]], StepInputs], threaded: bool):
+        self.prepare = prepare
+        self.pool = None
+        if threaded:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="mirror-next-batch")
+        self.next: tuple[list[int], Any] | None = None
+
+    def take(self, ids: list[int], following: list[int] | None) -> StepInputs:
+        ready = self.next[1].result() if self.next is not None and self.next[0] is ids else None
+        self.drop()
+        inputs = ready if ready is not None else self.prepare(ids)
+        if self.pool is not None and following is not None:
+            self.next = (following, self.pool.submit(self.prepare, following))
+        return inputs
+
+    def drop(self) -> None:
+        """Forget the batch made ahead (its draws are spent: the batches planned afresh draw the next ones)."""
+        if self.next is not None:
+            self.next[1].exception()  # wait for it: two prepares never run at once
+            self.next = None
+
+    def close(self) -> None:
+        self.drop()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+
 def _train_step(
     encoder: Encoder,
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler | None,
-    strings: list[str],
+    inputs: StepInputs,
     config: MirrorConfig,
-    rng: random.Random,
     device: torch.device,
     anchor: Anchor | None = None,
 ) -> torch.Tensor:
     """One optimiser step; returns [loss, gradient norm] on the device (norm 0 when not clipping or with fp16).
     The loss is the contrastive one plus the anchor's terms (distillation, L2 to the base) when the run has them."""
-    view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
-    n = len(strings)
-    rank, world_size = distributed.world()
-    lo, hi = distributed.shard_bounds(n, world_size, rank)  # the whole batch in a single process
-    local = view1[lo:hi] + view2[lo:hi]
-    batch = encoder.tokenize(local, config.max_length)
-    if device.type == "cuda":  # pinned host memory makes the copy truly asynchronous
-        batch = {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
-    b = hi - lo
+    batch = inputs.batch
+    if device.type == "cuda":
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    b, n = inputs.views, inputs.strings
     with autocast(device, config.precision):
-        emb = encoder.embed(batch)
+        emb = encoder.embed(batch, padded=inputs.padded)
         extra = anchor.penalty(batch, emb[:b], emb[b:]) if anchor is not None else None  # this rank's views
     z1 = distributed.gather_with_grad(emb[:b], n)
     z2 = distributed.gather_with_grad(emb[b:], n)

@@ -193,11 +193,11 @@ def inject_oom(monkeypatch: pytest.MonkeyPatch, first_n: int, when: str = "train
     real = Encoder.embed
     calls = {"oom": 0}
 
-    def embed(self, batch):
+    def embed(self, batch, padded=None):
         if self.model.training == (when == "training") and calls["oom"] < first_n:
             calls["oom"] += 1
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
-        return real(self, batch)
+        return real(self, batch, padded)
 
     monkeypatch.setattr(Encoder, "embed", embed)
     return calls

@@ -36,10 +36,10 @@ class VirtualClock:
         self.now, self.fixed, self.per_token, self.speed = 0.0, fixed, per_token, 1.0
         real = Encoder.embed
 
-        def embed(encoder, batch):
+        def embed(encoder, batch, padded=None):
             rows, tokens = batch["input_ids"].shape
             self.now += self.speed * (self.fixed + self.per_token * rows * tokens)
-            return real(encoder, batch)
+            return real(encoder, batch, padded)
 
         monkeypatch.setattr(Encoder, "embed", embed)
 
@@ -143,8 +143,10 @@ def test_a_really_slower_machine_is_seen_by_the_calibration(base, tiny_bert, tmp
 
         return call
 
-    def embed(encoder, batch):  # inference only: a training step is slowed as a whole
-        return real_embed(encoder, batch) if encoder.model.training else slowed(real_embed)(encoder, batch)
+    def embed(encoder, batch, padded=None):  # inference only: a training step is slowed as a whole
+        return (
+            real_embed(encoder, batch, padded) if encoder.model.training else slowed(real_embed)(encoder, batch, padded)
+        )
 
     monkeypatch.setattr(mirror.train, "_train_step", slowed(real_step))
     monkeypatch.setattr(Encoder, "embed", embed)
@@ -402,7 +404,11 @@ def test_the_calibration_trains_and_encodes_in_a_thread_of_its_own(base, tiny_be
     monkeypatch.setattr(
         mirror.train, "_train_step", lambda *a, **k: seen.add(threading.get_ident()) or real_step(*a, **k)
     )
-    monkeypatch.setattr(Encoder, "embed", lambda enc, batch: seen.add(threading.get_ident()) or real_embed(enc, batch))
+    monkeypatch.setattr(
+        Encoder,
+        "embed",
+        lambda enc, batch, padded=None: seen.add(threading.get_ident()) or real_embed(enc, batch, padded),
+    )
     calibrate(base, words_config(tiny_bert), tmp_path)
     assert seen and threading.get_ident() not in seen
     with pytest.raises(ZeroDivisionError):  # what goes wrong there is raised here

@@ -43,7 +43,7 @@ def test_batches_hold_at_most_the_token_budget_and_progress_counts_up(enc, monke
     monkeypatch.setattr(encoder_module, "CPU_BATCH_TOKENS", 24)
     shapes, done = [], []
     original = enc.embed
-    monkeypatch.setattr(enc, "embed", lambda b: shapes.append(tuple(b["input_ids"].shape)) or original(b))
+    monkeypatch.setattr(enc, "embed", lambda b, p=None: shapes.append(tuple(b["input_ids"].shape)) or original(b, p))
     budgeted = enc.encode(TEXTS * 3, batch_size=8, on_progress=lambda d, t: done.append(d), precision="fp32")
 
     assert all(n * width <= 24 or n == 1 for n, width in shapes) and max(n for n, _ in shapes) == 8
@@ -60,7 +60,7 @@ def test_encode_batches_is_the_batching_encode_runs(enc, monkeypatch, tokens, ch
     monkeypatch.setattr(encoder_module, "TOKENIZE_CHUNK", chunk)
     shapes = []
     original = enc.embed
-    monkeypatch.setattr(enc, "embed", lambda b: shapes.append(tuple(b["input_ids"].shape)) or original(b))
+    monkeypatch.setattr(enc, "embed", lambda b, p=None: shapes.append(tuple(b["input_ids"].shape)) or original(b, p))
     texts = TEXTS * 3
     enc.encode(texts, batch_size=8, precision="fp32")
     lengths = [len(ids) for ids in enc._token_ids(texts, enc.max_seq_length)]

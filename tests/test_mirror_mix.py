@@ -17,19 +17,19 @@ from mirror.train import mirror_tune, plan_steps
 from tests.conftest import SENTENCES, WORDS
 
 GOLD = GENERAL.parent / "gold"
-TRAIN_STEP = train._train_step
+PREPARE_STEP = train._prepare_step
 RUN = {"device": "cpu", "precision": "fp32", "lr": 1e-3, "epochs": 2, "batch_size": 3}
 
 
 def batches_of(tiny_bert, texts, monkeypatch, mode="sentences", **kw) -> tuple[list[list[str]], object]:
-    """The strings of every step of a run (what _train_step was given), and the run's result."""
+    """The strings of every step of a run (what _prepare_step was given), and the run's result."""
     seen: list[list[str]] = []
 
-    def spy(encoder, optimizer, scaler, strings, *args, **kwargs):
+    def spy(encoder, strings, *args, **kwargs):
         seen.append(list(strings))
-        return TRAIN_STEP(encoder, optimizer, scaler, strings, *args, **kwargs)
+        return PREPARE_STEP(encoder, strings, *args, **kwargs)
 
-    monkeypatch.setattr(train, "_train_step", spy)
+    monkeypatch.setattr(train, "_prepare_step", spy)
     config = MirrorConfig.preset(mode, model=str(tiny_bert), **{**RUN, **kw})
     result = mirror_tune(texts, config, encoder=load_encoder(tiny_bert))
     return seen, result

@@ -249,11 +249,11 @@ def test_out_of_memory_halves_the_batch_and_says_so(tiny_bert, monkeypatch):
     original = enc.embed
     sizes = []
 
-    def embed(batch):  # a GPU that fits at most 8 sequences (4 strings x 2 views)
+    def embed(batch, padded=None):  # a GPU that fits at most 8 sequences (4 strings x 2 views)
         sizes.append(batch["input_ids"].shape[0])
         if batch["input_ids"].shape[0] > 8:
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-        return original(batch)
+        return original(batch, padded)
 
     monkeypatch.setattr(enc, "embed", embed)
     steps = []
@@ -270,7 +270,7 @@ def test_out_of_memory_halves_the_batch_and_says_so(tiny_bert, monkeypatch):
 def test_out_of_memory_at_the_smallest_batch_is_a_clear_error(tiny_bert, monkeypatch):
     enc = load_encoder(tiny_bert)
 
-    def embed(batch):
+    def embed(batch, padded=None):
         raise torch.OutOfMemoryError("CUDA out of memory (injected)")
 
     monkeypatch.setattr(enc, "embed", embed)
