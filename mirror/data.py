@@ -243,15 +243,23 @@ def _note(notes: list[str] | None, note: str) -> None:
 # ---------------------------------------------------------------- files to strings
 
 
+@dataclass(frozen=True)
+class FileStrings:
+    """What an uploaded file holds: its raw strings, the columns a user may pick, and the column they were read from."""
+
+    strings: list[str]
+    columns: list[str]  # a table's header, a .jsonl file's string fields; [] for .txt
+    column: str | None = None  # the column read (named, or detected: a note says why when there was a choice)
+
+
 def read_file(
     path: str | Path,
     column: str | None = None,
     max_bytes: float | None = None,
     name: str | None = None,
     notes: list[str] | None = None,
-) -> tuple[list[str], list[str]]:
-    """Raw strings of an uploaded .txt/.csv/.tsv/.jsonl file and its column choices: the header of a table, the
-    string fields of a .jsonl file's first object, [] for .txt.
+) -> FileStrings:
+    """Raw strings of an uploaded .txt/.csv/.tsv/.jsonl file, its column choices and the column read.
 
     Every message names the file by `name` (default: its base name), never by its path on the server. A
     MirrorError from parsing carries the choices as `.columns`, so the user can pick another column.
@@ -262,10 +270,11 @@ def read_file(
     text = decode(_read_bytes(path, shown, shown, max_bytes), shown, notes)
     columns = column_choices(text, kind)
     try:
-        return parse_text(text, kind, shown, column or None, notes), columns
+        strings, used = _parse(text, kind, shown, column or None, notes)
     except MirrorError as exc:
         exc.columns = columns  # type: ignore[attr-defined]
         raise
+    return FileStrings(strings, columns, used)
 
 
 def read_texts(
@@ -301,14 +310,21 @@ def _read_bytes(path: Path, name: str, where: str, max_bytes: float | None) -> b
 
 def parse_text(text: str, kind: str, name: str, column: str | None = None, notes: list[str] | None = None) -> list[str]:
     """Parse decoded content of a given kind ('.txt', '.csv', '.tsv', '.jsonl') into raw strings."""
+    return _parse(text, kind, name, column, notes)[0]
+
+
+def _parse(
+    text: str, kind: str, name: str, column: str | None, notes: list[str] | None
+) -> tuple[list[str], str | None]:
+    """parse_text's strings and the column they came from (None for .txt)."""
     if kind == ".txt":
         if column:
             raise MirrorError(f"{name}: a text column (--column) applies to .csv/.tsv/.jsonl files, not .txt")
-        return text.splitlines()
+        return text.splitlines(), None
     if kind in (".csv", ".tsv"):
         return _parse_table(text, "\t" if kind == ".tsv" else ",", name, column, notes)
     if kind == ".jsonl":
-        return _parse_jsonl(text, name, column or "text")
+        return _parse_jsonl(text, name, column or "text"), column or "text"
     raise MirrorError(f"{name}: unsupported file type {kind!r}; use one of {', '.join(SUFFIXES)}")
 
 
@@ -354,7 +370,9 @@ def _read_rows(text: str, delimiter: str, name: str) -> list[list[str]]:
         raise MirrorError(f"{name}: not a readable {kind} file (line {reader.line_num}: {exc})") from None
 
 
-def _parse_table(text: str, delimiter: str, name: str, column: str | None, notes: list[str] | None) -> list[str]:
+def _parse_table(
+    text: str, delimiter: str, name: str, column: str | None, notes: list[str] | None
+) -> tuple[list[str], str]:
     rows = _read_rows(text, delimiter, name)
     if not rows:
         raise MirrorError(f"{name}: the file is empty")
@@ -374,8 +392,10 @@ def _parse_table(text: str, delimiter: str, name: str, column: str | None, notes
             raise MirrorError(f"{name}: no column {column!r}; columns are {header}")
         idx = header.index(column)
     else:
-        idx = _pick_text_column(header, body, name)
-    return [row[idx] if idx < len(row) else "" for row in body]
+        idx, why = _pick_text_column(header, body, name)
+        if why:
+            _note(notes, why)
+    return [row[idx] if idx < len(row) else "" for row in body], header[idx]
 
 
 def has_header(rows: Sequence[Sequence[str]], column: str | None = None) -> bool:
@@ -398,20 +418,36 @@ def has_header(rows: Sequence[Sequence[str]], column: str | None = None) -> bool
     return votes > 0 if votes else len(first) > 1
 
 
-def _pick_text_column(header: Sequence[str], body: Sequence[Sequence[str]], name: str) -> int:
-    """The only column, a column named like text, else the first column that is mostly non-numeric."""
+# A column with one of these names is the text, whatever the others hold: the file says so.
+TEXT_COLUMN_NAMES = ("text", "sentence", "sentences", "string", "strings")
+
+
+def _pick_text_column(header: Sequence[str], body: Sequence[Sequence[str]], name: str) -> tuple[int, str | None]:
+    """The column to read when none is named, and why when there was a choice: the only column; a column named as text
+    (TEXT_COLUMN_NAMES); else, of the mostly non-numeric columns, the one of the longest natural-language text (most
+    words a row: a summary over a name or an identifier; on a tie, the first)."""
     if len(header) == 1:
-        return 0
+        return 0, None
     lowered = [h.lower() for h in header]
-    for hint in TEXT_COLUMN_HINTS:
-        if hint in lowered:
-            return lowered.index(hint)
     sample = body[:SAMPLE_ROWS]
+    words: dict[int, float] = {}
     for idx in range(len(header)):
         values = [row[idx].strip() for row in sample if idx < len(row) and row[idx].strip()]
         if values and sum(not is_number(v) for v in values) / len(values) > 0.5:
-            return idx
-    raise MirrorError(f"{name}: no text column found among {list(header)}; name one with --column")
+            words[idx] = sum(len(v.split()) for v in values) / len(values)
+    if not words:
+        raise MirrorError(f"{name}: no text column found among {list(header)}; name one with --column")
+    named = [i for i in words if lowered[i] in TEXT_COLUMN_NAMES]
+    if named:
+        return named[0], None
+    best = max(words, key=lambda i: (round(words[i], 1), -i))
+    if all(round(words[i], 1) == round(words[best], 1) for i in words):  # the only text column, or the first of equals
+        return best, None
+    others = ", ".join(f"{header[i]!r} {words[i]:.1f}" for i in words if i != best)
+    return best, (
+        f"{name}: read the column {header[best]!r}, the longest text of its columns ({words[best]:.1f} words a row; "
+        f"{others}); pick another column to read that one"
+    )
 
 
 def is_number(value: str) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mirror.cli import load_input
-from mirror.data import clean_texts, decode, fmt_size, has_header, parse_text, read_file, read_texts
+from mirror.data import FileStrings, clean_texts, decode, fmt_size, has_header, parse_text, read_file, read_texts
 from mirror.errors import MirrorError
 
 # ---------------------------------------------------------------- encodings
@@ -144,22 +144,39 @@ def write(folder: Path, name: str, data: bytes | str) -> Path:
     return path
 
 
-def test_read_file_returns_strings_and_column_choices(tmp_path):
-    assert read_file(write(tmp_path, "a.txt", "cat\ndog\n")) == (["cat", "dog"], [])
+def test_read_file_returns_strings_column_choices_and_the_column_read(tmp_path):
+    assert read_file(write(tmp_path, "a.txt", "cat\ndog\n")) == FileStrings(["cat", "dog"], [], None)
     csv = write(tmp_path, "b.csv", 'id,text,score\n1,"hello, world",3\n2,bye,4\n')
-    assert read_file(csv) == (["hello, world", "bye"], ["id", "text", "score"])
-    assert read_file(csv, column="id") == (["1", "2"], ["id", "text", "score"])
+    assert read_file(csv) == FileStrings(["hello, world", "bye"], ["id", "text", "score"], "text")
+    assert read_file(csv, column="id") == FileStrings(["1", "2"], ["id", "text", "score"], "id")
     assert read_file(csv, column="") == read_file(csv)  # the app's empty picker: detect the column
     tsv = write(tmp_path, "c.tsv", "n\tphrase\n1\tred car\n")
-    assert read_file(tsv) == (["red car"], ["n", "phrase"])
+    assert read_file(tsv) == FileStrings(["red car"], ["n", "phrase"], "phrase")
     jsonl = write(tmp_path, "d.jsonl", '{"title": "T", "body": "B", "n": 1}\n{"title": "U", "body": "C"}\n')
-    assert read_file(jsonl, column="body") == (["B", "C"], ["title", "body"])
+    assert read_file(jsonl, column="body") == FileStrings(["B", "C"], ["title", "body"], "body")
+
+
+def test_the_detected_column_is_the_longest_text_and_the_note_says_why(tmp_path):
+    """Issue 36: a catalogue's `name,summary,id` was read from `name` (short identifiers) without a word."""
+    rows = [f"widget-{i},A small tool that cuts {i} kinds of paper and card cleanly,{1000 + i}" for i in range(30)]
+    path = write(tmp_path, "items.csv", "name,summary,id\n" + "\n".join(rows) + "\n")
+    notes: list[str] = []
+    read = read_file(path, notes=notes)
+    assert read.column == "summary" and read.strings[0].startswith("A small tool")
+    assert notes == [
+        "items.csv: read the column 'summary', the longest text of its columns (12.0 words a row; 'name' 1.0); "
+        "pick another column to read that one"
+    ]
+    assert read_file(path, column="name").strings[0] == "widget-0"  # picked by the user: read as asked, no note
+    # a column named as text wins, and so does the first of equals (a word list in two languages)
+    assert parse_text("text,notes\ncat,a small animal that purrs\n", ".csv", "t.csv") == ["cat"]
+    assert parse_text("en,fr\ncat,chat\ndog,chien\n", ".csv", "t.csv") == ["cat", "dog"]
 
 
 def test_read_file_reports_its_guesses_in_notes(tmp_path):
     notes: list[str] = []
     path = write(tmp_path, "up.csv", "Grüße\nWörter\n".encode("utf-16-le"))
-    assert read_file(path, name="my list.csv", notes=notes) == (["Grüße", "Wörter"], ["Grüße"])
+    assert read_file(path, name="my list.csv", notes=notes) == FileStrings(["Grüße", "Wörter"], ["Grüße"], "column 1")
     assert notes == [
         "my list.csv: read as UTF-16-LE (it has no byte-order mark)",
         "my list.csv: no header row found, so 'Grüße' is read as data; if it is a header, name the text column "

@@ -89,7 +89,7 @@ class Searcher:
         if not path:
             raise MirrorError("upload a corpus file first")
         shown = display_name(name or path)
-        raw, _ = read_file(path, column, self.app.settings.max_upload_bytes, name=shown)
+        raw = read_file(path, column, self.app.settings.max_upload_bytes, name=shown).strings
         texts, stats = clean_texts(raw)
         dropped = max(0, len(texts) - self.app.settings.max_strings)
         texts = texts[: self.app.settings.max_strings]

@@ -300,5 +300,5 @@ def read_column(
             if len(out) >= max_rows:
                 break
         return out
-    raw, _ = read_file(path, None if path.suffix == ".txt" else column, max_bytes, name=shown)
+    raw = read_file(path, None if path.suffix == ".txt" else column, max_bytes, name=shown).strings
     return raw

@@ -62,8 +62,12 @@ class TextLoader:
                 raise MirrorError("no file uploaded")
             notes: list[str] = []
             name = display_name(name or path)
-            raw, columns = read_file(path, column, self.app.settings.max_upload_bytes, name=name, notes=notes)
-            return {**self.set_texts(session, raw, name, notes), "columns": columns}
+            read = read_file(path, column, self.app.settings.max_upload_bytes, name=name, notes=notes)
+            return {
+                **self.set_texts(session, read.strings, name, notes),
+                "columns": read.columns,
+                "column": read.column,
+            }
 
     def load_pasted(self, session: Session, text: str) -> dict[str, Any]:
         with self._replacing_texts(session):
