@@ -303,7 +303,15 @@ def loss_summary(losses: Sequence[float], n: int = 10) -> str:
         return "n/a"
     k = max(1, min(n, len(losses) // 2))
     first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
-    return f"{last:.4f} (mean of the last {k} steps; first {k}: {first:.4f}, {(last - first) / first:+.0%})"
+    change = f"{(last - first) / first:+.0%}"
+    if k == 1:
+        return f"{last:.4f} (the last step; the first: {first:.4f}, {change})"
+    return f"{last:.4f} (mean of the last {k} steps; first {k}: {first:.4f}, {change})"
+
+
+def count(n: int, noun: str) -> str:
+    """`n` and its noun, singular for 1: "1 string", "1,204 strings"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def end_losses(stats: dict[str, Any]) -> str:

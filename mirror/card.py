@@ -109,7 +109,13 @@ def model_card(
             "",
         ]
     out += ["## Training", ""]
-    out += _table(["setting", "value"], [(label, _value(config[k])) for k, label in SETTINGS if k in config])
+    unset = {"max_steps": "none (every epoch)"}  # a None that means something: never an empty cell
+    rows = [
+        (label, _value(config[k]) if config[k] is not None else unset.get(k, ""))
+        for k, label in SETTINGS
+        if k in config
+    ]
+    out += _table(["setting", "value"], rows)
     data = [("strings", _value(stats.get("strings")))]
     if stats.get("steps") is not None:
         data.append(("steps", f"{stats.get('steps')} of {stats.get('total_steps', stats.get('steps'))}"))

@@ -16,3 +16,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
   echo "$want" > "$stamp"
 fi
+# The project's packages (mirror, index, explorer) importable by .venv/bin/python from any folder: `python -m index
+# query mirror-index "cat"` beside an unzipped download works, not only from here.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+[ "$(cat "$site/mirror-explorer.pth" 2>/dev/null)" = "$PWD" ] || echo "$PWD" > "$site/mirror-explorer.pth"

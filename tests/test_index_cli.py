@@ -150,6 +150,17 @@ def test_the_apps_zips_unpacked_side_by_side_query_without_encoder(app, tiny_ber
     assert main(["query", str(out / "mirror-index"), "word", "-k", "2"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
 
+    # the zip's README.txt: its sentence-transformers + FAISS snippet, run as written, finds the same hits
+    readme = (out / "mirror-index" / "README.txt").read_text()
+    block = readme.split("FAISS alone")[1].split("\n\n")[0].splitlines()[1:]
+    snippet = "\n".join(line[4:] for line in block).replace('"your query"', '"word"').replace(", 10)", ", 3)")
+    snippet = snippet.replace("print(", "print(json.dumps(") + ")"
+    done = subprocess.run([sys.executable, "-c", snippet], cwd=out, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    plain = json.loads(done.stdout)
+    assert [t for t, _ in plain] == [h["text"] for h in hits]
+    assert max(abs(s - h["score"]) for (_, s), h in zip(plain, hits, strict=True)) < 1e-4
+
     weights = out / "mirror-model" / "model.safetensors"  # tamper: other weights under the same name
     from mirror.encoder import load_encoder, save_encoder
 

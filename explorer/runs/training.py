@@ -37,10 +37,22 @@ from mirror.exports import download_name
 
 log = logging.getLogger("mirror.app")
 SLOT_WAIT_S = 30.0  # longer than explorer.runs.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
-INDEX_README = (
-    "A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.\n"
-    "Unzip the model zip beside it, then search it with: python -m index query mirror-index 'your query'\n"
-)
+INDEX_README = """\
+A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.
+Unzip the model zip beside it (this folder and mirror-model/ side by side), then search it:
+
+  with sentence-transformers and FAISS alone (pip install sentence-transformers faiss-cpu):
+    import json, faiss
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer("mirror-model")
+    index = faiss.read_index("mirror-index/index.faiss")        # exact inner product over unit vectors
+    texts = json.load(open("mirror-index/texts.json", encoding="utf-8"))
+    scores, ids = index.search(model.encode(["your query"], normalize_embeddings=True), 10)
+    print([(texts[i], float(s)) for i, s in zip(ids[0], scores[0])])
+
+  with Mirror Explorer's own command (its virtualenv's python, from any folder):
+    /path/to/mirror-explorer/.venv/bin/python -m index query mirror-index "your query"
+"""
 
 
 class Trainer:
