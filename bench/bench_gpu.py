@@ -1,39 +1,44 @@
-"""Training speed at the hardware limit: wall time, tokens/s and achieved TFLOP/s vs the GPU's peak.
+"""Training speed at the hardware limit: wall time, tokens/s and achieved TFLOP/s vs the GPU's peak, ours and the peer.
 
-Two jobs from issue 6 (weights do not change the speed, so a randomly initialised BERT-base shape
-stands in for bert-base-uncased, with the bundled model's identical uncased WordPiece tokenizer):
-  sentences: BERT-base shape, 10k STS-B train sentences, 1 epoch, sentences preset
-  words:     bundled MiniLM-L6, 10k most frequent words, 2 epochs, words preset
+Two jobs (weights do not change the speed, so a randomly initialised BERT-base shape stands in for
+bert-base-uncased, with the bundled model's identical uncased WordPiece tokenizer):
+  sentences: BERT-base shape, 10,534 STS-B train sentences, 1 epoch, the sentences preset of a plain MLM ([CLS])
+  words:     the bundled MiniLM-L6 shape, 10k most frequent words, 2 epochs, the words preset
 
     .venv/bin/python bench/bench_gpu.py                      # on a GPU machine: both jobs, defaults
-    .venv/bin/python bench/bench_gpu.py --variants default,no-bucket,compile   # each speed-up on and off
-    .venv/bin/python bench/bench_gpu.py --device cpu --limit 400   # smoke run anywhere
+    .venv/bin/python bench/bench_gpu.py --variants default,no-bucket,compile,fp32 --peer --profile 12
+    .venv/bin/python bench/bench_gpu.py --device cpu --limit 400 --peer   # smoke run anywhere
 
-On a bare GPU machine without this project's requirements (the lent `device` machine has torch and
-transformers but not the bundled model package, whose weights are too big to carry): export the model's
-config and tokenizer here, carry that folder, and run with random weights of the same shapes (the text
-data is the project's own copy in examples/, see bench/common.py):
+`--peer`: sentence-transformers' own trainer with MultipleNegativesRankingLoss(scale=1/τ) on (s, s) pairs (what a
+user would run instead), on the same strings, model shape and pooling, batch, epochs, lr, max length and bf16,
+timed the same way (its own 3-step warm-up first, then `trainer.train()`), in the same process, after ours.
+`--profile N`: N steps of each job under torch.profiler: the top kernels, and what the host waited on.
 
-    .venv/bin/python bench/bench_gpu.py --export-shapes .gpu-shapes      # ~1 MB, no weights
-    python3 bench/bench_gpu.py --shapes .gpu-shapes --variants default,no-bucket,compile   # there
+On a bare GPU machine without this project's requirements (the lent `device` machine has torch, transformers and
+sentence-transformers, not the bundled model package): carry the model folder (bench/gpu_weights.py packs the real
+weights in fp16, 45 MB) or only its config and tokenizer (--export-shapes, 1 MB), and pass --shapes DIR: both jobs
+then take their tokenizer and the MiniLM shape from there. bench/gpu_run.sh is the whole device call.
 
-Each timed run is preceded by an untimed 3-step warm-up on the same shapes (CUDA context, cuBLAS
-handles, autotuning, compilation caches) so the figure is the steady training time a user sees
-on a warm Space; the warm-up's own time is reported too.
+Each timed run is preceded by an untimed 3-step warm-up of the same encoder object on the same shapes (CUDA
+context, cuBLAS handles, autotuning, torch.compile's graphs) so the figure is the steady training time a user sees
+on a warm server; the warm-up's own time is reported too (with `compile` it is mostly compiling, and a user's run
+pays it each time: a served run loads a fresh encoder).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
-from common import data_path, print_table, write_json
+from common import OUT, data_path, machine, print_table
 
 from mirror import MirrorConfig, read_texts
-from mirror.encoder import Encoder, bundled_model_path, load_encoder
+from mirror.encoder import Encoder, bundled_model_path, save_encoder
 from mirror.train import mirror_tune
 
 SHAPE_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
@@ -45,7 +50,7 @@ VARIANTS = {
     "fp32": {"precision": "fp32"},
 }
 
-# dense bf16 tensor-core peaks (TFLOP/s), by substring of the device name
+# dense bf16 tensor-core peaks (TFLOP/s, without sparsity), by substring of the device name
 PEAKS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0, "T4": 65.0}
 
 
@@ -63,6 +68,7 @@ def export_shapes(dest: Path) -> None:
 
 def random_encoder(shapes: Path | None, device: str, bert_base: bool, pooling: str) -> Encoder:
     """Random weights in the bundled MiniLM's shape, or BERT-base's, with the bundled uncased tokenizer."""
+    import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     folder = shapes or bundled_model_path()
@@ -72,6 +78,7 @@ def random_encoder(shapes: Path | None, device: str, bert_base: bool, pooling: s
         config = BertConfig(vocab_size=tokenizer.vocab_size, **dropout)
     else:
         config = BertConfig.from_pretrained(folder, **dropout)
+    torch.manual_seed(0)
     model = BertModel(config, add_pooling_layer=False)
     name = "bert-base shape" if bert_base else "MiniLM-L6 shape"
     return Encoder(model=model, tokenizer=tokenizer, pooling=pooling, max_seq_length=512, source=name).to(device)
@@ -84,35 +91,198 @@ def flops_per_sequence(hidden: int, layers: int, ffn: int, length: int) -> float
     return 3 * layers * length * (per_token + attention)
 
 
-def run(name: str, encoder: Encoder, texts: list[str], config: MirrorConfig) -> dict:
-    cfg = encoder.model.config
-    stats = {"tokens": 0, "padded": 0, "flops": 0.0}
+class Counter:
+    """Tokens, padded slots and FLOPs of every batch a tokenizer call makes (wraps `tokenize`)."""
+
+    def __init__(self, model_config):
+        self.cfg = model_config
+        self.tokens = self.padded = 0
+        self.flops = 0.0
+
+    def add(self, attention_mask) -> None:
+        n, length = attention_mask.shape
+        self.tokens += int(attention_mask.sum())
+        self.padded += n * length
+        c = self.cfg
+        self.flops += n * flops_per_sequence(c.hidden_size, c.num_hidden_layers, c.intermediate_size, length)
+
+    def row(self, seconds: float, device_name: str) -> dict:
+        peak = next((v for k, v in PEAKS.items() if k in device_name), None)
+        tflops = self.flops / seconds / 1e12
+        return {
+            "tokens_per_s": self.tokens / seconds,
+            "padding": 1 - self.tokens / max(1, self.padded),
+            "tflops": tflops,
+            "peak_pct": (100 * tflops / peak) if peak else None,
+        }
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_ours(job: str, encoder: Encoder, texts: list[str], config: MirrorConfig, device: str) -> dict:
+    counter = Counter(encoder.model.config)
     tokenize = encoder.tokenize
 
     def counting(batch_texts, max_length=None):
         batch = tokenize(batch_texts, max_length)
-        n, length = batch["input_ids"].shape
-        stats["tokens"] += int(batch["attention_mask"].sum())
-        stats["padded"] += n * length
-        stats["flops"] += n * flops_per_sequence(cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, length)
+        counter.add(batch["attention_mask"])
         return batch
 
     encoder.tokenize = counting
+    sync(device)
+    t0 = time.perf_counter()
     result = mirror_tune(texts, config, encoder=encoder)
-    device_name = result.device
-    peak = next((v for k, v in PEAKS.items() if k in device_name), None)
-    tflops = stats["flops"] / result.seconds / 1e12
+    sync(device)
+    wall = time.perf_counter() - t0
+    encoder.tokenize = tokenize
     return {
-        "job": name,
-        "device": device_name,
+        "job": job,
+        "run": "ours",
+        "device": result.device,
         "steps": result.steps,
         "train_s": result.seconds,
-        "tokens_per_s": stats["tokens"] / result.seconds,
-        "padding": 1 - stats["tokens"] / max(1, stats["padded"]),
-        "tflops": tflops,
-        "peak_pct": (100 * tflops / peak) if peak else None,
+        "wall_s": wall,
+        **counter.row(result.seconds, result.device),
         "final_loss": result.final_loss,
     }
+
+
+def run_peer(job: str, encoder: Encoder, texts: list[str], config: MirrorConfig, device: str, warmup: bool) -> dict:
+    """sentence-transformers' trainer + MNRL on (s, s) pairs over the same model (saved, loaded by ST), bf16 unless
+    the variant is fp32; its own 3-step warm-up on the same model object first."""
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    try:
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    except ImportError:  # older sentence-transformers
+        from sentence_transformers.losses import MultipleNegativesRankingLoss
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_encoder(encoder, Path(tmp) / "model")
+        model = SentenceTransformer(str(Path(tmp) / "model"), device=device)
+    model.max_seq_length = config.max_length
+    counter = Counter(model[0].auto_model.config)
+    hook = "preprocess" if hasattr(model, "preprocess") else "tokenize"  # what its data collator calls (6.2 / 6.0)
+    original = getattr(model, hook)
+
+    def counting(texts_, *args, **kwargs):
+        features = original(texts_, *args, **kwargs)
+        if "attention_mask" in features:
+            counter.add(features["attention_mask"])
+        return features
+
+    setattr(model, hook, counting)
+    dataset = Dataset.from_dict({"anchor": texts, "positive": texts})
+    bf16 = device == "cuda" and config.precision != "fp32" or config.precision == "bf16"
+
+    def trainer(out: str, max_steps: int) -> SentenceTransformerTrainer:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=out,
+            num_train_epochs=config.epochs,
+            max_steps=max_steps,
+            per_device_train_batch_size=config.batch_size,
+            learning_rate=config.lr,
+            weight_decay=config.weight_decay,
+            max_grad_norm=config.grad_clip,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            save_strategy="no",
+            report_to="none",
+            logging_steps=1000,
+            seed=config.seed,
+            use_cpu=device == "cpu",
+            bf16=bf16,
+            disable_tqdm=True,
+            dataloader_drop_last=False,
+        )
+        loss = MultipleNegativesRankingLoss(model, scale=1.0 / config.temperature)
+        return SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
+
+    with tempfile.TemporaryDirectory() as out:
+        warm_s = None
+        if warmup:
+            t0 = time.perf_counter()
+            trainer(out, 3).train()
+            sync(device)
+            warm_s = time.perf_counter() - t0
+        counter.tokens = counter.padded = 0
+        counter.flops = 0.0
+        t = trainer(out, -1)
+        sync(device)
+        t0 = time.perf_counter()
+        state = t.train()
+        sync(device)
+        train_s = time.perf_counter() - t0
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    return {
+        "job": job,
+        "run": f"peer: ST trainer + MNRL, {'bf16' if bf16 else 'fp32'}",
+        "device": name,
+        "steps": state.global_step,
+        "train_s": train_s,
+        "wall_s": train_s,
+        "warmup_s": warm_s,
+        **counter.row(train_s, name),
+        "final_loss": state.training_loss,
+    }
+
+
+def profile(job: str, encoder: Encoder, texts: list[str], config: MirrorConfig, steps: int, out_dir: Path) -> dict:
+    """`steps` steps under torch.profiler: the kernels' share of the wall time and what the host spent it on."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    config = dataclasses.replace(config, max_steps=steps)
+    mirror_tune(texts, dataclasses.replace(config, max_steps=2), encoder=encoder)  # warm
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        result = mirror_tune(texts, config, encoder=encoder)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    kernel_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    syncs = {
+        e.key: e.count
+        for e in events
+        if any(s in e.key for s in ("Synchronize", "cudaMemcpy", "aten::item", "aten::_local_scalar_dense"))
+    }
+    table_gpu = events.table(sort_by="self_device_time_total", row_limit=14)
+    table_cpu = events.table(sort_by="self_cpu_time_total", row_limit=14)
+    (out_dir / f"profile-{job}.txt").write_text(table_gpu + "\n\n" + table_cpu)
+    print(
+        f"\n### profile: {job}, {steps} steps: wall {wall:.3f} s (loop {result.seconds:.3f} s), kernels busy "
+        f"{kernel_us / 1e6:.3f} s = {100 * kernel_us / 1e6 / result.seconds:.0f}% of the loop; host waits: {syncs}"
+    )
+    print(table_gpu)
+    return {"job": job, "steps": steps, "loop_s": result.seconds, "kernel_s": kernel_us / 1e6, "waits": syncs}
+
+
+def job_setup(
+    job: str, args: argparse.Namespace, device: str, variant: dict
+) -> tuple[list[str], MirrorConfig, Encoder]:
+    common = {"device": device, **variant}
+    if job == "sentences":  # a plain MLM shape: the paper's sentences preset, [CLS] pooling
+        texts = read_texts(data_path("sentences"))[: args.limit]
+        config = MirrorConfig.preset("sentences", model="bert-base-uncased", pooling="cls", **common)
+        encoder = random_encoder(args.shapes, device, bert_base=True, pooling="cls")
+    else:  # the bundled model's preset (a sentence encoder: blends at the words α), its shape with random weights
+        texts = read_texts(data_path("words"))[: args.limit]
+        config = MirrorConfig.preset("words", **common)
+        encoder = random_encoder(args.shapes, device, bert_base=False, pooling="mean")
+    return texts, config, encoder
 
 
 def main() -> None:
@@ -121,9 +291,14 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="use only the first N strings")
     parser.add_argument("--variants", default="default", help=f"comma list of {', '.join(VARIANTS)}")
     parser.add_argument("--jobs", default="sentences,words")
+    parser.add_argument(
+        "--peer", action="store_true", help="also time sentence-transformers' trainer (default variant)"
+    )
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps of each job (CUDA)")
     parser.add_argument("--no-warmup", action="store_true")
-    parser.add_argument("--shapes", type=Path, help="folder from --export-shapes: random weights for both jobs")
+    parser.add_argument("--shapes", type=Path, help="a model folder (or --export-shapes'): tokenizer and MiniLM shape")
     parser.add_argument("--export-shapes", type=Path, metavar="DIR", help="write the shapes folder and exit")
+    parser.add_argument("--out", type=Path, default=OUT, help="folder for the JSON (written after every row)")
     args = parser.parse_args()
     if args.export_shapes:
         export_shapes(args.export_shapes)
@@ -131,37 +306,73 @@ def main() -> None:
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    rows = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path = args.out / f"gpu-{device}.json"
+    rows: list[dict] = []
+    profiles: list[dict] = []
+    columns = ["variant", "job", "run", "steps", "train_s", "wall_s", "warmup_s", "tokens_per_s", "padding", "tflops"]
+
+    def save() -> None:
+        ratios = {}
+        for job in args.jobs.split(","):
+            ours = next((r for r in rows if r["job"] == job and r["variant"] == "default" and r["run"] == "ours"), None)
+            peer = next((r for r in rows if r["job"] == job and r["run"].startswith("peer")), None)
+            if ours and peer:
+                ratios[job] = {"train_s": ours["train_s"] / peer["train_s"], "wall_s": ours["wall_s"] / peer["train_s"]}
+        payload = {"machine": machine(), "argv": __import__("sys").argv, "rows": rows, "ratios": ratios}
+        json_path.write_text(json.dumps({**payload, "profiles": profiles}, indent=2, default=str))
+
+    def measure(variant: str, job: str) -> None:
+        texts, config, encoder = job_setup(job, args, device, VARIANTS[variant])
+        warmup_s = None
+        if not args.no_warmup:  # the same encoder object: compiled graphs and autotuning are kept
+            sync(device)
+            t0 = time.perf_counter()
+            mirror_tune(texts, dataclasses.replace(config, max_steps=3), encoder=encoder)
+            sync(device)
+            warmup_s = time.perf_counter() - t0
+        row = {"variant": variant, **run_ours(job, encoder, texts, config, device), "warmup_s": warmup_s}
+        rows.append(row)
+        print(
+            f"{variant:9} {job:9} ours: {row['steps']} steps, train {row['train_s']:.3f} s, "
+            f"{row['tflops']:.1f} TFLOP/s, padding {row['padding']:.1%}",
+            flush=True,
+        )
+        save()
+        if args.profile and variant == "default" and device == "cuda":
+            try:
+                profiles.append(profile(job, encoder, texts, config, args.profile, args.out))
+            except Exception as exc:  # the peer still runs
+                print(f"profile {job} FAILED: {type(exc).__name__}: {exc}", flush=True)
+            save()
+        if args.peer and variant == "default":
+            peer = {"variant": variant, **run_peer(job, encoder, texts, config, device, not args.no_warmup)}
+            rows.append(peer)
+            print(
+                f"{variant:9} {job:9} peer: {peer['steps']} steps, train {peer['train_s']:.3f} s, "
+                f"padding {peer['padding']:.1%}",
+                flush=True,
+            )
+            save()
+
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             parser.error(f"unknown variant {variant!r}: use {', '.join(VARIANTS)}")
         for job in args.jobs.split(","):
-            common = {"device": device, **VARIANTS[variant]}
-            if job == "sentences":  # a plain MLM shape: the paper's sentences preset, [CLS] pooling
-                texts = read_texts(data_path("sentences"))[: args.limit]
-                config = MirrorConfig.preset("sentences", model="bert-base-uncased", pooling="cls", **common)
-                make = lambda: random_encoder(args.shapes, device, bert_base=True, pooling="cls")  # noqa: E731
-            else:
-                texts = read_texts(data_path("words"))[: args.limit]
-                config = MirrorConfig.preset("words", **common)
-                if args.shapes:
-                    make = lambda: random_encoder(args.shapes, device, bert_base=False, pooling="mean")  # noqa: E731
-                else:
-                    make = lambda: load_encoder("bundled", device=device, dropout=0.1)  # noqa: E731
-            warmup_s = None
-            if not args.no_warmup:
-                t0 = time.perf_counter()
-                mirror_tune(texts, dataclasses.replace(config, max_steps=3), encoder=make())
-                warmup_s = time.perf_counter() - t0
-            encoder = make()
+            try:
+                measure(variant, job)
+            except Exception as exc:  # one variant failing (a compiler missing, out of memory) keeps the others
+                rows.append({"variant": variant, "job": job, "run": f"failed: {type(exc).__name__}: {exc}"[:300]})
+                print(f"{variant:9} {job:9} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                save()
             if device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            row = run(job, encoder, texts, config)
-            rows.append({"variant": variant, **row, "wall_s": time.perf_counter() - t0, "warmup_s": warmup_s})
-    columns = ["variant", "job", "device", "steps", "train_s", "wall_s", "warmup_s", "tokens_per_s", "padding"]
-    print_table(rows, [*columns, "tflops", "peak_pct"])
-    write_json(f"gpu-{device}-{args.variants.replace(',', '-')}.json", {"rows": rows})
+                torch.cuda.empty_cache()
+    print()
+    print_table(rows, [*columns, "peak_pct", "final_loss"])
+    save()
+    for job, r in json.loads(json_path.read_text())["ratios"].items():
+        print(f"ours / peer, {job}: train {r['train_s']:.3f} (our whole mirror_tune call: {r['wall_s']:.3f})")
+    print(f"\nwrote {json_path}")
 
 
 if __name__ == "__main__":
