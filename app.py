@@ -97,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # faiss tries its AVX-512 and AVX2 builds first and logs each missing one as a ModuleNotFoundError (faiss-gpu's
+    # wheel has neither) before the generic build loads: news to nobody, alarming in a log
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     try:
         app = MirrorApp(Settings.from_env())
     except MirrorError as exc:
