@@ -62,7 +62,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             with gr.Tab("③ Evaluate", id="evaluate"):
                 evaluate = evaluate_tab()
             with gr.Tab("④ Explore", id="explore"):
-                explore = explore_tab(app.settings.max_map_points, hub)
+                explore = explore_tab(min(app.settings.max_map_points, app.settings.max_strings), hub)
         api = api_components()
         wire_inputs(app, state, tune)
         view = RunView(app, state, browser, tune, search, evaluate, explore)
