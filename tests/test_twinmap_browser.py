@@ -6,6 +6,7 @@ Screenshots go to the test's tmp dir and are copied to /work/notes/shots/ when t
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import WORDS
 from tests.server import free_port
 from tests.test_browser import CHROMIUM_ARGS, ON_CI, chromium_or_skip
 from tests.twinmap_data import build_demo, synthetic_twin_map
@@ -277,6 +279,109 @@ def test_empty_state_then_data_from_a_python_handler_and_dark_theme(server, brow
         expect(empty).to_have_attribute("data-hovered", str(k))
         expect(empty.locator(".tm-tip")).to_be_visible()
         shot(page, tmp_path, "7_dark_narrow")
+        assert not errors, errors
+    finally:
+        page.close()
+
+
+# ------------------------------------------------------------------------ every string of a large run, real server
+
+BIG = 20_000
+
+
+@pytest.fixture(scope="module")
+def big_run(tmp_path_factory, tiny_bert) -> Iterator[tuple[str, str, dict]]:
+    """A real server with a run of 20,000 synthetic strings on the tiny random BERT (2 steps, checks off), trained
+    through /train, and its map as /map returns it: (url, run id, map)."""
+    from gradio_client import Client
+
+    from tests.server import serve
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    texts = [f"{WORDS[i % len(WORDS)]} {letters[i // 26 % 26]}{letters[i % 26]} {i}" for i in range(BIG)]
+    work = tmp_path_factory.mktemp("big_map_app")
+    env = {"MIRROR_MODEL_ROOTS": str(tiny_bert), "MIRROR_GENERAL_CHECKS": "0"}
+    with serve(work, env) as served:
+        client = Client(served.url, verbose=False)
+        settings = {"max_steps": 2, "batch_size": 8, "device": "cpu"}
+        summary = client.predict(texts="\n".join(texts), model=str(tiny_bert), settings=settings, api_name="/train")[0]
+        run_id = summary["run_id"]
+        # the named endpoint a script reads the map from: every string, both maps, clusters, moved
+        data = client.predict(n=0, queries="", run=run_id, api_name="/map")
+        yield served.url, run_id, data
+
+
+def test_map_endpoint_returns_every_string_of_a_large_run(big_run):
+    _, _, data = big_run
+    assert data["n_total"] == data["n_shown"] == BIG and sorted(data["ids"]) == list(range(BIG))
+    assert len(data["base"]) == len(data["tuned"]) == len(data["moved"]) == len(data["base_cluster"]) == BIG
+    assert all(len(p) == 2 for p in data["base"][:100]) and data["method"] == "umap"
+    assert {c["id"] for c in data["clusters"]["tuned"]} == set(data["tuned_cluster"])
+
+
+def test_every_string_of_a_large_run_is_drawn_and_a_lasso_on_one_map_selects_the_same_on_the_other(
+    big_run, browser, tmp_path
+):
+    from playwright.sync_api import expect
+
+    url, run_id, api_map = big_run
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.set_default_timeout(60_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{url}?run={run_id}")
+        page.get_by_role("tab", name="④ Explore").click()
+        expect(page.locator("#mx-explore-caption")).to_contain_text(f"{BIG:,} strings", timeout=120_000)
+        page.locator("#mx-map-btn").click()  # the layout /map made is kept with the run: drawn at once
+        root = page.locator("#mx-twinmap .tm")
+        page.wait_for_function(f"document.querySelector('#mx-twinmap .tm')?.dataset.drawn === '{BIG}'", timeout=240_000)
+        twin = "document.querySelector('#mx-twinmap .tm').twinmap"
+        assert page.evaluate(f"['base', 'tuned'].map((m) => {twin}.drawn(m))") == [BIG, BIG]  # every string, both maps
+        expect(root.locator(".tm-foot")).to_contain_text(f"all {BIG:,} strings")
+        expect(page.locator("#mx-twinmap .tm-foot")).not_to_contain_text("sample")
+        root.scroll_into_view_if_needed()
+        shot(page, tmp_path, "8_big_drawn")
+
+        # lasso a region of the base map (Lasso mode): the same strings selected by the library on the tuned map
+        page.locator("#mx-twinmap .tm-mode[data-mode=lasso]").click()
+        box = page.locator('#mx-twinmap .tm-map[data-map="base"] canvas.tm-gl').bounding_box()
+        cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 5
+        poly = [(cx + r * math.cos(a / 8 * 2 * math.pi), cy + r * math.sin(a / 8 * 2 * math.pi)) for a in range(8)]
+        page.mouse.move(*poly[0])
+        page.mouse.down()
+        for p in poly[1:] + poly[:1]:
+            page.mouse.move(*p, steps=4)
+        page.mouse.up()
+        page.wait_for_function(f"{twin}.state().selected.length > 0")
+        selected = page.evaluate(f"{twin}.state().selected")
+        assert page.evaluate(f"{twin}.librarySelection('tuned')") == selected
+        assert sorted(page.evaluate(f"{twin}.librarySelection('base')")) == selected
+        # the selection is what the lasso enclosed: every selected point inside the polygon on the base map (which
+        # has not moved on the page: the selection line keeps its place)
+        assert page.locator('#mx-twinmap .tm-map[data-map="base"] canvas.tm-gl').bounding_box() == box
+        xy_sel = page.evaluate(f"{twin}.state().selected.slice(0, 300).map((k) => {twin}.pointScreenXY('base', k))")
+        assert all(inside(poly, p["x"], p["y"]) or edge_distance(poly, p["x"], p["y"]) < 12 for p in xy_sel)
+        # and Python has it: the selection line, and an export of it holds exactly those strings
+        expect(page.locator("#mx-selection-md")).to_contain_text(f"{len(selected):,} strings selected")
+        shot(page, tmp_path, "9_big_lasso")
+
+        # hover and click a selected point: the other map rings it, its neighbours come from the server
+        page.locator("#mx-twinmap .tm-mode[data-mode=pan]").click()
+        k = selected[len(selected) // 2]
+        page.mouse.move(*xy(page, "base", k, "#mx-twinmap"))
+        page.wait_for_function(f"{twin}.state().hover !== null")
+        hovered = int(root.get_attribute("data-hovered"))
+        assert root.get_attribute("data-highlight-other") == str(hovered)
+        page.mouse.click(*xy(page, "base", hovered, "#mx-twinmap"))
+        text = page.evaluate("document.querySelector('#mx-twinmap .tm').dataset.hoveredText") or ""
+        expect(page.locator("#mx-point-md")).to_contain_text("Neighbours of", timeout=60_000)
+        expect(page.locator("#mx-point-results .mx-query")).to_have_count(1, timeout=60_000)
+        assert text and text in page.locator("#mx-point-md").inner_text()
+        # the page's map is the one /map returned (kept with the run, not laid out again): the same rows in order
+        first = json.dumps(api_map["texts"][:5])
+        assert page.evaluate(f"{first}.map((t) => {twin}.indexOf(t))") == list(range(5))
+        shot(page, tmp_path, "10_big_clicked")
         assert not errors, errors
     finally:
         page.close()

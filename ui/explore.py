@@ -71,7 +71,12 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             ui.moved_csv_btn = gr.Button("Download CSV", elem_id="mx-moved-csv-btn", scale=1)
         ui.moved_md = gr.Markdown("", elem_id="mx-moved-md")
         ui.moved_table = gr.Dataframe(
-            headers=MOVED_COLUMNS, interactive=False, wrap=True, max_height=420, elem_id="mx-moved-table"
+            headers=MOVED_COLUMNS,
+            interactive=False,
+            wrap=True,
+            max_height=420,
+            column_widths=["22%", "10%", "34%", "34%"],  # "moved" whole, also on a phone (the table scrolls there)
+            elem_id="mx-moved-table",
         )
         ui.moved_file = gr.File(label="What moved (CSV)", visible=False)
     with gr.Accordion("Space health and general checks (did tuning forget anything?)", open=True):

@@ -37,6 +37,7 @@ function decode(b64, Type) {
 }
 
 function load(v) {
+  const started = performance.now();
   S.hover = null; S.clicked = -1; S.selected = []; S.located = []; S.offset = [0, 0];
   $(".tm-locate").value = "";
   $(".tm-tip").hidden = true;
@@ -91,7 +92,7 @@ function load(v) {
   $(".tm-foot").textContent = [`${method} · ${shown}${secs}`, v.note].filter(Boolean).join(" — ");
   if (!ensurePlots()) return;
   resize();
-  drawPoints(true);
+  drawPoints(true, started);
   legend();
   sync();
 }
@@ -128,6 +129,7 @@ function ensurePlots() {
     sp.subscribe("pointOver", (k) => hoverAt(m, k));
     sp.subscribe("pointOut", () => hoverAt(m, -1));
     sp.subscribe("lassoStart", () => { S.lassoing[m] = true; });
+    sp.subscribe("lassoEnd", ({ coordinates }) => { S.lasso = { map: m, coordinates }; });
     sp.subscribe("select", ({ points }) => selected(m, points));
     sp.subscribe("deselect", () => { if (!S.quiet) select([], true); });
     plots[m] = sp;
@@ -150,7 +152,7 @@ function rampColour(t) {
 const hex = (rgb) => `#${rgb.map((c) => c.toString(16).padStart(2, "0")).join("")}`;
 const RAMP_COLOURS = Array.from({ length: 64 }, (_, j) => hex(rampColour(j / 63)));
 
-function drawPoints(first) {
+function drawPoints(first, started) {
   if (!D || !plots) return;
   const by = S.colourBy, moved = by === "moved";
   const z = moved ? new Uint16Array(D.n) : by === "base" ? D.bc : D.tc;
@@ -168,12 +170,10 @@ function drawPoints(first) {
     });
   });
   Promise.all(done).then(() => {
-    if (first) {
-      for (const m of MAPS) plots[m].reset({ preventEvent: true });
-      S.offset = [0, 0];
-    }
+    if (first) reset();
     showSelection();
     root.dataset.drawn = String(D.n); // both maps hold every point of the value
+    if (started) root.dataset.drawMs = String(Math.round(performance.now() - started)); // bench/bench_map.py
     sync();
   });
 }
@@ -203,10 +203,12 @@ function zoom() {
   return plots && D ? plots.base.get("camera").view[0] : 1;
 }
 
+// the whole layout in view: it spans [-0.95, 0.95], and a map taller than wide (a phone) shows less than that across
+const fitZoom = () => (S.size.w && S.size.h ? Math.min(1, S.size.w / S.size.h) : 1);
 function reset() {
   if (!plots || !D) return;
   S.offset = [0, 0];
-  for (const m of MAPS) look(m, 0, 0, 1);
+  for (const m of MAPS) look(m, 0, 0, fitZoom());
   sync();
 }
 
@@ -317,7 +319,7 @@ function centreOn(ks) {
     c[m] = [(x0 + x1) / 2, (y0 + y1) / 2];
     half[m] = Math.max(x1 - x0, y1 - y0, 0.1) / 2;
   }
-  const z = Math.max(1, Math.min(2.5, 0.5 / Math.max(half.base, half.tuned)));
+  const z = fitZoom() * Math.max(1, Math.min(2.5, 0.5 / Math.max(half.base, half.tuned)));
   S.offset = [c.tuned[0] - c.base[0], c.tuned[1] - c.base[1]];
   for (const m of MAPS) look(m, c[m][0], c[m][1], z);
 }
@@ -602,9 +604,13 @@ element.twinmap = root.twinmap = {
   indexOf: (text) => (D ? D.texts.indexOf(text) : -1),
   // what each map holds and shows: the number of points drawn, the selection as the library has it
   drawn: (m) => (plots && D ? plots[m].get("points").length : 0),
+  libraryXY: (m, k) => plots[m].getScreenPosition(k),
+  libraryPoint: (m, k) => plots[m].get("points")[k],
+  ownPoint: (m, k) => [D[`${m}X`][k], D[`${m}Y`][k]],
   librarySelection: (m) => (plots ? Array.from(plots[m].get("selectedPoints")) : []),
   state: () => ({ n: D ? D.n : 0, zoom: zoom(), hover: S.hover, selected: [...S.selected], located: [...S.located],
-    clicked: S.clicked, colourBy: S.colourBy, movement: S.movement, mode: S.mode, offset: [...S.offset] }),
+    clicked: S.clicked, colourBy: S.colourBy, movement: S.movement, mode: S.mode, offset: [...S.offset],
+    lasso: S.lasso ? { map: S.lasso.map, screen: S.lasso.coordinates.map(([x, y]) => toScreen(S.lasso.map, x, y)) } : null }),
 };
 load(props.value);
 watch("value", () => load(props.value));

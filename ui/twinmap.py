@@ -43,7 +43,6 @@ HTML_TEMPLATE = """<div class="tm" data-state="empty">
 <input type="search" class="tm-locate" placeholder="Locate a string…" aria-label="Locate a string">
 <button type="button" class="tm-reset">Reset view</button>
 <span class="tm-selinfo"></span><button type="button" class="tm-clear" hidden>Clear selection</button>
-<span class="tm-hint">wheel or pinch: zoom · drag: pan · shift+drag: lasso · click: neighbours · Esc: clear</span>
 </div>
 <div class="tm-maps">
 <div class="tm-map" data-map="base"><div class="tm-title">Base</div><canvas class="tm-gl" aria-label="Base map"></canvas><canvas class="tm-ov" aria-hidden="true"></canvas></div>
@@ -51,6 +50,7 @@ HTML_TEMPLATE = """<div class="tm" data-state="empty">
 </div>
 <div class="tm-legend"></div>
 <div class="tm-foot"></div>
+<div class="tm-hint">wheel or pinch: zoom · drag: pan · shift+drag (or Lasso, Box): select · click: neighbours · Esc: clear the selection</div>
 <div class="tm-empty"></div>
 <div class="tm-tip" hidden></div>
 </div>"""
