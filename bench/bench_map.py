@@ -135,7 +135,9 @@ def draw_times(values: dict[int, dict], repeats: int = 2) -> dict[int, dict[str,
                 page.wait_for_function(f"document.querySelector('#tm .tm')?.dataset.drawn === '{n}'", timeout=300_000)
                 page_s = time.perf_counter() - t0
                 widget_ms = int(page.locator("#tm .tm").get_attribute("data-draw-ms"))
-                drawn = page.evaluate("['base', 'tuned'].map((m) => document.querySelector('#tm .tm').twinmap.drawn(m))")
+                drawn = page.evaluate(
+                    "['base', 'tuned'].map((m) => document.querySelector('#tm .tm').twinmap.drawn(m))"
+                )
                 assert drawn == [n, n], drawn
                 page.close()
                 if best is None or page_s < best["page_s"]:
@@ -177,7 +179,7 @@ def main() -> None:
         if not args.no_old and n <= 50_000:
             methods.insert(0, ("old", old_layouts))
         for name, fn in methods:
-            (xy_base, xy_tuned), wall, cpu = timed(lambda fn=fn: fn(base, tuned))
+            (xy_base, xy_tuned), wall, cpu = timed(lambda fn=fn, base=base, tuned=tuned: fn(base, tuned))
             row = {"strings": n, "vectors": source, "layout": name, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
             row.update(faithfulness(base, tuned, xy_base, xy_tuned, moved))
             rows.append(row)
