@@ -102,9 +102,15 @@ def faithfulness(base, tuned, xy_base, xy_tuned, moved) -> dict[str, float]:
 
 
 def moved_scores(base: np.ndarray, tuned: np.ndarray) -> np.ndarray:
+    """mirror.moved's score (1 - overlap of the 10 nearest) per string; past 50k strings from the layout's IVF
+    neighbour graph (an exact 200k x 200k search alone would take longer than everything timed here)."""
+    from explorer.compare import layout
     from mirror.moved import top_k
 
-    nb, nt = top_k(base, 10), top_k(tuned, 10)
+    if len(base) <= 50_000:
+        nb, nt = top_k(base, 10), top_k(tuned, 10)
+    else:
+        nb, nt = layout.neighbours(base, 11)[0][:, 1:], layout.neighbours(tuned, 11)[0][:, 1:]
     return np.array([1 - len(set(a) & set(b)) / 10 for a, b in zip(nb, nt, strict=True)])
 
 

@@ -58,6 +58,7 @@ def api_components() -> SimpleNamespace:
             health_btn=gr.Button(),
             push_btn=gr.Button(),
             n=Number(value=0, precision=0, label="n"),
+            map_queries=gr.Textbox(value="", label="queries"),  # optional here, unlike /search's
             map_out=gr.JSON(label="map"),
             map_btn=gr.Button(),
         )
@@ -172,7 +173,7 @@ def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> N
         api_neighbours, [api.text, api.k, api.run, state], [api.search_out, state], api_name="neighbours", **encode
     )
     api.health_btn.click(api_health, [api.run, state], [api.health_out, state], api_name="health", **encode)
-    map_in = [api.n, api.queries, api.run, state]
+    map_in = [api.n, api.map_queries, api.run, state]
     api.map_btn.click(api_map, map_in, [api.map_out, state], api_name="map", **encode)
     push_in = [api.repo, api.token, api.private, api.run, state]
     api.push_btn.click(
