@@ -121,7 +121,7 @@ function ensurePlots() {
       renderer, canvas: gl[m], width: Math.max(1, box[m].clientWidth), height: Math.max(1, box[m].clientHeight), syncEvents: true,
       actionKeyMap: { lasso: "shift", merge: "ctrl" }, deselectOnDblClick: false, deselectOnEscape: true,
       lassoMinDelay: 0, lassoMinDist: 2, lassoClearEvent: "lassoEnd", lassoLongPressIndicatorParentElement: box[m],
-      pointSizeSelected: 1, pointOutlineWidth: 1.5, opacityInactiveScale: 0.12, opacityInactiveMax: 0.25,
+      pointSizeSelected: 1, pointOutlineWidth: 1.5, opacityInactiveScale: 0.3, opacityInactiveMax: 0.35,
       pointScaleMode: "asinh", aspectRatio: 1,
     });
     sp.subscribe("view", ({ view }) => follow(m, view));
