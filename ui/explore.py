@@ -196,11 +196,9 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
         def draw(session: Session) -> tuple:
             progress(None, desc="Laying out both spaces (the first map of a run takes longest)")
             data = ex.twin_map(session, n_value, queries)
-            shown = (
-                f"{data['n_shown']:,} of {data['n_total']:,} strings"
-                if data["n_shown"] < data["n_total"]
-                else (f"All {data['n_total']:,} strings")
-            )
+            shown = f"All {data['n_total']:,} strings"
+            if data["n_shown"] < data["n_total"]:
+                shown = f"{data['n_shown']:,} of {data['n_total']:,} strings"
             note = f"{shown} · {data['method'].upper()} · laid out in {data['seconds']:.1f} s. {data['note']}"
             return render.message(note.strip(), "ok"), data, data["caption"], *panels(session)
 
