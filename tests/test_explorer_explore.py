@@ -262,3 +262,37 @@ def test_compare_health_reads_a_spread_out_space_as_what_tuning_aims_for():
     assert "what contrastive tuning aims for" in out["summary"]
     same = health.compare_health(wide, wide)
     assert "kept the overall spread" in same["summary"] and "aims for" not in same["summary"]
+
+
+def test_place_puts_laid_out_rows_where_they_were_and_the_rest_at_their_neighbours():
+    from explorer.compare import layout
+
+    vecs = maps._unit(clustered(4, 30, seed=7))
+    keep = np.arange(0, 120, 3)  # a third laid out
+    xy_keep = np.random.default_rng(0).normal(size=(len(keep), 2))
+    out = layout.place(vecs, keep, xy_keep)
+    np.testing.assert_allclose(out[keep], xy_keep)
+    twin = np.vstack([vecs, vecs[keep[5]]])  # a row equal to a laid-out one lands on it
+    np.testing.assert_allclose(layout.place(twin, keep, xy_keep)[-1], xy_keep[5], atol=1e-6)
+    rest = np.setdiff1d(np.arange(120), keep)
+    group = rest // 30  # each placed row sits inside the box of its own group's laid-out rows
+    for r, g in zip(rest, group, strict=True):
+        mine = xy_keep[keep // 30 == g]
+        assert (mine.min(0) - 1e-9 <= out[r]).all() and (out[r] <= mine.max(0) + 1e-9).all()
+
+
+def test_past_sample_max_a_sample_is_laid_out_and_the_rest_placed(monkeypatch):
+    from explorer.compare import layout
+
+    calls = []
+
+    def fake_umap(x, knn, **kw):  # PCA instead of UMAP: this checks the sampling, not UMAP
+        calls.append(len(x))
+        return maps.pca_2d(x)
+
+    monkeypatch.setattr(layout, "umap_layout", fake_umap)
+    monkeypatch.setattr(layout, "SAMPLE_MAX", 50)
+    base, tuned = maps._unit(clustered(4, 30, seed=1)), maps._unit(clustered(4, 30, seed=2))
+    xy_base, xy_tuned = layout.twin_layouts(base, tuned)
+    assert calls == [50, 50] and xy_base.shape == xy_tuned.shape == (120, 2)
+    assert np.isfinite(xy_base).all() and np.isfinite(xy_tuned).all()

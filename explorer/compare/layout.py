@@ -21,6 +21,7 @@ import numpy as np
 N_NEIGHBORS = 15
 EXACT_MAX = 10_000  # exact kNN (FAISS flat inner product) up to this many strings; IVF beyond (graph recall ~0.9)
 PARALLEL_MIN = 5_000  # from this many strings UMAP's SGD runs on every core (not bit-for-bit reproducible then)
+SAMPLE_MAX = 30_000  # past this many strings UMAP lays out a seeded sample; the rest are placed from their neighbours
 MIN_DIST = 0.1
 _LOCK = threading.Lock()  # numba compiles UMAP's kernels on first use: one thread at a time
 
@@ -107,6 +108,10 @@ def twin_layouts(base: np.ndarray, tuned: np.ndarray, seed: int = 0) -> tuple[np
     """UMAP layouts of the same strings under both encoders (unit rows): the base one from its spectral embedding,
     the tuned one started from the base one, both before alignment (explorer.compare.maps.align)."""
     n = len(base)
+    if n > SAMPLE_MAX:  # 200k strings laid out whole: 395 s of CPU (bench_map); a 30k sample and the rest placed
+        keep = np.sort(np.random.default_rng(seed).choice(n, size=SAMPLE_MAX, replace=False))
+        xy_base, xy_tuned = twin_layouts(base[keep], tuned[keep], seed)
+        return place(base, keep, xy_base, seed), place(tuned, keep, xy_tuned, seed)
     parallel = n >= PARALLEL_MIN
     xy_base = umap_layout(base, neighbours(base, seed=seed), n_epochs=base_epochs(n), seed=seed, parallel=parallel)
     xy_tuned = umap_layout(
@@ -119,6 +124,39 @@ def twin_layouts(base: np.ndarray, tuned: np.ndarray, seed: int = 0) -> tuple[np
         learning_rate=TUNED_LEARNING_RATE,
     )
     return xy_base, xy_tuned
+
+
+def place(x: np.ndarray, keep: np.ndarray, xy_keep: np.ndarray, seed: int = 0, k: int = 10) -> np.ndarray:
+    """Positions of every unit row of `x`: the laid-out rows `keep` where `xy_keep` put them, every other row at the
+    similarity-weighted mean of its k nearest laid-out rows (sharply weighted to the nearest, on it when it is the same
+    vector, as queries are placed)."""
+    import faiss
+
+    n = len(x)
+    out = np.empty((n, 2), dtype=np.float64)
+    out[keep] = xy_keep
+    rest = np.setdiff1d(np.arange(n), keep)
+    if not len(rest):
+        return out
+    sample = np.ascontiguousarray(x[keep], dtype=np.float32)
+    d = sample.shape[1]
+    if len(sample) <= EXACT_MAX:
+        index = faiss.IndexFlatIP(d)
+    else:
+        nlist = int(2 * math.sqrt(len(sample)))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(sample)
+        index.nprobe = 12
+    index.add(sample)
+    sims, idx = index.search(np.ascontiguousarray(x[rest], dtype=np.float32), k)
+    found = idx >= 0
+    idx = np.where(found, idx, idx[:, :1])
+    w = np.exp((sims - sims[:, :1]) / 0.05) * found
+    same = sims[:, 0] > 0.9999  # the same vector as a laid-out row (a duplicate): exactly there
+    w[same] = 0.0
+    w[same, 0] = 1.0
+    out[rest] = (w[:, :, None] * np.asarray(xy_keep)[idx]).sum(1) / np.maximum(w.sum(1, keepdims=True), 1e-12)
+    return out
 
 
 def neighbour_recall(x: np.ndarray, xy: np.ndarray, k: int = 10, sample: int | None = 5000, seed: int = 0) -> float:
