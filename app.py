@@ -34,6 +34,14 @@ CSS = """
 #mx-header h1 {margin-bottom: 0}
 .mx-step {font-weight: 600}
 .mx-results table td, .mx-results table th {border: none; border-bottom: 1px solid var(--border-color-primary)}
+/* Explore's tables on a phone: scroll sideways rather than wrap a character per line; numbers never break */
+#mx-health table, #mx-forgetting table {display: block; overflow-x: auto; max-width: 100%}
+#mx-health th, #mx-health td, #mx-forgetting th, #mx-forgetting td {word-break: normal; overflow-wrap: normal}
+#mx-health td:not(:first-child), #mx-forgetting td:not(:first-child) {white-space: nowrap}
+#mx-health th, #mx-forgetting th {min-width: 4.5em}
+#mx-health td:first-child, #mx-forgetting td:first-child {min-width: 9em}
+#mx-moved-table table {min-width: 560px}
+#mx-moved-table th {white-space: nowrap}
 """
 
 INTRO = """# Mirror Explorer
@@ -62,7 +70,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
             with gr.Tab("③ Evaluate", id="evaluate"):
                 evaluate = evaluate_tab()
             with gr.Tab("④ Explore", id="explore"):
-                explore = explore_tab(app.settings.max_map_points, hub)
+                explore = explore_tab(min(app.settings.max_map_points, app.settings.max_strings), hub)
         api = api_components()
         wire_inputs(app, state, tune)
         view = RunView(app, state, browser, tune, search, evaluate, explore)

@@ -19,7 +19,8 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_UPLOAD_DISK_MB     ... everyone together (default: 8192); uploads are removed an hour after they arrive
   MIRROR_TRUSTED_PROXIES    addresses or CIDRs (comma-separated) of the proxies whose X-Forwarded-For is believed,
                             "*" for any (default: none: the client is the peer)
-  MIRROR_MAX_MAP_POINTS     most strings drawn in the Map tab (default: 3000)
+  MIRROR_MAX_MAP_POINTS     most strings drawn on the Explore tab's maps, a seeded sample beyond (default: 200000:
+                            every string of a run)
   MIRROR_MODEL_ROOTS        folders (os.pathsep-separated) from which local models may be loaded (default: none)
   MIRROR_ALLOW_HUB          1/0: allow Hugging Face Hub model ids (default: 1)
   MIRROR_MAX_HUB_MB         largest hub model download, asked of the hub before downloading (default: 2048)
@@ -73,7 +74,7 @@ class Settings:
     upload_address_bytes: int = 4 * 1024**3  # per client address (all its visitors: a NAT, a proxy)
     upload_disk_bytes: int = 8 * 1024**3  # everyone together
     trusted_proxies: tuple[str, ...] = ()  # whose X-Forwarded-For is believed (addresses or CIDRs)
-    max_map_points: int = 3000
+    max_map_points: int = 200_000  # every string of a run (MIRROR_MAX_STRINGS); a cap for a small host
     model_roots: tuple[Path, ...] = ()
     allow_hub: bool = True
     max_hub_bytes: int = 2048 * 1024 * 1024  # bert-large (1.3 GB) fits; a 7B checkpoint does not

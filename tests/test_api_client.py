@@ -92,7 +92,7 @@ def test_the_explore_endpoints_on_this_clients_run_and_on_a_kept_run(server, tmp
 
     client = Client(server, verbose=False)
     info = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
-    assert {"/export", "/moved", "/neighbours", "/health", "/push"} <= set(info)
+    assert {"/map", "/export", "/moved", "/neighbours", "/health", "/push"} <= set(info)
     assert [p["parameter_name"] for p in info["/export"]["parameters"]] == ["fmt", "rows", "run"]
     summary, _, _ = client.predict(texts="\n".join(WORDS), settings=FAST, api_name="/train")
     parquet = client.predict(fmt="parquet", api_name="/export")
@@ -104,6 +104,13 @@ def test_the_explore_endpoints_on_this_clients_run_and_on_a_kept_run(server, tmp
     assert len(rows) == 5 and rows[0]["moved"] >= rows[-1]["moved"]
     assert client.predict(text=WORDS[0], k=3, api_name="/neighbours")[0]["query"] == WORDS[0]
     assert client.predict(api_name="/health")
+    # the map: a seeded sample of 40 of the 50 strings (PCA under 50: no UMAP compile here), both maps, and says so
+    twin = client.predict(n=40, queries="kitten", api_name="/map")
+    assert (twin["n_shown"], twin["n_total"], len(twin["base"]), len(twin["tuned"])) == (40, 50, 40, 40)
+    assert len(set(twin["ids"])) == 40 and set(twin["texts"]) <= set(WORDS) and "sample of 40" in twin["note"]
+    assert twin["queries"][0]["text"] == "kitten" and len(twin["queries"][0]["tuned"]) == 2
+    with pytest.raises(Exception, match="between 10 and"):
+        client.predict(n=5, api_name="/map")
 
     other = Client(server, verbose=False)  # another client: the kept run by its id
     assert len(other.predict(filter="", limit=3, run=summary["run_id"], api_name="/moved")) == 3

@@ -317,7 +317,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         x, y = map_xy(page, "base", k)
         # the box's corners inside the map's canvas: a drag starts only on it (the point may lie near an edge; 60 px
         # beyond it pressed on the page and drew no box, in the layout a clean clone's run gives)
-        box = page.locator('#mx-twinmap .tm-map[data-map="base"] canvas').bounding_box()
+        box = page.locator('#mx-twinmap .tm-map[data-map="base"] canvas.tm-gl').bounding_box()
         x0, y0 = max(x - 60, box["x"] + 2), max(y - 60, box["y"] + 2)
         x1, y1 = min(x + 60, box["x"] + box["width"] - 2), min(y + 60, box["y"] + box["height"] - 2)
         page.mouse.move(x0, y0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 
 import numpy as np
@@ -45,30 +46,35 @@ def test_align_leaves_an_unrelated_layout_centred_on_the_target():
     assert spread == pytest.approx(1.0)
 
 
+COLUMNS = {"ids", "texts", "base", "tuned", "base_cluster", "tuned_cluster", "moved"}
+
+
 def test_twin_map_on_a_few_strings_uses_pca_and_returns_the_documented_dict():
     vecs = clustered(4, 5)
     texts = [f"s{i}" for i in range(20)]
     out = maps.twin_map(texts, vecs, vecs[::-1].copy())
-    assert set(out) == {"points", "clusters", "queries", "method", "n_total", "n_shown", "note", "seconds"}
+    assert set(out) == COLUMNS | {"clusters", "queries", "method", "n_total", "n_shown", "note", "seconds"}
     assert out["method"] == "pca" and "PCA" in out["note"]
     assert out["n_total"] == out["n_shown"] == 20 and out["queries"] == []
-    assert [p["i"] for p in out["points"]] == list(range(20))
-    point = out["points"][0]
-    assert set(point) == {"i", "text", "base", "tuned", "base_cluster", "tuned_cluster", "moved"}
-    assert point["text"] == "s0" and len(point["base"]) == len(point["tuned"]) == 2 and 0 <= point["moved"] <= 1
-    xy = np.array([p["base"] for p in out["points"]])
-    assert np.abs(xy).max() == pytest.approx(1.0, abs=1e-3)  # normalised to about [-1, 1]
+    assert list(out["ids"]) == list(range(20)) and out["texts"] == texts
+    assert out["base"].shape == out["tuned"].shape == (20, 2)
+    assert len(out["base_cluster"]) == len(out["tuned_cluster"]) == len(out["moved"]) == 20
+    assert ((0 <= out["moved"]) & (out["moved"] <= 1)).all()
+    assert np.abs(out["base"]).max() == pytest.approx(1.0, abs=1e-3)  # normalised to about [-1, 1]
     for side in ("base", "tuned"):
         for c in out["clusters"][side]:
             assert set(c) == {"id", "name", "colour", "size"}
         assert sum(c["size"] for c in out["clusters"][side]) == 20
+    as_json = maps.map_json(out)  # the /map endpoint's value: plain lists, the same numbers
+    assert as_json["ids"] == list(range(20)) and as_json["base"][3] == pytest.approx(out["base"][3], abs=1e-4)
+    assert json.loads(json.dumps(as_json)) == as_json
 
 
 def test_twin_map_of_identical_spaces_puts_every_string_in_the_same_place():
     vecs = clustered(3, 8)
     out = maps.twin_map([f"s{i}" for i in range(24)], vecs, vecs.copy(), method="pca")
-    for p in out["points"]:
-        assert p["base"] == pytest.approx(p["tuned"], abs=1e-3) and p["moved"] == 0.0
+    np.testing.assert_allclose(out["base"], out["tuned"], atol=1e-3)
+    assert (out["moved"] == 0.0).all()
     assert [c["colour"] for c in out["clusters"]["base"]] == [c["colour"] for c in out["clusters"]["tuned"]]
 
 
@@ -76,11 +82,11 @@ def test_twin_map_samples_past_max_points_and_says_so():
     vecs = clustered(5, 12)
     texts = [f"s{i}" for i in range(60)]
     out = maps.twin_map(texts, vecs, vecs, max_points=40, method="pca")
-    assert out["n_total"] == 60 and out["n_shown"] == len(out["points"]) == 40
-    assert "random sample of 40 of your 60" in out["note"] and "at most 40" in out["note"]
-    assert all(texts[p["i"]] == p["text"] for p in out["points"])
+    assert out["n_total"] == 60 and out["n_shown"] == len(out["ids"]) == len(out["texts"]) == 40
+    assert "random sample of 40 of your 60" in out["note"]
+    assert [texts[i] for i in out["ids"]] == out["texts"]
     again = maps.twin_map(texts, vecs, vecs, max_points=40, method="pca")
-    assert [p["i"] for p in again["points"]] == [p["i"] for p in out["points"]]  # seeded
+    assert list(again["ids"]) == list(out["ids"])  # seeded
 
 
 def test_twin_map_refuses_too_few_strings_and_unknown_methods():
@@ -97,7 +103,7 @@ def test_twin_map_on_50_strings_or_more_uses_umap():
     tuned = clustered(4, 15, seed=4)
     out = maps.twin_map([f"s{i}" for i in range(60)], base, tuned, seed=0)
     assert out["method"] == "umap" and out["n_shown"] == 60 and "PCA" not in out["note"]
-    xy = np.array([p["tuned"] for p in out["points"]])
+    xy = out["tuned"]
     assert np.isfinite(xy).all() and xy.std(0).min() > 0
     # the tuned layout starts from the base one and is aligned to it: the groups the two spaces share stay put
     assert sum(c["size"] for c in out["clusters"]["tuned"]) == 60
@@ -256,3 +262,37 @@ def test_compare_health_reads_a_spread_out_space_as_what_tuning_aims_for():
     assert "what contrastive tuning aims for" in out["summary"]
     same = health.compare_health(wide, wide)
     assert "kept the overall spread" in same["summary"] and "aims for" not in same["summary"]
+
+
+def test_place_puts_laid_out_rows_where_they_were_and_the_rest_at_their_neighbours():
+    from explorer.compare import layout
+
+    vecs = maps._unit(clustered(4, 30, seed=7))
+    keep = np.arange(0, 120, 3)  # a third laid out
+    xy_keep = np.random.default_rng(0).normal(size=(len(keep), 2))
+    out = layout.place(vecs, keep, xy_keep)
+    np.testing.assert_allclose(out[keep], xy_keep)
+    twin = np.vstack([vecs, vecs[keep[5]]])  # a row equal to a laid-out one lands on it
+    np.testing.assert_allclose(layout.place(twin, keep, xy_keep)[-1], xy_keep[5], atol=1e-6)
+    rest = np.setdiff1d(np.arange(120), keep)
+    group = rest // 30  # each placed row sits inside the box of its own group's laid-out rows
+    for r, g in zip(rest, group, strict=True):
+        mine = xy_keep[keep // 30 == g]
+        assert (mine.min(0) - 1e-9 <= out[r]).all() and (out[r] <= mine.max(0) + 1e-9).all()
+
+
+def test_past_sample_max_a_sample_is_laid_out_and_the_rest_placed(monkeypatch):
+    from explorer.compare import layout
+
+    calls = []
+
+    def fake_umap(x, knn, **kw):  # PCA instead of UMAP: this checks the sampling, not UMAP
+        calls.append(len(x))
+        return maps.pca_2d(x)
+
+    monkeypatch.setattr(layout, "umap_layout", fake_umap)
+    monkeypatch.setattr(layout, "SAMPLE_MAX", 50)
+    base, tuned = maps._unit(clustered(4, 30, seed=1)), maps._unit(clustered(4, 30, seed=2))
+    xy_base, xy_tuned = layout.twin_layouts(base, tuned)
+    assert calls == [50, 50] and xy_base.shape == xy_tuned.shape == (120, 2)
+    assert np.isfinite(xy_base).all() and np.isfinite(xy_tuned).all()

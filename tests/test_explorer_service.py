@@ -166,8 +166,10 @@ def test_evaluate_before_and_after(app, tuned, tmp_path):
 
 def test_twin_map_lays_out_both_spaces_of_the_served_run(app, tuned):
     data = app.explore.twin_map(tuned, 10)
-    assert data["n_shown"] == 10 and len(data["points"]) == 10
-    assert {len(p["base"]) for p in data["points"]} == {len(p["tuned"]) for p in data["points"]} == {2}
+    assert data["n_shown"] == 10 and len(data["ids"]) == len(data["texts"]) == 10
+    assert data["base"].shape == data["tuned"].shape == (10, 2)
+    everything = app.explore.twin_map(tuned)  # no number asked for: every string of the run, no sample
+    assert everything["n_shown"] == everything["n_total"] == len(WORDS) and sorted(everything["texts"]) == sorted(WORDS)
     assert data["caption"]  # names the run it belongs to
     with pytest.raises(MirrorError, match="between 10 and"):
         app.explore.twin_map(tuned, 5)

@@ -6,12 +6,15 @@ Screenshots go to the test's tmp dir and are copied to /work/notes/shots/ when t
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import WORDS
 from tests.server import free_port
 from tests.test_browser import CHROMIUM_ARGS, ON_CI, chromium_or_skip
 from tests.twinmap_data import build_demo, synthetic_twin_map
@@ -19,8 +22,8 @@ from tests.twinmap_data import build_demo, synthetic_twin_map
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 SHOTS = Path("/work/notes/shots")
 DATA = synthetic_twin_map(200, 5)
-TEXTS = [p["text"] for p in DATA["points"]]
-IDS = [p["i"] for p in DATA["points"]]
+TEXTS = list(DATA["texts"])
+IDS = [int(i) for i in DATA["ids"]]
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,15 @@ def xy(page, map_: str, k: int, root: str = "#tm") -> tuple[float, float]:
     return p["x"], p["y"]
 
 
+def lonely(page, map_: str, root: str = "#tm") -> int:
+    """A point with no other within 8 px on `map_` (in a 200-px map the tuned blobs overlap: the library hovers the
+    nearest point, which for a point drawn under another is that other one)."""
+    pts = [xy(page, map_, k, root) for k in range(len(TEXTS))]
+    return next(
+        k for k, (x, y) in enumerate(pts) if all(math.hypot(x - u, y - v) > 8 for j, (u, v) in enumerate(pts) if j != k)
+    )
+
+
 def attr(page, name: str) -> str:
     return page.locator("#tm .tm").get_attribute(f"data-{name}")
 
@@ -118,22 +130,50 @@ def inside(poly: list[tuple[float, float]], x: float, y: float) -> bool:
     return hit
 
 
-def test_box_and_lasso_selection_counts_and_python_gets_the_ids(page, tmp_path):
+def edge_distance(poly: list[tuple[float, float]], x: float, y: float) -> float:
+    """Pixels from (x, y) to the nearest edge of the polygon."""
+    best = float("inf")
+    for a in range(len(poly)):
+        (xa, ya), (xb, yb) = poly[a], poly[a - 1]
+        dx, dy = xb - xa, yb - ya
+        t = max(0.0, min(1.0, ((x - xa) * dx + (y - ya) * dy) / max(dx * dx + dy * dy, 1e-9)))
+        best = min(best, math.hypot(x - (xa + t * dx), y - (ya + t * dy)))
+    return best
+
+
+def selection_matches(page, points: list[tuple[float, float]], poly: list[tuple[float, float]]) -> list[int]:
+    """The selection after a drag around `poly`: every point well inside it and none well outside it (the library
+    starts its lasso a few pixels into the drag, so points within 12 px of an edge may go either way); the same
+    strings selected by the library on both maps, and the widget's list; returns it."""
+    state = page.evaluate("document.querySelector('#tm .tm').twinmap.state()")
+    got = state["selected"]
+    must = {k for k, (x, y) in enumerate(points) if inside(poly, x, y) and edge_distance(poly, x, y) > 12}
+    may = {k for k, (x, y) in enumerate(points) if inside(poly, x, y) or edge_distance(poly, x, y) <= 12}
+    assert must <= set(got) <= may, (sorted(must - set(got)), sorted(set(got) - may))
+    for map_ in ("base", "tuned"):  # mirrored: the other map's library holds the same selection
+        held = page.evaluate(f"document.querySelector('#tm .tm').twinmap.librarySelection('{map_}')")
+        assert sorted(held) == got, map_
+    return got
+
+
+def test_box_and_lasso_selection_on_either_map_is_mirrored_and_python_gets_the_ids(page, tmp_path):
     from playwright.sync_api import expect
 
     points = [xy(page, "base", k) for k in range(len(TEXTS))]
     cx, cy = points[0]  # a box around point 0's neighbourhood
     x0, y0, x1, y1 = cx - 40, cy - 40, cx + 40, cy + 40
-    expected = [k for k, (x, y) in enumerate(points) if x0 <= x <= x1 and y0 <= y <= y1]
-    assert len(expected) >= 3
+    box = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+    assert sum(inside(box, x, y) for x, y in points) >= 3
     page.locator("#tm .tm-mode[data-mode=box]").click()
     page.mouse.move(x0, y0)
     page.mouse.down()
     page.mouse.move((x0 + x1) / 2, (y0 + y1) / 2, steps=4)
     page.mouse.move(x1, y1, steps=4)
     page.mouse.up()
-    expect(page.locator("#tm .tm")).to_have_attribute("data-selected", str(len(expected)))
-    want = f"{len(expected)}|{','.join(str(IDS[k]) for k in expected)}"
+    page.wait_for_function("Number(document.querySelector('#tm .tm').dataset.selected) > 0")
+    boxed = selection_matches(page, points, box)
+    expect(page.locator("#tm .tm")).to_have_attribute("data-selected", str(len(boxed)))
+    want = f"{len(boxed)}|{','.join(str(IDS[k]) for k in boxed)}"
     expect(page.locator("#tm-selected textarea")).to_have_value(want)
     shot(page, tmp_path, "3_box_selection")
 
@@ -141,8 +181,7 @@ def test_box_and_lasso_selection_counts_and_python_gets_the_ids(page, tmp_path):
     page.locator("#tm .tm-mode[data-mode=pan]").click()
     tx, ty = tuned[100]
     poly = [(tx - 60, ty - 10), (tx + 10, ty - 70), (tx + 70, ty + 20), (tx, ty + 60)]
-    lassoed = [k for k, (x, y) in enumerate(tuned) if inside(poly, x, y)]
-    assert len(lassoed) >= 3
+    assert sum(inside(poly, x, y) for x, y in tuned) >= 3
     page.keyboard.down("Shift")
     page.mouse.move(*poly[0])
     page.mouse.down()
@@ -150,6 +189,10 @@ def test_box_and_lasso_selection_counts_and_python_gets_the_ids(page, tmp_path):
         page.mouse.move(*p, steps=6)
     page.mouse.up()
     page.keyboard.up("Shift")
+    page.wait_for_function(
+        f"document.querySelector('#tm .tm').twinmap.state().selected.join() !== '{','.join(map(str, boxed))}'"
+    )
+    lassoed = selection_matches(page, tuned, poly)
     expect(page.locator("#tm .tm")).to_have_attribute("data-selected", str(len(lassoed)))
     want = f"{len(lassoed)}|{','.join(str(IDS[k]) for k in lassoed)}"
     expect(page.locator("#tm-selected textarea")).to_have_value(want)
@@ -158,6 +201,7 @@ def test_box_and_lasso_selection_counts_and_python_gets_the_ids(page, tmp_path):
     page.locator("#tm .tm-clear").click()
     expect(page.locator("#tm .tm")).to_have_attribute("data-selected", "0")
     expect(page.locator("#tm-selected textarea")).to_have_value("0|")
+    assert page.evaluate("document.querySelector('#tm .tm').twinmap.librarySelection('tuned')") == []
     assert not page.errors, page.errors
 
 
@@ -176,7 +220,7 @@ def test_colour_by_legend_locate_zoom_movement(page, tmp_path):
     legend.locator(".tm-chip").first.click()  # a legend entry selects its cluster
     expect(root).to_have_attribute("data-selected", str(tuned_sizes[first["name"]]))
     expect(page.locator("#tm-selected textarea")).to_have_value(
-        f"{first['size']}|{','.join(str(p['i']) for p in DATA['points'] if p['tuned_cluster'] == first['id'])}"
+        f"{first['size']}|{','.join(str(IDS[j]) for j, c in enumerate(DATA['tuned_cluster']) if c == first['id'])}"
     )
     page.locator("#tm .tm-colour").select_option("moved")
     expect(root).to_have_attribute("data-colour-by", "moved")
@@ -190,7 +234,7 @@ def test_colour_by_legend_locate_zoom_movement(page, tmp_path):
     expect(root).to_have_attribute("data-located", "1")
     assert float(attr(page, "zoom")) > 1
     for map_ in ("base", "tuned"):  # the match is centred on both maps
-        box = page.locator(f"#tm .tm-map[data-map={map_}] canvas").bounding_box()
+        box = page.locator(f"#tm .tm-map[data-map={map_}] canvas.tm-gl").bounding_box()
         x, y = xy(page, map_, k)
         assert abs(x - (box["x"] + box["width"] / 2)) < 2 and abs(y - (box["y"] + box["height"] / 2)) < 2
     shot(page, tmp_path, "6_located")
@@ -201,7 +245,7 @@ def test_colour_by_legend_locate_zoom_movement(page, tmp_path):
 
     page.locator("#tm .tm-reset").click()
     expect(root).to_have_attribute("data-zoom", "1.00")
-    box = page.locator("#tm .tm-map[data-map=base] canvas").bounding_box()
+    box = page.locator("#tm .tm-map[data-map=base] canvas.tm-gl").bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.mouse.wheel(0, -400)
     page.wait_for_function("Number(document.querySelector('#tm .tm').dataset.zoom) > 1.5")
@@ -229,10 +273,115 @@ def test_empty_state_then_data_from_a_python_handler_and_dark_theme(server, brow
         boxes = [empty.locator(f".tm-map[data-map={m}]").bounding_box() for m in ("base", "tuned")]
         assert boxes[1]["y"] >= boxes[0]["y"] + boxes[0]["height"] - 1
         empty.scroll_into_view_if_needed()
-        page.mouse.move(*xy(page, "tuned", 3, "#tm-empty"))
-        expect(empty).to_have_attribute("data-hovered", "3")
+        page.wait_for_function("document.querySelector('#tm-empty .tm').dataset.drawn === '200'")
+        k = lonely(page, "tuned", "#tm-empty")
+        page.mouse.move(*xy(page, "tuned", k, "#tm-empty"))
+        expect(empty).to_have_attribute("data-hovered", str(k))
         expect(empty.locator(".tm-tip")).to_be_visible()
         shot(page, tmp_path, "7_dark_narrow")
+        assert not errors, errors
+    finally:
+        page.close()
+
+
+# ------------------------------------------------------------------------ every string of a large run, real server
+
+BIG = 20_000
+
+
+@pytest.fixture(scope="module")
+def big_run(tmp_path_factory, tiny_bert) -> Iterator[tuple[str, str, dict]]:
+    """A real server with a run of 20,000 synthetic strings on the tiny random BERT (2 steps, checks off), trained
+    through /train, and its map as /map returns it: (url, run id, map)."""
+    from gradio_client import Client
+
+    from tests.server import serve
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    texts = [f"{WORDS[i % len(WORDS)]} {letters[i // 26 % 26]}{letters[i % 26]} {i}" for i in range(BIG)]
+    work = tmp_path_factory.mktemp("big_map_app")
+    env = {"MIRROR_MODEL_ROOTS": str(tiny_bert), "MIRROR_GENERAL_CHECKS": "0"}
+    with serve(work, env) as served:
+        client = Client(served.url, verbose=False)
+        settings = {"max_steps": 2, "batch_size": 8, "device": "cpu"}
+        summary = client.predict(texts="\n".join(texts), model=str(tiny_bert), settings=settings, api_name="/train")[0]
+        run_id = summary["run_id"]
+        # the named endpoint a script reads the map from: every string, both maps, clusters, moved
+        data = client.predict(n=0, queries="", run=run_id, api_name="/map")
+        yield served.url, run_id, data
+
+
+def test_map_endpoint_returns_every_string_of_a_large_run(big_run):
+    _, _, data = big_run
+    assert data["n_total"] == data["n_shown"] == BIG and sorted(data["ids"]) == list(range(BIG))
+    assert len(data["base"]) == len(data["tuned"]) == len(data["moved"]) == len(data["base_cluster"]) == BIG
+    assert all(len(p) == 2 for p in data["base"][:100]) and data["method"] == "umap"
+    assert {c["id"] for c in data["clusters"]["tuned"]} == set(data["tuned_cluster"])
+
+
+def test_every_string_of_a_large_run_is_drawn_and_a_lasso_on_one_map_selects_the_same_on_the_other(
+    big_run, browser, tmp_path
+):
+    from playwright.sync_api import expect
+
+    url, run_id, api_map = big_run
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.set_default_timeout(60_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{url}?run={run_id}")
+        page.get_by_role("tab", name="④ Explore").click()
+        expect(page.locator("#mx-explore-caption")).to_contain_text(f"{BIG:,} strings", timeout=120_000)
+        page.locator("#mx-map-btn").click()  # the layout /map made is kept with the run: drawn at once
+        root = page.locator("#mx-twinmap .tm")
+        page.wait_for_function(f"document.querySelector('#mx-twinmap .tm')?.dataset.drawn === '{BIG}'", timeout=240_000)
+        twin = "document.querySelector('#mx-twinmap .tm').twinmap"
+        assert page.evaluate(f"['base', 'tuned'].map((m) => {twin}.drawn(m))") == [BIG, BIG]  # every string, both maps
+        expect(root.locator(".tm-foot")).to_contain_text(f"all {BIG:,} strings")
+        expect(page.locator("#mx-twinmap .tm-foot")).not_to_contain_text("sample")
+        root.scroll_into_view_if_needed()
+        shot(page, tmp_path, "8_big_drawn")
+
+        # lasso a region of the base map (Lasso mode): the same strings selected by the library on the tuned map
+        page.locator("#mx-twinmap .tm-mode[data-mode=lasso]").click()
+        box = page.locator('#mx-twinmap .tm-map[data-map="base"] canvas.tm-gl').bounding_box()
+        cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, min(box["width"], box["height"]) / 5
+        poly = [(cx + r * math.cos(a / 8 * 2 * math.pi), cy + r * math.sin(a / 8 * 2 * math.pi)) for a in range(8)]
+        page.mouse.move(*poly[0])
+        page.mouse.down()
+        for p in poly[1:] + poly[:1]:
+            page.mouse.move(*p, steps=4)
+        page.mouse.up()
+        page.wait_for_function(f"{twin}.state().selected.length > 0")
+        selected = page.evaluate(f"{twin}.state().selected")
+        assert page.evaluate(f"{twin}.librarySelection('tuned')") == selected
+        assert sorted(page.evaluate(f"{twin}.librarySelection('base')")) == selected
+        # the selection is what the lasso enclosed: every selected point inside the polygon on the base map (which
+        # has not moved on the page: the selection line keeps its place)
+        assert page.locator('#mx-twinmap .tm-map[data-map="base"] canvas.tm-gl').bounding_box() == box
+        xy_sel = page.evaluate(f"{twin}.state().selected.slice(0, 300).map((k) => {twin}.pointScreenXY('base', k))")
+        assert all(inside(poly, p["x"], p["y"]) or edge_distance(poly, p["x"], p["y"]) < 12 for p in xy_sel)
+        # and Python has it: the selection line, and an export of it holds exactly those strings
+        expect(page.locator("#mx-selection-md")).to_contain_text(f"{len(selected):,} strings selected")
+        shot(page, tmp_path, "9_big_lasso")
+
+        # hover and click a selected point: the other map rings it, its neighbours come from the server
+        page.locator("#mx-twinmap .tm-mode[data-mode=pan]").click()
+        k = selected[len(selected) // 2]
+        page.mouse.move(*xy(page, "base", k, "#mx-twinmap"))
+        page.wait_for_function(f"{twin}.state().hover !== null")
+        hovered = int(root.get_attribute("data-hovered"))
+        assert root.get_attribute("data-highlight-other") == str(hovered)
+        page.mouse.click(*xy(page, "base", hovered, "#mx-twinmap"))
+        text = page.evaluate("document.querySelector('#mx-twinmap .tm').dataset.hoveredText") or ""
+        expect(page.locator("#mx-point-md")).to_contain_text("Neighbours of", timeout=60_000)
+        expect(page.locator("#mx-point-results .mx-query")).to_have_count(1, timeout=60_000)
+        assert text and text in page.locator("#mx-point-md").inner_text()
+        # the page's map is the one /map returned (kept with the run, not laid out again): the same rows in order
+        first = json.dumps(api_map["texts"][:5])
+        assert page.evaluate(f"{first}.map((t) => {twin}.indexOf(t))") == list(range(5))
+        shot(page, tmp_path, "10_big_clicked")
         assert not errors, errors
     finally:
         page.close()

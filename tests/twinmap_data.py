@@ -12,7 +12,8 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 
 
 def synthetic_twin_map(n: int = 200, k: int = 5, seed: int = 0) -> dict[str, Any]:
-    """`n` strings in `k` blobs; the tuned layout is the base one with blobs pulled tighter and a few points moved."""
+    """`n` strings in `k` blobs; the tuned layout is the base one with blobs pulled tighter and a few points moved (the
+    service's column form, explorer.compare.maps.twin_map)."""
     rng = np.random.default_rng(seed)
     centres = rng.uniform(-10, 10, size=(k, 2))
     labels = np.arange(n) % k
@@ -25,18 +26,15 @@ def synthetic_twin_map(n: int = 200, k: int = 5, seed: int = 0) -> dict[str, Any
     shift = np.linalg.norm(tuned - base, axis=1)
     moved = shift / shift.max()
     texts = [f"{WORDS[j % len(WORDS)]} {j:03d}" for j in range(n)]
-    points = [
-        {
-            "i": 1000 + j,  # not the position: the component must pass the service's own ids back
-            "text": texts[j],
-            "base": [float(base[j, 0]), float(base[j, 1])],
-            "tuned": [float(tuned[j, 0]), float(tuned[j, 1])],
-            "base_cluster": int(labels[j]),
-            "tuned_cluster": int(tuned_labels[j]),
-            "moved": float(moved[j]),
-        }
-        for j in range(n)
-    ]
+    columns = {
+        "ids": np.arange(n) + 1000,  # not the position: the component must pass the service's own ids back
+        "texts": texts,
+        "base": base,
+        "tuned": tuned,
+        "base_cluster": labels,
+        "tuned_cluster": tuned_labels,
+        "moved": moved,
+    }
 
     def clusters(lab: np.ndarray, side: str) -> list[dict[str, Any]]:
         return [
@@ -57,7 +55,7 @@ def synthetic_twin_map(n: int = 200, k: int = 5, seed: int = 0) -> dict[str, Any
         }
     ]
     return {
-        "points": points,
+        **columns,
         "clusters": {"base": clusters(labels, "base"), "tuned": clusters(tuned_labels, "tuned")},
         "queries": queries,
         "method": "umap",

@@ -1,4 +1,4 @@
-"""The named API endpoints for gradio_client (/train, /search, /cancel and the Explore tab's /export, /moved,
+"""The named API endpoints for gradio_client (/train, /search, /cancel and the Explore tab's /map, /export, /moved,
 /neighbours, /health, /push): their hidden components and handlers. Each Client is its own session; `run=<id>`
 reaches any kept run."""
 
@@ -57,6 +57,10 @@ def api_components() -> SimpleNamespace:
             neighbours_btn=gr.Button(),
             health_btn=gr.Button(),
             push_btn=gr.Button(),
+            n=Number(value=0, precision=0, label="n"),
+            map_queries=gr.Textbox(value="", label="queries"),  # optional here, unlike /search's
+            map_out=gr.JSON(label="map"),
+            map_btn=gr.Button(),
         )
 
 
@@ -110,9 +114,20 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
 
 
 def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
-    """The Explore tab's endpoints: /export, /moved, /neighbours, /health, /push. Each works on this client's last
-    run, or on the kept run whose id is `run` (as /search does)."""
+    """The Explore tab's endpoints: /map, /export, /moved, /neighbours, /health, /push. Each works on this client's
+    last run, or on the kept run whose id is `run` (as /search does)."""
+    import explorer.compare.maps as maps
+
     ex = app.explore
+
+    def api_map(n: float = 0, queries: str = "", run: str = "", s: Session | None = None):
+        """The run's twin maps: every string (or a seeded sample of `n`, 0 = all), laid out under the base and the
+        tuned encoder, the tuned map aligned to the base one; `queries` (one per line) placed on both. Returns
+        {ids, texts, base: [[x, y]], tuned: [[x, y]], base_cluster, tuned_cluster, moved, clusters: {base, tuned},
+        queries, method, n_total, n_shown, note, seconds}: row j is the run's string number ids[j]."""
+        return explore_call(
+            app, s, run, lambda session: maps.map_json(ex.twin_map(session, (n or None), queries or ""))
+        )
 
     def api_export(fmt: str = "all", rows: list | None = None, run: str = "", s: Session | None = None):
         """One export of the run's strings (all, or the row numbers in `rows`): fmt "projector" (a zip of Embedding
@@ -158,6 +173,8 @@ def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> N
         api_neighbours, [api.text, api.k, api.run, state], [api.search_out, state], api_name="neighbours", **encode
     )
     api.health_btn.click(api_health, [api.run, state], [api.health_out, state], api_name="health", **encode)
+    map_in = [api.n, api.map_queries, api.run, state]
+    api.map_btn.click(api_map, map_in, [api.map_out, state], api_name="map", **encode)
     push_in = [api.repo, api.token, api.private, api.run, state]
     api.push_btn.click(
         api_push, push_in, [api.push_out, state], api_name="push", concurrency_id="hub", concurrency_limit=2

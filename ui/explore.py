@@ -37,7 +37,15 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
         "Tune a model in tab ① (or open one of your runs) to explore what changed.", elem_id="mx-explore-caption"
     )
     with gr.Row():
-        ui.n_points = Slider(50, max_points, value=min(3000, max_points), step=50, label="Strings on the map", scale=2)
+        ui.n_points = Slider(
+            10,
+            max_points,
+            value=max_points,
+            step=10,
+            label="Strings on the map",
+            info="All of them by default; fewer: a seeded random sample",
+            scale=2,
+        )
         ui.queries = gr.Textbox(
             label="Place queries on the map", placeholder="one per line (optional)", lines=1, max_lines=4, scale=3
         )
@@ -63,7 +71,12 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             ui.moved_csv_btn = gr.Button("Download CSV", elem_id="mx-moved-csv-btn", scale=1)
         ui.moved_md = gr.Markdown("", elem_id="mx-moved-md")
         ui.moved_table = gr.Dataframe(
-            headers=MOVED_COLUMNS, interactive=False, wrap=True, max_height=420, elem_id="mx-moved-table"
+            headers=MOVED_COLUMNS,
+            interactive=False,
+            wrap=True,
+            max_height=420,
+            column_widths=["22%", "10%", "34%", "34%"],  # "moved" whole, also on a phone (the table scrolls there)
+            elem_id="mx-moved-table",
         )
         ui.moved_file = gr.File(label="What moved (CSV)", visible=False, elem_id="mx-moved-file")
     with gr.Accordion("Space health and general checks (did tuning forget anything?)", open=True):
@@ -183,8 +196,10 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
         def draw(session: Session) -> tuple:
             progress(None, desc="Laying out both spaces (the first map of a run takes longest)")
             data = ex.twin_map(session, n_value, queries)
-            note = f"{data['n_shown']:,} of {data['n_total']:,} strings · {data['method'].upper()} · "
-            note += f"{data['seconds']:.1f} s. {data['note']}"
+            shown = f"All {data['n_total']:,} strings"
+            if data["n_shown"] < data["n_total"]:
+                shown = f"{data['n_shown']:,} of {data['n_total']:,} strings"
+            note = f"{shown} · {data['method'].upper()} · laid out in {data['seconds']:.1f} s. {data['note']}"
             return render.message(note.strip(), "ok"), data, data["caption"], *panels(session)
 
         return call_service(app, s, 6, draw)

@@ -1,447 +1,443 @@
-// Linked twin maps (Base | Tuned): canvas scatter with zoom, pan, lasso/box selection, linked hover and events.
+// Linked twin maps (Base | Tuned): glue between the component's value and regl-scatterplot (ui/vendor, loaded by the
+// component's <head> script as window.reglScatterplot), which draws, zooms, pans, hovers and lassos in WebGL.
 // Runs as gr.HTML's js_on_load: Gradio passes `element`, `trigger`, `props` and `watch`. Events sent to Python:
 //   trigger('click',  {index: i, text, map})                         a point was clicked (or Enter in Locate)
 //   trigger('select', {index: [i...], value: [text...], selected})   a lasso / box / legend selection (empty: cleared)
-// where i is the point's "i" in the service's data. Test hooks: data-* attributes on .tm and element.twinmap.
+// where i is the point's id in the service's data. What this file adds to the library: the second map follows the
+// first (view, hover, selection), colour by clusters or by how much a string moved, a 2-D overlay for movement
+// lines, queries and labels, Locate, touch pan/pinch, the tooltip, and the data-* hooks / element.twinmap the tests
+// read.
 const root = element.querySelector(".tm");
 const MAPS = ["base", "tuned"];
-const MOVED_STOPS = [
-  [0, [148, 163, 184]],
-  [0.5, [245, 158, 11]],
-  [1, [220, 38, 38]],
-];
+const OTHER = { base: "tuned", tuned: "base" };
+const RAMP = [[148, 163, 184], [245, 158, 11], [220, 38, 38]]; // moved: 0 -> 0.5 -> 1
 const FALLBACK = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"];
+const MAX_LINES = 5000; // movement lines drawn when nothing is selected: the strings that moved most
 const $ = (sel) => root.querySelector(sel);
-const canvases = {};
-const sizes = {};
-for (const m of MAPS) canvases[m] = root.querySelector(`.tm-map[data-map="${m}"] canvas`);
+const box = {}, gl = {}, ov = {};
+for (const m of MAPS) {
+  box[m] = root.querySelector(`.tm-map[data-map="${m}"]`);
+  gl[m] = box[m].querySelector("canvas.tm-gl");
+  ov[m] = box[m].querySelector("canvas.tm-ov");
+}
 
-let D = null; // the loaded data, see load()
+let D = null; // the decoded data, see load()
+let plots = null; // {base, tuned}: the two scatterplots, made on the first data
 const S = {
-  colourBy: "base", mode: "pan", movement: false, zoom: 1, centre: { base: null, tuned: null },
-  hover: null, clicked: -1, selected: new Set(), located: new Set(), drag: null,
+  colourBy: "base", mode: "pan", movement: false, hover: null, clicked: -1, selected: [], located: [],
+  lassoing: { base: false, tuned: false }, offset: [0, 0], following: false, size: { w: 0, h: 0 },
 };
-let frame = 0;
 
 // ---------- data ----------
+function decode(b64, Type) {
+  const bin = atob(b64 || "");
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new Type(bytes.buffer);
+}
+
 function load(v) {
-  S.hover = null; S.clicked = -1; S.selected = new Set(); S.located = new Set(); S.drag = null;
+  const started = performance.now();
+  S.hover = null; S.clicked = -1; S.selected = []; S.located = []; S.offset = [0, 0];
   $(".tm-locate").value = "";
-  if (!v || !v.texts || !v.texts.length) {
+  $(".tm-tip").hidden = true;
+  if (!v || !v.n) {
     D = null;
     root.dataset.state = "empty";
     root.dataset.n = "0";
+    root.dataset.drawn = "0";
     $(".tm-empty").textContent = (v && v.note) || props.placeholder || "No map yet.";
     $(".tm-legend").replaceChildren();
     $(".tm-foot").textContent = "";
+    if (plots) for (const m of MAPS) plots[m].clear();
     sync();
     return;
   }
-  const n = v.texts.length;
-  D = { ...v, n, colours: {}, names: {}, lower: v.texts.map((t) => t.toLowerCase()) };
+  const n = v.n;
+  const raw = { base: decode(v.base, Float32Array), tuned: decode(v.tuned, Float32Array) };
+  // both maps in one frame: the same scale and centre, so a string that did not move is drawn at the same spot
+  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+  const grow = (x, y) => { if (x < x0) x0 = x; if (x > x1) x1 = x; if (y < y0) y0 = y; if (y > y1) y1 = y; };
+  for (const m of MAPS) for (let k = 0; k < n; k++) grow(raw[m][2 * k], raw[m][2 * k + 1]);
+  for (const q of v.queries || []) for (const m of MAPS) grow(q[m][0], q[m][1]);
+  const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2, s = 1.9 / Math.max(x1 - x0, y1 - y0, 1e-9);
+  const ndc = (x, y) => [(x - cx) * s, (y - cy) * s];
+  D = { n, texts: v.texts, ids: decode(v.ids, Int32Array), bc: decode(v.bc, Uint16Array), tc: decode(v.tc, Uint16Array),
+    clusters: v.clusters, queries: (v.queries || []).map((q) => ({ text: q.text, base: ndc(...q.base), tuned: ndc(...q.tuned) })) };
+  const moved8 = decode(v.moved, Uint8Array);
+  D.moved = Float32Array.from(moved8, (b) => b / 255);
   for (const m of MAPS) {
-    const pal = {}, names = {};
-    (v.clusters[m] || []).forEach((c, j) => {
-      pal[c.id] = c.colour || FALLBACK[j % FALLBACK.length];
-      names[c.id] = c.name;
-    });
+    D[`${m}X`] = new Float32Array(n);
+    D[`${m}Y`] = new Float32Array(n);
+    for (let k = 0; k < n; k++) [D[`${m}X`][k], D[`${m}Y`][k]] = ndc(raw[m][2 * k], raw[m][2 * k + 1]);
+  }
+  D.lower = null; // lower-cased texts, made on the first Locate
+  D.movedOrder = Array.from({ length: n }, (_, k) => k).sort((a, b) => D.moved[a] - D.moved[b]);
+  D.colours = {};
+  D.names = {};
+  for (const m of MAPS) {
+    const ids = (v.clusters[m] || []).map((c) => c.id);
+    const pal = new Array(Math.max(0, ...ids) + 1).fill("#888888"), names = {};
+    (v.clusters[m] || []).forEach((c, j) => { pal[c.id] = c.colour || FALLBACK[j % FALLBACK.length]; names[c.id] = c.name; });
     D.colours[m] = pal;
     D.names[m] = names;
   }
-  D.movedColour = v.moved.map(movedColour);
-  D.movedOrder = [...Array(n).keys()].sort((a, b) => v.moved[a] - v.moved[b]);
-  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
-  const grow = (x, y) => { x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y); };
-  for (const m of MAPS) for (let k = 0; k < n; k++) grow(v[m][2 * k], v[m][2 * k + 1]);
-  for (const q of v.queries || []) for (const m of MAPS) grow(q[m][0], q[m][1]);
-  const pad = 0.06 * Math.max(x1 - x0, y1 - y0, 1e-9);
-  D.bounds = { x0: x0 - pad, x1: x1 + pad, y0: y0 - pad, y1: y1 + pad };
   root.dataset.state = "ready";
   root.dataset.n = String(n);
+  root.dataset.drawn = "0";
   const method = { umap: "UMAP", tsne: "t-SNE", pca: "PCA" }[v.method] || v.method || "";
   const shown = v.n_shown < v.n_total ? `${v.n_shown.toLocaleString()} of ${v.n_total.toLocaleString()} strings shown`
-    : `${v.n_shown.toLocaleString()} strings`;
+    : `all ${v.n_shown.toLocaleString()} strings`;
   const secs = typeof v.seconds === "number" ? ` · laid out in ${v.seconds.toFixed(1)} s` : "";
   $(".tm-foot").textContent = [`${method} · ${shown}${secs}`, v.note].filter(Boolean).join(" — ");
-  reset();
+  if (!ensurePlots()) return;
+  resize();
+  drawPoints(true, started);
   legend();
+  sync();
 }
 
-function movedColour(t) {
-  t = Math.min(1, Math.max(0, Number(t) || 0));
-  for (let j = 1; j < MOVED_STOPS.length; j++) {
-    const [t1, c1] = MOVED_STOPS[j], [t0, c0] = MOVED_STOPS[j - 1];
-    if (t <= t1) {
-      const f = (t - t0) / (t1 - t0);
-      return `rgb(${c0.map((c, i) => Math.round(c + f * (c1[i] - c))).join(",")})`;
-    }
+// ---------- the two scatterplots ----------
+function ensurePlots() {
+  if (plots) return true;
+  const lib = window.reglScatterplot;
+  let renderer = null;
+  try {
+    renderer = lib && lib.createRenderer();
+  } catch (err) {
+    console.warn("twin maps: no WebGL", err);
   }
-  return "rgb(220,38,38)";
+  if (!renderer) {
+    root.dataset.state = "nowebgl";
+    $(".tm-empty").textContent = lib
+      ? "This browser cannot draw the maps: WebGL is switched off or unavailable (try another browser, or enable " +
+        "hardware acceleration). What moved, the exports and the API still work."
+      : "The map library did not load (a blocked script?): reload the page.";
+    return false;
+  }
+  plots = {};
+  for (const m of MAPS) {
+    const sp = lib.createScatterplot({
+      renderer, canvas: gl[m], width: Math.max(1, box[m].clientWidth), height: Math.max(1, box[m].clientHeight), syncEvents: true,
+      actionKeyMap: { lasso: "shift", merge: "ctrl" }, deselectOnDblClick: false, deselectOnEscape: true,
+      lassoMinDelay: 0, lassoMinDist: 2, lassoClearEvent: "lassoEnd", lassoLongPressIndicatorParentElement: box[m],
+      pointSizeSelected: 1, pointOutlineWidth: 1.5, opacityInactiveScale: 0.3, opacityInactiveMax: 0.35,
+      pointScaleMode: "asinh", aspectRatio: 1,
+    });
+    sp.subscribe("view", ({ view }) => follow(m, view));
+    sp.subscribe("draw", () => overlay(m));
+    sp.subscribe("pointOver", (k) => hoverAt(m, k));
+    sp.subscribe("pointOut", () => hoverAt(m, -1));
+    sp.subscribe("lassoStart", () => { S.lassoing[m] = true; });
+    sp.subscribe("lassoEnd", ({ coordinates }) => { S.lasso = { map: m, coordinates }; });
+    sp.subscribe("select", ({ points }) => selected(m, points));
+    sp.subscribe("deselect", () => { if (!S.quiet) select([], true); });
+    plots[m] = sp;
+    touch(m);
+  }
+  setMode(S.mode);
+  theme();
+  return true;
 }
 
-function colourOf(map, k) {
-  if (S.colourBy === "moved") return D.movedColour[k];
-  const by = S.colourBy;
-  return D.colours[by][(by === "base" ? D.bc : D.tc)[k]] || "#888888";
+function pointSize() {
+  const n = D ? D.n : 0;
+  return n <= 1000 ? 7 : n <= 5000 ? 5 : n <= 30000 ? 3.5 : 2.5;
 }
 
-// ---------- view ----------
-function fitScale(map) {
-  const { w, h } = sizes[map] || { w: 1, h: 1 };
-  const b = D.bounds;
-  return Math.min(w / (b.x1 - b.x0), h / (b.y1 - b.y0));
+function rampColour(t) {
+  const f = Math.min(1, Math.max(0, t)) * (RAMP.length - 1), j = Math.min(RAMP.length - 2, Math.floor(f)), r = f - j;
+  return RAMP[j].map((c, i) => Math.round(c + r * (RAMP[j + 1][i] - c)));
 }
-function toScreen(map, x, y) {
-  const { w, h } = sizes[map] || { w: 1, h: 1 };
-  const s = fitScale(map) * S.zoom, c = S.centre[map];
-  return [(x - c[0]) * s + w / 2, h / 2 - (y - c[1]) * s];
+const hex = (rgb) => `#${rgb.map((c) => c.toString(16).padStart(2, "0")).join("")}`;
+const RAMP_COLOURS = Array.from({ length: 64 }, (_, j) => hex(rampColour(j / 63)));
+
+function drawPoints(first, started) {
+  if (!D || !plots) return;
+  const by = S.colourBy, moved = by === "moved";
+  const z = moved ? new Uint16Array(D.n) : by === "base" ? D.bc : D.tc;
+  const colours = moved ? RAMP_COLOURS : D.colours[by];
+  const done = MAPS.map((m) => {
+    const sp = plots[m];
+    sp.set({ colorBy: moved ? "valueB" : "valueA", pointColor: colours, pointColorActive: colours, pointSize: pointSize(),
+      pointOrder: moved ? D.movedOrder : null });
+    const pts = { x: D[`${m}X`], y: D[`${m}Y`], z, w: D.moved };
+    const opts = { zDataType: "categorical", wDataType: "continuous", preventFilterReset: true };
+    if (!first && D.index && D.index[m]) opts.spatialIndex = D.index[m]; // same positions: keep the spatial index
+    return sp.draw(pts, opts).then(() => {
+      D.index = D.index || {};
+      D.index[m] = sp.get("spatialIndex");
+    });
+  });
+  Promise.all(done).then(() => {
+    if (first) reset();
+    showSelection();
+    root.dataset.drawn = String(D.n); // both maps hold every point of the value
+    if (started) root.dataset.drawMs = String(Math.round(performance.now() - started)); // bench/bench_map.py
+    sync();
+  });
 }
-function toWorld(map, sx, sy) {
-  const { w, h } = sizes[map] || { w: 1, h: 1 };
-  const s = fitScale(map) * S.zoom, c = S.centre[map];
-  return [(sx - w / 2) / s + c[0], c[1] - (sy - h / 2) / s];
+
+// the other map follows a pan or zoom: the same view, shifted by S.offset (non-zero after Locate centred each map
+// on its own copy of the string)
+function follow(from, view) {
+  if (S.following || !plots) return;
+  S.following = true;
+  try {
+    const sign = from === "base" ? 1 : -1, v = Float32Array.from(view);
+    v[12] -= sign * (v[0] * S.offset[0] + v[4] * S.offset[1]);
+    v[13] -= sign * (v[1] * S.offset[0] + v[5] * S.offset[1]);
+    plots[OTHER[from]].view(v, { preventEvent: true });
+  } finally {
+    S.following = false;
+  }
+  sync();
 }
+
+function look(m, tx, ty, zoom) {
+  const v = new Float32Array([zoom, 0, 0, 0, 0, zoom, 0, 0, 0, 0, 1, 0, -zoom * tx, -zoom * ty, 0, 1]);
+  plots[m].view(v, { preventEvent: true });
+}
+
+function zoom() {
+  return plots && D ? plots.base.get("camera").view[0] : 1;
+}
+
+// the whole layout in view: it spans [-0.95, 0.95], and a map taller than wide (a phone) shows less than that across
+const fitZoom = () => (S.size.w && S.size.h ? Math.min(1, S.size.w / S.size.h) : 1);
 function reset() {
-  S.zoom = 1;
-  if (D) for (const m of MAPS) S.centre[m] = [(D.bounds.x0 + D.bounds.x1) / 2, (D.bounds.y0 + D.bounds.y1) / 2];
-  redraw();
+  if (!plots || !D) return;
+  S.offset = [0, 0];
+  for (const m of MAPS) look(m, 0, 0, fitZoom());
+  sync();
 }
-function zoomAt(map, sx, sy, factor) {
-  const z = Math.min(200, Math.max(0.5, S.zoom * factor));
-  for (const m of MAPS) {  // the same screen point stays put on both maps
-    const before = toWorld(m, sx, sy);
-    const old = S.zoom;
-    S.zoom = z;
-    const after = toWorld(m, sx, sy);
-    S.zoom = old;
-    S.centre[m] = [S.centre[m][0] + before[0] - after[0], S.centre[m][1] + before[1] - after[1]];
+
+// NDC (the data frame) -> canvas pixels with the map's current view (regl-scatterplot's getScreenPosition, for any
+// position: a query, a string's position on the other map)
+function toScreen(m, x, y) {
+  const v = plots[m].get("camera").view, { w, h } = S.size;
+  const vx = v[0] * x + v[4] * y + v[12], vy = v[1] * x + v[5] * y + v[13];
+  return [(w * (vx * (h / w) + 1)) / 2, h * (0.5 - vy / 2)];
+}
+
+// ---------- hover, click, selection ----------
+function hoverAt(m, k) {
+  if (!D) return;
+  const o = OTHER[m];
+  if (k >= 0) {
+    S.hover = { map: m, k };
+    plots[o].hover(k, { preventEvent: true, showReticleOnce: true });
+    const [x, y] = toScreen(m, D[`${m}X`][k], D[`${m}Y`][k]);
+    tip(m, x, y, k, null);
+  } else {
+    S.hover = null;
+    plots[o].hover(-1, { preventEvent: true });
+    $(".tm-tip").hidden = true;
   }
-  S.zoom = z;
-  redraw();
+  gl[m].style.cursor = k >= 0 ? "pointer" : "";
+  overlay(o);
+  sync();
 }
+
+// the library selects on a lasso and on a click; a click is ours (neighbours), a lasso is a selection
+function selected(m, points) {
+  if (S.quiet || !D) return;
+  if (S.lassoing[m]) {
+    S.lassoing[m] = false;
+    select(Array.from(points), true);
+    return;
+  }
+  const k = points.length ? points[points.length - 1] : -1;
+  showSelection(); // a click does not change the selection
+  if (k >= 0) clickPoint(k, m);
+}
+
+function quietly(fn) {
+  S.quiet = true;
+  try { fn(); } finally { S.quiet = false; }
+}
+
+// what the maps show as selected: the located strings while a Locate is on, else the selection (the rest dimmed)
+function showSelection() {
+  if (!plots || !D) return;
+  const ks = S.located.length ? S.located : S.selected;
+  quietly(() => {
+    for (const m of MAPS) {
+      if (ks.length) plots[m].select(ks, { preventEvent: true });
+      else plots[m].deselect({ preventEvent: true });
+    }
+  });
+  for (const m of MAPS) overlay(m);
+}
+
+function select(ks, emit) {
+  S.selected = [...new Set(ks)].sort((a, b) => a - b);
+  showSelection();
+  sync();
+  if (emit && D) {
+    const ks2 = S.selected;
+    trigger("select", { index: ks2.map((k) => D.ids[k]), value: ks2.map((k) => D.texts[k]), selected: ks2.length > 0 });
+  }
+}
+
+function clickPoint(k, m) {
+  S.clicked = k;
+  for (const mm of MAPS) overlay(mm);
+  sync();
+  trigger("click", { index: D.ids[k], text: D.texts[k], map: m });
+}
+
+function locate(q, emit) {
+  q = (q || "").trim().toLowerCase();
+  S.located = [];
+  if (D && q) {
+    D.lower = D.lower || D.texts.map((t) => t.toLowerCase());
+    const exact = [];
+    for (let k = 0; k < D.n; k++) {
+      if (D.lower[k].includes(q)) S.located.push(k);
+      if (D.lower[k] === q) exact.push(k);
+    }
+    const ks = exact.length ? exact : S.located;
+    if (ks.length) centreOn(ks.slice(0, 500));
+    if (emit && ks.length) clickPoint(ks[0], "base");
+  }
+  showSelection();
+  sync();
+}
+
+// each map centred on its own copy of the matches, zoomed in until their box fills about half the map (at most
+// 2.5x: the surroundings stay in view); pans and zooms after that keep the two views this far apart
 function centreOn(ks) {
-  if (!ks.length) return;
+  if (!plots) return;
+  const c = {}, half = {};
   for (const m of MAPS) {
     let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
     for (const k of ks) {
-      const x = D[m][2 * k], y = D[m][2 * k + 1];
+      const x = D[`${m}X`][k], y = D[`${m}Y`][k];
       x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
     }
-    S.centre[m] = [(x0 + x1) / 2, (y0 + y1) / 2];
+    c[m] = [(x0 + x1) / 2, (y0 + y1) / 2];
+    half[m] = Math.max(x1 - x0, y1 - y0, 0.1) / 2;
   }
-  const b = D.bounds, span = Math.max(b.x1 - b.x0, b.y1 - b.y0);
-  let need = Infinity;  // zoom in until the matches' box fills about half the map, up to 2.5x (the surroundings stay)
-  for (const m of MAPS) {
-    let w = 0, h = 0;
-    for (const k of ks) {
-      w = Math.max(w, Math.abs(D[m][2 * k] - S.centre[m][0]));
-      h = Math.max(h, Math.abs(D[m][2 * k + 1] - S.centre[m][1]));
-    }
-    need = Math.min(need, span / (4 * Math.max(w, h, span / 10)));
-  }
-  S.zoom = Math.max(1, Math.min(2.5, need));
+  const z = fitZoom() * Math.max(1, Math.min(2.5, 0.5 / Math.max(half.base, half.tuned)));
+  S.offset = [c.tuned[0] - c.base[0], c.tuned[1] - c.base[1]];
+  for (const m of MAPS) look(m, c[m][0], c[m][1], z);
 }
 
-// ---------- drawing ----------
-function theme() {
+// ---------- the 2-D overlay: movement lines, queries, located and hovered labels, the clicked ring ----------
+function colours() {
   const cs = getComputedStyle(root);
   const get = (name, dflt) => cs.getPropertyValue(name).trim() || dflt;
   return { fg: get("--tm-fg", "#1f2937"), bg: get("--tm-bg", "#ffffff"), accent: get("--tm-accent", "#f97316") };
 }
-function redraw() {
-  if (frame) return;
-  frame = requestAnimationFrame(() => { frame = 0; for (const m of MAPS) draw(m); sync(); });
+// any CSS colour (Gradio's variables may be names or rgb()) as the [r, g, b, a] in 0..1 the library takes
+const probe = document.createElement("canvas").getContext("2d", { willReadFrequently: true });
+function rgba(css) {
+  probe.clearRect(0, 0, 1, 1);
+  probe.fillStyle = "#000";
+  probe.fillStyle = css;
+  probe.fillRect(0, 0, 1, 1);
+  const [r, g, b, a] = probe.getImageData(0, 0, 1, 1).data;
+  return [r / 255, g / 255, b / 255, a / 255];
 }
-function radius() {
-  const n = D ? D.n : 0;
-  const r = n < 300 ? 4 : n < 1200 ? 3 : 2.2;
-  return r * Math.min(2, Math.sqrt(S.zoom));
+let overlayFrame = { base: 0, tuned: 0 };
+function overlay(m) {
+  if (overlayFrame[m]) return;
+  overlayFrame[m] = requestAnimationFrame(() => { overlayFrame[m] = 0; paint(m); });
 }
-function focusSet() {
-  if (S.located.size) return S.located;
-  return S.selected.size ? S.selected : null;
-}
-function draw(map) {
-  const cv = canvases[map], sz = sizes[map];
-  if (!cv || !sz) return;
-  const ctx = cv.getContext("2d"), dpr = sz.dpr;
+function paint(m) {
+  const cv = ov[m], { w, h } = S.size, dpr = window.devicePixelRatio || 1;
+  const ctx = cv.getContext("2d");
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.clearRect(0, 0, sz.w, sz.h);
-  if (!D) return;
-  const th = theme(), r = radius(), focus = focusSet(), n = D.n;
-  if (S.movement && map === "tuned") {
+  ctx.clearRect(0, 0, w, h);
+  if (!D || !plots) return;
+  const th = colours(), focus = S.located.length ? S.located : S.selected;
+  if (S.movement && m === "tuned") {
+    const ks = focus.length ? focus : D.movedOrder.slice(-MAX_LINES);
     ctx.strokeStyle = th.fg;
-    ctx.globalAlpha = focus ? 0.45 : 0.16;
+    ctx.globalAlpha = focus.length ? 0.45 : 0.18;
     ctx.lineWidth = 1;
     ctx.beginPath();
-    for (let k = 0; k < n; k++) {
-      if (focus && !focus.has(k)) continue;
-      const [ax, ay] = toScreen(map, D.base[2 * k], D.base[2 * k + 1]);
-      const [bx, by] = toScreen(map, D.tuned[2 * k], D.tuned[2 * k + 1]);
+    for (const k of ks) {
+      const [ax, ay] = toScreen(m, D.baseX[k], D.baseY[k]), [bx, by] = toScreen(m, D.tunedX[k], D.tunedY[k]);
       ctx.moveTo(ax, ay);
       ctx.lineTo(bx, by);
     }
     ctx.stroke();
     ctx.globalAlpha = 1;
   }
-  const order = S.colourBy === "moved" ? D.movedOrder : null;
-  const pass = (keep, alpha) => {  // one path per colour: thousands of arcs in a handful of fills
-    const groups = new Map();
-    for (let j = 0; j < n; j++) {
-      const k = order ? order[j] : j;
-      if (!keep(k)) continue;
-      const c = colourOf(map, k);
-      if (!groups.has(c)) groups.set(c, []);
-      groups.get(c).push(k);
-    }
-    ctx.globalAlpha = alpha;
-    for (const [c, ks] of groups) {
-      ctx.fillStyle = c;
-      ctx.beginPath();
-      for (const k of ks) {
-        const [x, y] = toScreen(map, D[map][2 * k], D[map][2 * k + 1]);
-        if (x < -r || y < -r || x > sz.w + r || y > sz.h + r) continue;
-        ctx.moveTo(x + r, y);
-        ctx.arc(x, y, r, 0, 2 * Math.PI);
-      }
-      ctx.fill();
-    }
-    ctx.globalAlpha = 1;
-  };
-  if (order) {  // most moved on top: one pass in order, colour groups would reorder them
-    ctx.globalAlpha = 1;
-    for (const k of order) {
-      const dim = focus && !focus.has(k);
-      const [x, y] = toScreen(map, D[map][2 * k], D[map][2 * k + 1]);
-      ctx.globalAlpha = dim ? 0.12 : 1;
-      ctx.fillStyle = D.movedColour[k];
-      ctx.beginPath();
-      ctx.arc(x, y, r, 0, 2 * Math.PI);
-      ctx.fill();
-    }
-    ctx.globalAlpha = 1;
-  } else if (focus) {
-    pass((k) => !focus.has(k), 0.12);
-    pass((k) => focus.has(k), 1);
-  } else {
-    pass(() => true, 0.9);
-  }
-  if (focus && focus.size <= 400) for (const k of focus) ring(ctx, map, k, r + 2, th.fg, 1);
-  if (S.located.size && S.located.size <= 12)  // a located string is named on both maps
+  if (S.located.length && S.located.length <= 12)
     for (const k of S.located) {
-      ring(ctx, map, k, r + 4, th.accent, 2);
-      label(ctx, map, D[map][2 * k], D[map][2 * k + 1], D.texts[k], th, r + 8);
+      const [x, y] = toScreen(m, D[`${m}X`][k], D[`${m}Y`][k]);
+      ring(ctx, x, y, 8, th.accent, 2);
+      label(ctx, x, y, D.texts[k], th, 12);
     }
-  drawQueries(ctx, map, th);
-  if (S.clicked >= 0) ring(ctx, map, S.clicked, r + 5, th.accent, 2.5);
-  if (S.hover && S.hover.k >= 0) {
-    const k = S.hover.k, other = S.hover.map !== map;
-    ring(ctx, map, k, r + (other ? 6 : 4), th.bg, 5);
-    ring(ctx, map, k, r + (other ? 6 : 4), th.accent, 2.5);
-    if (other) label(ctx, map, D[map][2 * k], D[map][2 * k + 1], D.texts[k], th, r + 9);
+  for (const q of D.queries) {
+    const [x, y] = toScreen(m, q[m][0], q[m][1]);
+    star(ctx, x, y, th);
+    label(ctx, x, y, q.text, th, 12);
   }
-  const dr = S.drag;
-  if (dr && dr.map === map && (dr.kind === "lasso" || dr.kind === "box") && dr.path.length > 1) {
-    ctx.strokeStyle = th.accent;
-    ctx.fillStyle = th.accent;
-    ctx.lineWidth = 1.5;
-    ctx.setLineDash([5, 4]);
-    ctx.beginPath();
-    shape(dr).forEach(([x, y], j) => (j ? ctx.lineTo(x, y) : ctx.moveTo(x, y)));
-    ctx.closePath();
-    ctx.stroke();
-    ctx.globalAlpha = 0.08;
-    ctx.fill();
-    ctx.globalAlpha = 1;
-    ctx.setLineDash([]);
+  if (S.clicked >= 0) {
+    const [x, y] = toScreen(m, D[`${m}X`][S.clicked], D[`${m}Y`][S.clicked]);
+    ring(ctx, x, y, 9, th.accent, 2.5);
+  }
+  if (S.hover && S.hover.map !== m) { // the other map names the hovered string where it sits there
+    const k = S.hover.k, [x, y] = toScreen(m, D[`${m}X`][k], D[`${m}Y`][k]);
+    ring(ctx, x, y, 10, th.bg, 5);
+    ring(ctx, x, y, 10, th.accent, 2.5);
+    label(ctx, x, y, D.texts[k], th, 14);
   }
 }
-function ring(ctx, map, k, rr, colour, width) {
-  const [x, y] = toScreen(map, D[map][2 * k], D[map][2 * k + 1]);
+function ring(ctx, x, y, r, colour, width) {
   ctx.strokeStyle = colour;
   ctx.lineWidth = width;
   ctx.beginPath();
-  ctx.arc(x, y, rr, 0, 2 * Math.PI);
+  ctx.arc(x, y, r, 0, 2 * Math.PI);
   ctx.stroke();
 }
-function label(ctx, map, wx, wy, text, th, dx) {
-  const [x, y] = toScreen(map, wx, wy);
-  const sz = sizes[map];
-  const t = text.length > 48 ? text.slice(0, 47) + "…" : text;
+function star(ctx, x, y, th) {
+  ctx.beginPath();
+  for (let j = 0; j < 10; j++) {
+    const a = -Math.PI / 2 + (j * Math.PI) / 5, r = j % 2 ? 3.6 : 9;
+    ctx.lineTo(x + r * Math.cos(a), y + r * Math.sin(a));
+  }
+  ctx.closePath();
+  ctx.fillStyle = th.accent;
+  ctx.strokeStyle = th.bg;
+  ctx.lineWidth = 2;
+  ctx.stroke();
+  ctx.fill();
+}
+function label(ctx, x, y, text, th, dx) {
+  const t = text.length > 48 ? text.slice(0, 47) + "…" : text, { w, h } = S.size;
   ctx.font = "600 12px system-ui, sans-serif";
-  const w = ctx.measureText(t).width;
+  const tw = ctx.measureText(t).width;
   let lx = x + dx;
-  if (lx + w + 6 > sz.w) lx = x - dx - w;  // flip left rather than run off the canvas
-  const ly = Math.min(Math.max(y, 10), sz.h - 8);
+  if (lx + tw + 6 > w) lx = x - dx - tw; // flip left rather than run off the map
+  const ly = Math.min(Math.max(y, 10), h - 8);
   ctx.lineWidth = 4;
   ctx.strokeStyle = th.bg;
   ctx.strokeText(t, lx, ly + 4);
   ctx.fillStyle = th.fg;
   ctx.fillText(t, lx, ly + 4);
 }
-function drawQueries(ctx, map, th) {
-  for (const q of D.queries || []) {
-    const [x, y] = toScreen(map, q[map][0], q[map][1]);
-    ctx.beginPath();
-    for (let j = 0; j < 10; j++) {
-      const a = -Math.PI / 2 + (j * Math.PI) / 5, rr = j % 2 ? 3.6 : 9;
-      ctx.lineTo(x + rr * Math.cos(a), y + rr * Math.sin(a));
-    }
-    ctx.closePath();
-    ctx.fillStyle = th.accent;
-    ctx.strokeStyle = th.bg;
-    ctx.lineWidth = 2;
-    ctx.stroke();
-    ctx.fill();
-    label(ctx, map, q[map][0], q[map][1], q.text, th, 12);
-  }
-}
-function shape(dr) {
-  if (dr.kind === "lasso") return dr.path;
-  const [a, b] = [dr.path[0], dr.path[dr.path.length - 1]];
-  return [a, [b[0], a[1]], b, [a[0], b[1]]];
-}
-
-// ---------- state out: data-* hooks, legend, selection line ----------
-function sync() {
-  const h = S.hover && S.hover.k >= 0 ? S.hover : null;
-  root.dataset.hovered = h ? String(h.k) : "";
-  root.dataset.hoverMap = h ? h.map : "";
-  root.dataset.hoveredText = h ? D.texts[h.k] : "";
-  root.dataset.highlightOther = h ? String(h.k) : "";  // the other map rings the same point (same string)
-  root.dataset.highlightOtherText = h ? D.texts[h.k] : "";
-  root.dataset.selected = String(S.selected.size);
-  root.dataset.located = String(S.located.size);
-  root.dataset.clicked = S.clicked >= 0 ? String(S.clicked) : "";
-  root.dataset.colourBy = S.colourBy;
-  root.dataset.movement = S.movement ? "1" : "0";
-  root.dataset.mode = S.mode;
-  root.dataset.zoom = S.zoom.toFixed(2);
-  const info = $(".tm-selinfo");
-  const parts = [];
-  if (S.selected.size) parts.push(`${S.selected.size} selected`);
-  if (S.located.size) parts.push(`${S.located.size} found`);
-  else if ($(".tm-locate").value.trim() && D) parts.push("not found");
-  info.textContent = parts.join(" · ");
-  $(".tm-clear").hidden = !S.selected.size;
-}
-function legend() {
-  const box = $(".tm-legend");
-  box.replaceChildren();
-  if (!D) return;
-  if (S.colourBy === "moved") {
-    const bar = document.createElement("span");
-    bar.className = "tm-ramp";
-    bar.style.background = `linear-gradient(90deg, ${[0, 0.25, 0.5, 0.75, 1].map(movedColour).join(",")})`;
-    const lo = document.createElement("span"), hi = document.createElement("span");
-    lo.textContent = "kept its neighbours";
-    hi.textContent = "moved most";
-    box.append(lo, bar, hi);
-    return;
-  }
-  const by = S.colourBy, key = by === "base" ? D.bc : D.tc;
-  for (const c of D.clusters[by] || []) {
-    const b = document.createElement("button");
-    b.type = "button";
-    b.className = "tm-chip";
-    b.title = `select the ${c.size} strings of this ${by} cluster`;
-    const sw = document.createElement("span");
-    sw.className = "tm-swatch";
-    sw.style.background = D.colours[by][c.id];
-    const name = document.createElement("span");
-    name.textContent = `${c.name} (${c.size})`;
-    b.append(sw, name);
-    b.addEventListener("click", () => {
-      const ks = [];
-      for (let k = 0; k < D.n; k++) if (key[k] === c.id) ks.push(k);
-      select(ks, true);
-    });
-    box.append(b);
-  }
-}
-
-// ---------- selection, events ----------
-function select(ks, emit) {
-  S.selected = new Set(ks);
-  redraw();
-  sync();
-  if (emit) {
-    const sorted = [...S.selected].sort((a, b) => a - b);
-    trigger("select", { index: sorted.map((k) => D.ids[k]), value: sorted.map((k) => D.texts[k]), selected: sorted.length > 0 });
-  }
-}
-function clickPoint(k, map) {
-  S.clicked = k;
-  redraw();
-  sync();
-  trigger("click", { index: D.ids[k], text: D.texts[k], map });
-}
-function locate(q, emit) {
-  q = (q || "").trim().toLowerCase();
-  S.located = new Set();
-  if (D && q) {
-    const exact = [];
-    for (let k = 0; k < D.n; k++) {
-      if (D.lower[k].includes(q)) S.located.add(k);
-      if (D.lower[k] === q) exact.push(k);
-    }
-    const ks = exact.length ? exact : [...S.located];
-    if (ks.length) centreOn(ks.slice(0, 500));
-    if (emit && ks.length) clickPoint(ks[0], "base");
-  }
-  redraw();
-  sync();
-}
-function inside(poly, x, y) {
-  let hit = false;
-  for (let a = 0, b = poly.length - 1; a < poly.length; b = a++) {
-    const [xa, ya] = poly[a], [xb, yb] = poly[b];
-    if (ya > y !== yb > y && x < ((xb - xa) * (y - ya)) / (yb - ya) + xa) hit = !hit;
-  }
-  return hit;
-}
-function nearest(map, sx, sy) {
-  if (!D) return -1;
-  const lim = Math.max(7, radius() + 3);
-  let best = -1, bd = lim * lim;
-  for (let k = 0; k < D.n; k++) {
-    const [x, y] = toScreen(map, D[map][2 * k], D[map][2 * k + 1]);
-    const d = (x - sx) ** 2 + (y - sy) ** 2;
-    if (d < bd) { bd = d; best = k; }
-  }
-  return best;
-}
-function nearestQuery(map, sx, sy) {
-  for (const q of (D && D.queries) || []) {
-    const [x, y] = toScreen(map, q[map][0], q[map][1]);
-    if ((x - sx) ** 2 + (y - sy) ** 2 < 100) return q;
-  }
-  return null;
-}
 
 // ---------- tooltip ----------
-function tip(map, sx, sy, k, q) {
+function tip(m, sx, sy, k, q) {
   const el = $(".tm-tip");
-  if (!el) return;  // the map was replaced (a new run served) while a pointer event was on its way
   if (k < 0 && !q) { el.hidden = true; return; }
   el.replaceChildren();
-  const strong = document.createElement("div");
+  const strong = document.createElement("div"), sub = document.createElement("div");
   strong.className = "tm-tip-text";
-  const sub = document.createElement("div");
   sub.className = "tm-tip-sub";
-  if (q) {
-    strong.textContent = q.text;
-    sub.textContent = "query";
-  } else {
-    strong.textContent = D.texts[k];
-    const cid = (map === "base" ? D.bc : D.tc)[k];
-    const bits = [`${map} cluster: ${D.names[map][cid] ?? cid}`];
-    if (S.colourBy === "moved") bits.push(`moved ${Math.round(100 * D.moved[k])}%`);
-    sub.textContent = bits.join(" · ");
-  }
+  strong.textContent = D.texts[k];
+  const cid = (m === "base" ? D.bc : D.tc)[k];
+  const bits = [`${m} cluster: ${D.names[m][cid] ?? cid}`];
+  if (S.colourBy === "moved") bits.push(`moved ${Math.round(100 * D.moved[k])}%`);
+  sub.textContent = bits.join(" · ");
   el.append(strong, sub);
   el.hidden = false;
-  const cr = canvases[map].getBoundingClientRect(), rr = root.getBoundingClientRect();
+  const cr = gl[m].getBoundingClientRect(), rr = root.getBoundingClientRect();
   let x = cr.left - rr.left + sx + 14, y = cr.top - rr.top + sy + 14;
   const w = el.offsetWidth, h = el.offsetHeight;
   if (x + w > rr.width - 4) x = Math.max(4, cr.left - rr.left + sx - w - 14);
@@ -450,100 +446,121 @@ function tip(map, sx, sy, k, q) {
   el.style.top = `${y}px`;
 }
 
-// ---------- pointer handling ----------
-function local(map, ev) {
-  const r = canvases[map].getBoundingClientRect();
-  return [ev.clientX - r.left, ev.clientY - r.top];
-}
-function hoverAt(map, sx, sy) {
-  const k = nearest(map, sx, sy);
-  const q = k < 0 ? nearestQuery(map, sx, sy) : null;
-  const prev = S.hover ? `${S.hover.map}:${S.hover.k}` : "";
-  S.hover = k >= 0 ? { map, k } : null;
-  tip(map, sx, sy, k, q);
-  canvases[map].style.cursor = k >= 0 ? "pointer" : S.mode === "pan" ? "grab" : "crosshair";
-  if (prev !== (S.hover ? `${map}:${k}` : "")) redraw();
-  sync();
-}
-for (const map of MAPS) {
-  const cv = canvases[map];
-  cv.addEventListener("pointerdown", (ev) => {
-    if (!D || ev.button !== 0) return;
-    const [x, y] = local(map, ev);
-    const kind = ev.shiftKey ? "lasso" : S.mode;
-    S.drag = { map, kind, x0: x, y0: y, path: [[x, y]], moved: false, centres: { ...S.centre } };
-    cv.setPointerCapture(ev.pointerId);
+// ---------- touch: one finger pans, two pinch (the library's camera listens to the mouse and wheel only) ----------
+function touch(m) {
+  const fingers = new Map();
+  let last = null;
+  const state = () => {
+    const ps = [...fingers.values()];
+    const r = gl[m].getBoundingClientRect();
+    const cx = ps.reduce((a, p) => a + p[0], 0) / ps.length - r.left, cy = ps.reduce((a, p) => a + p[1], 0) / ps.length - r.top;
+    const spread = ps.length > 1 ? Math.hypot(ps[0][0] - ps[1][0], ps[0][1] - ps[1][1]) : 0;
+    return { cx, cy, spread, count: ps.length };
+  };
+  gl[m].addEventListener("pointerdown", (ev) => {
+    if (ev.pointerType !== "touch") return;
+    fingers.set(ev.pointerId, [ev.clientX, ev.clientY]);
+    last = state();
+  });
+  gl[m].addEventListener("pointermove", (ev) => {
+    if (ev.pointerType !== "touch" || !fingers.has(ev.pointerId) || !plots || !D) return;
+    if (S.mode !== "pan" && fingers.size < 2) return; // one finger lassos in the Lasso and Box modes
+    fingers.set(ev.pointerId, [ev.clientX, ev.clientY]);
+    const now = state();
+    if (!last || now.count !== last.count) { last = now; return; }
+    const cam = plots[m].get("camera"), { h } = S.size, px = 2 / h; // pixels -> NDC at zoom 1
+    cam.translate([((now.cx - last.cx) * px) / cam.view[0], (-(now.cy - last.cy) * px) / cam.view[0]]);
+    if (now.count > 1 && last.spread > 0) {
+      const f = now.spread / last.spread, { w } = S.size;
+      cam.scale(f, [((now.cx / w) * 2 - 1) * (w / h), 1 - (now.cy / h) * 2]);
+    }
+    plots[m].redraw();
+    last = now;
     ev.preventDefault();
   });
-  cv.addEventListener("pointermove", (ev) => {
-    if (!D) return;
-    const [x, y] = local(map, ev);
-    const dr = S.drag;
-    if (!dr) { hoverAt(map, x, y); return; }
-    if (Math.abs(x - dr.x0) + Math.abs(y - dr.y0) > 4) dr.moved = true;
-    if (!dr.moved) return;
-    $(".tm-tip").hidden = true;
-    if (dr.kind === "pan") {
-      const s = fitScale(map) * S.zoom;
-      for (const m of MAPS) {
-        const c = dr.centres[m];
-        S.centre[m] = [c[0] - (x - dr.x0) / s, c[1] + (y - dr.y0) / s];
-      }
-      cv.style.cursor = "grabbing";
-    } else {
-      dr.path.push([x, y]);
-    }
-    redraw();
-  });
-  cv.addEventListener("pointerup", (ev) => {
-    const dr = S.drag;
-    S.drag = null;
-    if (!dr || !D) return;
-    const [x, y] = local(map, ev);
-    if (!dr.moved) {
-      const k = nearest(map, x, y);
-      if (k >= 0) clickPoint(k, map);
-      return;
-    }
-    if (dr.kind === "lasso" || dr.kind === "box") {
-      const poly = shape(dr);
+  const up = (ev) => { fingers.delete(ev.pointerId); last = fingers.size ? state() : null; };
+  gl[m].addEventListener("pointerup", up);
+  gl[m].addEventListener("pointercancel", up);
+}
+
+// ---------- state out: data-* hooks, legend, selection line ----------
+function sync() {
+  const h = S.hover && S.hover.k >= 0 && D ? S.hover : null;
+  root.dataset.hovered = h ? String(h.k) : "";
+  root.dataset.hoverMap = h ? h.map : "";
+  root.dataset.hoveredText = h ? D.texts[h.k] : "";
+  root.dataset.highlightOther = h ? String(h.k) : ""; // the other map rings the same point (same string)
+  root.dataset.highlightOtherText = h ? D.texts[h.k] : "";
+  root.dataset.selected = String(S.selected.length);
+  root.dataset.located = String(S.located.length);
+  root.dataset.clicked = S.clicked >= 0 ? String(S.clicked) : "";
+  root.dataset.colourBy = S.colourBy;
+  root.dataset.movement = S.movement ? "1" : "0";
+  root.dataset.mode = S.mode;
+  root.dataset.zoom = zoom().toFixed(2);
+  const parts = [];
+  if (S.selected.length) parts.push(`${S.selected.length.toLocaleString()} selected`);
+  if (S.located.length) parts.push(`${S.located.length.toLocaleString()} found`);
+  else if ($(".tm-locate").value.trim() && D) parts.push("not found");
+  $(".tm-selinfo").textContent = parts.join(" · ");
+  $(".tm-clear").hidden = !S.selected.length;
+}
+
+function legend() {
+  const el = $(".tm-legend");
+  el.replaceChildren();
+  if (!D) return;
+  if (S.colourBy === "moved") {
+    const bar = document.createElement("span"), lo = document.createElement("span"), hi = document.createElement("span");
+    bar.className = "tm-ramp";
+    bar.style.background = `linear-gradient(90deg, ${[0, 0.25, 0.5, 0.75, 1].map((t) => hex(rampColour(t))).join(",")})`;
+    lo.textContent = "kept its neighbours";
+    hi.textContent = "moved most";
+    el.append(lo, bar, hi);
+    return;
+  }
+  const by = S.colourBy, key = by === "base" ? D.bc : D.tc;
+  for (const c of D.clusters[by] || []) {
+    const b = document.createElement("button"), sw = document.createElement("span"), name = document.createElement("span");
+    b.type = "button";
+    b.className = "tm-chip";
+    b.title = `select the ${c.size} strings of this ${by} cluster`;
+    sw.className = "tm-swatch";
+    sw.style.background = D.colours[by][c.id];
+    name.textContent = `${c.name} (${c.size})`;
+    b.append(sw, name);
+    b.addEventListener("click", () => {
       const ks = [];
-      if (poly.length > 2)
-        for (let k = 0; k < D.n; k++) {
-          const [px, py] = toScreen(map, D[map][2 * k], D[map][2 * k + 1]);
-          if (inside(poly, px, py)) ks.push(k);
-        }
+      for (let k = 0; k < D.n; k++) if (key[k] === c.id) ks.push(k);
       select(ks, true);
-    }
-    redraw();
-  });
-  cv.addEventListener("pointerleave", () => {
-    if (S.drag) return;
-    S.hover = null;
-    $(".tm-tip").hidden = true;
-    redraw();
-    sync();
-  });
-  cv.addEventListener("wheel", (ev) => {
-    if (!D) return;
-    ev.preventDefault();
-    const [x, y] = local(map, ev);
-    zoomAt(map, x, y, Math.exp(-ev.deltaY * 0.0015));
-  }, { passive: false });
+    });
+    el.append(b);
+  }
+}
+
+function theme() {
+  if (!plots) return;
+  const th = colours();
+  for (const m of MAPS)
+    plots[m].set({ backgroundColor: rgba(th.bg), pointColorHover: rgba(th.accent), lassoColor: rgba(th.accent),
+      reticleColor: rgba(th.accent) });
+  for (const m of MAPS) overlay(m);
 }
 
 // ---------- controls ----------
-$(".tm-colour").addEventListener("change", (ev) => { S.colourBy = ev.target.value; legend(); redraw(); sync(); });
-$(".tm-move").addEventListener("change", (ev) => { S.movement = ev.target.checked; redraw(); sync(); });
+function setMode(mode) {
+  S.mode = mode;
+  for (const b of root.querySelectorAll(".tm-mode")) b.setAttribute("aria-pressed", String(b.dataset.mode === mode));
+  if (plots)
+    for (const m of MAPS)
+      plots[m].set({ mouseMode: mode === "pan" ? "panZoom" : "lasso", lassoType: mode === "box" ? "rectangle" : "freeform" });
+  sync();
+}
+$(".tm-colour").addEventListener("change", (ev) => { S.colourBy = ev.target.value; drawPoints(false); legend(); sync(); });
+$(".tm-move").addEventListener("change", (ev) => { S.movement = ev.target.checked; overlay("tuned"); sync(); });
 $(".tm-reset").addEventListener("click", () => reset());
 $(".tm-clear").addEventListener("click", () => select([], true));
-for (const b of root.querySelectorAll(".tm-mode")) {
-  b.addEventListener("click", () => {
-    S.mode = b.dataset.mode;
-    for (const o of root.querySelectorAll(".tm-mode")) o.setAttribute("aria-pressed", String(o === b));
-    sync();
-  });
-}
+for (const b of root.querySelectorAll(".tm-mode")) b.addEventListener("click", () => setMode(b.dataset.mode));
 let locateTimer = 0;
 const locBox = $(".tm-locate");
 locBox.addEventListener("input", () => {
@@ -554,29 +571,30 @@ locBox.addEventListener("keydown", (ev) => {
   if (ev.key === "Enter") { ev.preventDefault(); clearTimeout(locateTimer); locate(locBox.value, true); }
   if (ev.key === "Escape") { locBox.value = ""; locate("", false); }
 });
+for (const m of MAPS) gl[m].addEventListener("pointerleave", () => { if (S.hover && S.hover.map === m) hoverAt(m, -1); });
 
 // ---------- size ----------
-const observer = new ResizeObserver(() => {
+function resize() {
+  const w = box.base.clientWidth, h = box.base.clientHeight, dpr = window.devicePixelRatio || 1;
+  if (!w || !h) return;
+  S.size = { w, h };
   for (const m of MAPS) {
-    const cv = canvases[m], w = cv.clientWidth, h = cv.clientHeight, dpr = window.devicePixelRatio || 1;
-    if (!w || !h) continue;
-    sizes[m] = { w, h, dpr };
-    cv.width = Math.round(w * dpr);
-    cv.height = Math.round(h * dpr);
+    if (plots) plots[m].set({ width: w, height: h });
+    ov[m].width = Math.round(w * dpr);
+    ov[m].height = Math.round(h * dpr);
+    overlay(m);
   }
-  redraw();
-});
-for (const m of MAPS) observer.observe(canvases[m]);
+}
+new ResizeObserver(() => resize()).observe(box.base);
 root.style.setProperty("--tm-height", `${Number(props.map_height) || 460}px`);
-const themeWatch = new MutationObserver(() => redraw());  // Gradio's dark mode toggles a class on <body>/<html>
+const themeWatch = new MutationObserver(() => theme()); // Gradio's dark mode toggles a class on <body>/<html>
 themeWatch.observe(document.body, { attributes: true, attributeFilter: ["class"] });
 themeWatch.observe(document.documentElement, { attributes: true, attributeFilter: ["class"] });
 
 // ---------- test and app API ----------
 element.twinmap = root.twinmap = {
-  pointScreenXY(map, k) {  // viewport (client) pixel of point k on `map`, for tests that hover or click it
-    const r = canvases[map].getBoundingClientRect();
-    const [x, y] = toScreen(map, D[map][2 * k], D[map][2 * k + 1]);
+  pointScreenXY(m, k) { // viewport (client) pixel of point k on map m, for tests that hover or click it
+    const r = gl[m].getBoundingClientRect(), [x, y] = toScreen(m, D[`${m}X`][k], D[`${m}Y`][k]);
     return { x: r.left + x, y: r.top + y };
   },
   select: (ks, emit = true) => select(ks, emit),
@@ -584,8 +602,15 @@ element.twinmap = root.twinmap = {
   setColourBy(mode) { const s = $(".tm-colour"); s.value = mode; s.dispatchEvent(new Event("change")); },
   reset,
   indexOf: (text) => (D ? D.texts.indexOf(text) : -1),
-  state: () => ({ n: D ? D.n : 0, zoom: S.zoom, hover: S.hover, selected: [...S.selected], located: [...S.located],
-    clicked: S.clicked, colourBy: S.colourBy, movement: S.movement, mode: S.mode }),
+  // what each map holds and shows: the number of points drawn, the selection as the library has it
+  drawn: (m) => (plots && D ? plots[m].get("points").length : 0),
+  libraryXY: (m, k) => plots[m].getScreenPosition(k),
+  libraryPoint: (m, k) => plots[m].get("points")[k],
+  ownPoint: (m, k) => [D[`${m}X`][k], D[`${m}Y`][k]],
+  librarySelection: (m) => (plots ? Array.from(plots[m].get("selectedPoints")) : []),
+  state: () => ({ n: D ? D.n : 0, zoom: zoom(), hover: S.hover, selected: [...S.selected], located: [...S.located],
+    clicked: S.clicked, colourBy: S.colourBy, movement: S.movement, mode: S.mode, offset: [...S.offset],
+    lasso: S.lasso ? { map: S.lasso.map, screen: S.lasso.coordinates.map(([x, y]) => toScreen(S.lasso.map, x, y)) } : null }),
 };
 load(props.value);
 watch("value", () => load(props.value));

@@ -101,23 +101,28 @@ class RunExplorer:
 
     # ---------------------------------------------------------------- the maps
 
-    def twin_map(self, session: Session, n_points: Any = 3000, queries: str = "") -> dict[str, Any]:
-        """Aligned 2-D layouts of the base and tuned spaces (explorer.compare.maps.twin_map), with `queries` (one per
-        line) placed on both and a caption naming the run."""
+    def twin_map(self, session: Session, n_points: Any = None, queries: str = "") -> dict[str, Any]:
+        """Aligned 2-D layouts of the base and tuned spaces (explorer.compare.maps.twin_map) of every string, or of a
+        seeded sample of `n_points` (at most MIRROR_MAX_MAP_POINTS), with `queries` (one per line) placed on both
+        and a caption naming the run."""
         import explorer.compare.maps as maps
 
         space = self.space(session)
-        n = maps.check_points(n_points, self.app.settings.max_map_points)
+        cap = self.app.settings.max_map_points
+        n = cap if n_points is None or n_points == "" else maps.check_points(n_points, cap)
+        n = min(n, len(space.texts))
         moved = self._metadata(space)["moved"]  # on every string, not just the map's sample
         data = dict(
             space.get(
                 ("map", n), lambda: maps.twin_map(space.texts, space.base, space.tuned, max_points=n, moved=moved)
             )
         )
+        if n < len(space.texts) and n == cap:  # the operator's cap, not the user's choice: say so
+            data["note"] += f" This server draws at most {cap:,} strings (MIRROR_MAX_MAP_POINTS)."
         qs = [q for q in (queries or "").splitlines() if q.strip()][:20]
         if qs:
             loaded = self.app.models.loaded(space.run)
-            shown = [p["i"] for p in data["points"]]
+            shown = data["ids"]
             data["queries"] = maps.place_queries(
                 qs,
                 loaded.base.encode(qs),
@@ -241,16 +246,18 @@ class RunExplorer:
 
     def _coords(self, space: RunSpace) -> dict[str, list[float]] | None:
         """Map coordinates of every string when the last map drawn showed them all, else None."""
+        import numpy as np
+
         drawn = [v for k, v in space.cache.items() if isinstance(k, tuple) and k[0] == "map"]
         full = [d for d in drawn if d["n_shown"] == len(space.texts)]
         if not full:
             return None
-        pts = sorted(full[-1]["points"], key=lambda p: p["i"])
+        d = full[-1]
+        order = np.argsort(d["ids"])
         return {
-            "base_x": [p["base"][0] for p in pts],
-            "base_y": [p["base"][1] for p in pts],
-            "tuned_x": [p["tuned"][0] for p in pts],
-            "tuned_y": [p["tuned"][1] for p in pts],
+            f"{side}_{axis}": [round(float(v), 4) for v in np.asarray(d[side])[order, j]]
+            for side in ("base", "tuned")
+            for j, axis in enumerate("xy")
         }
 
     def push(self, session: Session, repo_id: str, token: str, private: bool = True) -> str:

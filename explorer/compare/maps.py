@@ -1,18 +1,18 @@
-"""The Explore tab's twin maps: the user's strings under the base and the tuned encoder laid out in 2-D (UMAP from
-umap-learn; PCA for tiny lists), the tuned layout aligned to the base one so a position means the same on both,
-clusters per space named by their most central strings, and queries placed on both maps.
+"""The Explore tab's twin maps: the user's strings under the base and the tuned encoder laid out in 2-D (UMAP on a
+FAISS neighbour graph, explorer.compare.layout; PCA for tiny lists), the tuned layout aligned to the base one so a
+position means the same on both, clusters per space named by their most central strings, and queries placed on both
+maps.
 
-`twin_map` returns the plain dict ui/twinmap draws:
-{"points": [{"i", "text", "base": [x, y], "tuned": [x, y], "base_cluster", "tuned_cluster", "moved"}],
- "clusters": {"base": [{"id", "name", "colour", "size"}], "tuned": [...]}, "queries": [], "method",
- "n_total", "n_shown", "note", "seconds"}
+`twin_map` returns the plain dict ui/twinmap draws, one column per field (row j is the string texts[j] = the run's
+string number ids[j]):
+{"ids": int array, "texts": [str], "base": (n, 2) array, "tuned": (n, 2) array, "base_cluster": int array,
+ "tuned_cluster": int array, "moved": float array, "clusters": {"base": [{"id", "name", "colour", "size"}],
+ "tuned": [...]}, "queries": [], "method", "n_total", "n_shown", "note", "seconds"}
 """
 
 from __future__ import annotations
 
 import math
-import os
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +31,6 @@ PALETTE = (
     "#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45", "#ffe119", "#469990",
     "#9a6324", "#800000", "#808000", "#000075", "#a9a9a9", "#fabed4", "#dcbeff", "#aaffc3", "#ffd8b1", "#b8860b",
 )  # fmt: skip
-_UMAP_LOCK = threading.Lock()  # numba compiles UMAP's kernels on first use: one thread does it
 
 
 def check_points(n_points: Any, max_points: int) -> int:
@@ -58,7 +57,7 @@ def twin_map(
     base_vecs: np.ndarray,
     tuned_vecs: np.ndarray,
     *,
-    max_points: int = 3000,
+    max_points: int = 20_000,
     n_clusters: int | None = None,
     seed: int = 0,
     method: str = "auto",
@@ -67,6 +66,8 @@ def twin_map(
     """Aligned 2-D layouts of the strings under both encoders (a seeded sample of `max_points` when there are
     more), their clusters per space and, per string, how much its neighbourhood moved (`moved`, from
     mirror.moved; computed on the shown strings when not given)."""
+    from explorer.compare import layout
+
     started = time.perf_counter()
     texts = list(texts)
     n_total = len(texts)
@@ -77,10 +78,10 @@ def twin_map(
         shown = np.sort(np.random.default_rng(seed).choice(n_total, size=max_points, replace=False))
     base, tuned = _unit(base_vecs[shown]), _unit(tuned_vecs[shown])
     n = len(shown)
+    shown_texts = [texts[i] for i in shown]
     method = ("umap" if n >= MIN_UMAP else "pca") if method == "auto" else method
     if method == "umap":
-        xy_base = _umap(base, seed, None)
-        xy_tuned = _umap(tuned, seed, xy_base)  # started from the base layout: the same strings start together
+        xy_base, xy_tuned = layout.twin_layouts(base, tuned, seed)
     elif method == "pca":
         xy_base, xy_tuned = pca_2d(base), pca_2d(tuned)
     else:
@@ -88,37 +89,29 @@ def twin_map(
     xy_base = _normalised(xy_base)
     xy_tuned = align(xy_tuned, xy_base)
     k = n_clusters or n_clusters_for(n)
-    base_labels, base_clusters = clusters(base, [texts[i] for i in shown], k, seed)
-    tuned_labels, tuned_clusters = clusters(tuned, [texts[i] for i in shown], k, seed)
+    base_labels, base_clusters = clusters(base, shown_texts, k, seed)
+    tuned_labels, tuned_clusters = clusters(tuned, shown_texts, k, seed)
     _match_colours(base_labels, tuned_labels, base_clusters, tuned_clusters)
     if moved is None:
         from mirror.moved import neighbour_changes
 
-        scores = {r["i"]: r["moved"] for r in neighbour_changes([texts[i] for i in shown], base, tuned)}
-        moved_shown = [scores[j] for j in range(n)]
+        scores = {r["i"]: r["moved"] for r in neighbour_changes(shown_texts, base, tuned)}
+        moved_shown = np.array([scores[j] for j in range(n)], dtype=np.float64)
     else:
-        moved_shown = [float(moved[i]) for i in shown]
-    points = [
-        {
-            "i": int(i),
-            "text": texts[i],
-            "base": [round(float(xy_base[j, 0]), 4), round(float(xy_base[j, 1]), 4)],
-            "tuned": [round(float(xy_tuned[j, 0]), 4), round(float(xy_tuned[j, 1]), 4)],
-            "base_cluster": int(base_labels[j]),
-            "tuned_cluster": int(tuned_labels[j]),
-            "moved": round(float(moved_shown[j]), 4),
-        }
-        for j, i in enumerate(shown)
-    ]
+        moved_shown = np.asarray(moved, dtype=np.float64)[shown]
     note = ""
     if n < n_total:
-        note = (
-            f"Showing a random sample of {n:,} of your {n_total:,} strings (the browser draws at most {max_points:,})."
-        )
+        note = f"Showing a seeded random sample of {n:,} of your {n_total:,} strings."
     if method == "pca":
         note = (note + " " if note else "") + f"PCA layout: under {MIN_UMAP} strings UMAP has too few neighbours."
     return {
-        "points": points,
+        "ids": shown.astype(np.int64),
+        "texts": shown_texts,
+        "base": xy_base.astype(np.float32),
+        "tuned": xy_tuned.astype(np.float32),
+        "base_cluster": np.asarray(base_labels, dtype=np.int64),
+        "tuned_cluster": np.asarray(tuned_labels, dtype=np.int64),
+        "moved": np.round(moved_shown, 4),
         "clusters": {"base": base_clusters, "tuned": tuned_clusters},
         "queries": [],
         "method": method,
@@ -127,6 +120,17 @@ def twin_map(
         "note": note,
         "seconds": round(time.perf_counter() - started, 2),
     }
+
+
+def map_json(data: dict[str, Any]) -> dict[str, Any]:
+    """A twin-map dict as plain JSON values (lists, rounded floats): what the /map API endpoint returns."""
+    out = {k: v for k, v in data.items() if k not in ("ids", "base", "tuned", "base_cluster", "tuned_cluster", "moved")}
+    out["ids"] = [int(i) for i in data["ids"]]
+    for side in ("base", "tuned"):
+        out[side] = np.round(np.asarray(data[side], dtype=np.float64), 5).tolist()
+        out[f"{side}_cluster"] = [int(c) for c in data[f"{side}_cluster"]]
+    out["moved"] = [round(float(m), 4) for m in data["moved"]]
+    return out
 
 
 def place_queries(
@@ -141,15 +145,16 @@ def place_queries(
     """Queries on the map without a new layout: in each space, the cosine-weighted mean position of the query's
     k nearest shown strings (a query equal to a shown string lands on it)."""
     out = []
-    pts = map_data["points"]
-    pos = {side: np.array([p[side] for p in pts], dtype=np.float64) for side in ("base", "tuned")}
-    shown_at = {" ".join(p["text"].split()).casefold(): j for j, p in enumerate(pts)}
+    pos = {side: np.asarray(map_data[side], dtype=np.float64) for side in ("base", "tuned")}
+    shown_at: dict[str, int] = {}
+    for j, t in enumerate(map_data["texts"]):
+        shown_at.setdefault(" ".join(t.split()).casefold(), j)
     for qi, text in enumerate(queries):
         place: dict[str, Any] = {"text": text}
         same = shown_at.get(" ".join(text.split()).casefold())
         for side, q, shown in (("base", query_base, base_shown), ("tuned", query_tuned, tuned_shown)):
             if same is not None:  # the query is one of the shown strings: exactly on it
-                place[side] = list(pts[same][side])
+                place[side] = [round(float(v), 4) for v in pos[side][same]]
                 continue
             sims = _unit(shown) @ _unit(q[qi : qi + 1])[0]
             top = np.argsort(-sims)[: min(k, len(sims))]
@@ -239,28 +244,10 @@ def pca_2d(x: Any) -> np.ndarray:
 
 def warm_up() -> None:
     """Compile UMAP's numba kernels (tens of seconds on a small CPU) before the first map is asked for."""
-    _umap(np.random.default_rng(0).normal(size=(MIN_UMAP, 8)).astype(np.float32), 0, None)
+    from explorer.compare import layout
 
-
-def _umap(x: np.ndarray, seed: int, init: np.ndarray | None) -> np.ndarray:
-    """UMAP of unit rows (cosine), settings adapted to the number of strings; `init`: start from that layout."""
-    os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "mirror-numba"))
-    with _UMAP_LOCK:
-        import umap
-
-    n = len(x)
-    reducer = umap.UMAP(
-        n_neighbors=int(min(15, max(5, n // 10))),
-        min_dist=0.1,
-        metric="cosine",
-        init=init if init is not None else "spectral",
-        n_epochs=200 if n > 2000 else 300,
-        random_state=seed,
-        n_jobs=1,  # random_state makes it single-threaded anyway; said so to keep it quiet
-        low_memory=True,
-    )
-    with _UMAP_LOCK:
-        return np.asarray(reducer.fit_transform(x), dtype=np.float64)
+    x = _unit(np.random.default_rng(0).normal(size=(MIN_UMAP, 8)))
+    layout.twin_layouts(x, x, 0)
 
 
 def _normalised(xy: np.ndarray) -> np.ndarray:
