@@ -171,5 +171,6 @@ def test_library_log_lines_print_cleanly(trained):
     served, _, _ = trained
     log = served.log.read_text()
     assert "Logging error" not in log, log[-3000:]
-    # the run built an index: FAISS says which library it loaded through its own logger, as a plain line
-    assert re.search(r"^\S+ \S+ INFO faiss\.loader: Successfully loaded faiss", log, re.M), log[-3000:]
+    # the run built an index, but FAISS's loader is quiet below warnings: it logged each build this wheel lacks
+    # (swigfaiss_avx512, _avx2) as a ModuleNotFoundError before loading the generic one, alarming and no news
+    assert "faiss.loader" not in log and "swigfaiss_avx" not in log, log[-3000:]

@@ -155,16 +155,21 @@ def test_a_really_slower_machine_is_seen_by_the_calibration(base, tiny_bert, tmp
     monkeypatch.setattr(est_mod, "ENCODE_SHAPES", ((256, 16), (128, 48), (64, 96)))
     config = words_config(tiny_bert, batch_size=64)
     texts = [" ".join(t.split() * 3) for t in three_token_words(300)]  # 9 tokens: within the timed shapes
-    fast = price(texts, base.token_lengths(texts), config, base, calibrate(base, config, tmp_path))
-    slowness["factor"] = 4.0
-    slow = price(texts, base.token_lengths(texts), config, base, calibrate(base, config, tmp_path))
 
     def steady(e):  # the first step's warm-up (optimiser states, allocations) is outside the slowed calls
         return e.phase("training") - e.calibration.warmup_s + e.phase("base index")
 
-    ratio = steady(slow) / steady(fast)
-    # 4 up to the noise of timing twice on a shared CPU (seen 2.1-5.6 at a load average of 7 on 2 cores)
-    assert 2.0 < ratio < 8.0, ratio
+    def timed() -> float:
+        return steady(price(texts, base.token_lengths(texts), config, base, calibrate(base, config, tmp_path)))
+
+    # a shared CPU only ever adds time: the fast machine's time is the lesser of two calibrations (the first also
+    # pays for kernels and caches the process has not used yet)
+    fast = min(timed(), timed())
+    slowness["factor"] = 8.0
+    ratio = timed() / fast
+    # 8 up to the noise of timing on a shared CPU (a factor of 4 was seen at 2.0-5.6 at a load average of 7 on 2 cores,
+    # one calibration each): far from 1, what a calibration that did not measure this machine would give
+    assert 3.0 < ratio < 24.0, ratio
 
 
 def test_phases_are_all_there_and_sum_to_the_total(base, tiny_bert, tmp_path, monkeypatch):
