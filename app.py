@@ -44,6 +44,21 @@ CSS = """
 #mx-moved-table th {white-space: nowrap}
 """
 
+# The address bar names the run the page serves (?run=<id>), so a reload, a bookmark or a shared address gives that
+# run: the served run's summary (#mx-result) holds its link; the address follows it whenever it changes (a run, a
+# blend, an opened run). ui/runs.py calls mirrorSyncRunUrl(true) once a page load is done: no link then, no ?run.
+HEAD = """<script>
+window.mirrorSyncRunUrl = (dropMissing) => {
+  const link = document.querySelector('#mx-result a[href^="?run="]');
+  const id = link ? new URL(link.getAttribute("href"), location.href).searchParams.get("run") : null;
+  const url = new URL(location.href);
+  if (id === url.searchParams.get("run") || (!id && !dropMissing)) return;
+  if (id) url.searchParams.set("run", id); else url.searchParams.delete("run");
+  history.replaceState(history.state, "", url);
+};
+new MutationObserver(() => window.mirrorSyncRunUrl(false)).observe(document.documentElement, {childList: true, subtree: true});
+</script>"""
+
 INTRO = """# Mirror Explorer
 Mirror-fine-tune a sentence encoder on **your own strings** — no labels needed (MirrorBERT) — then see what changed:
 **① Tune** → **② Search** your strings with the tuned and the base encoder side by side → **③ Evaluate** on word and
@@ -136,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server_port=args.port,
         max_file_size=limit,
         css=CSS,
+        head=HEAD,
         show_error=False,
         app_kwargs={"middleware": [quota]},
     )

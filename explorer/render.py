@@ -305,7 +305,7 @@ def loss_summary(losses: Sequence[float], n: int = 10) -> str:
     first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
     change = f"{(last - first) / first:+.0%}"
     if k == 1:
-        return f"{last:.4f} (the last step; the first: {first:.4f}, {change})"
+        return f"{last:.4f} (last step; first step: {first:.4f}, {change})"
     return f"{last:.4f} (mean of the last {k} steps; first {k}: {first:.4f}, {change})"
 
 
@@ -347,7 +347,10 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         ("Device", s.get("device", "n/a")),
         ("Training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else "n/a"),
         ("Steps", f"{s.get('steps', 'n/a')} / {s.get('total_steps', 'n/a')}"),
-        ("Loss", loss_summary(run.losses) if run.losses else end_losses(s)),
+        (
+            "Loss (raw InfoNCE)",
+            loss_summary(run.losses) if run.losses else end_losses(s),
+        ),
         ("Strings", f"{run.n_texts:,} from `{run.corpus}`"),
         ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {s.get('mode', '?')} preset"),
     ]
@@ -363,15 +366,15 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
             f"### Served: a blend {'(' if zipped is None else f'you uploaded (`{zipped}`, '}run `{run_id[:8]}`), "
             f"α = {alpha:g} of {of}\n"
             f"{made}: its weights are {1 - alpha:g} × the base's + {alpha:g} × the tuned weights "
-            f"of {of}, whose training the table shows.\n\n| Blended from {of} | |\n|---|---|\n{table}\n\n"
+            f"of {of}, whose training the table shows.\n\n| Blended from {of} | value |\n|---|---|\n{table}\n\n"
         )
     elif zipped is not None:  # loaded and indexed now; the table's training was done earlier
         head = (
             f"### Served: the model you uploaded (`{zipped}`, run `{run_id[:8]}`)\n"
-            f"Trained earlier, not now: the table shows that training.\n\n| Uploaded model | |\n|---|---|\n{table}\n\n"
+            f"Trained earlier, not now: the table shows that training.\n\n| Uploaded model | value |\n|---|---|\n{table}\n\n"
         )
     else:
-        head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | |\n|---|---|\n{table}\n\n"
+        head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | value |\n|---|---|\n{table}\n\n"
     pending = getattr(run, "checks_pending", False)  # served before its checks: its downloads come with them
     downloads = "Downloads follow with the general checks." if pending else "Downloads below."
     return (
@@ -404,6 +407,21 @@ def done_status(run: RunInfo) -> str:
             f"{done}: searchable after {fmt_seconds(float(served))}, then its general checks ({fmt_seconds(checks)})."
         )
     return done + "."
+
+
+def kept_md(run: RunInfo | None) -> str:
+    """Tab ①'s result panel while a new run starts: what stays served until it is done (the summary of the run before
+    is not the new run's)."""
+    if run is None:
+        return ""
+    return f"*A new run is starting. Run `{run.folder.name[:8]}` stays served until it is done; a failed or cancelled run leaves it served.*"
+
+
+def opened_status(run: RunInfo) -> str:
+    """Tab ①'s status line when a kept run is opened (the run list, a link, a reloaded page): which run, and what it
+    took when it was made, never the line of the run served before it."""
+    made = done_status(run)
+    return f"Serving run `{run.folder.name[:8]}`, opened from your runs or its link. When it was made: {made[0].lower()}{made[1:]}"
 
 
 def served_status(run: RunInfo) -> str:
@@ -586,5 +604,5 @@ def blend_text(run: RunInfo) -> str:
     of = f" of run `{parent[:8]}`" if parent else ""
     return (
         f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of the tuned weights{of}, {1 - alpha:g} of "
-        "the base. Search, the maps and the downloads now use it; the general checks below are its own."
+        "the base. Search, the maps and the downloads now use it; the general checks above are its own."
     )

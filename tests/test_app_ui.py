@@ -32,7 +32,7 @@ import pytest
 
 import app as mx
 from explorer import MirrorApp, Session, Settings, render
-from explorer.tune.inputs import ADVANCED
+from explorer.tune.inputs import ADVANCED, label
 from mirror import MirrorConfig
 from mirror.names import is_under
 from tests.conftest import ENDLESS, ROOT, TINY, WORDS, inject_oom, train, tuned_session
@@ -80,7 +80,7 @@ def upload_with_launch(ui, session: Session | None, path: Path) -> tuple[str, di
     _, fns = ui
     defaults = [None] * len(ADVANCED)  # the Advanced fields: not used when loading
     path = path if isinstance(path, str) else str(path)  # a str as given: an upload's path may carry its orig_name
-    out = quiet(fns["on_upload"].fn, path, None, "auto", "bundled", session, *defaults)
+    out = quiet(fns["on_upload"].fn, path, None, [], "auto", "bundled", session, *defaults)
     return out[0], out[-2], out[-1]
 
 
@@ -117,7 +117,7 @@ def test_cli_flags_default_to_gradio_env(monkeypatch):
 def test_demo_wires_named_api_endpoints_and_every_config_field(app):
     demo = mx.build_demo(app)
     info = demo.get_api_info()
-    explore = {"/export", "/moved", "/neighbours", "/health", "/push"}
+    explore = {"/export", "/moved", "/neighbours", "/health", "/push", "/map"}
     assert set(info["named_endpoints"]) == {"/train", "/search", "/cancel"} | explore  # UI events are private
     params = {p["parameter_name"]: p for p in info["named_endpoints"]["/train"]["parameters"]}
     assert list(params) == ["texts", "file", "column", "model", "mode", "settings"]
@@ -196,17 +196,18 @@ def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
 def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned, tmp_path):
     demo = mx.build_demo(app)
     fns = {f.name: f for f in demo.fns.values()}
-    defaults = [c.value for c in fns["on_upload"].inputs[5:]]  # the Advanced fields, as the page holds them
+    defaults = [c.value for c in fns["on_upload"].inputs[6:]]  # the Advanced fields, as the page holds them
     csv = tmp_path / "terms.csv"
     csv.write_text("id,term\n1,cat\n2,dog\n3,kitten\n")
-    out = fns["on_upload"].fn(str(csv), None, "auto", "bundled", None, *defaults)
+    out = fns["on_upload"].fn(str(csv), None, [], "auto", "bundled", None, *defaults)
     summary, column, session = out[0], out[1], out[-1]
     assert "3 strings" in summary and "words preset" in summary
     assert column["visible"] and [c[1] for c in column["choices"]] == ["", "id", "term"]
-    out = fns["on_column"].fn(str(csv), "id", "auto", "bundled", session, *defaults)
+    assert column["value"] == "term" and session.texts == ["cat", "dog", "kitten"]  # the column read is the one shown
+    out = fns["on_column"].fn(str(csv), "id", [], "auto", "bundled", session, *defaults)
     assert "3 strings" in out[0] and session.texts == ["1", "2", "3"]
     with pytest.warns(UserWarning, match="no column 'nope'"):
-        out = fns["on_column"].fn(str(csv), "nope", "auto", "bundled", session, *defaults)
+        out = fns["on_column"].fn(str(csv), "nope", [], "auto", "bundled", session, *defaults)
     assert "Error" in out[0] and session.texts == ["1", "2", "3"]  # a failed load keeps what was loaded...
     assert "Still loaded: **3 strings** from `terms.csv`" in out[0]  # ...and says so
 
@@ -219,6 +220,24 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
     assert any("Serving" in str(v) for v in out.values())  # the note under the upload
     assert shown["BrowserState"]["runs"] == [session.run.folder.name]  # it joins the browser's runs
     assert session.run is not None and session.run is not tuned.run
+
+
+def test_a_load_keeps_the_settings_changed_by_hand_and_says_so(app, tmp_path):
+    """Mode Auto sets the preset's values on each load, except the settings this page's user changed by hand."""
+    demo = mx.build_demo(app)
+    fns = {f.name: f for f in demo.fns.values()}
+    names = [getattr(c, "elem_id", "") for c in fns["on_paste"].inputs[5:]]
+    vals = [c.value for c in fns["on_paste"].inputs[5:]]
+    at = names.index("mx-set-batch_size")
+    vals[at] = 37
+    words = "\n".join(WORDS)
+    out = fns["on_paste"].fn(words, ["batch_size"], "auto", "bundled", None, *vals)
+    assert out[1 + at] == {"__type__": "update"}  # left as the user set it
+    assert f"Kept your own settings: {label('batch_size').split(' (')[0]};" in out[0], out[0]
+    others = [o for i, o in enumerate(out[1 : 1 + len(vals)]) if i != at]
+    assert all("value" in o for o in others)  # the rest follow the preset
+    out = fns["on_paste"].fn(words, [], "auto", "bundled", None, *vals)
+    assert out[1 + at]["value"] != 37 and "Kept your own" not in out[0]  # nobody touched it: the preset's
 
 
 def test_every_file_reaches_the_loader_and_is_reported_by_the_name_the_user_gave(ui, tmp_path):
@@ -357,7 +376,9 @@ def test_a_reused_model_zip_says_it_was_loaded_now_and_trained_earlier(app, tiny
         f"### Served: the model you uploaded (`{zip_name}`, run `{run.folder.name[:8]}`)"
     )
     assert "Trained earlier, not now" in shown["mx-result"] and "Done: your tuned model" not in shown["mx-result"]
-    assert f"| Loss | {trained.stats['final_loss']:.4f} (last step; first step: " in shown["mx-result"]  # not "n/a"
+    assert (
+        f"| Loss (raw InfoNCE) | {trained.stats['final_loss']:.4f} (last step; first step: " in shown["mx-result"]
+    )  # not "n/a"
 
 
 def test_what_moved_says_when_a_string_has_more_neighbours_than_its_cell_shows():

@@ -407,6 +407,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         page.locator("#mx-launch").click()
         expect(page.locator("#mx-result")).to_contain_text("Done: your tuned model is served", timeout=300_000)
         run_id = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href").split("run=")[1]
+        expect(page).to_have_url(re.compile(f"[?&]run={run_id}"))  # the address names the run served (issue 36)
         assert "MIRROR_" not in page.locator("#mx-result").inner_text()  # no operator names shown to visitors
         expect(page.locator("#mx-loss")).to_be_visible()
         expect(page.locator("#mx-loss")).to_contain_text("log(2B−1)")
@@ -461,6 +462,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         blend_link = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href")
         blend_id = blend_link.split("run=")[1]
         assert blend_id != run_id
+        expect(page).to_have_url(re.compile(f"[?&]run={blend_id}"))  # the blend, not the run before it
         page.screenshot(path=ARTIFACTS / "newcomer_3_after_blend.png", full_page=True)
 
         # the run list names the blend as one
@@ -484,7 +486,61 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         expect(page.locator("#mx-explore-caption")).to_contain_text(blend_id[:8])
         page.screenshot(path=ARTIFACTS / "newcomer_5_reloaded.png", full_page=True)
 
-        # 5. a second browser: Open with nothing picked, then a bad upload after a good one
+        # 5. a second browser opens the first run's link, then serves a blend of it: the address follows (issue 36:
+        # a page opened with ?run=A kept A through later runs, and a reload served A), a reload serves the blend,
+        # and the Blend line and tab ①'s status belong to the run served
+        linked = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        linked.set_default_timeout(60_000)
+        watch_console(linked, errors)
+        linked.goto(urljoin(server, f"?run={run_id}"))
+        expect(linked.locator("#mx-result")).to_contain_text(run_id[:8], timeout=120_000)
+        expect(linked.locator("#mx-status")).to_contain_text(
+            f"Serving run {run_id[:8]}, opened from your runs or its link"
+        )
+        linked.get_by_role("tab", name="④ Explore").click()
+        linked_alpha = linked.get_by_label("number input for Blend with the base model (α: 0 = base, 1 = tuned)")
+        linked_alpha.fill("0.25")
+        linked_alpha.press("Enter")
+        linked.locator("#mx-blend-btn").click()
+        expect(linked.locator("#mx-explore-caption")).to_contain_text("blend α=0.25", timeout=300_000)
+        expect(linked.locator("#mx-blend-md")).to_contain_text("Serving a blend")
+        second = linked.locator("#mx-result a", has_text="Link to this run").get_attribute("href").split("run=")[1]
+        assert second not in (run_id, blend_id)
+        expect(linked).to_have_url(re.compile(f"[?&]run={second}"))
+        linked.reload()
+        expect(linked.locator("#mx-result")).to_contain_text(second[:8], timeout=120_000)
+        expect(linked).to_have_url(re.compile(f"[?&]run={second}"))
+        # the run before the blend, opened again: its own status line and no blend line under the slider
+        linked.locator("#mx-runs input").click()
+        linked.get_by_role("option").filter(has_text="411 strings from small_words.txt · bundled").first.click()
+        linked.locator("#mx-open-run").click()
+        expect(linked.locator("#mx-result")).to_contain_text(run_id[:8])
+        expect(linked).to_have_url(re.compile(f"[?&]run={run_id}"))
+        assert "Blended" not in linked.locator("#mx-status").inner_text()
+        linked.get_by_role("tab", name="④ Explore").click()
+        expect(linked.locator("#mx-explore-caption")).not_to_contain_text("blend")
+        expect(linked.locator("#mx-blend-md")).not_to_contain_text("Serving a blend")
+        linked.get_by_role("tab", name="① Tune").click()
+
+        # a CSV of three columns: the column read is the one of the longest text, shown in the picker and said why;
+        # a setting changed by hand is kept by the load
+        linked.get_by_text("Advanced settings").click()
+        box = linked.locator("#mx-set-batch_size input").first
+        box.fill("16")
+        box.press("Tab")
+        items = tmp_path / "items.csv"
+        rows = [
+            f"widget-{i},A small tool that cuts {WORDS[i % len(WORDS)]} paper cleanly,{1000 + i}" for i in range(40)
+        ]
+        items.write_text("name,summary,id\n" + "\n".join(rows) + "\n")
+        upload_file(linked, items)
+        expect(linked.locator("#mx-input")).to_contain_text("40 strings loaded")
+        expect(linked.locator("#mx-input")).to_contain_text("read the column 'summary', the longest text")
+        expect(linked.locator("#mx-column input")).to_have_value("summary")
+        expect(linked.locator("#mx-input")).to_contain_text("Kept your own settings: batch size")
+        assert linked.locator("#mx-set-batch_size input").first.input_value() == "16"
+
+        # a second browser: Open with nothing picked, then a bad upload after a good one
         other = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         other.set_default_timeout(60_000)
         watch_console(other, errors)

@@ -99,7 +99,7 @@ def test_a_blend_is_named_a_blend_in_tab_one_and_in_its_health_and_checks():
     shown = render.run_md(blend)
     assert shown.startswith("### Served: a blend (run `bbbbbbbb`), α = 0.5 of run `aaaaaaaa`")
     assert "No training: its weights are 0.5 × the base's + 0.5 × the tuned weights of run `aaaaaaaa`" in shown
-    assert "| Blended from run `aaaaaaaa` | |" in shown and "Done: your tuned model" not in shown
+    assert "| Blended from run `aaaaaaaa` | value |" in shown and "Done: your tuned model" not in shown
     assert "[Link to this run](?run=" + "b" * 32 + ")" in shown
     assert render.run_md(trained).startswith("### Done: your tuned model is served (run `bbbbbbbb`)")
     assert render.done_status(blend) == "Blended and indexed in 2 s."  # its own seconds, not the parent's 40
@@ -128,11 +128,11 @@ def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
     assert render.done_status(uploaded) == "Loaded and indexed in 3 s; trained earlier in 31 s."
     shown = render.run_md(uploaded)
     assert shown.startswith("### Served: the model you uploaded (`mine.zip`, run `bbbbbbbb`)")
-    assert "Trained earlier, not now" in shown and "| Uploaded model | |" in shown and "Done:" not in shown
+    assert "Trained earlier, not now" in shown and "| Uploaded model | value |" in shown and "Done:" not in shown
     uploaded.losses = []  # a zip keeps the first and last step's loss, not each step's
-    assert "| Loss | n/a |" in render.run_md(uploaded)
+    assert "| Loss (raw InfoNCE) | n/a |" in render.run_md(uploaded)
     uploaded.stats.update(first_loss=2.0, final_loss=1.5)
-    assert "| Loss | 1.5000 (last step; first step: 2.0000, -25%) |" in render.run_md(uploaded)
+    assert "| Loss (raw InfoNCE) | 1.5000 (last step; first step: 2.0000, -25%) |" in render.run_md(uploaded)
     quick = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=0.4, seconds=95.0)
     assert render.done_status(quick) == "Loaded and indexed in under a second; trained earlier in 2 min."  # not "0 s"
     of_upload = blend_run(uploaded="mine.zip", load_seconds=3.0)  # a blend of a reused zip copies its parent's stats
@@ -179,3 +179,20 @@ def test_the_evaluate_tabs_moved_heading_names_a_blend():
         plain = render.moved_header(run)
         assert plain.startswith("**Pairs whose rank moved most with tuning.**") and "blend" not in plain
         assert "by tuned cosine" in plain and "tuning helped" in plain
+
+
+def test_status_lines_belong_to_the_run_served_and_counts_read_as_words():
+    """Issue 36's small print: an opened run's status line is its own (not "Blended and indexed" of the run before),
+    a new run says what stays served instead of keeping the last run's summary, "1 string", a one-step loss."""
+    from explorer import render
+
+    blend, trained = blend_run(), blend_run(blend_alpha=None, blended_from=None)
+    assert render.opened_status(trained) == (
+        "Serving run `bbbbbbbb`, opened from your runs or its link. When it was made: tuned and indexed in 40 s."
+    )
+    assert render.opened_status(blend).endswith("When it was made: blended and indexed in 2 s.")
+    assert "Run `bbbbbbbb` stays served until it is done" in render.kept_md(trained) and render.kept_md(None) == ""
+    assert render.count(1, "string") == "1 string" and render.count(1204, "string") == "1,204 strings"
+    assert render.loss_summary([2.0, 1.0]) == "1.0000 (last step; first step: 2.0000, -50%)"
+    assert "mean of the last 2 steps; first 2" in render.loss_summary([2.0, 2.0, 1.0, 1.0])
+    assert "the general checks above are its own" in render.blend_text(blend)

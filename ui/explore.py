@@ -100,7 +100,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
                 scale=3,
             )
             ui.blend_btn = gr.Button("Blend", elem_id="mx-blend-btn", scale=1)
-        ui.blend_md = gr.Markdown("")
+        ui.blend_md = gr.Markdown("", elem_id="mx-blend-md")
     with gr.Accordion("Share on the Hugging Face Hub", open=False, visible=allow_hub):
         with gr.Row():
             ui.hub_repo = gr.Textbox(label="Repository", placeholder="your-name/my-mirror-model", scale=2)
@@ -127,6 +127,8 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
         ui.forget_md: render.forgetting_md(run),
         ui.remedy_btn: gr.update(visible=render.remedy_offered(run)),
         ui.alpha: gr.update(value=render.default_alpha(run)),
+        # a blend's line under the Blend slider belongs to the blend: gone when another run is served
+        ui.blend_md: render.message(render.blend_text(run), "ok") if render.blend_of(run) is not None else "",
         ui.map: {"texts": [], "note": NO_MAP_YET},  # the empty map, worded for a served run
         ui.map_md: "",  # the empty map itself says what to do
         ui.health_md: render.message("Measuring this run's space health…", "info"),
@@ -149,6 +151,7 @@ def explore_outputs(ui: SimpleNamespace) -> list[Any]:
         "forget_md",
         "remedy_btn",
         "alpha",
+        "blend_md",
         "map",
         "map_md",
         "health_md",
@@ -220,7 +223,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
 
         def figures(session: Session) -> tuple:
             rows = ex.moved(session)
-            head = f"{len(rows):,} strings, most moved first. Filter them, or select a row to see its neighbours."
+            head = f"{render.count(len(rows), 'string')}, most moved first. Filter them, or select a row to see its neighbours."
             return render.health_md(ex.health(session), session.run), render.message(head, "info"), moved_frame(rows)
 
         return call_service(app, s, 3, figures)
@@ -272,7 +275,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
     def on_moved(text_filter, s):
         def listed(session: Session) -> tuple:
             rows = ex.moved(session, text_filter)
-            head = f"{len(rows):,} strings" + (f" matching “{text_filter}”" if text_filter else "")
+            head = render.count(len(rows), "string") + (f" matching “{text_filter}”" if text_filter else "")
             return render.message(
                 head + ", most moved first. Select a row to see its neighbours.", "info"
             ), moved_frame(rows)

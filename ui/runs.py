@@ -180,6 +180,7 @@ class RunView:
                 curve = view.plot(view.losses, view.batches) if view.losses else view.plot(getattr(ev, "losses", []))
                 yield {
                     ui.status_md: box,
+                    ui.result_md: render.run_md(session.run) if session.run else "",  # the run still served
                     ui.loss_plot: curve,
                     **idle,
                     self.browser: remember(memory),
@@ -205,7 +206,15 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
         handle = app.trainer.request_run(session)
         busy = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
         shown = render.status_box("Waiting for a free training slot…")
-        return {ui.status_md: shown, **busy, browser: remember(memory, active=handle.id), state: session}
+        # the last run's summary is not this run's: a line saying what stays served until this one is done
+        kept = render.kept_md(session.run)
+        return {
+            ui.status_md: shown,
+            ui.result_md: kept,
+            **busy,
+            browser: remember(memory, active=handle.id),
+            state: session,
+        }
 
     def on_train(data: dict, progress=gr.Progress()):  # noqa: B008 - gradio's progress idiom
         """Stream the run to the page: progress bar, live loss curve; then summary and downloads."""
@@ -219,7 +228,7 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
         return render.status_box(app.trainer.cancel(session)), session
 
     train_inputs = {ui.mode, ui.model, state, browser, *ui.fields.values()}
-    request_outputs = [ui.status_md, ui.launch, ui.cancel, browser, state]
+    request_outputs = [ui.status_md, ui.result_md, ui.launch, ui.cancel, browser, state]
     ui.launch.click(on_request, [browser, state], request_outputs, queue=False, **PRIVATE).then(
         on_train, train_inputs, view.outputs, show_progress="hidden", **train_queue, **PRIVATE
     )
@@ -262,7 +271,9 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             if not run_id:
                 return None
             # (the plan and its time follow: `estimated` below)
-            return view.with_strings(view.served(app.saved.open_run(session, run_id), session, memory), session)
+            run = app.saved.open_run(session, run_id)
+            opened = {view.ui.status_md: render.status_box(render.opened_status(run), "ok")}  # not the last run's line
+            return view.with_strings({**opened, **view.served(run, session, memory)}, session)
         except MirrorError as exc:
             gr.Warning(render.toast_text(str(exc)))
             return None
@@ -282,9 +293,11 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
     # the browser's stored value reaches the page a moment after it loads: read it once it is there
     wait = "async () => { await new Promise((done) => setTimeout(done, 400)); }"
     load = {"show_progress": "hidden", **PRIVATE}
-    demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], view.outputs, **load).then(
-        **estimated, show_progress="hidden", **PRIVATE
-    )
+    # once the load served a run (or none: an expired link), the address names it (app.py's HEAD)
+    sync = "() => { window.mirrorSyncRunUrl && window.mirrorSyncRunUrl(true); }"
+    loaded = demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], view.outputs, **load)
+    loaded.then(None, js=sync, **PRIVATE)
+    loaded.then(**estimated, show_progress="hidden", **PRIVATE)
 
 
 def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
@@ -331,7 +344,7 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
         elif ended and isinstance(ended[-1], Failed | Cancelled):
             yield {ui.blend_md: render.message(ended[-1].text, "error")}
 
-    outputs = [*view.outputs, ui.blend_md, ui.forget_md]
+    outputs = list(dict.fromkeys([*view.outputs, ui.blend_md, ui.forget_md]))
     # the progress on the blend's own line: the Explore tab is not greyed out while it works
     kw = {"show_progress_on": [ui.blend_md], **ENCODE_QUEUE, **PRIVATE}
     ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **kw)

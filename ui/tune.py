@@ -123,7 +123,8 @@ def advanced_settings() -> dict[str, gr.components.Component]:
             "Every setting of the engine. *Pooling* auto keeps the model's own ([CLS] for plain BERT checkpoints); "
             "each string is contrasted with the other 2B−2 views of its batch; the second view of a string at least "
             "*Mask strings from* characters long has a span of *Mask span k* characters masked. Loading strings "
-            "(preset *Auto*) or changing the preset resets these to the preset's values."
+            "(preset *Auto*) sets the ones you have not changed to the detected preset's values (yours are kept); "
+            "choosing a preset sets them all."
         )
         fields: dict[str, gr.components.Component] = {}
         preset, names = MirrorConfig.preset("words"), list(ADVANCED)
@@ -154,13 +155,16 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     """Loading strings (upload, column, paste, example) and the plan they give with the chosen settings."""
     fields, field_list = ui.fields, list(ui.fields.values())
     keep_fields = [gr.update() for _ in fields]
+    # the settings this page's user changed by hand: a load keeps them (a preset chosen on purpose sets them all)
+    ui.touched = gr.State([])
 
     def preset_values(resolved: str) -> dict[str, Any]:
         p = MirrorConfig.preset(resolved)
         return {name: getattr(p, name) for name in fields}
 
-    def after_load(session: Session, load: Callable[[], dict], mode_value: str, model_value: str, vals) -> list:
-        """Outputs after a load: its summary, the preset's values (mode Auto), the plan; or the error."""
+    def after_load(session: Session, load: Callable[[], dict], mode_value: str, touched, vals) -> tuple:
+        """Outputs after a load: its summary, the preset's values for the settings the user did not change (mode
+        Auto), the plan; or the error. Also the file's column choices and the column it was read from."""
         try:
             info = load()
         except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
@@ -168,59 +172,69 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             gr.Warning(render.toast_text(error))
             if not session.texts:
                 failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
-                return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", [])
+                return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", []), None
             # the strings loaded before stay loaded (and armed), and the page says so plainly
             kept = f"Still loaded: **{len(session.texts):,} strings** from `{session.source}`; Launch tunes those."
             can_launch = gr.update(interactive=session.active is None or session.active.finished)
             shown = render.message(error) + "\n\n" + render.message(kept, "info")
-            return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", [])
-        overrides, updates = dict(zip(fields, vals, strict=True)), keep_fields
+            return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", []), None
+        overrides, updates, kept = dict(zip(fields, vals, strict=True)), keep_fields, []
         if mode_value == "auto":
-            overrides = preset_values(info["mode"])
-            updates = [gr.update(value=v) for v in overrides.values()]
+            mine = set(touched or [])
+            preset = preset_values(info["mode"])
+            kept = [label(n).split(" (")[0] for n in fields if n in mine and overrides[n] != preset[n]]
+            updates = [gr.update() if n in mine else gr.update(value=v) for n, v in preset.items()]
         # the plan and its time come in a second step (`then_estimate`): the first estimate of a model times it on
         # this machine (seconds), and the strings' summary must not wait for that
         estimate = render.message("Planning the run and timing it on this machine…", "info")
         can_launch = gr.update(interactive=session.active is None or session.active.finished)
-        return [render.load_md(info), *updates, estimate, can_launch, session], info.get("columns", [])
+        shown = render.load_md(info)
+        if kept:
+            shown += "\n\n" + render.message(
+                f"Kept your own settings: {', '.join(kept)}; the rest follow the {info['mode']} preset.", "info"
+            )
+        return [shown, *updates, estimate, can_launch, session], info.get("columns", []), info.get("column")
 
-    def on_upload(path, col, mode_value, model_value, s, *vals):
+    def on_upload(path, col, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
         if not path:
             hidden = gr.update(choices=[], value=None, visible=False)
             return [gr.update(), hidden, *keep_fields, gr.update(), gr.update(), session]
-        out, cols = after_load(
-            session, lambda: app.loader.load_file(session, path, None, given_name(path)), mode_value, model_value, vals
+        out, cols, used = after_load(
+            session, lambda: app.loader.load_file(session, path, None, given_name(path)), mode_value, touched, vals
         )
-        column = gr.update(choices=[("(detect)", "")] + [(c, c) for c in cols], value="", visible=bool(cols))
+        # the column the strings were read from is the one shown (its note says why); picking another reads that
+        shown = used if used in cols else ""
+        column = gr.update(choices=[("(detect)", "")] + [(c, c) for c in cols], value=shown, visible=bool(cols))
         return [out[0], column, *out[1:]]
 
-    def on_column(path, col, mode_value, model_value, s, *vals):
+    def on_column(path, col, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
         if not path:
             return [gr.update(), *keep_fields, gr.update(), gr.update(), session]
         load = lambda: app.loader.load_file(session, path, col or None, given_name(path))  # noqa: E731
-        return after_load(session, load, mode_value, model_value, vals)[0]
+        return after_load(session, load, mode_value, touched, vals)[0]
 
-    def on_paste(text, mode_value, model_value, s, *vals):
+    def on_paste(text, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
-        return after_load(session, lambda: app.loader.load_pasted(session, text), mode_value, model_value, vals)[0]
+        return after_load(session, lambda: app.loader.load_pasted(session, text), mode_value, touched, vals)[0]
 
-    def on_example(key, mode_value, model_value, s, *vals):
+    def on_example(key, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
-        return after_load(session, lambda: app.loader.load_example(session, key), mode_value, model_value, vals)[0]
+        return after_load(session, lambda: app.loader.load_example(session, key), mode_value, touched, vals)[0]
 
-    def on_hub(dataset, column, split, mode_value, model_value, s, *vals):
+    def on_hub(dataset, column, split, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
         load = lambda: app.loader.load_hub_dataset(session, dataset, column, split)  # noqa: E731
-        return after_load(session, load, mode_value, model_value, vals)[0]
+        return after_load(session, load, mode_value, touched, vals)[0]
 
     def on_mode(mode_value, model_value, s, *vals):
         session = app.session(s)
         resolved = mode_value if mode_value != "auto" else (session.detected_mode if session.texts else "words")
         values = preset_values(resolved)
         updates = [gr.update(value=v) for v in values.values()]
-        return [*updates, app.planner.estimate(session, model_value, mode_value, values), session]
+        # a preset chosen on purpose: every setting is the preset's again
+        return [*updates, app.planner.estimate(session, model_value, mode_value, values), session, []]
 
     def on_settings(mode_value, model_value, s, *vals):
         session = app.session(s)
@@ -233,13 +247,20 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     plan = lambda *a: estimate_only(app, ui, *a)  # noqa: E731
     estimated = {"fn": plan, "inputs": inputs, "outputs": [ui.estimate_md, state], **PRIVATE}
     upload_out = [ui.input_md, ui.column, *loaded[1:]]
-    ui.upload.change(on_upload, [ui.upload, ui.column, *inputs], upload_out, **PRIVATE).then(**estimated)
-    ui.column.input(on_column, [ui.upload, ui.column, *inputs], loaded, **PRIVATE).then(**estimated)
-    ui.paste_btn.click(on_paste, [ui.pasted, *inputs], loaded, **PRIVATE).then(**estimated)
-    ui.example_btn.click(on_example, [ui.example, *inputs], loaded, **PRIVATE).then(**estimated)
-    hub_in = [ui.hub_dataset, ui.hub_column, ui.hub_split, *inputs]
+    mine = [ui.touched, *inputs]  # a load's inputs: the settings changed by hand, then the plan's
+    ui.upload.change(on_upload, [ui.upload, ui.column, *mine], upload_out, **PRIVATE).then(**estimated)
+    ui.column.input(on_column, [ui.upload, ui.column, *mine], loaded, **PRIVATE).then(**estimated)
+    ui.paste_btn.click(on_paste, [ui.pasted, *mine], loaded, **PRIVATE).then(**estimated)
+    ui.example_btn.click(on_example, [ui.example, *mine], loaded, **PRIVATE).then(**estimated)
+    hub_in = [ui.hub_dataset, ui.hub_column, ui.hub_split, *mine]
     ui.hub_btn.click(on_hub, hub_in, loaded, **PRIVATE).then(**estimated)
-    ui.mode.input(on_mode, inputs, [*field_list, ui.estimate_md, state], **PRIVATE)
+    ui.mode.input(on_mode, inputs, [*field_list, ui.estimate_md, state, ui.touched], **PRIVATE)
+    for name, field in fields.items():  # a setting changed by hand is the user's: loads keep it
+
+        def touch(touched, name=name):
+            return sorted({*(touched or []), name})
+
+        field.input(touch, [ui.touched], [ui.touched], queue=False, **PRIVATE)
     changes = [ui.model.change, *[f.input for f in field_list]]
     gr.on(changes, on_settings, inputs, [ui.estimate_md, state], show_progress="hidden", **PRIVATE)
 

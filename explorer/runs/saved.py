@@ -173,6 +173,10 @@ class SavedRuns:
         from mirror.encoder import load_encoder
 
         started = time.perf_counter()  # the blend's own seconds (its stats copy the parent's training time)
+        # a blend of a blend blends the tuned weights of the run they both come from: named as that run's blend
+        origin = parent.stats.get("blended_from") if parent.stats.get("blend_alpha") is not None else None
+        origin = str(origin or parent.folder.name)
+        of_summary = parent.summary.split(" of ", 1)[1] if origin != parent.folder.name else parent.summary
         handle = session.active = RunHandle(started=True)
         run = self.app.trainer.new_run_folder(session, handle)
         try:
@@ -186,7 +190,7 @@ class SavedRuns:
                 link_tree(tuned_weights(parent.folder), run / "tuned_model")
                 # the record names the parent run, so the blend's zip reads as this blend when it is reused; by its
                 # short id only: the zip and a Hub push are shared, and a full run id opens the run (its strings)
-                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model", of=parent.folder.name[:8])
+                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model", of=origin[:8])
                 blended = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
                 link_tree(parent.folder / "base_index", run / "base_index")
                 events: list[Event] = []
@@ -196,7 +200,7 @@ class SavedRuns:
                 # the parent's checks and times are not the blend's
                 for key in ("forgetting", "served_seconds", "wall_seconds", "started_at", "finished_at"):
                     stats.pop(key, None)
-                stats.update(blended_from=parent.folder.name, summary=f"blend α={alpha:g} of {parent.summary}")
+                stats.update(blended_from=origin, summary=f"blend α={alpha:g} of {of_summary}")
                 stats["blend_seconds"] = round(time.perf_counter() - started, 1)  # its own, not the parent's
                 checks = self.app.settings.general_checks
                 info = new_run_info(run, parent.base_model, texts, parent.corpus, stats, package=not checks)

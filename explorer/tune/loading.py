@@ -117,5 +117,7 @@ class TextLoader:
             return None
         texts = list(self.app.models.loaded(run).main.tuned.texts)
         info = self.set_texts(session, texts, f"run {run.folder.name[:8]} ({run.corpus or 'its strings'})")
-        info["notes"] = ["the strings of the run you opened, loaded again: Launch tunes them again"] + info["notes"]
+        info["notes"] = ["the strings of the run this page serves, loaded again: Launch tunes them again"] + info[
+            "notes"
+        ]
         return info
