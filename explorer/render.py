@@ -459,7 +459,8 @@ def served_md(session: Session | None) -> str:
             "(or upload a saved model there) to compare it with the tuned model.",
             "info",
         )
-    extra = f" · other corpus: `{run.extra_corpus}`" if run.extra_corpus else ""
+    other = getattr(session, "extra", None)  # this session's other corpus, for the run it serves
+    extra = f" · other corpus: `{other.name}`" if other is not None and other.run == run.folder else ""
     return (
         f"Run `{run.folder.name[:8]}`: searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
         f"({run.pooling} pooling){blend_part(run)} at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"

@@ -149,7 +149,7 @@ def test_strings_of_invisible_characters_are_refused_as_empty(trained, tiny_bert
 def test_repeated_all_exports_by_two_sessions_grow_the_disk_by_one_export(trained):
     from gradio_client import Client
 
-    from explorer.runs.sessions import disk_usage
+    from explorer.runs.accounts import disk_usage
 
     served, summary, runs = trained
     folder = runs / summary["run_id"]

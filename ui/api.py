@@ -14,6 +14,7 @@ import gradio as gr
 from explorer import MirrorApp, Session, render
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
+from ui.handlers import JOB_QUEUE
 from ui.numbers import Number
 
 
@@ -62,7 +63,7 @@ def api_components() -> SimpleNamespace:
 
 def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
     """Named endpoints for gradio_client: /train, /search, /cancel (each Client is its own session)."""
-    train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+    train_queue = JOB_QUEUE
 
     def api_train(
         texts: str = "",

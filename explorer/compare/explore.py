@@ -8,7 +8,6 @@ with the run in memory (`RunSpace`, the last few runs). Plain values in and out;
 from __future__ import annotations
 
 import numbers
-import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -17,8 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.render import blend_of, run_caption
-from explorer.runs.sessions import RunInfo, Session, disk_usage
-from mirror.data import fmt_size
+from explorer.runs.sessions import RunInfo, Session
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -154,12 +152,24 @@ class RunExplorer:
         rows = self.moved(session, text_filter, limit=None)
         self.app.check_disk(session)
         folder = self.space(session).run.folder
-        out = folder / "exports" / f"mirror-{folder.name[:12]}-moved.csv"
+        out = self.exports_dir(session, folder) / f"mirror-{folder.name[:12]}-moved.csv"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".csv.tmp")
         tmp.write_text(moved.moved_csv(rows), encoding="utf-8")
         tmp.replace(out)
+        self.app.accounts.fit(session.owner, out)
         return out
+
+    def exports_dir(self, session: Session, run: Path) -> Path:
+        """Where the session's exports of the run in `run` go: the run's own exports/ for its visitor (reused by
+        each of its sessions), else the session's folder (a run opened by its link is read only). Either way they
+        are charged to the visitor who asked."""
+        from explorer.runs.accounts import read_owner
+
+        owner = read_owner(run)
+        if owner is None or owner.visitor == session.owner.visitor:
+            return run / "exports"
+        return session.folder / "exports" / run.name
 
     def health(self, session: Session) -> dict[str, Any]:
         """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
@@ -196,7 +206,7 @@ class RunExplorer:
         coords = self._coords(space)
         prefix = f"mirror-{space.run.folder.name[:12]}"
         # One file per run, format, selection and map, whoever asks: a repeated export is the same file again.
-        out = space.run.folder / "exports" / f"{fmt}-{exports.export_key(fmt, picked, coords)}"
+        out = self.exports_dir(session, space.run.folder) / f"{fmt}-{exports.export_key(fmt, picked, coords)}"
         with self._export_lock:
             done = exports.export_path(out, fmt, prefix)
             if done.is_file():
@@ -214,17 +224,9 @@ class RunExplorer:
                 coords=coords,
                 prefix=prefix,
             )
-            # Charged to the run, whichever session asked: its folder (model, indexes, exports) stays within a
-            # session's disk budget, its older exports going first; an export that alone does not fit is refused.
-            budget = self.app.settings.session_disk_bytes
-            held = disk_usage(space.run.folder)
-            held -= exports.prune_exports([space.run.folder], held, budget, keep=out)
-            if held > budget:
-                shutil.rmtree(out, ignore_errors=True)
-                raise MirrorError(
-                    f"this export would take the run past {fmt_size(budget)} of disk (MIRROR_SESSION_DISK_MB); "
-                    "export a selection instead"
-                )
+            # Charged to the visitor who asked: within its disk budget, its older exports going first; an export that
+            # alone does not fit is refused (and removed).
+            self.app.accounts.fit(session.owner, out)
             return path
 
     def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:
