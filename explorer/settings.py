@@ -137,9 +137,10 @@ class Settings:
             max_steps=max_steps or None,
             max_run_seconds=max_run_s or None,
             train_memory_bytes=int(train_mb * 2**20) or None,
-            disk_bytes=int(number("MIRROR_DISK_MB", d.disk_bytes / 2**20, 100, float) * 2**20),
-            visitor_disk_bytes=int(number(visitor_var, d.visitor_disk_bytes / 2**20, 10, float) * 2**20),
-            address_disk_bytes=int(number("MIRROR_ADDRESS_DISK_MB", d.address_disk_bytes / 2**20, 10, float) * 2**20),
+            # (fractions of a MB are for tests with tiny models; a real server wants hundreds)
+            disk_bytes=int(number("MIRROR_DISK_MB", d.disk_bytes / 2**20, 0.1, float) * 2**20),
+            visitor_disk_bytes=int(number(visitor_var, d.visitor_disk_bytes / 2**20, 0.1, float) * 2**20),
+            address_disk_bytes=int(number("MIRROR_ADDRESS_DISK_MB", d.address_disk_bytes / 2**20, 0.1, float) * 2**20),
             upload_quota_bytes=int(number("MIRROR_UPLOAD_QUOTA_MB", d.upload_quota_bytes / 2**20, 1, float) * 2**20),
             upload_address_bytes=int(
                 number("MIRROR_UPLOAD_ADDRESS_MB", d.upload_address_bytes / 2**20, 1, float) * 2**20

@@ -403,8 +403,7 @@ def test_out_of_memory_at_every_batch_size_ends_with_a_message_not_a_hang(ui, ti
     status = shown(result[-1], "mx-status")
     assert "mx-status-error" in status and "out of memory even at batch size 2" in status, status
     assert session.active is None and session.run is None
-    assert app.train_slots.acquire(blocking=False)  # the slot was given back
-    app.train_slots.release()
+    assert app.train_queue.free == app.settings.train_concurrency  # the slot was given back
 
 
 def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_bert, monkeypatch):

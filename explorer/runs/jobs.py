@@ -62,6 +62,7 @@ class Place:
     """One job's place in the TrainQueue: waiting, then holding a training slot, then gone."""
 
     who: str
+    address: str = ""
     running: bool = False
     gone: bool = False
 
@@ -69,38 +70,41 @@ class Place:
 class TrainQueue:
     """The training slots and the places waiting for one (runs, blends, model uploads): `slots` jobs run at once, at
     most `max_waiting` wait, in arrival order, and one visitor holds one place at most (waiting or running): a second
-    is refused at once. One visitor's jobs never stand between another visitor and the next free slot, and a waiting
-    job holds nothing but its place (no Gradio worker, no encode slot)."""
+    is refused at once; one address (a visitor with fresh cookies, or a NAT) holds at most a quarter of the line. One
+    visitor's jobs never stand between another visitor and the next free slot, and a waiting job holds nothing but
+    its place (no Gradio worker, no encode slot)."""
 
     def __init__(self, slots: int, max_waiting: int):
         self.slots, self.max_waiting = slots, max_waiting
         self._places: list[Place] = []  # running ones and waiting ones, in arrival order
         self._cond = threading.Condition()
 
-    def check(self, who: str) -> None:
-        """MirrorError when `who` could not join now (it holds a place, or the queue is full)."""
+    def check(self, who: str, address: str = "") -> None:
+        """MirrorError when `who` (at `address`) could not join now: it holds a place, or the line is full."""
         with self._cond:
-            self._refusal(who)
+            self._refusal(who, address)
 
-    def join(self, who: str) -> Place:
+    def join(self, who: str, address: str = "") -> Place:
         """A place for `who` at the end of the line, or MirrorError (it holds one already, or the line is full)."""
         with self._cond:
-            self._refusal(who)
-            place = Place(who)
+            self._refusal(who, address)
+            place = Place(who, address)
             self._places.append(place)
             self._promote()
             return place
 
-    def _refusal(self, who: str) -> None:
+    def _refusal(self, who: str, address: str) -> None:
         if any(p.who == who for p in self._places):
             raise MirrorError(
                 "You have a run, blend or model upload going or waiting already (one at a time per visitor, so "
                 "everyone gets a turn); wait for it to finish, or cancel it."
             )
-        if sum(not p.running for p in self._places) >= self.max_waiting:
+        waiting = sum(not p.running for p in self._places)
+        here = sum(p.address == address for p in self._places) if address else 0
+        if waiting >= self.max_waiting or here >= max(2, self.max_waiting // 4):
             raise MirrorError(
-                f"{self.max_waiting} jobs are waiting for a training slot already (MIRROR_TRAIN_QUEUE); try again in a "
-                "few minutes"
+                f"{waiting} jobs are waiting for a training slot already (MIRROR_TRAIN_QUEUE), {here} of them from your "
+                "address; try again in a few minutes"
             )
 
     def _promote(self) -> None:

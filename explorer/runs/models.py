@@ -187,7 +187,8 @@ class ModelCache:
                 pooling=pooling,
                 device=inference_device(),
                 allowed_roots=list(self.settings.model_roots),
-                max_weights=self.weights_budget(),
+                # the bundled model is the operator's own (86 MB): only what visitors name is priced
+                max_weights=None if model == BUNDLED_MODEL else self.weights_budget(),
             )
             encoder.model.eval()
             with self._base_lock:

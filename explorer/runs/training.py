@@ -116,7 +116,8 @@ class Trainer:
         (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
         (summary, run). Errors raise MirrorError with the message the page would show."""
         try:
-            self.app.train_queue.check(queue_key(session))  # before reading 20 MB of text for a run refused anyway
+            # before reading 20 MB of text for a run refused anyway
+            self.app.train_queue.check(queue_key(session), session.owner.address)
             info = (
                 self.app.loader.load_file(session, file, (column or "").strip() or None)
                 if file
@@ -202,7 +203,7 @@ class Trainer:
         (cancellable: `stop`), then runs."""
         queue = self.app.train_queue
         try:
-            place = queue.join(queue_key(session))
+            place = queue.join(queue_key(session), session.owner.address)
         except MirrorError as exc:
             events.close()
             yield Failed(str(exc))
