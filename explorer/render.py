@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, without_paths
 
 if TYPE_CHECKING:
     from explorer.runs.sessions import RunInfo, Session
@@ -33,12 +33,14 @@ def message(text: str, kind: str = "error") -> str:
 def user_error(exc: BaseException) -> str:
     """What the user reads: a MirrorError's own message, or a short note for a bug (whose traceback is logged)."""
     if isinstance(exc, MirrorError):
-        return str(exc)
+        return without_paths(str(exc))
     if not getattr(exc, "_mx_logged", False):  # log a bug once, however often its message is shown
         log.error("unexpected error in a handler", exc_info=exc)
         with contextlib.suppress(AttributeError):
             exc._mx_logged = True  # type: ignore[attr-defined]
-    return f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+    return without_paths(
+        f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+    )
 
 
 def status_box(text: str, kind: str = "info") -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -27,7 +26,7 @@ from mirror import memory
 from mirror.cli import check_out_dir
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER
 from mirror.data import SURROGATE
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, without_paths
 from mirror.names import check_model_name, is_under, looks_local, shown_model
 
 HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "sentencepiece*"]
@@ -55,8 +54,6 @@ def tokenized(tokenizer: Any, texts: Any, **kwargs: Any) -> Any:
 CPU_BATCH_TOKENS = 4096
 # encode() tokenizes this many strings at a time (the ids of a million strings held at once would take ~1 GB).
 TOKENIZE_CHUNK = 16384
-# An absolute path inside a library's error message (not the path part of a URL or of `org/name`).
-ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\"`,;()\[\]]+")
 
 ProgressFn = Callable[[int, int], None]
 # transformers' lazy top-level module is not thread-safe on first use: two threads importing AutoConfig at
@@ -759,7 +756,7 @@ def _without_paths(message: str, folder: Path, shown: str) -> str:
     its last part: a server's paths stay private."""
     for path in {str(folder.resolve()), str(folder)}:
         message = message.replace(path, shown)
-    return ABSOLUTE_PATH.sub(lambda m: Path(m.group(0).rstrip("/.")).name or "…", message)
+    return without_paths(message)
 
 
 def _model_max_length(model: Any, tokenizer: Any) -> int:

@@ -179,3 +179,17 @@ def test_the_evaluate_tabs_moved_heading_names_a_blend():
         plain = render.moved_header(run)
         assert plain.startswith("**Pairs whose rank moved most with tuning.**") and "blend" not in plain
         assert "by tuned cosine" in plain and "tuning helped" in plain
+
+
+def test_no_message_shows_a_server_path():
+    """Issue 37: a model zip whose index named another encoder showed `/…/mirror-explorer/runs/<id>/tuned_index`."""
+    from explorer import render
+    from explorer.events import Cancelled, Failed
+    from mirror.errors import MirrorError
+
+    where = "/srv/tmp/gradio/mirror-explorer/runs/0a1b2c/tuned_index"
+    text = f"{where}: this index was built with the encoder '/srv/x/runs/0a1b2c/model'; see https://hf.co/org/m"
+    for shown in (Failed(text).text, Cancelled(text).text, render.user_error(MirrorError(text))):
+        assert "/srv" not in shown and shown.startswith("tuned_index: ") and "'model'" in shown
+        assert "https://hf.co/org/m" in shown  # a URL is not a path
+    assert "/srv" not in render.user_error(RuntimeError(f"cannot open {where}"))

@@ -122,6 +122,11 @@ class Searcher:
             + "). Searching it now."
         )
 
+    def cancel_evaluation(self, session: Session) -> str:
+        """Stop the session's evaluation between two batches of strings."""
+        session.eval_stop.set()
+        return "Stopping the evaluation…"
+
     def evaluate(self, session: Session, gold: Sequence[str], pairs_path: str | None = None) -> list[dict[str, Any]]:
         """Spearman ρ of cosine vs gold scores, for the base and (when there is one) the tuned encoder: a row per
         set, with bootstrap 95% intervals ("base 95% CI", ...). `evaluate_report` has the rest."""
@@ -135,8 +140,19 @@ class Searcher:
         on_progress: Callable[[Phase], None] | None = None,
     ) -> EvalReport:
         """The rows of `evaluate`, the pairs whose rank moved most with tuning and notes (a set under 50 pairs,
-        no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work."""
-        sets = load_sets(gold, pairs_path, self.app.settings.max_upload_bytes)
+        no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work. At most
+        MIRROR_MAX_PAIRS pairs a file; `cancel_evaluation` stops it between two batches."""
+        settings = self.app.settings
+        sets = load_sets(gold, pairs_path, settings.max_upload_bytes, settings.max_pairs)
+        stop = session.eval_stop
+        stop.clear()
+
+        def progress(phase: Phase) -> None:
+            if stop.is_set():
+                raise MirrorError("Evaluation cancelled.")
+            if on_progress is not None:
+                on_progress(phase)
+
         notes, run = [], session.run  # the run evaluated, named in the report even if another is served by then
         if run is not None:
             loaded = self.app.models.loaded(run)
@@ -144,6 +160,6 @@ class Searcher:
         else:
             encoders = [("base", self.app.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
-        report = evaluate_sets(sets, encoders, on_progress, served_label(run))
+        report = evaluate_sets(sets, encoders, progress, served_label(run))
         caption, header = run_caption(run), moved_header(run)
         return dataclasses.replace(report, notes=notes + report.notes, caption=caption, moved_header=header)

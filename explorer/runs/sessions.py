@@ -115,6 +115,7 @@ class Session:
     owner: Owner = field(default_factory=Owner)  # the visitor (and address) its folders and runs are charged to
     extra: ExtraCorpus | None = None  # another corpus indexed with the served run's encoders, in this session's folder
     closed: bool = False  # the tab went away (or the state expired) while a run was going: clean up after it
+    eval_stop: threading.Event = field(default_factory=threading.Event, repr=False)  # Evaluate's Cancel
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __deepcopy__(self, memo: dict) -> Session:  # gradio deep-copies state values; share, don't clone
