@@ -111,6 +111,8 @@ def coerce_overrides(values: dict[str, Any]) -> dict[str, Any]:
                 raise MirrorError(f"{title} must be true or false, got {value!r}")
             out[name] = bool(value)
             continue
+        if isinstance(value, bool):  # JSON's true is no number (it read as 1: a LoRA of rank 1)
+            raise MirrorError(f"{title} must be a number, got {value!r}")
         try:
             number = float(value)
         except (TypeError, ValueError, OverflowError):
