@@ -504,6 +504,8 @@ def forgetting_md(run: RunInfo | None) -> str:
     if run is not None and getattr(run, "checks_pending", False):
         return message(CHECKS_PENDING, "info")
     check = (run.stats.get("forgetting") if run is not None else None) or {}
+    if check.get("skipped"):
+        return f"**General checks:** not run for this run ({check['skipped']})."
     if not check.get("checks"):
         return "**General checks:** not run for this run." if run is not None else ""
     rows = "\n".join(

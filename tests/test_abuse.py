@@ -428,6 +428,22 @@ def test_a_link_opens_a_run_to_read_not_to_write(limited, wide_bert, tmp_path):
 
 
 @pytest.mark.slow
+def test_unknown_sessions_and_odd_queries_get_a_plain_answer_and_no_traceback(limited):
+    """Issue 37, Low rows: 200 polls for unknown session hashes wrote 1.1 MB of tracebacks to the log; a query sent
+    as a JSON list was searched as "['cat']"."""
+    import httpx
+
+    served, _ = limited
+    size = served.log.stat().st_size
+    codes = {httpx.get(served.url + f"gradio_api/queue/data?session_hash=nope{i}").status_code for i in range(50)}
+    assert codes == {404}
+    text = call(served.url, "search", [["cat"], 5, False, ""])
+    assert "event: error" in text and "queries are text, one per line, not list" in text, text
+    grown = served.log.read_text()[size:]
+    assert len(grown) < 2000 and "Traceback" not in grown, grown[-3000:]
+
+
+@pytest.mark.slow
 def test_fresh_visitors_stay_within_the_disk_budgets_and_nobody_elses_runs_go(limited, wide_bert):
     """Issue 37, High rows 1-3: runs from fresh sessions each had a fresh budget (5.07 GB against a 1.5 GB total);
     past the total, the least recently used sweep deleted 18 of 24 other visitors' runs. (Last in this module: it

@@ -15,7 +15,7 @@ from explorer import MirrorApp, Session, render
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 from ui.handlers import JOB_QUEUE
-from ui.numbers import Number
+from ui.numbers import Number, Text
 
 
 def api_components() -> SimpleNamespace:
@@ -31,7 +31,7 @@ def api_components() -> SimpleNamespace:
             train_out=gr.JSON(label="run"),
             model_zip=gr.File(label="model zip"),
             index_zip=gr.File(label="index zip"),
-            queries=gr.Textbox(label="queries"),
+            queries=Text(label="queries"),
             k=Number(value=10, precision=0, label="k"),
             run=gr.Textbox(value="", label="run"),
             hide_query=gr.Checkbox(value=False, label="hide_query"),

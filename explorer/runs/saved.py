@@ -41,6 +41,8 @@ class SavedRuns:
         loaded = self.app.models.loaded(info)
         if info.checks_pending and info.folder.name not in self.app.checking:  # its server stopped during its checks
             info.checks_pending = False
+            # its card (and a push of it) says the checks did not run, rather than nothing at all
+            info.stats["forgetting"] = {"skipped": "the server restarted while they ran"}
             package_run(info, zip_model=not info.model_zip.exists())
             self.app.runs.save(info)
         if loaded.rebuilt and REBUILT_NOTE not in info.stats.get("notes", []):

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable
@@ -231,6 +232,7 @@ class UploadQuota:
         max_request: int | None = None,
         max_entries: int = 10_000,
         key: bytes | None = None,
+        known_session: Callable[[str], bool] | None = None,
     ):
         self.app, self.quota, self.window = app, quota, window
         self.address_quota = address_quota or 4 * quota
@@ -238,6 +240,9 @@ class UploadQuota:
         self.trusted = parse_proxies(trusted)
         self.max_body, self.max_request, self.max_entries = max_body, max_request, max_entries
         self.key = key or secrets.token_bytes(32)
+        # whether Gradio's queue knows a session hash: a poll of its event stream for one it does not is answered
+        # 404 here (Gradio raises it after starting the stream, and the server logged a 5 kB traceback per poll)
+        self.known_session = known_session
         self.uploads: collections.deque[Upload] = collections.deque()
         self.by_visitor: collections.Counter[str] = collections.Counter()
         self.by_address: collections.Counter[str] = collections.Counter()
@@ -316,6 +321,11 @@ class UploadQuota:
         visitor = cookie or f"@{address}"
         scope.setdefault("state", {}).update(mirror_visitor=visitor, mirror_address=address)
         if scope.get("method") != "POST":
+            if self.known_session is not None and scope["path"].endswith("/queue/data"):
+                query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+                session = (query.get("session_hash") or [""])[0]
+                if not self.known_session(session):
+                    return await _refuse(send, "no such session (join an event first)", 404)
             return await self.app(scope, receive, send)
         if not scope["path"].endswith("/upload"):
             return await self._bounded(scope, receive, send)
@@ -506,9 +516,9 @@ def _remove_upload(path: str) -> None:
         pass
 
 
-async def _refuse(send: Callable, text: str) -> None:
+async def _refuse(send: Callable, text: str, status: int | None = None) -> None:
     """413 for a body larger than any upload (or request) may be, 429 for a quota (it comes back with time)."""
-    status = 413 if text.startswith((TOO_BIG, REQUEST_TOO_BIG)) else 429
+    status = status or (413 if text.startswith((TOO_BIG, REQUEST_TOO_BIG)) else 429)
     body = text.encode()
     headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
