@@ -352,6 +352,8 @@ def test_a_full_disk_removes_exports_before_it_refuses_and_never_a_run(app, tune
 
 def test_an_export_of_a_run_opened_by_its_link_goes_to_the_openers_own_folder(app, tuned):
     """Issue 37: a link gives read access only; what its opener writes is theirs, not the run's."""
+    import dataclasses
+
     from explorer.runs.accounts import Owner, disk_usage
 
     folder = tuned.run.folder
@@ -363,3 +365,8 @@ def test_an_export_of_a_run_opened_by_its_link_goes_to_the_openers_own_folder(ap
     assert path.is_relative_to(stranger.folder) and moved.is_relative_to(stranger.folder)
     assert disk_usage(folder) == before and not (folder / "exports").exists()
     assert app.accounts.usage().by_visitor["stranger"] >= disk_usage(path)
+    # within the stranger's own budget, its older exports of the run go first
+    held = app.accounts.usage().by_visitor["stranger"]
+    app.settings = dataclasses.replace(app.settings, visitor_disk_bytes=held - 1)  # full: room is made first
+    newer = app.explore.export(stranger, "parquet", [0, 1])
+    assert newer.is_file() and not path.exists() and moved.exists()  # the oldest (the first parquet) went

@@ -152,7 +152,8 @@ class RunExplorer:
         rows = self.moved(session, text_filter, limit=None)
         self.app.check_disk(session)
         folder = self.space(session).run.folder
-        out = self.exports_dir(session, folder) / f"mirror-{folder.name[:12]}-moved.csv"
+        where, mine = self.exports_dir(session, folder)
+        out = where / f"{mine}mirror-{folder.name[:12]}-moved.csv"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".csv.tmp")
         tmp.write_text(moved.moved_csv(rows), encoding="utf-8")
@@ -160,16 +161,17 @@ class RunExplorer:
         self.app.accounts.fit(session.owner, out)
         return out
 
-    def exports_dir(self, session: Session, run: Path) -> Path:
-        """Where the session's exports of the run in `run` go: the run's own exports/ for its visitor (reused by
-        each of its sessions), else the session's folder (a run opened by its link is read only). Either way they
-        are charged to the visitor who asked."""
+    def exports_dir(self, session: Session, run: Path) -> tuple[Path, str]:
+        """Where the session's exports of the run in `run` go, and what their names start with: the run's own
+        exports/ for its visitor (reused by each of its sessions), else the session's own exports/, the run's id
+        first (a run opened by its link is read only). Either way they are charged to the visitor who asked, and
+        each is one entry of an exports/ folder, which a budget removes oldest first (mirror.exports)."""
         from explorer.runs.accounts import read_owner
 
         owner = read_owner(run)
         if owner is None or owner.visitor == session.owner.visitor:
-            return run / "exports"
-        return session.folder / "exports" / run.name
+            return run / "exports", ""
+        return session.folder / "exports", f"{run.name}-"
 
     def health(self, session: Session) -> dict[str, Any]:
         """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
@@ -206,7 +208,8 @@ class RunExplorer:
         coords = self._coords(space)
         prefix = f"mirror-{space.run.folder.name[:12]}"
         # One file per run, format, selection and map, whoever asks: a repeated export is the same file again.
-        out = self.exports_dir(session, space.run.folder) / f"{fmt}-{exports.export_key(fmt, picked, coords)}"
+        where, mine = self.exports_dir(session, space.run.folder)
+        out = where / f"{mine}{fmt}-{exports.export_key(fmt, picked, coords)}"
         with self._export_lock:
             done = exports.export_path(out, fmt, prefix)
             if done.is_file():

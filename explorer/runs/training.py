@@ -171,8 +171,11 @@ class Trainer:
         try:
             for ev in self._run_events(session, handle, model, mode, overrides):
                 handle.publish(ev)
-                if handle.folder is not None and time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
-                    write_stop(handle.folder, "abandoned")
+                if time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
+                    if handle.folder is not None:
+                        write_stop(handle.folder, "abandoned")
+                    else:  # still waiting for a training slot: it gives its place up
+                        handle.stop.set()
         except Exception as exc:  # a bug: the followers get a message, the server goes on
             log.exception("run thread failed")
             handle.publish(Failed(user_error(exc)))
