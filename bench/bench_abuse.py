@@ -13,7 +13,7 @@ speak from another address than the attacker) and a fake Hub (tests/fake_hub.py)
 2. a 34 MB model zip that unpacks to ~555 MB (16x, under the 20x rule), sent 8 times from fresh visitors: what the
    runs folder gains.
 3. a ~210 kB model zip whose config.json declares a 1.3 B-parameter model (one small weight shipped): the answer, and
-   the server's peak RSS (VmHWM) before and after.
+   how much the server's peak RSS (VmHWM, reset just before) grew.
 4. a Hub id on the fake Hub whose 0.7 MB download declares ~0.9 B parameters: the answer, the peak RSS, and the files
    the Hub was asked for.
 5. a POST to /gradio_api/queue/join declaring a 400 MB body: the status, how long it took, the peak RSS.
@@ -180,6 +180,7 @@ def bomb_zip(served, tmp: Path) -> dict:
         zf.writestr("mirror-model/model.safetensors", one_weight())
     page = Page(served.url, headers={"X-Forwarded-For": "10.0.2.1"})
     page.event("on_paste", {0: "\n".join(WORDS)})
+    served.reset_peak()  # the peak from here on
     peak, started = served.rss("VmHWM"), time.perf_counter()
     out = json.dumps(page.event("on_saved_zip", {0: page.upload(path)}).get("output"))
     return {
@@ -196,6 +197,7 @@ def hub_id(served, hub: FakeHub) -> dict:
     files = {**bundled_files(), "config.json": big_config(2048, 17, 8192), "model.safetensors": one_weight()}
     files.pop("tokenizer.json", None)
     hub.models["org/huge"] = files
+    served.reset_peak()  # the peak from here on
     peak, started = served.rss("VmHWM"), time.perf_counter()
     try:
         Client(served.url, verbose=False, headers={"X-Forwarded-For": "10.0.3.1"}).predict(
@@ -218,6 +220,7 @@ def big_body(served) -> dict:
     from urllib.parse import urlsplit
 
     host, port = urlsplit(served.url).hostname, urlsplit(served.url).port
+    served.reset_peak()  # the peak from here on
     peak, started = served.rss("VmHWM"), time.perf_counter()
     with socket.create_connection((host, port), timeout=60) as sock:
         head = f"POST /gradio_api/queue/join HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"

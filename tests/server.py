@@ -25,6 +25,10 @@ class Served:
     proc: subprocess.Popen
     log: Path
 
+    def reset_peak(self) -> None:
+        """Start the process's peak resident memory (VmHWM) again from what it holds now (Linux clear_refs)."""
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+
     def rss(self, field: str = "VmRSS") -> int:
         """The server process's resident memory in bytes (Linux); field="VmHWM": its peak so far."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
