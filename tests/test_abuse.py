@@ -196,26 +196,9 @@ MB = 2**20
 def wide_bert(tmp_path_factory) -> Path:
     """A 2-layer random BERT with a 24,000-token vocabulary: ~6 MB of weights, so one run keeps ~13 MB (its model
     and the model's zip) and a disk budget of 100 MB is a handful of runs."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from tests.conftest import random_bert
 
-    from tests.conftest import LETTERS, VOCAB_WORDS
-
-    folder = tmp_path_factory.mktemp("wide_bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *VOCAB_WORDS, *LETTERS, *("##" + c for c in LETTERS)]
-    vocab += [f"w{i}" for i in range(WIDE_VOCAB - len(vocab))]
-    BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    return folder
+    return random_bert(tmp_path_factory.mktemp("wide_bert"), 64, 128, 64, vocab_size=WIDE_VOCAB)
 
 
 def large_config() -> dict:

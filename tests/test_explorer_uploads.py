@@ -176,6 +176,16 @@ def test_uploaded_file_names_never_become_paths(app, tiny_bert, tmp_path):
 # named in MIRROR_TRUSTED_PROXIES. (Over HTTP, against the real server: tests/test_abuse.py.)
 
 
+async def read_body(receive) -> bytes:
+    """A request's whole body, as an ASGI app reads it."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 class FakeGradioUpload:
     """Gradio's upload route as far as the middleware sees it: reads the body, writes it to a file, answers the
     file's path as a JSON list."""
@@ -184,12 +194,7 @@ class FakeGradioUpload:
         self.folder, self.calls = folder, 0
 
     async def __call__(self, scope, receive, send):
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         self.calls += 1
         path = self.folder / hashlib.sha256(body + bytes([self.calls])).hexdigest() / f"up{self.calls}.bin"
         path.parent.mkdir()
@@ -306,12 +311,7 @@ def test_every_request_body_is_bounded_and_every_request_knows_its_visitor(tmp_p
     seen: list[dict] = []
 
     async def app(scope, receive, send):
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         seen.append({"body": body, "state": dict(scope.get("state") or {})})
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
