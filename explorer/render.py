@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, without_paths
 
 if TYPE_CHECKING:
     from explorer.runs.sessions import RunInfo, Session
@@ -33,12 +33,14 @@ def message(text: str, kind: str = "error") -> str:
 def user_error(exc: BaseException) -> str:
     """What the user reads: a MirrorError's own message, or a short note for a bug (whose traceback is logged)."""
     if isinstance(exc, MirrorError):
-        return str(exc)
+        return without_paths(str(exc))
     if not getattr(exc, "_mx_logged", False):  # log a bug once, however often its message is shown
         log.error("unexpected error in a handler", exc_info=exc)
         with contextlib.suppress(AttributeError):
             exc._mx_logged = True  # type: ignore[attr-defined]
-    return f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+    return without_paths(
+        f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+    )
 
 
 def status_box(text: str, kind: str = "info") -> str:
@@ -485,7 +487,8 @@ def served_md(session: Session | None) -> str:
             "(or upload a saved model there) to compare it with the tuned model.",
             "info",
         )
-    extra = f" · other corpus: `{run.extra_corpus}`" if run.extra_corpus else ""
+    other = getattr(session, "extra", None)  # this session's other corpus, for the run it serves
+    extra = f" · other corpus: `{other.name}`" if other is not None and other.run == run.folder else ""
     return (
         f"Run `{run.folder.name[:8]}`: searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
         f"({run.pooling} pooling){blend_part(run)} at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
@@ -527,6 +530,8 @@ def forgetting_md(run: RunInfo | None) -> str:
     if run is not None and getattr(run, "checks_pending", False):
         return message(CHECKS_PENDING, "info")
     check = (run.stats.get("forgetting") if run is not None else None) or {}
+    if check.get("skipped"):
+        return f"**General checks:** not run for this run ({check['skipped']})."
     if not check.get("checks"):
         return "**General checks:** not run for this run." if run is not None else ""
     rows = "\n".join(

@@ -24,7 +24,7 @@ from mirror.data import clean_texts
 from mirror.encoder import Encoder, autocast, load_encoder, pooled, resolve_device, resolve_precision, save_encoder
 from mirror.errors import MirrorError
 from mirror.general import Mixer, mixed_count
-from mirror.lora import LAYER, add_lora, merge_lora
+from mirror.lora import LAYER, add_lora, lora_targets, merge_lora
 from mirror.loss import distill_cosine, l2_to_anchor, nt_xent
 
 LOWER_LR = "lower the learning rate or raise the temperature"
@@ -143,13 +143,15 @@ class StepBudget:
     world_size: int = 1
     explicit: bool = False  # set by the caller (--memory-mb), not read from this machine
     mix: float = 0.0  # general text added to every batch (mix_general): a batch of n strings trains n + mixed_count
+    lora_token: int = 0  # LoRA: bytes each token of each view keeps in the adapters (x·Aᵀ, rank wide, per adapter)
 
     def padded(self, tokens: int) -> int:
         return min(tokens + self.extra_tokens, self.max_length)
 
     def cost(self, count: int, padded: int) -> int:
         views = 2 * math.ceil((count + mixed_count(count, self.mix)) / self.world_size)
-        return memory.step_bytes(views, padded, self.geometry, self.dtype_bytes, training=True)
+        lora = int(memory.TRAIN_SLACK * views * padded * self.lora_token)
+        return memory.step_bytes(views, padded, self.geometry, self.dtype_bytes, training=True) + lora
 
     def capacity(self, padded: int, most: int) -> int:
         """The most strings (up to `most`) one step can take at this padded length."""
@@ -222,9 +224,10 @@ def step_budget(
     total = memory.available_bytes(device) if memory_budget is None else int(memory_budget)
     mask = MASK_EXTRA_TOKENS if encoder.mask_token and config.mask_span > 0 else 0
     anchor = sum(p.numel() * p.element_size() for p in encoder.model.parameters()) if needs_anchor(config) else 0
+    adapters, lora_token = lora_bytes(encoder.model, config, amp_dtype is not None)
     return StepBudget(
         total=total,
-        static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size) + anchor,
+        static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size) + anchor + adapters,
         geometry=memory.model_geometry(encoder.model),
         dtype_bytes=memory.activation_bytes(amp_dtype),
         max_length=min(config.max_length, encoder.token_limit),
@@ -232,7 +235,21 @@ def step_budget(
         world_size=world_size,
         explicit=memory_budget is not None,
         mix=config.mix_general,
+        lora_token=lora_token,
     )
+
+
+def lora_bytes(model: Any, config: MirrorConfig, mixed_precision: bool) -> tuple[int, int]:
+    """What LoRA adapters of `config.lora_rank` add to a step: (their weights with gradients and AdamW's moments, the
+    bytes a token of a view keeps in them: x·Aᵀ, `rank` wide, in each adapted layer). (0, 0) without LoRA. The
+    base's own states are still counted as trainable (memory.static_bytes): an upper bound."""
+    rank = config.lora_rank
+    if not rank:
+        return 0, 0
+    targets = [model.get_submodule(name) for name in lora_targets(model, config.freeze_layers)]
+    params = sum(rank * (m.in_features + m.out_features) for m in targets)
+    per_param = 4 + 4 + 8 + (2 if mixed_precision else 0)
+    return params * per_param, len(targets) * rank * (3 if mixed_precision else 4)
 
 
 def plan_epoch(
@@ -541,6 +558,11 @@ def _set_trainable(model: Any, config: MirrorConfig) -> None:
             or (layer is not None and int(layer.group(1)) < config.freeze_layers)
         )
         param.requires_grad_(not frozen)
+    if not config.lora_rank and not any(p.requires_grad for p in model.parameters()):
+        raise MirrorError(
+            f"nothing is left to train: the embeddings and all {config.freeze_layers} layers are frozen; freeze fewer "
+            "layers, or train the embeddings"
+        )
 
 
 def _wrapped_for_training(model: Any, config: MirrorConfig, world_size: int, device: torch.device) -> Any:

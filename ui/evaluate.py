@@ -26,7 +26,9 @@ def evaluate_tab() -> SimpleNamespace:
         ui.pairs = gr.File(
             label="…or your own pairs file", file_types=[".txt", ".tsv", ".csv"], type="filepath", height=150
         )
-    ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn")
+    with gr.Row():
+        ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn", scale=4)
+        ui.eval_cancel = gr.Button("Cancel", elem_id="mx-eval-cancel", scale=1)
     ui.eval_md = gr.Markdown("", elem_id="mx-eval-md")
     ui.eval_table = gr.Dataframe(interactive=False, visible=False, elem_id="mx-eval-table")  # none before a result
     # HTML rather than gr.BarPlot: the bars carry their 95% intervals, and the plot kept the colours of its first
@@ -71,3 +73,10 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     # one progress bar (with the time left), over the scores' line: not a copy over every output
     kw = {"show_progress_on": [ui.eval_md], **ENCODE_QUEUE, **PRIVATE}
     ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **kw)
+
+    def on_cancel(s):
+        session = app.session(s)
+        return render.message(app.searcher.cancel_evaluation(session), "info"), session
+
+    # outside the queue: it reaches an evaluation that runs, which stops between two batches with a message
+    ui.eval_cancel.click(on_cancel, [state], [ui.eval_md, state], queue=False, **PRIVATE)
