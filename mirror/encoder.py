@@ -690,11 +690,24 @@ def _load_hf(folder: Path, shown: str, dropout: float | None):
             folder, config=config, trust_remote_code=False, attn_implementation=fastest_attention(config)
         )
     except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})") from None
+        raise _load_error(exc, folder, shown) from None
     if not getattr(model.config, "hidden_size", None):
         raise MirrorError(f"{shown}: not a text encoder (no hidden_size in its config)")
     return model, tokenizer
+
+
+def _load_error(exc: Exception, folder: Path, shown: str) -> MirrorError:
+    """The message for a model transformers could not load: a model that needs its own code (remote code, which is
+    never run here) is said so; anything else is the library's first line, without the server's paths."""
+    config = _read_json(folder / "config.json")
+    if isinstance(config, dict) and config.get("auto_map"):
+        return MirrorError(
+            f"{shown}: this model's architecture ({config.get('model_type', 'unknown')}) needs code from its own "
+            "repository (remote code), which Mirror never runs; use a model of an architecture transformers ships "
+            "(BERT, RoBERTa, DistilBERT, ELECTRA, XLM-RoBERTa, MPNet, DeBERTa, ModernBERT, ...)"
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})")
 
 
 def fastest_attention(config: Any) -> str:
