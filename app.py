@@ -56,7 +56,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         gr.Markdown(INTRO, elem_id="mx-header")
         with gr.Tabs():
             with gr.Tab("① Tune", id="tune"):
-                tune = tune_tab(hub)
+                tune = tune_tab(hub, app.planner.bases_md(None, "auto", {}))
             with gr.Tab("② Search", id="search"):
                 search = search_tab()
             with gr.Tab("③ Evaluate", id="evaluate"):

@@ -16,7 +16,7 @@ from ui.numbers import Number
 from ui.uploads import NamedFile, given_name
 
 
-def tune_tab(allow_hub: bool) -> SimpleNamespace:
+def tune_tab(allow_hub: bool, bases_md: str = "") -> SimpleNamespace:
     """Tab ①: strings in (file, paste, example, a Hub dataset), base model and settings, launch and progress,
     downloads."""
     ui = SimpleNamespace()
@@ -73,6 +73,8 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
                 info="Pick one or type a Hugging Face model id (hub models need internet access).",
                 elem_id="mx-model",
             )
+            with gr.Accordion("Which base model? Suggestions by need", open=False, elem_id="mx-bases-box"):
+                ui.bases_md = gr.Markdown(bases_md, elem_id="mx-bases")
             ui.mode = gr.Radio(MODES, value="auto", label="Preset")
             ui.fields = advanced_settings()
     gr.Markdown("### 3. Tune", elem_classes="mx-step")
@@ -242,6 +244,13 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     ui.mode.input(on_mode, inputs, [*field_list, ui.estimate_md, state], **PRIVATE)
     changes = [ui.model.change, *[f.input for f in field_list]]
     gr.on(changes, on_settings, inputs, [ui.estimate_md, state], show_progress="hidden", **PRIVATE)
+
+    def on_plan(mode_value, s, *vals):  # the suggested bases' costs follow the plan shown (strings, settings)
+        if s is None:  # no session yet: the table as built
+            return gr.update()
+        return app.planner.bases_md(app.session(s), mode_value, dict(zip(fields, vals, strict=True)))
+
+    ui.estimate_md.change(on_plan, [ui.mode, state, *field_list], ui.bases_md, show_progress="hidden", **PRIVATE)
 
 
 def estimate_only(
