@@ -26,7 +26,7 @@ from ui.evaluate import evaluate_tab, wire_evaluate
 from ui.explore import explore_tab, wire_explore
 from ui.runs import RunView, wire_blend, wire_runs, wire_saved_zip, wire_training
 from ui.search import search_tab, wire_search
-from ui.tune import tune_tab, wire_inputs
+from ui.tune import tune_tab, wire_bases, wire_inputs
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -56,7 +56,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         gr.Markdown(INTRO, elem_id="mx-header")
         with gr.Tabs():
             with gr.Tab("① Tune", id="tune"):
-                tune = tune_tab(hub, app.planner.bases_md(None, "auto", {}))
+                tune = tune_tab(hub)
             with gr.Tab("② Search", id="search"):
                 search = search_tab()
             with gr.Tab("③ Evaluate", id="evaluate"):
@@ -65,6 +65,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 explore = explore_tab(app.settings.max_map_points, hub)
         api = api_components()
         wire_inputs(app, state, tune)
+        wire_bases(app, demo, state, tune)
         view = RunView(app, state, browser, tune, search, evaluate, explore)
         wire_training(app, view)
         wire_saved_zip(app, view)

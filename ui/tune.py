@@ -16,7 +16,7 @@ from ui.numbers import Number
 from ui.uploads import NamedFile, given_name
 
 
-def tune_tab(allow_hub: bool, bases_md: str = "") -> SimpleNamespace:
+def tune_tab(allow_hub: bool) -> SimpleNamespace:
     """Tab ①: strings in (file, paste, example, a Hub dataset), base model and settings, launch and progress,
     downloads."""
     ui = SimpleNamespace()
@@ -74,7 +74,7 @@ def tune_tab(allow_hub: bool, bases_md: str = "") -> SimpleNamespace:
                 elem_id="mx-model",
             )
             with gr.Accordion("Which base model? Suggestions by need", open=False, elem_id="mx-bases-box"):
-                ui.bases_md = gr.Markdown(bases_md, elem_id="mx-bases")
+                ui.bases_md = gr.Markdown("", elem_id="mx-bases")  # filled as the page loads (`wire_bases`)
             ui.mode = gr.Radio(MODES, value="auto", label="Preset")
             ui.fields = advanced_settings()
     gr.Markdown("### 3. Tune", elem_classes="mx-step")
@@ -245,12 +245,20 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     changes = [ui.model.change, *[f.input for f in field_list]]
     gr.on(changes, on_settings, inputs, [ui.estimate_md, state], show_progress="hidden", **PRIVATE)
 
-    def on_plan(mode_value, s, *vals):  # the suggested bases' costs follow the plan shown (strings, settings)
-        if s is None:  # no session yet: the table as built
-            return gr.update()
+
+def wire_bases(app: MirrorApp, demo: gr.Blocks, state: gr.State, ui: SimpleNamespace) -> None:
+    """The suggested bases: their sizes as the page loads (reading model configs imports torch: never while the UI is
+    built), their costs here whenever the plan shown changes (strings, settings)."""
+    fields = list(ui.fields)
+
+    def on_plan(mode_value, s, *vals):
+        if s is None:  # no session yet: the sizes only
+            return app.planner.bases_md(None, mode_value, {})
         return app.planner.bases_md(app.session(s), mode_value, dict(zip(fields, vals, strict=True)))
 
-    ui.estimate_md.change(on_plan, [ui.mode, state, *field_list], ui.bases_md, show_progress="hidden", **PRIVATE)
+    inputs = [ui.mode, state, *ui.fields.values()]
+    demo.load(on_plan, inputs, ui.bases_md, show_progress="hidden", **PRIVATE)
+    ui.estimate_md.change(on_plan, inputs, ui.bases_md, show_progress="hidden", **PRIVATE)
 
 
 def estimate_only(
