@@ -7,6 +7,9 @@ of a given shape, at a given precision, on this machine.
 `bundled` is the bundled all-MiniLM-L6-v2 itself (6 layers, 384 wide); `bert-base` (12 x 768) and `bert-large`
 (24 x 1024) are those shapes randomly initialised with the bundled tokenizer and its 256-token limit: what an
 encode costs depends on the shape and the tokens, not on the weights, and no such model installs offline here.
+`mpnet-base` (all-mpnet-base-v2's config) and `deberta-v3-base` (microsoft/deberta-v3-base's: disentangled relative
+attention over 256 buckets) are other architectures of BERT-base's size, built the same way (the bundled tokenizer's
+vocabulary), each loaded by `load_encoder` as a user's folder is: with eager attention, which they have in transformers.
 Output: a table (seconds per check and in all, and the ratio to the bundled shape when it ran), and
 bench/out/check-cost.json.
 """
@@ -20,12 +23,22 @@ from pathlib import Path
 
 from common import machine, print_table, write_json
 
+from explorer.tune.bases import KNOWN_CONFIGS
 from mirror.checks import CHECKS, check_texts
 from mirror.encoder import load_encoder
 
+BERT_BASE = {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072}
 SHAPES = {
-    "bert-base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
-    "bert-large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
+    "bert-base": {"model_type": "bert", **BERT_BASE},
+    "bert-large": {
+        "model_type": "bert",
+        "num_hidden_layers": 24,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+    },  # fmt: skip
+    "mpnet-base": KNOWN_CONFIGS["sentence-transformers/all-mpnet-base-v2"],
+    "deberta-v3-base": KNOWN_CONFIGS["microsoft/deberta-v3-base"],
 }
 
 
@@ -35,9 +48,10 @@ def shaped(shape: str, scratch: Path):
     if shape == "bundled":
         return bundled
     import torch
-    from transformers import AutoModel, BertConfig
+    from transformers import AutoConfig, AutoModel
 
-    config = BertConfig(**{**bundled.model.config.to_dict(), **SHAPES[shape]})
+    fields = {**SHAPES[shape], "vocab_size": bundled.model.config.vocab_size, "pad_token_id": 0}
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     torch.manual_seed(0)
     folder = scratch / shape
     AutoModel.from_config(config).save_pretrained(folder)
@@ -57,7 +71,7 @@ def main() -> None:
         for shape in args.shape or ["bundled", "bert-base"]:
             encoder = shaped(shape, Path(tmp))
             encoder.encode(["warm up"], precision=args.precision)
-            row: dict = {"shape": shape}
+            row: dict = {"shape": shape, "attention": encoder.attention}
             for check in CHECKS:
                 started = time.perf_counter()
                 encoder.encode(check_texts(check, "check"), precision=args.precision)
@@ -69,7 +83,7 @@ def main() -> None:
     for row in rows:
         row["x bundled"] = round(row["all s"] / bundled, 1) if bundled else "-"
     print(f"\nA run's general checks, the tuned side (precision {args.precision}, {machine()['cpus']} cores):")
-    print_table(rows, ["shape", *(c.name for c in CHECKS), "all s", "x bundled"])
+    print_table(rows, ["shape", "attention", *(c.name for c in CHECKS), "all s", "x bundled"])
     write_json("check-cost.json", {"precision": args.precision, "rows": rows, "machine": machine()})
 
 
