@@ -17,6 +17,7 @@ bench/out/check-cost.json.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -65,26 +66,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", action="append", choices=["bundled", *SHAPES], help="(default: bundled, bert-base)")
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    names = [c.name for c in CHECKS]
+    parser.add_argument("--check", action="append", choices=names, help="only these checks (default: all)")
     args = parser.parse_args()
+    checks = [c for c in CHECKS if not args.check or c.name in args.check]
     rows = []
     with tempfile.TemporaryDirectory(prefix="check-cost-") as tmp:
         for shape in args.shape or ["bundled", "bert-base"]:
             encoder = shaped(shape, Path(tmp))
             encoder.encode(["warm up"], precision=args.precision)
             row: dict = {"shape": shape, "attention": encoder.attention}
-            for check in CHECKS:
+            for check in checks:
                 started = time.perf_counter()
                 encoder.encode(check_texts(check, "check"), precision=args.precision)
                 row[check.name] = round(time.perf_counter() - started, 2)
-            row["all s"] = round(sum(row[c.name] for c in CHECKS), 1)
+            row["all s"] = round(sum(row[c.name] for c in checks), 1)
             rows.append(row)
             print(row, flush=True)
     bundled = next((r["all s"] for r in rows if r["shape"] == "bundled"), None)
     for row in rows:
         row["x bundled"] = round(row["all s"] / bundled, 1) if bundled else "-"
     print(f"\nA run's general checks, the tuned side (precision {args.precision}, {machine()['cpus']} cores):")
-    print_table(rows, ["shape", "attention", *(c.name for c in CHECKS), "all s", "x bundled"])
-    write_json("check-cost.json", {"precision": args.precision, "rows": rows, "machine": machine()})
+    print_table(rows, ["shape", "attention", *(c.name for c in checks), "all s", "x bundled"])
+    load = round(os.getloadavg()[0], 1)  # other work on the machine slows every row: say how busy it was
+    print(f"load average at the end: {load} ({os.cpu_count()} cores)")
+    write_json("check-cost.json", {"precision": args.precision, "rows": rows, "machine": machine(), "load": load})
 
 
 if __name__ == "__main__":

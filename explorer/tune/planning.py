@@ -50,7 +50,11 @@ class Planner:
             est, why = self.estimate_of(session, config)
         except MirrorError as exc:
             return message(str(exc), "warning")
-        return estimate_md(est, config, notes, why)
+        from mirror.encoder import attention_note
+
+        base = self.app.models.cached_base(config.model, config.pooling)  # loaded by the estimate when it could be
+        attention = attention_note(base) if base is not None else None
+        return estimate_md(est, config, [*notes, *([attention] if attention else [])], why)
 
     def estimate_of(self, session: Session, config, may_calibrate: bool = True) -> tuple[Any, str]:
         """The calibrated Estimate of a run of `config` on the session's strings, or the rough one and why.
