@@ -61,7 +61,7 @@ def test_the_box_suggests_each_base_with_its_size_and_its_cost_here(app, monkeyp
     monkeypatch.setattr(est_mod, "calibrate", lambda *args, **kwargs: cal)
     app.estimator = Estimator(app.settings.work_dir / ".estimate")  # not this process's calibrations
     empty = app.planner.bases_md(None, "auto", {})
-    assert empty.count("load strings to see") == len(SUGGESTED) and "22.7M parameters" in empty
+    assert "load some strings to see" in empty and "**all-MiniLM-L6-v2 (bundled)** · 22.7M |" in empty
     assert "Hub ids need internet" in empty and "MIRROR_MODEL_ROOTS" in empty
     s = app.session()
     app.loader.load_example(s, "small")
@@ -69,14 +69,15 @@ def test_the_box_suggests_each_base_with_its_size_and_its_cost_here(app, monkeyp
     assert "a rough guess so far" in rough and app.estimator.calibrations == {}
     app.planner.estimate(s, "bundled", "auto", {})  # the plan shown for the bundled model calibrates it
     md = app.planner.bases_md(s, "auto", {})
-    rows = {row.split("|")[1].split("`")[1]: row.split("|") for row in md.splitlines() if row.startswith("| `")}
-    assert list(rows) == [b.model for b in SUGGESTED] and "(calibrated here)" in md
+    rows = {row.split("**")[1]: row.split("|") for row in md.splitlines() if row.startswith("| **")}
+    assert list(rows) == [b.name for b in SUGGESTED] and "(calibrated here)" in md
+    assert all(f"`{b.model}`" in md for b in SUGGESTED)  # what to pick in the box
     est, _ = app.planner.estimate_of(s, build_config(s.texts, "bundled", "auto", {})[0])
-    assert rows["bundled"][4].strip() == f"~{short_seconds(est.total)}"
+    assert rows["all-MiniLM-L6-v2 (bundled)"][3].strip() == f"~{short_seconds(est.total)}"
     io = sum(est.phase(p) for p in ("load", "save", "downloads"))  # loading and writing: not compute
     mpnet = io + 8 * (est.total - io)  # every compute phase 8x: 2x the layers, each 4x the work
-    assert rows["sentence-transformers/all-mpnet-base-v2"][4].strip() == f"~{short_seconds(mpnet)}"
-    assert "a 417.7 MiB download" in rows["bert-base-uncased"][2]
+    assert rows["all-mpnet-base-v2"][3].strip() == f"~{short_seconds(mpnet)}"
+    assert "109M, 418 MB download" in rows["bert-base-uncased"][1]
 
 
 def test_a_server_without_the_hub_says_so(tmp_path):

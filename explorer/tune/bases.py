@@ -62,17 +62,11 @@ class Suggestion:
 
 
 SUGGESTED = (
-    Suggestion(BUNDLED_MODEL, "all-MiniLM-L6-v2 (bundled)", "fast and small: a sentence encoder, works offline"),
+    Suggestion(BUNDLED_MODEL, "all-MiniLM-L6-v2 (bundled)", "fast and small; works offline"),
     Suggestion(
-        "sentence-transformers/all-mpnet-base-v2",
-        "all-mpnet-base-v2",
-        "stronger: the most used sentence-transformers model; 8x the compute per token",
+        "sentence-transformers/all-mpnet-base-v2", "all-mpnet-base-v2", "a stronger sentence encoder; 8x the compute"
     ),
-    Suggestion(
-        "bert-base-uncased",
-        "bert-base-uncased",
-        "a plain masked language model, not yet a sentence encoder: where mirror tuning gains most",
-    ),
+    Suggestion("bert-base-uncased", "bert-base-uncased", "a plain MLM, not yet a sentence encoder: tuning gains most"),
 )
 
 

@@ -12,7 +12,7 @@ from explorer.runs.sessions import Session, texts_key
 from explorer.tune.estimate import device_and_threads, estimate_md, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
 from mirror.config import BUNDLED_MODEL
-from mirror.data import clean_texts, fmt_size
+from mirror.data import clean_texts
 from mirror.errors import MirrorError
 
 log = logging.getLogger("mirror.app")
@@ -109,6 +109,7 @@ class Planner:
 
         from explorer.tune.bases import SUGGESTED, fmt_params, relative_compute, shape_of
         from explorer.tune.estimate import short_seconds
+        from mirror.memory import fmt_gb
 
         est, why = None, ""
         if session is not None and session.texts:
@@ -117,18 +118,20 @@ class Planner:
                 est, why = self.estimate_of(session, config, may_calibrate=False)
             except MirrorError as exc:
                 why = str(exc)
-        rows = ["| base | size | pick it for | a run here |", "|---|---|---|---:|"]
+        # three columns: the box sits in a narrow column (and on a phone)
+        rows = ["| base · size | pick it for | a run here |", "|---|---|---:|"]
         for base in SUGGESTED:
             shape, ratio = shape_of(base.model), relative_compute(base.model)
-            size = "?" if shape is None else fmt_params(shape.params) + " parameters"
+            size = "?" if shape is None else fmt_params(shape.params)
             if base.model != BUNDLED_MODEL and shape is not None:
-                size += f", a {fmt_size(4 * shape.params)} download"
+                size += f", {fmt_gb(4 * shape.params)} download"
             if est is None or ratio is None:
-                cost = "?" if session is not None and session.texts else "load strings to see"
+                cost = "?" if session is not None and session.texts else "–"
             else:
                 scaled = sum(s * (1 if name in UNSCALED_PHASES else ratio) for name, s in est.phases)
                 cost = f"~{short_seconds(scaled)}"
-            rows.append(f"| `{base.model}` {base.name} | {size} | {base.need} | {cost} |")
+            rows.append(f"| **{base.name}** · {size} | {base.need} | {cost} |")
+        ids = ", ".join(f"`{b.model}`" for b in SUGGESTED)
         if est is None:
             how = f"Times: {why}." if why else "Times: load some strings to see what a run of them costs here."
         else:
@@ -151,7 +154,7 @@ class Planner:
             if self.app.settings.model_roots
             else ""
         )
-        return "\n".join(rows) + f"\n\n_{how} {hub}{local}_"
+        return "\n".join(rows) + f"\n\nIn the Base model box: {ids}.\n\n_{how} {hub}{local}_"
 
     def memory_budget(self, config) -> int | None:
         """The memory a run of `config` will plan its steps with (index.pipeline.run_memory)."""
