@@ -532,9 +532,16 @@ class Anchor:
         return torch.stack([t.to(z1.device) for t in terms]).sum() if terms else None
 
 
-# Position embeddings that live in the encoder rather than in `embeddings.`: DeBERTa's relative position embeddings
-# (and the LayerNorm over them), MPNet's relative attention bias. They are embeddings: frozen with them.
-ENCODER_EMBEDDINGS = ("encoder.rel_embeddings.", "encoder.LayerNorm.", "encoder.relative_attention_bias.")
+# Position embeddings that live in the encoder rather than in `embeddings.`: DeBERTa's relative position embeddings,
+# MPNet's relative attention bias. They are embeddings: frozen with them (and DeBERTa's LayerNorm over its relative
+# embeddings, `encoder.LayerNorm.`, where the encoder has them: XLM-R-XL's encoder.LayerNorm is its final norm).
+ENCODER_EMBEDDINGS = ("encoder.rel_embeddings.", "encoder.relative_attention_bias.")
+
+
+def embedding_names(model: Any) -> tuple[str, ...]:
+    """The name prefixes of `model`'s embedding parameters (what `freeze_embeddings` freezes)."""
+    names = ("embeddings.", *ENCODER_EMBEDDINGS)
+    return (*names, "encoder.LayerNorm.") if hasattr(getattr(model, "encoder", None), "rel_embeddings") else names
 
 
 def _set_trainable(model: Any, config: MirrorConfig) -> None:
@@ -544,15 +551,13 @@ def _set_trainable(model: Any, config: MirrorConfig) -> None:
     layers = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layers", None)
     if config.freeze_layers and layers is not None and config.freeze_layers > layers:
         raise MirrorError(f"frozen layers must be at most the model's {layers} layers, got {config.freeze_layers}")
-    frozen_layers = 0
+    frozen_layers, embeddings = 0, embedding_names(model)
     for name, param in model.named_parameters():
         layer = LAYER.search(name)
         in_frozen_layer = layer is not None and int(layer.group(1)) < config.freeze_layers
         frozen_layers += in_frozen_layer
         frozen = (
-            name.startswith("pooler.")
-            or (config.freeze_embeddings and name.startswith(("embeddings.", *ENCODER_EMBEDDINGS)))
-            or in_frozen_layer
+            name.startswith("pooler.") or (config.freeze_embeddings and name.startswith(embeddings)) or in_frozen_layer
         )
         param.requires_grad_(not frozen)
     if config.freeze_layers and not frozen_layers:

@@ -119,7 +119,7 @@ class Planner:
             except MirrorError as exc:
                 why = str(exc)
         # three columns: the box sits in a narrow column (and on a phone)
-        rows = ["| base · size | pick it for | a run here |", "|---|---|---:|"]
+        rows = ["| base · size | pick it for | time |", "|---|---|---:|"]
         for base in SUGGESTED:
             shape, ratio = shape_of(base.model), relative_compute(base.model)
             size = "?" if shape is None else fmt_params(shape.params)
