@@ -65,7 +65,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 explore = explore_tab(app.settings.max_map_points, hub)
         api = api_components()
         wire_inputs(app, state, tune)
-        wire_bases(app, demo, state, tune)
+        wire_bases(app, state, tune)
         view = RunView(app, state, browser, tune, search, evaluate, explore)
         wire_training(app, view)
         wire_saved_zip(app, view)
