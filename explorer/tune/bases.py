@@ -155,12 +155,21 @@ def _read_config(folder: Path) -> dict[str, Any] | None:
     return None
 
 
+# Time per multiply-add of a model with DeBERTa's disentangled attention against BERT's, on a CPU: its eager
+# attention's gathers over the relative-position scores cost more than their arithmetic. bench_check_cost.py, 2 cores,
+# fp32: the checks took 14.7x the bundled model's time on deberta-v3-base's shape and 6.7x on BERT-base's, for 8.9x
+# and 8.0x the multiply-adds: (14.7 / 8.9) / (6.7 / 8.0) = 2.0 (bench/RESULTS.md, "Any BERT-family base").
+RELATIVE_ATTENTION_SLOWDOWN = 2.0
+
+
 def relative_compute(model: str) -> float | None:
-    """Compute per token of `model` relative to the bundled model (None: its shape is not known here)."""
+    """Compute per token of `model` relative to the bundled model, as time (multiply-adds, and DeBERTa's relative
+    attention's measured slowdown); None: its shape is not known here."""
     shape, bundled = shape_of(model), shape_of(BUNDLED_MODEL)
     if shape is None or bundled is None:
         return None
-    return shape.macs_per_token / bundled.macs_per_token
+    slowdown = RELATIVE_ATTENTION_SLOWDOWN if shape.relative else 1.0
+    return slowdown * shape.macs_per_token / bundled.macs_per_token
 
 
 def fmt_params(n: int) -> str:
