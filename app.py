@@ -27,7 +27,7 @@ from ui.explore import explore_tab, wire_explore
 from ui.handlers import current_visitor
 from ui.runs import RunView, wire_blend, wire_runs, wire_saved_zip, wire_training
 from ui.search import search_tab, wire_search
-from ui.tune import tune_tab, wire_inputs
+from ui.tune import tune_tab, wire_bases, wire_inputs
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -90,6 +90,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 explore = explore_tab(min(app.settings.max_map_points, app.settings.max_strings), hub)
         api = api_components()
         wire_inputs(app, state, tune)
+        wire_bases(app, state, tune)
         view = RunView(app, state, browser, tune, search, evaluate, explore)
         wire_training(app, view)
         wire_saved_zip(app, view)

@@ -30,8 +30,18 @@ from mirror.errors import MirrorError, without_paths
 from mirror.names import check_model_name, is_under, looks_local, shown_model
 
 HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "sentencepiece*"]
-# Attribute names that hold dropout probabilities across BERT-family configs.
-DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
+# Attribute names that hold dropout probabilities across BERT-family configs: BERT, RoBERTa, ELECTRA, MPNet, DeBERTa
+# (hidden_/attention_probs_), DistilBERT (dropout, attention_dropout), ModernBERT (attention_, mlp_, embedding_dropout).
+DROPOUT_KEYS = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dropout",
+    "attention_dropout",
+    "mlp_dropout",
+    "embedding_dropout",
+)
+# Models whose position ids start after the padding index (RoBERTa's scheme): two positions fewer than the config has.
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm", "mpnet")
 # Strings are cut to this many characters per token of the length limit before tokenizing: tokenization
 # cost grows with the whole string (a 10 MB line takes ~20 s), truncation only happens after it. No token
 # of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first tokens are kept as they were.
@@ -154,6 +164,12 @@ class Encoder:
     @property
     def mask_token(self) -> str | None:
         return self.tokenizer.mask_token
+
+    @property
+    def attention(self) -> str:
+        """The attention implementation the model runs: "sdpa" (fused), or "eager" where its architecture has no
+        fused one in transformers (MPNet, DeBERTa): `load_encoder` takes the fastest the architecture supports."""
+        return attention_of(self.model)
 
     def to(self, device: str | torch.device) -> Encoder:
         self.model.to(device)
@@ -429,13 +445,12 @@ def _rows_that_fit(model: Any, device: torch.device, precision: str, budget: int
     budget = memory.available_bytes(device) if budget is None else budget
     geometry = memory.model_geometry(model)
     dtype_bytes = memory.activation_bytes(resolve_precision(device, precision))
-    fused = getattr(model.config, "_attn_implementation", None) in ("sdpa", "flash_attention_2")
 
     def fits(n: int, length: int) -> int:
         lo, hi = 1, n
         while lo < hi:  # the cost grows with the rows: bisect
             mid = (lo + hi + 1) // 2
-            if memory.step_bytes(mid, length, geometry, dtype_bytes, False, fused) <= budget:
+            if memory.step_bytes(mid, length, geometry, dtype_bytes, False) <= budget:
                 lo = mid
             else:
                 hi = mid - 1
@@ -778,13 +793,63 @@ def _load_hf(folder: Path, shown: str, dropout: float | None):
                 if hasattr(config, key):
                     setattr(config, key, dropout)
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-        model = AutoModel.from_pretrained(folder, config=config, trust_remote_code=False, attn_implementation="sdpa")
+        model = AutoModel.from_pretrained(
+            folder, config=config, trust_remote_code=False, attn_implementation=fastest_attention(config)
+        )
     except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})") from None
+        raise _load_error(exc, folder, shown) from None
     if not getattr(model.config, "hidden_size", None):
         raise MirrorError(f"{shown}: not a text encoder (no hidden_size in its config)")
     return model, tokenizer
+
+
+def _load_error(exc: Exception, folder: Path, shown: str) -> MirrorError:
+    """The message for a model transformers could not load: a model that needs its own code (remote code, which is
+    never run here) is said so; anything else is the library's first line, without the server's paths."""
+    config = _read_json(folder / "config.json")
+    if isinstance(config, dict) and config.get("auto_map"):
+        return MirrorError(
+            f"{shown}: this model's architecture ({config.get('model_type', 'unknown')}) needs code from its own "
+            "repository (remote code), which Mirror never runs; use a model of an architecture transformers ships "
+            "(BERT, RoBERTa, DistilBERT, ELECTRA, XLM-RoBERTa, MPNet, DeBERTa, ModernBERT, ...)"
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})")
+
+
+def fastest_attention(config: Any) -> str:
+    """The attention implementation to load a model of `config` with: "sdpa" (PyTorch's fused kernels: less memory
+    in inference, faster on a GPU) where transformers has it for the architecture, else "eager" (MPNet, DeBERTa).
+    Always named, never left to the config: a config file could otherwise ask for a kernel from the Hub."""
+    with _HF_IMPORT_LOCK:
+        from transformers import MODEL_MAPPING
+
+    try:
+        model_class = MODEL_MAPPING[type(config)]
+    except KeyError:  # not a model AutoModel loads: its own error says so
+        return "sdpa"
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+def attention_of(model: Any) -> str:
+    """The attention implementation `model` runs ("sdpa", "eager", ...), read from its config."""
+    while not hasattr(model, "config") and hasattr(model, "module"):  # wrapped by DistributedDataParallel
+        model = model.module
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+
+
+def attention_note(encoder: Encoder) -> str | None:
+    """What a run or plan says when the model runs eager attention (None with fused attention)."""
+    if encoder.attention != "eager":
+        return None
+    model = encoder.model
+    while not hasattr(model, "config") and hasattr(model, "module"):
+        model = model.module
+    return (
+        f"{type(model).__name__} has no fused (SDPA) attention in transformers: it runs the plain (eager) attention, "
+        "which keeps every layer's token-by-token scores (more memory and time on long strings; the memory plan "
+        "counts them)"
+    )
 
 
 def _without_paths(message: str, folder: Path, shown: str) -> str:
@@ -797,8 +862,8 @@ def _without_paths(message: str, folder: Path, shown: str) -> str:
 
 def _model_max_length(model: Any, tokenizer: Any) -> int:
     limit = int(getattr(model.config, "max_position_embeddings", 512) or 512)
-    if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        limit -= 2  # RoBERTa's position ids start after the padding index
+    if getattr(model.config, "model_type", "") in OFFSET_POSITIONS:
+        limit -= 2  # RoBERTa's (and MPNet's) position ids start after the padding index
     tok = getattr(tokenizer, "model_max_length", limit) or limit
     return max(8, min(limit, int(tok) if tok < 1e6 else limit, 512))
 

@@ -21,7 +21,17 @@ from mirror.augment import make_views
 from mirror.blend import mix_weights
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
-from mirror.encoder import Encoder, autocast, load_encoder, pooled, resolve_device, resolve_precision, save_encoder
+from mirror.encoder import (
+    DROPOUT_KEYS,
+    Encoder,
+    attention_note,
+    autocast,
+    load_encoder,
+    pooled,
+    resolve_device,
+    resolve_precision,
+    save_encoder,
+)
 from mirror.errors import MirrorError
 from mirror.general import Mixer, mixed_count
 from mirror.lora import LAYER, add_lora, lora_targets, merge_lora
@@ -498,9 +508,13 @@ def split_note(split: int, budget_bytes: int) -> str:
 
 
 def _as_run(config: MirrorConfig, encoder: Encoder) -> tuple[MirrorConfig, list[str]]:
-    """The config as it will run (pooling resolved, max length within the model's positions) and a note
-    when the max length asked for was more than the model takes (tokenize would cap it silently)."""
+    """The config as it will run (pooling resolved, max length within the model's positions) and its notes: the
+    model runs eager attention (no fused kernel for its architecture), the max length asked for was more than the
+    model takes (tokenize would cap it silently)."""
     limit, notes = encoder.token_limit, []
+    attention = attention_note(encoder)
+    if attention:
+        notes.append(attention)
     if config.max_length > limit:
         notes.append(f"max length {config.max_length:,} is more than this model takes: capped at {limit}")
     run = {**config.to_dict(), "pooling": encoder.pooling, "max_length": min(config.max_length, limit)}
@@ -544,20 +558,36 @@ class Anchor:
         return torch.stack([t.to(z1.device) for t in terms]).sum() if terms else None
 
 
+# Position embeddings that live in the encoder rather than in `embeddings.`: DeBERTa's relative position embeddings,
+# MPNet's relative attention bias. They are embeddings: frozen with them (and DeBERTa's LayerNorm over its relative
+# embeddings, `encoder.LayerNorm.`, where the encoder has them: XLM-R-XL's encoder.LayerNorm is its final norm).
+ENCODER_EMBEDDINGS = ("encoder.rel_embeddings.", "encoder.relative_attention_bias.")
+
+
+def embedding_names(model: Any) -> tuple[str, ...]:
+    """The name prefixes of `model`'s embedding parameters (what `freeze_embeddings` freezes)."""
+    names = ("embeddings.", *ENCODER_EMBEDDINGS)
+    return (*names, "encoder.LayerNorm.") if hasattr(getattr(model, "encoder", None), "rel_embeddings") else names
+
+
 def _set_trainable(model: Any, config: MirrorConfig) -> None:
     """What trains: everything but BERT's pooler head (unused by [CLS]/mean pooling), the embeddings when frozen,
-    and the lowest `freeze_layers` transformer layers. MirrorError when the model has fewer layers than that."""
+    and the lowest `freeze_layers` transformer layers. MirrorError when the model has fewer layers than that, or
+    when freezing layers finds no numbered layer to freeze (an architecture whose names the LAYER pattern misses)."""
     layers = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layers", None)
     if config.freeze_layers and layers is not None and config.freeze_layers > layers:
         raise MirrorError(f"frozen layers must be at most the model's {layers} layers, got {config.freeze_layers}")
+    frozen_layers, embeddings = 0, embedding_names(model)
     for name, param in model.named_parameters():
         layer = LAYER.search(name)
+        in_frozen_layer = layer is not None and int(layer.group(1)) < config.freeze_layers
+        frozen_layers += in_frozen_layer
         frozen = (
-            name.startswith("pooler.")
-            or (config.freeze_embeddings and name.startswith("embeddings."))
-            or (layer is not None and int(layer.group(1)) < config.freeze_layers)
+            name.startswith("pooler.") or (config.freeze_embeddings and name.startswith(embeddings)) or in_frozen_layer
         )
         param.requires_grad_(not frozen)
+    if config.freeze_layers and not frozen_layers:
+        raise MirrorError(f"frozen layers: this model's ({type(model).__name__}) layers could not be told apart")
     if not config.lora_rank and not any(p.requires_grad for p in model.parameters()):
         raise MirrorError(
             f"nothing is left to train: the embeddings and all {config.freeze_layers} layers are frozen; freeze fewer "
@@ -728,10 +758,14 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str,
 
 
 def _set_dropout(model: torch.nn.Module, p: float) -> None:
+    """The run's dropout on a model built with another: every Dropout module, the attention dropout a module keeps
+    as a number (ModernBERT's `attention_dropout`, passed to its attention function), and the config's keys."""
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = p
-    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        elif isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = p
+    for key in DROPOUT_KEYS:
         if hasattr(model.config, key):
             setattr(model.config, key, p)
 

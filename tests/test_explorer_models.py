@@ -257,8 +257,8 @@ def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, lo
         events = train(app, s, model)
         assert events[-1].kind == "done", (model, events[-1])
     last = train(app, s, unknown)[-1]  # a model type only custom code defines: refused, nothing run
-    assert last.kind == "error" and "contains custom code" in last.text, last
-    with pytest.raises(MirrorError, match="contains custom code"):
+    assert last.kind == "error" and "(remote code), which Mirror never runs" in last.text, last
+    with pytest.raises(MirrorError, match="needs code from its own repository"):
         load_encoder(unknown)
     save_encoder(load_encoder(evil), tmp_path / "saved")
     load_sentence_transformer(tmp_path / "saved")

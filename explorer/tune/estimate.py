@@ -546,7 +546,14 @@ def planned_steps(n: int, config: MirrorConfig) -> int:
 
 
 def model_cost_factor(model: str) -> float:
-    """Compute per token relative to the bundled MiniLM-L6 (6 layers x 384), guessed from the model name."""
+    """Compute per token relative to the bundled MiniLM-L6 (6 layers x 384): from the model's config where one is at
+    hand (explorer.tune.bases: the bundled and local folders, the hub cache, the bases offered), else guessed from
+    its name."""
+    from explorer.tune.bases import relative_compute
+
+    known = relative_compute(model)
+    if known is not None:
+        return max(0.01, known)  # a tiny test model still costs its tokenizing and overheads
     name = model.lower()
     if model == BUNDLED_MODEL or "minilm" in name:
         return 1.0 if "l12" not in name else 2.0
