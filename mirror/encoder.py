@@ -736,6 +736,9 @@ def check_weights(folder: Path, shown: str, max_bytes: int | None) -> int:
     try:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError) as exc:
+        remote = _remote_code_error(folder, shown)  # an architecture only its own repository's code defines
+        if remote is not None:
+            raise remote from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MirrorError(
             f"{shown}: could not read the model's config ({_without_paths(first, folder, shown)})"
@@ -806,15 +809,23 @@ def _load_hf(folder: Path, shown: str, dropout: float | None):
 def _load_error(exc: Exception, folder: Path, shown: str) -> MirrorError:
     """The message for a model transformers could not load: a model that needs its own code (remote code, which is
     never run here) is said so; anything else is the library's first line, without the server's paths."""
-    config = _read_json(folder / "config.json")
-    if isinstance(config, dict) and config.get("auto_map"):
-        return MirrorError(
-            f"{shown}: this model's architecture ({config.get('model_type', 'unknown')}) needs code from its own "
-            "repository (remote code), which Mirror never runs; use a model of an architecture transformers ships "
-            "(BERT, RoBERTa, DistilBERT, ELECTRA, XLM-RoBERTa, MPNet, DeBERTa, ModernBERT, ...)"
-        )
+    remote = _remote_code_error(folder, shown)
+    if remote is not None:
+        return remote
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})")
+
+
+def _remote_code_error(folder: Path, shown: str) -> MirrorError | None:
+    """The message for a model whose config asks for code from its own repository (auto_map), else None."""
+    config = _read_json(folder / "config.json")
+    if not (isinstance(config, dict) and config.get("auto_map")):
+        return None
+    return MirrorError(
+        f"{shown}: this model's architecture ({config.get('model_type', 'unknown')}) needs code from its own "
+        "repository (remote code), which Mirror never runs; use a model of an architecture transformers ships "
+        "(BERT, RoBERTa, DistilBERT, ELECTRA, XLM-RoBERTa, MPNet, DeBERTa, ModernBERT, ...)"
+    )
 
 
 def fastest_attention(config: Any) -> str:
