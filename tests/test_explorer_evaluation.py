@@ -17,7 +17,7 @@ import app as mx
 from explorer.compare import evaluation
 from explorer.compare.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
 from explorer.events import Phase
-from explorer.render import eval_chart, eval_table_rows, fmt_interval, served_columns
+from explorer.render_eval import eval_chart, eval_table_rows, fmt_interval, served_columns
 from mirror.evaluate import bootstrap_spearman, interval, moved_pairs, spearman
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from explorer import MirrorApp, render
+from explorer import MirrorApp, render, render_eval
 from explorer.compare.evaluation import EtaClock, EvalReport
 from explorer.events import Phase
 from explorer.tune.inputs import GOLD_SETS
@@ -60,14 +60,14 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         import pandas as pd
 
         empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
-        moved = pd.DataFrame([render.served_columns(m, report.served) for m in report.moved] or [{"": empty}])
+        moved = pd.DataFrame([render_eval.served_columns(m, report.served) for m in report.moved] or [{"": empty}])
         table, chart = (
-            pd.DataFrame(render.eval_table_rows(report.rows, report.served)),
-            render.eval_chart(report.rows, report.encoders, report.served),
+            pd.DataFrame(render_eval.eval_table_rows(report.rows, report.served)),
+            render_eval.eval_chart(report.rows, report.encoders, report.served),
         )
         shown = gr.update(value=table, visible=True)
         header = report.moved_header or render.moved_header(None)
-        return render.eval_md(report.rows, report.notes, report.caption), shown, chart, header, moved
+        return render_eval.eval_md(report.rows, report.notes, report.caption), shown, chart, header, moved
 
     outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved_head, ui.moved, state]
     # one progress bar (with the time left), over the scores' line: not a copy over every output

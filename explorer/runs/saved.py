@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator, Sequence
@@ -190,7 +191,7 @@ class SavedRuns:
         # a blend of a blend blends the tuned weights of the run they both come from: named as that run's blend
         origin = parent.stats.get("blended_from") if parent.stats.get("blend_alpha") is not None else None
         origin = str(origin or parent.folder.name)
-        of_summary = parent.summary.split(" of ", 1)[1] if origin != parent.folder.name else parent.summary
+        of_summary = re.sub(r"^blend α=\S+ of ", "", parent.summary)
         run = self.app.trainer.new_run_folder(session, handle)
         try:
             with self.app.trainer.discarded_unless_served(run) as served:
