@@ -13,8 +13,8 @@ import time
 import pytest
 import torch
 
-from explorer.tune import estimate as est_mod
 from explorer.render import fmt_seconds
+from explorer.tune import estimate as est_mod
 from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, estimate_md, price
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, load_encoder
