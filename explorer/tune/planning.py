@@ -9,7 +9,7 @@ from typing import Any
 
 from explorer.render import message
 from explorer.runs.sessions import Session, texts_key
-from explorer.tune.estimate import device_and_threads, estimate_md, rough_estimate
+from explorer.tune.estimate import IO_PHASES, device_and_threads, estimate_md, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
 from mirror.config import BUNDLED_MODEL
 from mirror.data import clean_texts
@@ -17,7 +17,7 @@ from mirror.errors import MirrorError
 
 log = logging.getLogger("mirror.app")
 # What a base's size does not scale in the suggestions' times: loading it, saving and zipping (I/O, not compute).
-UNSCALED_PHASES = ("load", "save", "downloads")
+UNSCALED_PHASES = IO_PHASES
 
 
 class Planner:
@@ -91,6 +91,8 @@ class Planner:
             # a calibration would slow a training run, and be slowed by it
             may_calibrate=may_calibrate and not self.app.in_progress,
             check_encoders=self.check_encoders(base),
+            # what the machine gives now (a tenth of a second): not while a run here trains, which a new run waits for
+            probe=may_calibrate and not self.app.in_progress,
         )
         if est is None and not may_calibrate:
             return rough, "calibrates on this machine when a plan for the bundled model is shown"
