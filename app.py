@@ -24,9 +24,10 @@ from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
 from ui.evaluate import evaluate_tab, wire_evaluate
 from ui.explore import explore_tab, wire_explore
+from ui.handlers import current_visitor
 from ui.runs import RunView, wire_blend, wire_runs, wire_saved_zip, wire_training
 from ui.search import search_tab, wire_search
-from ui.tune import tune_tab, wire_inputs
+from ui.tune import tune_tab, wire_bases, wire_inputs
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -68,6 +69,7 @@ sentence similarity benchmarks → **④ Explore** what changed: linked maps, th
 def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
     """The four-tab UI plus the /train, /search and /cancel API endpoints; `app` defaults to one from the env."""
     app = app or MirrorApp()
+    app.identify = current_visitor  # every session is charged to the visitor the middleware names
     # the Hub parts (a dataset as input, the push) only where they can work: allowed, and this server is online
     hub = app.settings.allow_hub and os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("1", "true", "yes")
     with gr.Blocks(title="Mirror Explorer", delete_cache=(3600, int(app.settings.session_ttl))) as demo:
@@ -88,6 +90,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
                 explore = explore_tab(min(app.settings.max_map_points, app.settings.max_strings), hub)
         api = api_components()
         wire_inputs(app, state, tune)
+        wire_bases(app, state, tune)
         view = RunView(app, state, browser, tune, search, evaluate, explore)
         wire_training(app, view)
         wire_saved_zip(app, view)
@@ -97,7 +100,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         wire_blend(app, view, explore)
         wire_api(app, state, api)
         wire_runs(app, view, demo)
-    demo.queue(default_concurrency_limit=2)
+    demo.queue(default_concurrency_limit=2, max_size=app.settings.queue_size)
     return demo
 
 
@@ -143,6 +146,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         total_quota=app.settings.upload_disk_bytes,
         trusted=app.settings.trusted_proxies,
         max_body=limit + 2**20,  # the file and its multipart framing
+        # any other request (an event joining the queue, an API call): a paste of MIRROR_MAX_UPLOAD_MB as JSON (a
+        # line break is two characters there), read whole and refused past this before the app sees it
+        max_request=2 * app.settings.max_upload_bytes + 2**20,
+        key=app.visitor_key,  # the visitor cookie's signature
+        # Gradio's own table of the sessions its queue streams to (a private attribute: checked by tests/test_abuse)
+        known_session=lambda session: session in demo._queue.pending_messages_per_session,
     )
     # uvicorn believes X-Forwarded-For from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): only from our proxies
     os.environ["FORWARDED_ALLOW_IPS"] = ",".join(app.settings.trusted_proxies)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from index.pipeline import Finished, Phase, Step, Stopped
+from mirror.errors import without_paths
 
 if TYPE_CHECKING:
     from explorer.runs.runinfo import RunInfo
@@ -61,6 +62,9 @@ class Cancelled:
     stats: dict[str, Any] = field(default_factory=dict)
     kind: ClassVar[str] = "cancelled"
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", without_paths(self.text))
+
 
 @dataclass(frozen=True)
 class Failed:
@@ -68,6 +72,9 @@ class Failed:
 
     text: str
     kind: ClassVar[str] = "error"
+
+    def __post_init__(self) -> None:  # whatever failed, its message names no server path
+        object.__setattr__(self, "text", without_paths(self.text))
 
 
 __all__ = [

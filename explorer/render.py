@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, without_paths
 
 if TYPE_CHECKING:
     from explorer.runs.sessions import RunInfo, Session
@@ -33,12 +33,14 @@ def message(text: str, kind: str = "error") -> str:
 def user_error(exc: BaseException) -> str:
     """What the user reads: a MirrorError's own message, or a short note for a bug (whose traceback is logged)."""
     if isinstance(exc, MirrorError):
-        return str(exc)
+        return without_paths(str(exc))
     if not getattr(exc, "_mx_logged", False):  # log a bug once, however often its message is shown
         log.error("unexpected error in a handler", exc_info=exc)
         with contextlib.suppress(AttributeError):
             exc._mx_logged = True  # type: ignore[attr-defined]
-    return f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+    return without_paths(
+        f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+    )
 
 
 def status_box(text: str, kind: str = "info") -> str:
@@ -178,93 +180,6 @@ def moved_header(run: RunInfo | None) -> str:
         f"(< 0: {who} hurt). Ranked by distance to the gold rank rather than by raw movement, since that is what "
         "moves the Spearman correlation."
     )
-
-
-def fmt_interval(ci: Sequence[float] | None, signed: bool = False) -> str:
-    """A 95% interval for a table cell: "0.612 – 0.701" ("+0.004 – +0.021" for a change); "n/a" without one."""
-    if ci is None:
-        return "n/a"
-    spec = "+.4f" if signed else ".4f"
-    return f"{ci[0]:{spec}} – {ci[1]:{spec}}"
-
-
-def eval_table_rows(rows: list[dict[str, Any]], served: str = "tuned") -> list[dict[str, Any]]:
-    """The evaluation rows for the table: intervals as text, the change signed, the tuned encoder's columns named
-    `served` (render.served_label: "blend α=0.5" for a blend)."""
-    out = []
-    for r in rows:
-        row = dict(r)
-        for key in [k for k in r if k.endswith("95% CI")]:
-            row[key] = fmt_interval(r[key], signed=key.startswith("change"))
-        if "change" in r:
-            row["change"] = f"{r['change']:+.4f}"
-        out.append(served_columns(row, served))
-    return out
-
-
-def served_columns(row: dict[str, Any], served: str) -> dict[str, Any]:
-    """`row` with its tuned encoder's keys ("tuned", "tuned 95% CI", "tuned rank") named `served`, order kept."""
-    if served == "tuned":
-        return row
-    return {(served + k[len("tuned") :] if k == "tuned" or k.startswith("tuned ") else k): v for k, v in row.items()}
-
-
-ENCODER_COLOURS = {"base": "#4c78a8", "tuned": "#f58518"}
-
-
-def eval_chart(rows: list[dict[str, Any]], encoders: Sequence[str], served: str = "tuned") -> str:
-    """Spearman per set and encoder as horizontal bars (HTML), each with its 95% interval as a whisker; the tuned
-    encoder's bars labelled `served` ("blend α=0.5" for a blend). The axis runs from 0 (or the lowest value, when one
-    is negative) to 1. All text is escaped."""
-    names = {e: served if e == "tuned" else e for e in encoders}
-    label_em = max(3.5, 0.6 * max((len(n) for n in names.values()), default=0))  # "blend α=0.25" needs room
-    values = [r[e] for r in rows for e in encoders] + [
-        lo for r in rows for e in encoders if r.get(f"{e} 95% CI") for lo in r[f"{e} 95% CI"][:1]
-    ]
-    left = min(0.0, *values) if values else 0.0
-
-    def x(v: float) -> float:  # a value's position, in % of the bar's width
-        return 100.0 * (max(left, min(1.0, v)) - left) / (1.0 - left)
-
-    def bar(r: dict[str, Any], enc: str) -> str:
-        v, ci, zero = r[enc], r.get(f"{enc} 95% CI"), x(0.0)
-        start, width = min(zero, x(v)), abs(x(v) - zero)
-        whisker = ""
-        if ci:
-            lo, hi = x(ci[0]), x(ci[1])
-            whisker = (
-                f'<div title="95% interval {ci[0]:.3f} – {ci[1]:.3f}" style="position:absolute;left:{lo:.1f}%;'
-                f"width:{max(hi - lo, 0.3):.1f}%;top:3px;bottom:3px;border:2px solid var(--body-text-color,#333);"
-                "border-top:none;border-bottom:none;background:linear-gradient(var(--body-text-color,#333),"
-                'var(--body-text-color,#333)) center/100% 2px no-repeat"></div>'
-            )
-        return (
-            f'<div class="mx-eval-bar" style="display:flex;align-items:center;gap:8px;margin:2px 0">'
-            f'<span style="width:{label_em:g}em;flex:none;font-size:0.9em">{html.escape(names[enc])}</span>'
-            '<div style="position:relative;flex:1;height:18px;background:rgba(127,127,127,0.12);border-radius:3px">'
-            f'<div style="position:absolute;left:{start:.1f}%;width:{width:.1f}%;top:0;bottom:0;'
-            f'background:{ENCODER_COLOURS.get(enc, "#888")};border-radius:3px"></div>{whisker}</div>'
-            f'<span style="width:9.5em;font-size:0.9em;font-variant-numeric:tabular-nums">{v:.3f}'
-            f"{f' ({ci[0]:.2f} – {ci[1]:.2f})' if ci else ''}</span></div>"
-        )
-
-    sets = "".join(
-        f'<div style="margin:8px 0 2px 0;font-weight:600">{html.escape(str(r["gold set"]))} '
-        f'<span style="font-weight:normal;opacity:0.7">· {r["pairs"]:,} pairs</span></div>'
-        + "".join(bar(r, e) for e in encoders)
-        for r in rows
-    )
-    return (
-        '<div id="mx-eval-chart"><div style="font-weight:600">Spearman ρ, higher is better; the whisker is its '
-        f"bootstrap 95% interval (axis {left:.2f} to 1)</div>{sets}</div>"
-    )
-
-
-def eval_md(rows: list[dict[str, Any]], notes: Sequence[str], caption: str = "") -> str:
-    """Which run was evaluated, what the evaluation found in one line, then its notes (small sets, no tuned model)."""
-    n = len(rows)
-    head = f"Evaluated {n} set{'s' if n != 1 else ''}; intervals are bootstrap 95% intervals over the pairs."
-    return "\n\n".join([*([caption] if caption else []), message(head, "ok"), *(message(t, "warning") for t in notes)])
 
 
 LOSS_TITLE = "Training loss ÷ log(2B−1) (1 = knows nothing; each step, and smoothed weighting each by its strings)"
@@ -485,7 +400,8 @@ def served_md(session: Session | None) -> str:
             "(or upload a saved model there) to compare it with the tuned model.",
             "info",
         )
-    extra = f" · other corpus: `{run.extra_corpus}`" if run.extra_corpus else ""
+    other = getattr(session, "extra", None)  # this session's other corpus, for the run it serves
+    extra = f" · other corpus: `{other.name}`" if other is not None and other.run == run.folder else ""
     return (
         f"Run `{run.folder.name[:8]}`: searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
         f"({run.pooling} pooling){blend_part(run)} at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
@@ -527,6 +443,8 @@ def forgetting_md(run: RunInfo | None) -> str:
     if run is not None and getattr(run, "checks_pending", False):
         return message(CHECKS_PENDING, "info")
     check = (run.stats.get("forgetting") if run is not None else None) or {}
+    if check.get("skipped"):
+        return f"**General checks:** not run for this run ({check['skipped']})."
     if not check.get("checks"):
         return "**General checks:** not run for this run." if run is not None else ""
     rows = "\n".join(

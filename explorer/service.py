@@ -13,24 +13,18 @@ import functools
 import logging
 import os
 import secrets
-import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from explorer.compare.explore import RunExplorer
 from explorer.compare.search import BaseIndexes
 from explorer.compare.searching import Searcher
-from explorer.runs.jobs import FairSlots
+from explorer.runs.accounts import DiskAccounts, Owner, last_used
+from explorer.runs.jobs import FairSlots, TrainQueue
 from explorer.runs.models import Loaded, ModelCache
 from explorer.runs.saved import SavedRuns
-from explorer.runs.sessions import (
-    EVICT_MIN_IDLE_S,
-    RUNS_DIR,
-    RunHandle,
-    RunInfo,
-    Session,
-    SessionStore,
-    disk_usage,
-)
+from explorer.runs.sessions import EVICT_MIN_IDLE_S, RUNS_DIR, RunHandle, RunInfo, Session, SessionStore
 from explorer.runs.store import RunStore
 from explorer.runs.training import Trainer
 from explorer.settings import Settings
@@ -56,13 +50,17 @@ class MirrorApp:
         self.explore = RunExplorer(self)  # the Explore tab: maps, what moved, health, exports, the Hub
         self.sessions = SessionStore(self.settings, self.forget)
         self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.forget)
+        self.accounts = DiskAccounts(lambda: self.settings, self.settings.work_dir, self.runs.root, self.forget)
+        # who is asking, as the web layer knows it (ui.handlers.current_visitor: the signed cookie and the address);
+        # None where nobody tells (the service used directly): such sessions share one account
+        self.identify: Callable[[], Owner | None] = lambda: None
         self.in_progress: dict[str, RunHandle] = {}  # run id -> its handle, while it runs (a reload reattaches)
         # run id -> the RunInfo of a run (or blend) served before its general checks, while they run: whoever opens
         # it meanwhile gets this one, which the checks then complete (explorer.runs.training.check_and_package)
         self.checking: dict[str, RunInfo] = {}
-        # Training slots, enforced here as well as by the Gradio queue (which makes users wait for one):
-        # a caller that bypasses the queue gets a clear "busy" error instead of an extra training.
-        self.train_slots = threading.BoundedSemaphore(self.settings.train_concurrency)
+        # Training slots and the places waiting for one (runs, blends, model uploads): one place per visitor, in
+        # arrival order; Gradio's own queue does not hold these events (they wait here, cancellable, holding no worker)
+        self.train_queue = TrainQueue(self.settings.train_concurrency, self.settings.train_queue)
         self.search_slots = FairSlots(self.settings.search_concurrency)
         self.base_indexes = BaseIndexes()  # the loaded strings under a base model, searched before any tuning
         # time costs calibrated on this machine: once per process and model, whichever app asks
@@ -79,9 +77,19 @@ class MirrorApp:
 
     @functools.cached_property
     def secret(self) -> str:
-        """A key kept in the work folder (made once): what the browser stores about its runs stays readable
-        across server restarts, and unreadable to anyone without the key."""
-        path = self.settings.work_dir / ".browser-secret"
+        """The key gr.BrowserState stores the browser's run list with, kept in the work folder (made once) so the
+        list stays readable across server restarts. Not a secret: Gradio sends it to every page in /config (the run
+        list it protects is the browser's own, and a run id alone opens a run). Never used for anything else."""
+        return self._key_file(".browser-secret")
+
+    @functools.cached_property
+    def visitor_key(self) -> bytes:
+        """The key the visitor cookie is signed with (explorer.share.uploads.sign_visitor): made once, kept in the
+        work folder, never sent anywhere, so a client cannot invent a visitor (a fresh quota) for itself."""
+        return bytes.fromhex(self._key_file(".visitor-key"))
+
+    def _key_file(self, name: str) -> str:
+        path = self.settings.work_dir / name
         try:
             return path.read_text(encoding="utf-8").strip()
         except OSError:
@@ -100,28 +108,46 @@ class MirrorApp:
         self.explore.forget(folder)
 
     def session(self, state: Session | None = None) -> Session:
-        """The caller's session, or a fresh one when it has none or it expired."""
-        return self.sessions.get(state)
+        """The caller's session, or a fresh one when it has none or it expired (charged to whoever asks)."""
+        return self.sessions.get(state, self.identify())
 
     def close_session(self, state: Session | None) -> None:
         """gr.State's delete callback (tab closed, or idle past the TTL); a running job's session goes when it ends."""
         self.sessions.close(state)
 
     def sweep(self, force: bool = False) -> list[Path]:
-        """Remove idle sessions (TTL, disk budget) and old runs (MIRROR_RUN_TTL, disk budget); never one in use."""
+        """Remove sessions idle past MIRROR_SESSION_TTL and runs unused for MIRROR_RUN_TTL (never one being made),
+        and run folders a restart cut short; never anything for disk space (check_disk refuses the writer)."""
         removed = self.sessions.sweep(force)
         if force or removed:
             keep = {h.folder for h in self.in_progress.values() if h.folder is not None}
-            keep |= {Path(k) for k in self.models.runs}  # in memory: being served
             s = self.settings
-            removed += self.runs.sweep(s.run_ttl, s.disk_bytes, keep, min_idle=EVICT_MIN_IDLE_S)
+            unfinished = max(s.max_run_seconds or 0.0, 3600.0) + 600.0  # longer than any run takes to be made
+            removed += self.runs.sweep(s.run_ttl, keep, unfinished)
         return removed
 
-    def check_disk(self, session: Session) -> None:
-        """Before a job writes: the session's budget (its folder and its runs), then the global sweep."""
-        held = sum(disk_usage(self.runs.root / run_id) for run_id in session.run_ids)
-        self.sessions.check_disk(session, held)
+    def check_disk(self, session: Session, incoming: int = 0) -> list[str]:
+        """Before a job writes about `incoming` bytes for `session`: old sessions and runs swept, then room in the
+        disk accounts of its visitor, its address and the server (explorer.runs.accounts), or MirrorError. The
+        visitor's own least recently used runs may make room in its own budget: the notes say which went."""
         self.sweep(force=True)
+        busy = {h.folder for h in self.in_progress.values() if h.folder is not None}
+        busy |= {self.runs.folder(run_id) for run_id in self.checking}
+        if session.run is not None:
+            busy.add(session.run.folder)
+
+        def may_go(folder: Path) -> bool:
+            idle = time.time() - last_used(folder) > EVICT_MIN_IDLE_S
+            return folder not in busy and idle and (folder / "run.json").is_file()
+
+        removed = self.accounts.make_room(session.owner, incoming, may_go)
+        if not removed:
+            return []
+        names = ", ".join(f.name[:8] for f in removed)
+        return [
+            f"To make room within your disk on this server (MIRROR_VISITOR_DISK_MB), your least recently used "
+            f"run{'s' if len(removed) > 1 else ''} {names} {'were' if len(removed) > 1 else 'was'} removed."
+        ]
 
     def warm_up(self) -> None:
         """Ahead of the first request (a thread at server start): the bundled model, the base side of the forgetting

@@ -12,8 +12,13 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for, at most half of what is free; 0 = that half (default:
                             half of the machine's or container's memory after MIRROR_LOADED_MB and 1.5 GB for the
                             process, at most 8192: 5.75 GB on a 16 GB CPU Space; mirror.memory.host_train_budget)
-  MIRROR_DISK_MB            disk for all runs (and for all sessions); least recently used first past it (default: 10240)
-  MIRROR_SESSION_DISK_MB    disk for one session (default: 2048)
+  MIRROR_DISK_MB            disk for everything the app writes (runs, blends, model zips unpacked, exports, other
+                            corpora, sessions); past it new work is refused, nobody's runs are removed (default: 10240)
+  MIRROR_VISITOR_DISK_MB    ... for one visitor (a browser's signed cookie, or an address without one), all its sessions
+                            together; past it its own least recently used runs make room (default: 2048; the older name
+                            MIRROR_SESSION_DISK_MB is read when this one is unset)
+  MIRROR_ADDRESS_DISK_MB    ... for one client address, all its visitors together; past it new work is refused
+                            (default: 4096)
   MIRROR_UPLOAD_QUOTA_MB    upload bytes one visitor (browser) may have on disk, uploaded in the last hour (default: 1024)
   MIRROR_UPLOAD_ADDRESS_MB  ... one client address, all its visitors together (default: 4096)
   MIRROR_UPLOAD_DISK_MB     ... everyone together (default: 8192); uploads are removed an hour after they arrive
@@ -32,6 +37,9 @@ Defaults suit a public CPU Space (see the README's table):
                             (default: 1)
   MIRROR_WARM_UP            1/0: at start, in the background, score the base side of the general checks and compile
                             UMAP's kernels, so the first run and the first map do not wait for them (default: 1)
+  MIRROR_TRAIN_QUEUE        runs, blends and model uploads waiting for a training slot, one per visitor (default: 16)
+  MIRROR_QUEUE_SIZE         events waiting in Gradio's queue, all kinds (default: 64)
+  MIRROR_MAX_PAIRS          pairs scored in one evaluation (default: 5000; the bundled sets have at most 1,500)
   MIRROR_SEARCH_CONCURRENCY searches encoding at once, the others wait in arrival order (default: 4; on 2 cores
                             20 parallel searches ran ~1.3x faster with p99 -30% than unlimited, bench/RESULTS.md)
 """
@@ -67,8 +75,10 @@ class Settings:
     # What a training step may plan for, and never more than half the memory available when the run starts: the
     # default sentences run on the bundled model plans ~6 GB in fp32; a 1,300-token attack string stays bounded.
     train_memory_bytes: int | None = 8 * 1024**3
-    disk_bytes: int = 10 * 1024**3
-    session_disk_bytes: int = 2 * 1024**3
+    # Disk accounts (explorer.runs.accounts): everything written under work_dir, charged to the visitor who wrote it
+    disk_bytes: int = 10 * 1024**3  # everyone together
+    visitor_disk_bytes: int = 2 * 1024**3  # one visitor, all its sessions
+    address_disk_bytes: int = 4 * 1024**3  # one client address, all its visitors
     # Gradio's upload route (explorer.share.uploads.UploadQuota): bytes uploaded in the last hour and still on disk
     upload_quota_bytes: int = 1024**3  # per visitor (a browser's cookie; a model zip is at most 600 MB)
     upload_address_bytes: int = 4 * 1024**3  # per client address (all its visitors: a NAT, a proxy)
@@ -82,6 +92,9 @@ class Settings:
     loaded_runs: int = 32  # 20 active sessions on the bundled model (~95 MB each) stay loaded (bench/RESULTS.md)
     loaded_bytes: int = 3072 * 1024 * 1024  # ... but only ~6 runs of a bert-base-sized model
     search_concurrency: int = 4
+    train_queue: int = 16  # places waiting for a training slot (one per visitor)
+    queue_size: int = 64  # Gradio's queue, every kind of event
+    max_pairs: int = 5000  # pairs in one evaluation
     general_checks: bool = True  # the forgetting check after each run (explorer.compare.forgetting); off saves seconds
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
 
@@ -109,6 +122,10 @@ class Settings:
         max_run_s = number("MIRROR_MAX_RUN_SECONDS", d.max_run_seconds, 0, float)
         from mirror.memory import host_train_budget  # torch: only when a server reads its settings
 
+        # the per-visitor budget's older name (it was per session) still works where the new one is unset
+        visitor_var = (
+            "MIRROR_VISITOR_DISK_MB" if env.get("MIRROR_VISITOR_DISK_MB", "").strip() else "MIRROR_SESSION_DISK_MB"
+        )
         loaded_bytes = int(number("MIRROR_LOADED_MB", d.loaded_bytes / 2**20, 1, float) * 2**20)
         train_mb = number("MIRROR_TRAIN_MEMORY_MB", host_train_budget(loaded_bytes) / 2**20, 0, float)
         return Settings(
@@ -121,8 +138,10 @@ class Settings:
             max_steps=max_steps or None,
             max_run_seconds=max_run_s or None,
             train_memory_bytes=int(train_mb * 2**20) or None,
-            disk_bytes=int(number("MIRROR_DISK_MB", d.disk_bytes / 2**20, 100, float) * 2**20),
-            session_disk_bytes=int(number("MIRROR_SESSION_DISK_MB", d.session_disk_bytes / 2**20, 10, float) * 2**20),
+            # (fractions of a MB are for tests with tiny models; a real server wants hundreds)
+            disk_bytes=int(number("MIRROR_DISK_MB", d.disk_bytes / 2**20, 0.1, float) * 2**20),
+            visitor_disk_bytes=int(number(visitor_var, d.visitor_disk_bytes / 2**20, 0.1, float) * 2**20),
+            address_disk_bytes=int(number("MIRROR_ADDRESS_DISK_MB", d.address_disk_bytes / 2**20, 0.1, float) * 2**20),
             upload_quota_bytes=int(number("MIRROR_UPLOAD_QUOTA_MB", d.upload_quota_bytes / 2**20, 1, float) * 2**20),
             upload_address_bytes=int(
                 number("MIRROR_UPLOAD_ADDRESS_MB", d.upload_address_bytes / 2**20, 1, float) * 2**20
@@ -137,6 +156,9 @@ class Settings:
             loaded_runs=number("MIRROR_LOADED_RUNS", d.loaded_runs, 1),
             loaded_bytes=loaded_bytes,
             search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
+            train_queue=number("MIRROR_TRAIN_QUEUE", d.train_queue, 1),
+            queue_size=number("MIRROR_QUEUE_SIZE", d.queue_size, 4),
+            max_pairs=number("MIRROR_MAX_PAIRS", d.max_pairs, 10),
             general_checks=env.get("MIRROR_GENERAL_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
             warm_up=env.get("MIRROR_WARM_UP", "1").strip().lower() not in ("0", "false", "no", "off"),
         )

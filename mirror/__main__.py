@@ -144,6 +144,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"could not save the model to {args.out} ({exc.strerror or exc}); nothing was changed there"
             ) from None
         say(result.summary())
+        for note in result.notes:
+            say(f"note: {note}")
         say(f"saved: {out}  (load with SentenceTransformer({str(out)!r}))")
     del result
     distributed.shutdown()  # torchrun: garbage, a barrier, then destroy (mirror.distributed.shutdown says why)
@@ -173,6 +175,8 @@ def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorCo
         raise MirrorError("the run stopped before its end; nothing was saved")
     write_card(out / "model")
     print(last[-1].stats["summary"])
+    for note in last[-1].stats.get("notes") or []:
+        print(f"note: {note}")
     print(f"saved: {out}/model, {out}/base_index, {out}/tuned_index")
     print(f"search: python -m index query {out / 'tuned_index'} 'your query' --encoder {out / 'model'}")
     return 0

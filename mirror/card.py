@@ -190,6 +190,8 @@ def _forgetting(check: Any) -> list[str]:
     its 95% interval and its word (better, same, worse)."""
     from mirror.checks import word_of
 
+    if isinstance(check, dict) and check.get("skipped"):
+        return ["", "## Did tuning forget anything?", "", f"Not checked: {check['skipped']}."]
     if not isinstance(check, dict) or not check.get("checks"):
         return []
     rows = []

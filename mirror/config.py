@@ -166,7 +166,7 @@ NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "max_steps": ("max steps", True, 1, None),
     "log_every": ("log every", True, 1, None),
     "distill": ("distillation weight", False, 0.0, 1000.0),
-    "l2_base": ("L2-to-base weight", False, 0.0, None),
+    "l2_base": ("L2-to-base weight", False, 0.0, 1000.0),  # past it the penalty alone overflows the loss
     "freeze_layers": ("frozen layers", True, 0, 1000),  # and at most the model's layers: mirror_tune checks
     "blend_alpha": ("blend α", False, 0.0, 1.0),
     "join_views": ("strings joined per view", True, 1, 64),

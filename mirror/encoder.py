@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -27,12 +26,22 @@ from mirror import memory
 from mirror.cli import check_out_dir
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER
 from mirror.data import SURROGATE
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, without_paths
 from mirror.names import check_model_name, is_under, looks_local, shown_model
 
 HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "sentencepiece*"]
-# Attribute names that hold dropout probabilities across BERT-family configs.
-DROPOUT_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
+# Attribute names that hold dropout probabilities across BERT-family configs: BERT, RoBERTa, ELECTRA, MPNet, DeBERTa
+# (hidden_/attention_probs_), DistilBERT (dropout, attention_dropout), ModernBERT (attention_, mlp_, embedding_dropout).
+DROPOUT_KEYS = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dropout",
+    "attention_dropout",
+    "mlp_dropout",
+    "embedding_dropout",
+)
+# Models whose position ids start after the padding index (RoBERTa's scheme): two positions fewer than the config has.
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm", "mpnet")
 # Strings are cut to this many characters per token of the length limit before tokenizing: tokenization
 # cost grows with the whole string (a 10 MB line takes ~20 s), truncation only happens after it. No token
 # of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first tokens are kept as they were.
@@ -55,8 +64,6 @@ def tokenized(tokenizer: Any, texts: Any, **kwargs: Any) -> Any:
 CPU_BATCH_TOKENS = 4096
 # encode() tokenizes this many strings at a time (the ids of a million strings held at once would take ~1 GB).
 TOKENIZE_CHUNK = 16384
-# An absolute path inside a library's error message (not the path part of a URL or of `org/name`).
-ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])/[^\s'\"`,;()\[\]]+")
 
 ProgressFn = Callable[[int, int], None]
 # transformers' lazy top-level module is not thread-safe on first use: two threads importing AutoConfig at
@@ -157,6 +164,12 @@ class Encoder:
     @property
     def mask_token(self) -> str | None:
         return self.tokenizer.mask_token
+
+    @property
+    def attention(self) -> str:
+        """The attention implementation the model runs: "sdpa" (fused), or "eager" where its architecture has no
+        fused one in transformers (MPNet, DeBERTa): `load_encoder` takes the fastest the architecture supports."""
+        return attention_of(self.model)
 
     def to(self, device: str | torch.device) -> Encoder:
         self.model.to(device)
@@ -432,13 +445,12 @@ def _rows_that_fit(model: Any, device: torch.device, precision: str, budget: int
     budget = memory.available_bytes(device) if budget is None else budget
     geometry = memory.model_geometry(model)
     dtype_bytes = memory.activation_bytes(resolve_precision(device, precision))
-    fused = getattr(model.config, "_attn_implementation", None) in ("sdpa", "flash_attention_2")
 
     def fits(n: int, length: int) -> int:
         lo, hi = 1, n
         while lo < hi:  # the cost grows with the rows: bisect
             mid = (lo + hi + 1) // 2
-            if memory.step_bytes(mid, length, geometry, dtype_bytes, False, fused) <= budget:
+            if memory.step_bytes(mid, length, geometry, dtype_bytes, False) <= budget:
                 lo = mid
             else:
                 hi = mid - 1
@@ -521,6 +533,7 @@ def load_encoder(
     device: str = "cpu",
     dropout: float | None = None,
     allowed_roots: Sequence[Path] | None = None,
+    max_weights: int | None = None,
 ) -> Encoder:
     """Load the bundled model, a local folder (plain HF or sentence-transformers) or a hub id.
 
@@ -528,12 +541,14 @@ def load_encoder(
     `dropout` overrides the hidden and attention dropout (training). Remote code is never run.
     `allowed_roots` is check_model_name's `roots`: None takes local folders anywhere, a list only under
     those directories, an empty one none. Messages name a local folder by its last part, never its full path.
+    `max_weights`: the bytes its fp32 weights may take, checked from its config before any weight is made (or, for
+    a hub id, downloaded): `check_weights`.
     """
     source = str(name_or_path).strip()
     if not source:
         raise MirrorError("no model given: use 'bundled', a Hugging Face model id or a local folder")
     shown = shown_model(source)
-    folder = _resolve_folder(source, allowed_roots, shown)
+    folder = _resolve_folder(source, allowed_roots, shown, max_weights)
     transformer_dir, st_pooling, st_max_len = folder, None, None
     for module in _st_modules(folder, shown):
         mtype, mpath = str(module.get("type", "")), module.get("path", "")
@@ -548,6 +563,7 @@ def load_encoder(
         pooling = st_pooling if st_pooling in ("cls", "mean") else ("mean" if st_pooling else "cls")
     if pooling not in ("cls", "mean"):
         raise MirrorError(f"pooling must be 'auto', 'cls' or 'mean', got {pooling!r}")
+    check_weights(transformer_dir, shown, max_weights)
     model, tokenizer = _load_hf(transformer_dir, shown, dropout)
     max_len = int(st_max_len or _model_max_length(model, tokenizer))
     info = _read_json(folder / MIRROR_CONFIG_FILE) or {}
@@ -644,12 +660,19 @@ def load_sentence_transformer(path: str | Path, device: str = "cpu"):
     return SentenceTransformer(str(path), device=device, trust_remote_code=False)
 
 
-def _resolve_folder(source: str, allowed_roots: Sequence[Path] | None, shown: str) -> Path:
-    """The folder to load: the bundled model's, a local one (the policy of check_model_name) or a hub download."""
+def _resolve_folder(
+    source: str, allowed_roots: Sequence[Path] | None, shown: str, max_weights: int | None = None
+) -> Path:
+    """The folder to load: the bundled model's, a local one (the policy of check_model_name) or a hub download (with
+    `max_weights`, its config.json first: a model too large for this machine is refused before its weights come)."""
     name = check_model_name(source, roots=allowed_roots, shown=shown)
     if name == BUNDLED_MODEL:
         return bundled_model_path()
     if not looks_local(name):
+        if max_weights is not None:
+            config_dir = _download(name, ["config.json"])
+            if (config_dir / "config.json").is_file():  # a sentence-transformers repo may keep it in a subfolder
+                check_weights(config_dir, shown, max_weights)
         return _download(name)
     path = Path(name).expanduser()
     try:
@@ -677,13 +700,13 @@ def hub_download_bytes(repo_id: str) -> int | None:
     return sum(int(f.size or 0) for f in files)
 
 
-def _download(repo_id: str) -> Path:
+def _download(repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES)) -> Path:
     with _HF_IMPORT_LOCK:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+        return Path(snapshot_download(repo_id, allow_patterns=list(patterns)))
     except (RepositoryNotFoundError, GatedRepoError):
         raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
     except Exception as exc:  # offline mode, DNS failure, timeouts: all mean "unreachable"
@@ -692,6 +715,72 @@ def _download(repo_id: str) -> Path:
             f"unreachable ({type(exc).__name__}). Use the bundled model, or download the model on a machine with "
             f"internet (`hf download {repo_id} --local-dir DIR`) and pass that folder instead."
         ) from None
+
+
+# A config naming more layers than this is no encoder this app can tune (the largest BERT-family models have 48);
+# building even its empty skeleton would take minutes.
+MAX_LAYERS = 256
+
+
+def check_weights(folder: Path, shown: str, max_bytes: int | None) -> int:
+    """The bytes the model in `folder` takes in memory in fp32 (4 per parameter), counted from its config.json
+    alone: the model is built on PyTorch's meta device (shapes, no storage), so nothing is allocated or read but
+    the config. MirrorError when it is over `max_bytes` (None: any size), or the config is no encoder's. A config
+    that declares billions of parameters and ships no weights would otherwise have them all made (and initialised)
+    by `from_pretrained` before anything failed."""
+    if max_bytes is None:
+        return 0
+    with _HF_IMPORT_LOCK:
+        from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        remote = _remote_code_error(folder, shown)  # an architecture only its own repository's code defines
+        if remote is not None:
+            raise remote from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MirrorError(
+            f"{shown}: could not read the model's config ({_without_paths(first, folder, shown)})"
+        ) from None
+    sizes = {
+        k: getattr(config, k, None) for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
+    }
+    if not all(isinstance(v, int) and v > 0 for v in sizes.values()):
+        return _counted(config, AutoModel, shown, max_bytes)  # another naming: the skeleton says
+    layers, hidden, inter, vocab = sizes.values()
+    if layers > MAX_LAYERS:
+        raise MirrorError(
+            f"{shown}: its config declares {layers:,} layers; this server loads encoders up to {MAX_LAYERS}"
+        )
+    # a lower bound (embeddings, attention and MLP matrices), before building anything: a config declaring 100 B
+    # parameters is refused here, in microseconds
+    floor = 4 * (vocab * hidden + layers * (4 * hidden * hidden + 2 * hidden * inter))
+    if floor > max_bytes:
+        raise MirrorError(_too_large(shown, floor // 4, max_bytes))
+    return _counted(config, AutoModel, shown, max_bytes)
+
+
+def _counted(config: Any, auto_model: Any, shown: str, max_bytes: int) -> int:
+    try:
+        with torch.device("meta"):
+            skeleton = auto_model.from_config(config, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise MirrorError(
+            f"{shown}: could not load the model ({type(exc).__name__}: not an encoder this app loads)"
+        ) from None
+    n = sum(p.numel() for p in skeleton.parameters()) + sum(b.numel() for b in skeleton.buffers())
+    if 4 * n > max_bytes:
+        raise MirrorError(_too_large(shown, n, max_bytes))
+    return 4 * n
+
+
+def _too_large(shown: str, n_params: int, max_bytes: int) -> str:
+    return (
+        f"{shown}: its config declares {n_params / 1e6:,.0f} M parameters, {memory.fmt_gb(4 * n_params)} of memory "
+        f"to load; this server loads models up to {memory.fmt_gb(max_bytes)} (MIRROR_LOADED_MB, and half the "
+        "memory free now)"
+    )
 
 
 def _load_hf(folder: Path, shown: str, dropout: float | None):
@@ -707,13 +796,71 @@ def _load_hf(folder: Path, shown: str, dropout: float | None):
                 if hasattr(config, key):
                     setattr(config, key, dropout)
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-        model = AutoModel.from_pretrained(folder, config=config, trust_remote_code=False, attn_implementation="sdpa")
+        model = AutoModel.from_pretrained(
+            folder, config=config, trust_remote_code=False, attn_implementation=fastest_attention(config)
+        )
     except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})") from None
+        raise _load_error(exc, folder, shown) from None
     if not getattr(model.config, "hidden_size", None):
         raise MirrorError(f"{shown}: not a text encoder (no hidden_size in its config)")
     return model, tokenizer
+
+
+def _load_error(exc: Exception, folder: Path, shown: str) -> MirrorError:
+    """The message for a model transformers could not load: a model that needs its own code (remote code, which is
+    never run here) is said so; anything else is the library's first line, without the server's paths."""
+    remote = _remote_code_error(folder, shown)
+    if remote is not None:
+        return remote
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})")
+
+
+def _remote_code_error(folder: Path, shown: str) -> MirrorError | None:
+    """The message for a model whose config asks for code from its own repository (auto_map), else None."""
+    config = _read_json(folder / "config.json")
+    if not (isinstance(config, dict) and config.get("auto_map")):
+        return None
+    return MirrorError(
+        f"{shown}: this model's architecture ({config.get('model_type', 'unknown')}) needs code from its own "
+        "repository (remote code), which Mirror never runs; use a model of an architecture transformers ships "
+        "(BERT, RoBERTa, DistilBERT, ELECTRA, XLM-RoBERTa, MPNet, DeBERTa, ModernBERT, ...)"
+    )
+
+
+def fastest_attention(config: Any) -> str:
+    """The attention implementation to load a model of `config` with: "sdpa" (PyTorch's fused kernels: less memory
+    in inference, faster on a GPU) where transformers has it for the architecture, else "eager" (MPNet, DeBERTa).
+    Always named, never left to the config: a config file could otherwise ask for a kernel from the Hub."""
+    with _HF_IMPORT_LOCK:
+        from transformers import MODEL_MAPPING
+
+    try:
+        model_class = MODEL_MAPPING[type(config)]
+    except KeyError:  # not a model AutoModel loads: its own error says so
+        return "sdpa"
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+def attention_of(model: Any) -> str:
+    """The attention implementation `model` runs ("sdpa", "eager", ...), read from its config."""
+    while not hasattr(model, "config") and hasattr(model, "module"):  # wrapped by DistributedDataParallel
+        model = model.module
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+
+
+def attention_note(encoder: Encoder) -> str | None:
+    """What a run or plan says when the model runs eager attention (None with fused attention)."""
+    if encoder.attention != "eager":
+        return None
+    model = encoder.model
+    while not hasattr(model, "config") and hasattr(model, "module"):
+        model = model.module
+    return (
+        f"{type(model).__name__} has no fused (SDPA) attention in transformers: it runs the plain (eager) attention, "
+        "which keeps every layer's token-by-token scores (more memory and time on long strings; the memory plan "
+        "counts them)"
+    )
 
 
 def _without_paths(message: str, folder: Path, shown: str) -> str:
@@ -721,13 +868,13 @@ def _without_paths(message: str, folder: Path, shown: str) -> str:
     its last part: a server's paths stay private."""
     for path in {str(folder.resolve()), str(folder)}:
         message = message.replace(path, shown)
-    return ABSOLUTE_PATH.sub(lambda m: Path(m.group(0).rstrip("/.")).name or "…", message)
+    return without_paths(message)
 
 
 def _model_max_length(model: Any, tokenizer: Any) -> int:
     limit = int(getattr(model.config, "max_position_embeddings", 512) or 512)
-    if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        limit -= 2  # RoBERTa's position ids start after the padding index
+    if getattr(model.config, "model_type", "") in OFFSET_POSITIONS:
+        limit -= 2  # RoBERTa's (and MPNet's) position ids start after the padding index
     tok = getattr(tokenizer, "model_max_length", limit) or limit
     return max(8, min(limit, int(tok) if tok < 1e6 else limit, 512))
 

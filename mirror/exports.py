@@ -168,7 +168,7 @@ def export_key(fmt: str, rows: Sequence[int] | None, coords: Mapping[str, Sequen
 
 def prune_exports(runs: Iterable[Path], held: int, budget: int, keep: Path | None = None) -> int:
     """Remove the exports (entries of `<run>/exports/`) of `runs`, least recently written first, while `held` bytes
-    are over `budget`; `keep` stays. Returns the bytes freed."""
+    are over `budget`; `keep` stays (and the entry holding it). Returns the bytes freed."""
     entries = []
     for run in runs:
         for entry in (run / "exports").iterdir() if (run / "exports").is_dir() else ():
@@ -178,7 +178,7 @@ def prune_exports(runs: Iterable[Path], held: int, budget: int, keep: Path | Non
     for _, entry in sorted(entries):
         if held - freed <= budget:
             break
-        if keep is not None and entry == keep:
+        if keep is not None and (entry == keep or keep.is_relative_to(entry)):
             continue
         size = (
             sum(f.stat().st_size for f in entry.rglob("*") if f.is_file()) if entry.is_dir() else entry.stat().st_size

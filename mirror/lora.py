@@ -17,7 +17,12 @@ import torch
 
 from mirror.errors import MirrorError
 
-LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # encoder.layer.3. (BERT, RoBERTa), transformer.layer.3. (DistilBERT)
+# A transformer layer's number in a parameter or module name: encoder.layer.3. (BERT, RoBERTa, ELECTRA, MPNet, DeBERTa),
+# transformer.layer.3. (DistilBERT), layers.3. (ModernBERT).
+LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
+# An attention block's part of a name: .attention. (BERT and most of the family; MPNet's .attention.attn.), .attn.
+# (ModernBERT's Wqkv and Wo).
+ATTENTION = re.compile(r"(?:^|\.)(?:attention|attn)(?:\.|$)")
 
 
 class LoRALinear(torch.nn.Module):
@@ -47,7 +52,12 @@ def lora_targets(model: Any, skip_layers: int = 0) -> list[str]:
     names = []
     for name, module in model.named_modules():
         layer = LAYER.search(name + ".")
-        if isinstance(module, torch.nn.Linear) and "attention" in name and layer and int(layer.group(1)) >= skip_layers:
+        if (
+            isinstance(module, torch.nn.Linear)
+            and ATTENTION.search(name)
+            and layer
+            and int(layer.group(1)) >= skip_layers
+        ):
             names.append(name)
     return names
 

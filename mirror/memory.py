@@ -19,6 +19,15 @@ layer's working set, (12sbh + 2sbI) values, plus the mask and the output rows; t
 `load_encoder` asks for keep no s x s scores there (measured: only the mask grows with s²), eager attention
 keeps scores and softmax (`fused_attention=False`).
 
+Other BERT-family shapes (`Geometry`, read from the model by `model_geometry`): I is the widest activation of a
+layer's MLP, twice the intermediate size for a gated one (ModernBERT's GLU keeps its 2I-wide projection, the
+activation and their product: 4I values where BERT keeps 2I); the architectures without fused attention in
+transformers (MPNet, DeBERTa) run eager attention, which in training keeps about the same 3 fp32 copies of the
+scores (autograd's saved tensors: 3.0 a layer for BERT eager and MPNet, 0.8 for DeBERTa-v2) and in inference the
+scores and softmax; DeBERTa's disentangled attention adds content-to-position and position-to-content scores of
+width 2k (k its relative span, 256 for DeBERTa-v3): counted as 4 fp32 copies of (b, a, s, 2k) in training (3.25
+measured) and 3 in inference. bench/bench_arch_memory.py measures each architecture against this count.
+
 Calibration: the peak RSS increase (VmHWM after resetting it once the model is loaded) of one mirror_tune
 step (batch = the strings, 2 views each) or one Encoder.encode call of the bundled all-MiniLM-L6-v2
 (6 layers, h 384, 12 heads, I 1536) on 2 CPU threads (AMD EPYC with AVX512-BF16), a fresh process per row,
@@ -75,17 +84,29 @@ FIRST_STEP_BYTES = 128 * 1024**2  # a 2-string, 8-token step of the bundled mode
 FIRST_CALL_BYTES = 64 * 1024**2  # thread pools and kernel scratch of an inference call (2 x 8 tokens peak at 52 MB)
 
 
+# fp32 copies of the attention scores one layer keeps: in training (autograd's saved tensors: softmax output, dropout
+# mask and output), in inference with eager attention (scores, masked scores and softmax alive at once: 2.6 copies
+# measured on MPNet, whose relative position bias lives through the whole forward); DeBERTa's relative scores.
+TRAIN_SCORE_COPIES = 3
+EAGER_SCORE_COPIES = 3
+TRAIN_RELATIVE_COPIES = 4
+INFER_RELATIVE_COPIES = 3
+
+
 class Geometry(NamedTuple):
-    """What the activation estimate needs from an encoder's config."""
+    """What the activation estimate needs from an encoder: its shape and how its attention runs."""
 
     layers: int
     hidden: int
     heads: int
-    intermediate: int
+    intermediate: int  # the widest activation of a layer's MLP (2x intermediate_size for a gated one)
+    fused: bool = True  # fused attention (SDPA): no s x s scores kept in inference
+    relative: int = 0  # width of relative-position scores per query (DeBERTa: 2 x its span), 0: none
 
 
 def model_geometry(model: Any) -> Geometry:
-    """(layers, hidden, heads, intermediate) from a Hugging Face model's config (BERT, RoBERTa, DistilBERT...)."""
+    """The Geometry of a Hugging Face encoder (BERT, RoBERTa, DistilBERT, MPNet, DeBERTa, ModernBERT...): its
+    config's shape, the widest Linear output of its layers, its attention implementation."""
     while not hasattr(model, "config") and hasattr(model, "module"):  # wrapped by DistributedDataParallel
         model = model.module
     cfg = model.config
@@ -100,12 +121,33 @@ def model_geometry(model: Any) -> Geometry:
         return default
 
     hidden = first("hidden_size", "dim", "d_model")
+    intermediate = first("intermediate_size", "hidden_dim", "ffn_dim", default=4 * hidden)
+    # a gated MLP projects to 2 x intermediate (ModernBERT's Wi): the widest Linear says so; an attention block's fused
+    # qkv projection (3h) is narrower than any MLP here, and the vocabulary has no Linear in a bare encoder
+    widest = max((m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)), default=0)
     return Geometry(
         layers=first("num_hidden_layers", "n_layers", "num_layers"),
         hidden=hidden,
         heads=first("num_attention_heads", "n_heads", "num_heads"),
-        intermediate=first("intermediate_size", "hidden_dim", "ffn_dim", default=4 * hidden),
+        intermediate=max(intermediate, widest if widest <= 4 * intermediate else intermediate),
+        fused=getattr(cfg, "_attn_implementation", None) in ("sdpa", "flash_attention_2", "flex_attention"),
+        relative=relative_width(cfg),
     )
+
+
+def relative_width(cfg: Any) -> int:
+    """Per query, how many relative-position scores each of DeBERTa's two extra attention terms (content-to-position,
+    position-to-content) computes: 2k for a relative span k (position buckets, else max_relative_positions, else the
+    positions); 0 for a model without them."""
+    if not getattr(cfg, "relative_attention", False):
+        return 0
+    if not set(getattr(cfg, "pos_att_type", None) or ()) & {"c2p", "p2c"}:
+        return 0
+    buckets = getattr(cfg, "position_buckets", -1) or -1
+    span = buckets if buckets > 0 else getattr(cfg, "max_relative_positions", -1) or -1
+    if span < 1:
+        span = getattr(cfg, "max_position_embeddings", 512) or 512
+    return 2 * int(span)
 
 
 def step_bytes(
@@ -114,27 +156,34 @@ def step_bytes(
     geometry: Geometry,
     dtype_bytes: int = 4,
     training: bool = True,
-    fused_attention: bool = True,
+    fused_attention: bool | None = None,
 ) -> int:
     """Estimated peak activation bytes of one forward (+ backward when `training`) pass over `n_seqs`
     sequences padded to `seq_len` tokens; `dtype_bytes` from `activation_bytes`. An upper bound on the
     CPU measurements in this module's docstring.
 
-    `fused_attention` (SDPA, which `load_encoder` asks for) matters in inference only: its fused kernels
-    keep no s x s scores there, while eager attention materialises scores and softmax in every layer.
+    `fused_attention` (default: the geometry's; SDPA, which `load_encoder` takes where the architecture has it)
+    matters in inference only: its fused kernels keep no s x s scores there, while eager attention materialises
+    scores and softmax in every layer.
     """
     b, s = n_seqs, seq_len
-    layers, h, a, inter = geometry
+    layers, h, a, inter = geometry.layers, geometry.hidden, geometry.heads, geometry.intermediate
+    fused = geometry.fused if fused_attention is None else fused_attention
     sbh, sbi, scores = s * b * h, s * b * inter, a * s * s * b
+    relative = a * s * b * geometry.relative  # DeBERTa's content-to-position and position-to-content scores
     mask = 4 * b * s * s  # the (b, 1, s, s) attention mask the model expands from the padding mask
     if training:
         # Attention probabilities are kept three times (softmax output, dropout mask, dropout output) in fp32:
         # CPU autocast runs scaled_dot_product_attention in fp32, and with dropout it runs the math kernel.
-        per_layer = dtype_bytes * (11 * sbh + 2 * sbi) + 4 * 3 * scores
+        per_layer = dtype_bytes * (11 * sbh + 2 * sbi) + 4 * (
+            TRAIN_SCORE_COPIES * scores + TRAIN_RELATIVE_COPIES * relative
+        )
         embeddings = 4 * dtype_bytes * sbh
         return int(TRAIN_SLACK * ((layers + 1) * per_layer + embeddings + mask))
     # One layer at a time: queries, keys, values, context, residuals and the MLP's wide activations.
-    per_layer = dtype_bytes * (12 * sbh + 2 * sbi) + (0 if fused_attention else 2 * 4 * scores)
+    per_layer = dtype_bytes * (12 * sbh + 2 * sbi) + 4 * (
+        (0 if fused else EAGER_SCORE_COPIES * scores) + INFER_RELATIVE_COPIES * relative
+    )
     return per_layer + 2 * dtype_bytes * sbh + mask + FIRST_CALL_BYTES
 
 
@@ -151,6 +200,53 @@ def static_bytes(model: Any, mixed_precision: bool = False, world_size: int = 1)
     n = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_param = 4 + 8 + (2 if mixed_precision else 0) + (4 if world_size > 1 else 0)
     return n * per_param + FIRST_STEP_BYTES
+
+
+def kept_for_backward(model: Any, batch: dict[str, torch.Tensor]) -> int:
+    """Bytes of the tensors one training forward of `model` over `batch` saves for its backward pass (each storage
+    once, the weights excluded): what a step's activations hold, measured (bench/bench_arch_memory.py, the tests)."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = max(seen.get(storage.data_ptr(), 0), storage.nbytes())
+        return t
+
+    was_training = model.training
+    model.train()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(**batch)
+    finally:
+        model.train(was_training)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(size for ptr, size in seen.items() if ptr not in weights)
+
+
+def inference_peak(model: Any, batch: dict[str, torch.Tensor]) -> int:
+    """The CPU allocation peak of one inference forward of `model` over `batch`, above what was allocated before it
+    (the PyTorch profiler's memory events): an inference batch's working set, measured."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            model(**batch)
+    finally:
+        model.train(was_training)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(trace)
+        with open(trace) as f:
+            events = [e["args"] for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
+    if not events:
+        return 0
+    before = events[0]["Total Allocated"] - events[0]["Bytes"]
+    return max(e["Total Allocated"] for e in events) - before
 
 
 def available_bytes(device: str | torch.device = "cpu") -> int:

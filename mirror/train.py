@@ -21,10 +21,20 @@ from mirror.augment import make_views
 from mirror.blend import mix_weights
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
-from mirror.encoder import Encoder, autocast, load_encoder, pooled, resolve_device, resolve_precision, save_encoder
+from mirror.encoder import (
+    DROPOUT_KEYS,
+    Encoder,
+    attention_note,
+    autocast,
+    load_encoder,
+    pooled,
+    resolve_device,
+    resolve_precision,
+    save_encoder,
+)
 from mirror.errors import MirrorError
 from mirror.general import Mixer, mixed_count
-from mirror.lora import LAYER, add_lora, merge_lora
+from mirror.lora import LAYER, add_lora, lora_targets, merge_lora
 from mirror.loss import distill_cosine, l2_to_anchor, nt_xent
 
 LOWER_LR = "lower the learning rate or raise the temperature"
@@ -143,13 +153,15 @@ class StepBudget:
     world_size: int = 1
     explicit: bool = False  # set by the caller (--memory-mb), not read from this machine
     mix: float = 0.0  # general text added to every batch (mix_general): a batch of n strings trains n + mixed_count
+    lora_token: int = 0  # LoRA: bytes each token of each view keeps in the adapters (x·Aᵀ, rank wide, per adapter)
 
     def padded(self, tokens: int) -> int:
         return min(tokens + self.extra_tokens, self.max_length)
 
     def cost(self, count: int, padded: int) -> int:
         views = 2 * math.ceil((count + mixed_count(count, self.mix)) / self.world_size)
-        return memory.step_bytes(views, padded, self.geometry, self.dtype_bytes, training=True)
+        lora = int(memory.TRAIN_SLACK * views * padded * self.lora_token)
+        return memory.step_bytes(views, padded, self.geometry, self.dtype_bytes, training=True) + lora
 
     def capacity(self, padded: int, most: int) -> int:
         """The most strings (up to `most`) one step can take at this padded length."""
@@ -222,9 +234,10 @@ def step_budget(
     total = memory.available_bytes(device) if memory_budget is None else int(memory_budget)
     mask = MASK_EXTRA_TOKENS if encoder.mask_token and config.mask_span > 0 else 0
     anchor = sum(p.numel() * p.element_size() for p in encoder.model.parameters()) if needs_anchor(config) else 0
+    adapters, lora_token = lora_bytes(encoder.model, config, amp_dtype is not None)
     return StepBudget(
         total=total,
-        static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size) + anchor,
+        static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size) + anchor + adapters,
         geometry=memory.model_geometry(encoder.model),
         dtype_bytes=memory.activation_bytes(amp_dtype),
         max_length=min(config.max_length, encoder.token_limit),
@@ -232,7 +245,21 @@ def step_budget(
         world_size=world_size,
         explicit=memory_budget is not None,
         mix=config.mix_general,
+        lora_token=lora_token,
     )
+
+
+def lora_bytes(model: Any, config: MirrorConfig, mixed_precision: bool) -> tuple[int, int]:
+    """What LoRA adapters of `config.lora_rank` add to a step: (their weights with gradients and AdamW's moments, the
+    bytes a token of a view keeps in them: x·Aᵀ, `rank` wide, in each adapted layer). (0, 0) without LoRA. The
+    base's own states are still counted as trainable (memory.static_bytes): an upper bound."""
+    rank = config.lora_rank
+    if not rank:
+        return 0, 0
+    targets = [model.get_submodule(name) for name in lora_targets(model, config.freeze_layers)]
+    params = sum(rank * (m.in_features + m.out_features) for m in targets)
+    per_param = 4 + 4 + 8 + (2 if mixed_precision else 0)
+    return params * per_param, len(targets) * rank * (3 if mixed_precision else 4)
 
 
 def plan_epoch(
@@ -481,9 +508,13 @@ def split_note(split: int, budget_bytes: int) -> str:
 
 
 def _as_run(config: MirrorConfig, encoder: Encoder) -> tuple[MirrorConfig, list[str]]:
-    """The config as it will run (pooling resolved, max length within the model's positions) and a note
-    when the max length asked for was more than the model takes (tokenize would cap it silently)."""
+    """The config as it will run (pooling resolved, max length within the model's positions) and its notes: the
+    model runs eager attention (no fused kernel for its architecture), the max length asked for was more than the
+    model takes (tokenize would cap it silently)."""
     limit, notes = encoder.token_limit, []
+    attention = attention_note(encoder)
+    if attention:
+        notes.append(attention)
     if config.max_length > limit:
         notes.append(f"max length {config.max_length:,} is more than this model takes: capped at {limit}")
     run = {**config.to_dict(), "pooling": encoder.pooling, "max_length": min(config.max_length, limit)}
@@ -527,20 +558,41 @@ class Anchor:
         return torch.stack([t.to(z1.device) for t in terms]).sum() if terms else None
 
 
+# Position embeddings that live in the encoder rather than in `embeddings.`: DeBERTa's relative position embeddings,
+# MPNet's relative attention bias. They are embeddings: frozen with them (and DeBERTa's LayerNorm over its relative
+# embeddings, `encoder.LayerNorm.`, where the encoder has them: XLM-R-XL's encoder.LayerNorm is its final norm).
+ENCODER_EMBEDDINGS = ("encoder.rel_embeddings.", "encoder.relative_attention_bias.")
+
+
+def embedding_names(model: Any) -> tuple[str, ...]:
+    """The name prefixes of `model`'s embedding parameters (what `freeze_embeddings` freezes)."""
+    names = ("embeddings.", *ENCODER_EMBEDDINGS)
+    return (*names, "encoder.LayerNorm.") if hasattr(getattr(model, "encoder", None), "rel_embeddings") else names
+
+
 def _set_trainable(model: Any, config: MirrorConfig) -> None:
     """What trains: everything but BERT's pooler head (unused by [CLS]/mean pooling), the embeddings when frozen,
-    and the lowest `freeze_layers` transformer layers. MirrorError when the model has fewer layers than that."""
+    and the lowest `freeze_layers` transformer layers. MirrorError when the model has fewer layers than that, or
+    when freezing layers finds no numbered layer to freeze (an architecture whose names the LAYER pattern misses)."""
     layers = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layers", None)
     if config.freeze_layers and layers is not None and config.freeze_layers > layers:
         raise MirrorError(f"frozen layers must be at most the model's {layers} layers, got {config.freeze_layers}")
+    frozen_layers, embeddings = 0, embedding_names(model)
     for name, param in model.named_parameters():
         layer = LAYER.search(name)
+        in_frozen_layer = layer is not None and int(layer.group(1)) < config.freeze_layers
+        frozen_layers += in_frozen_layer
         frozen = (
-            name.startswith("pooler.")
-            or (config.freeze_embeddings and name.startswith("embeddings."))
-            or (layer is not None and int(layer.group(1)) < config.freeze_layers)
+            name.startswith("pooler.") or (config.freeze_embeddings and name.startswith(embeddings)) or in_frozen_layer
         )
         param.requires_grad_(not frozen)
+    if config.freeze_layers and not frozen_layers:
+        raise MirrorError(f"frozen layers: this model's ({type(model).__name__}) layers could not be told apart")
+    if not config.lora_rank and not any(p.requires_grad for p in model.parameters()):
+        raise MirrorError(
+            f"nothing is left to train: the embeddings and all {config.freeze_layers} layers are frozen; freeze fewer "
+            "layers, or train the embeddings"
+        )
 
 
 def _wrapped_for_training(model: Any, config: MirrorConfig, world_size: int, device: torch.device) -> Any:
@@ -706,10 +758,14 @@ def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str,
 
 
 def _set_dropout(model: torch.nn.Module, p: float) -> None:
+    """The run's dropout on a model built with another: every Dropout module, the attention dropout a module keeps
+    as a number (ModernBERT's `attention_dropout`, passed to its attention function), and the config's keys."""
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = p
-    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        elif isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = p
+    for key in DROPOUT_KEYS:
         if hasattr(model.config, key):
             setattr(model.config, key, p)
 

@@ -63,28 +63,36 @@ def pytest_unconfigure(config):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def tiny_bert(tmp_path_factory) -> Path:
-    """A 2-layer, hidden-32 random BERT with a WordPiece vocab written here (a plain HF folder)."""
+def random_bert(
+    folder: Path, hidden: int = 32, intermediate: int = 64, positions: int = 128, vocab_size: int = 0
+) -> Path:
+    """A 2-layer random BERT in `folder` (a plain HF folder) with a WordPiece vocab of the test words and characters,
+    padded to `vocab_size` tokens (w0, w1, ...) when that is larger."""
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    folder = tmp_path_factory.mktemp("tiny_bert")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + VOCAB_WORDS + LETTERS + ["##" + c for c in LETTERS]
+    vocab += [f"w{i}" for i in range(vocab_size - len(vocab))]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
     config = BertConfig(
         vocab_size=len(vocab),
-        hidden_size=32,
+        hidden_size=hidden,
         num_hidden_layers=2,
         num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
+        intermediate_size=intermediate,
+        max_position_embeddings=positions,
     )
     import torch
 
     torch.manual_seed(0)
     BertModel(config).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 random BERT with a WordPiece vocab written here (a plain HF folder)."""
+    return random_bert(tmp_path_factory.mktemp("tiny_bert"))
 
 
 @pytest.fixture(scope="session")

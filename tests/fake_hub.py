@@ -1,16 +1,20 @@
 """A fake Hugging Face Hub on 127.0.0.1 for tests: the few endpoints huggingface_hub 2.4 calls to create a repo and
 commit files to it (regular, base64 files in the ndjson commit: the fake answers "regular" to every preupload, unless
 `lfs_suffixes` names files it wants through LFS's basic transfer: batch, PUT, then an lfsFile in the commit; Xet
-is never offered, so a test of LFS sets HF_HUB_DISABLE_XET), and to read a dataset (info with file sizes, file download).
+is never offered, so a test of LFS sets HF_HUB_DISABLE_XET), to read a dataset (info with file sizes, file download),
+and to download a model's files (info with file sizes, file download: what `snapshot_download` asks).
 
     with FakeHub(tokens={"hf_good"}) as hub:        # hub.url: set HF_ENDPOINT to it
         hub.datasets["me/words"] = {"data/train-00000.parquet": b"..."}
+        hub.models["org/encoder"] = {"config.json": b"...", "model.safetensors": b"..."}
         ...
         hub.repos["me/model"]["files"]["README.md"]  # what a push left there
 
 Endpoints: POST /api/repos/create, POST /api/validate-yaml, POST /api/{type}s/{repo}/preupload/{rev},
 POST /api/{type}s/{repo}/commit/{rev}, POST /{repo}.git/info/lfs/objects/batch, PUT /lfs-upload/{oid}, GET /api/datasets/{repo}[/revision/{rev}], GET /datasets/{repo}/resolve/
-{rev}/{path} (also HEAD). Anything else answers 404 (and is in `hub.requests`, so a test sees what was asked).
+{rev}/{path} (also HEAD), GET /api/models/{repo}[/revision/{rev}], GET /api/models/{repo}/tree/{rev}, GET /{repo}/resolve/
+{rev}/{path} (also HEAD).
+Anything else answers 404 (and is in `hub.requests`, so a test sees what was asked).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class FakeHub:
         self.lfs: dict[str, bytes] = {}  # sha256 -> bytes PUT by an LFS upload
         self.repos: dict[str, dict[str, Any]] = {}  # repo id -> {private, type, files: {path: bytes}, commits}
         self.datasets: dict[str, dict[str, bytes]] = {}  # dataset id -> {path: bytes}
+        self.models: dict[str, dict[str, bytes]] = {}  # model id -> {path: bytes} (read only: downloads)
         self.requests: list[dict[str, Any]] = []  # method, path, query, authorization
         self.lock = threading.Lock()
         hub = self
@@ -92,6 +97,10 @@ class FakeHub:
             ("GET", r"/api/datasets/(?P<repo>[^/]+(?:/[^/]+)?)(?:/revision/(?P<rev>[^/]+))?", self.dataset_info),
             ("GET", r"/datasets/(?P<repo>[^/]+/[^/]+|[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self.resolve),
             ("HEAD", r"/datasets/(?P<repo>[^/]+/[^/]+|[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self.resolve),
+            ("GET", r"/api/models/(?P<repo>[^/]+(?:/[^/]+)?)/tree/(?P<rev>[^/]+)", self.model_tree),
+            ("GET", r"/api/models/(?P<repo>[^/]+(?:/[^/]+)?)(?:/revision/(?P<rev>[^/]+))?", self.model_info),
+            ("GET", r"/(?P<repo>[^/]+/[^/]+|[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self.resolve_model),
+            ("HEAD", r"/(?P<repo>[^/]+/[^/]+|[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self.resolve_model),
         ]
         for verb, pattern, fn in routes:
             m = re.fullmatch(pattern, path)
@@ -196,6 +205,24 @@ class FakeHub:
             return 404, {"error": "Repository not found"}
         siblings = [{"rfilename": p, "size": len(b)} for p, b in self.datasets[repo].items()]
         return 200, {"id": repo, "sha": SHA, "private": False, "gated": False, "siblings": siblings}
+
+    def model_info(self, repo: str, rev: str = "main") -> tuple[int, Any]:
+        if repo not in self.models:
+            return 404, {"error": "Repository not found"}
+        siblings = [{"rfilename": p, "size": len(b)} for p, b in self.models[repo].items()]
+        return 200, {"id": repo, "modelId": repo, "sha": SHA, "private": False, "gated": False, "siblings": siblings}
+
+    def model_tree(self, repo: str, rev: str) -> tuple[int, Any]:
+        if repo not in self.models:
+            return 404, {"error": "Repository not found"}
+        files = self.models[repo].items()
+        return 200, [{"type": "file", "path": p, "size": len(b), "oid": hashlib.sha1(b).hexdigest()} for p, b in files]
+
+    def resolve_model(self, repo: str, rev: str, file: str) -> tuple[int, Any]:
+        data = self.models.get(repo, {}).get(file)
+        if data is None:
+            return 404, {"error": "Entry not found"}
+        return 200, data
 
     def resolve(self, repo: str, rev: str, file: str) -> tuple[int, Any]:
         data = self.datasets.get(repo, {}).get(file)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,16 @@ class Served:
     proc: subprocess.Popen
     log: Path
 
-    def rss(self) -> int:
-        """The server process's resident memory in bytes (Linux)."""
+    def reset_peak(self) -> None:
+        """Start the process's peak resident memory (VmHWM) again from what it holds now (Linux clear_refs)."""
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+
+    def rss(self, field: str = "VmRSS") -> int:
+        """The server process's resident memory in bytes (Linux); field="VmHWM": its peak so far."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
+        raise RuntimeError(f"no {field}")
 
 
 def free_port() -> int:
@@ -93,3 +98,88 @@ def serve_app(workdir: Path, timeout: float = 180.0) -> Iterator[str]:
     """`serve` with the environment as it is (tests set MIRROR_* with monkeypatch); yields the URL."""
     with serve(workdir, timeout=timeout) as served:
         yield served.url
+
+
+class Page:
+    """One browser page as the server sees it, over plain HTTP: its cookie jar (the signed visitor cookie comes with
+    the first answer), its session hash, and events joined by their function's index, as the page's own JavaScript
+    joins them, private ones too (`api_visibility="private"` keeps an event out of the API docs and gradio_client,
+    not out of reach: the abuse tests send what a hand-written client can)."""
+
+    def __init__(self, url: str, cookies: bool = True, headers: dict | None = None):
+        import httpx
+
+        self.url = url
+        jar = {} if cookies else {"cookies": _NoCookies()}
+        self.http = httpx.Client(timeout=120, headers=headers or {}, **jar)
+        self.hash = uuid.uuid4().hex[:11]
+        self.config = self.http.get(url + "config").json()
+        self.ids = {c["id"]: c for c in self.config["components"]}
+
+    def fn(self, name: str) -> tuple[int, int | None]:
+        """(fn_index, trigger id) of the event whose handler is `name` (e.g. "on_other") or whose API name it is."""
+        for i, dep in enumerate(self.config["dependencies"]):
+            if dep.get("api_name") == name:  # a private event's is its handler's name
+                targets = dep.get("targets") or [[None]]
+                return i, targets[0][0]
+        raise KeyError(name)
+
+    def upload(self, path: Path) -> dict:
+        """A file sent to the upload route, as the value of a file input (a FileData)."""
+        with open(path, "rb") as f:
+            r = self.http.post(self.url + "gradio_api/upload", files={"files": (path.name, f)})
+        r.raise_for_status()
+        return {"path": r.json()[0], "orig_name": path.name, "meta": {"_type": "gradio.FileData"}}
+
+    def event(self, name: str, data: list | dict, timeout: float = 120, params: dict | None = None) -> dict:
+        """Join event `name` with input values `data` (a list; or a dict {input number: value} over the inputs'
+        values as the page starts, None for a gr.State) and read the queue's stream until it completes: its last
+        message (`success`, `output`). `params`: the page's own query (`{"run": id}`: a link)."""
+        import json
+
+        fn_index, trigger = self.fn(name)
+        if isinstance(data, dict):
+            inputs = self.config["dependencies"][fn_index]["inputs"]
+            start = [None if self.ids[i]["type"] == "state" else self.ids[i]["props"].get("value") for i in inputs]
+            data = [data.get(n, value) for n, value in enumerate(start)]
+        body = {
+            "data": data,
+            "event_data": None,
+            "fn_index": fn_index,
+            "trigger_id": trigger,
+            "session_hash": self.hash,
+        }
+        r = self.http.post(self.url + "gradio_api/queue/join", json=body, params=params or {})
+        if r.status_code != 200:
+            return {"status": r.status_code, "text": r.text, "success": False}
+        event_id = r.json()["event_id"]
+        last: dict = {}
+        with self.http.stream(
+            "GET", self.url + "gradio_api/queue/data", params={"session_hash": self.hash}, timeout=timeout
+        ) as stream:
+            for line in stream.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                msg = json.loads(line[5:])
+                if msg.get("event_id") not in (None, event_id):
+                    continue
+                last = msg
+                if msg.get("msg") == "process_completed":
+                    return msg
+        return last
+
+
+class _NoCookies:
+    """An httpx cookie jar that keeps nothing: a client that never sends the visitor cookie back."""
+
+    def __new__(cls):
+        import http.cookiejar
+
+        import httpx
+
+        class Policy(http.cookiejar.DefaultCookiePolicy):
+            def set_ok(self, cookie, request):  # noqa: ARG002
+                return False
+
+        jar = http.cookiejar.CookieJar(policy=Policy())
+        return httpx.Cookies(jar)

@@ -125,8 +125,10 @@ def test_demo_wires_named_api_endpoints_and_every_config_field(app):
     fields = {f.name for f in dataclasses.fields(MirrorConfig)} - {"mode", "model"}
     assert set(ADVANCED) == fields  # the Advanced accordion shows every engine setting
     by_fn = {fn.name: fn for fn in demo.fns.values()}
-    assert by_fn["on_train"].concurrency_id == by_fn["api_train"].concurrency_id == "train"
-    assert by_fn["on_train"].concurrency_limit == app.settings.train_concurrency
+    # runs, blends and model uploads wait in the app's own training queue (one place per visitor), not Gradio's
+    jobs = [by_fn[name] for name in ("on_train", "api_train", "on_blend", "on_remedy", "on_saved_zip")]
+    assert {(fn.concurrency_id, fn.concurrency_limit) for fn in jobs} == {("jobs", None)}
+    assert demo._queue.max_size == app.settings.queue_size  # Gradio's queue is bounded
     assert by_fn["on_search"].concurrency_limit is None and by_fn["api_search"].concurrency_limit is None
 
 
@@ -424,8 +426,7 @@ def test_out_of_memory_at_every_batch_size_ends_with_a_message_not_a_hang(ui, ti
     status = shown(result[-1], "mx-status")
     assert "mx-status-error" in status and "out of memory even at batch size 2" in status, status
     assert session.active is None and session.run is None
-    assert app.train_slots.acquire(blocking=False)  # the slot was given back
-    app.train_slots.release()
+    assert app.train_queue.free == app.settings.train_concurrency  # the slot was given back
 
 
 def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_bert, monkeypatch):

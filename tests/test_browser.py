@@ -90,6 +90,12 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         # the strings' summary comes at once; the plan once the model is timed on this machine (first time: seconds)
         expect(page.locator("#mx-estimate")).to_contain_text("Plan:", timeout=180_000)
         expect(page.locator("#mx-estimate")).to_contain_text("calibrated on this machine")
+        # the suggested bases, with their sizes and what a run of these strings costs here
+        page.get_by_text("Which base model? Suggestions by need").click()
+        bases = page.locator("#mx-bases")
+        expect(bases).to_contain_text("all-mpnet-base-v2 · 109M, 418 MB download")
+        expect(bases).to_contain_text("(calibrated here)")
+        assert bases.inner_text().count("~") == 3, bases.inner_text()
 
         # 2. a few steps: batch 16, max 3 steps (set in the Advanced accordion)
         page.get_by_text("Advanced settings").click()

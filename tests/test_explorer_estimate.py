@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from explorer.render import fmt_seconds
 from explorer.tune import estimate as est_mod
 from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, estimate_md, price
 from mirror.config import MirrorConfig
@@ -365,6 +366,54 @@ def test_an_estimate_timed_on_a_busy_machine_says_so(base, tiny_bert, tmp_path, 
         monkeypatch.setattr(est_mod, "load_per_core", lambda load=load: load)
         est = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, base)
         assert ("busy" in estimate_md(est, config)) is said, load
+
+
+def test_an_estimate_follows_what_the_machine_gives_now_and_shows_the_range(base, tiny_bert, tmp_path, monkeypatch):
+    """Issue 36: on a busy machine estimates were 2-6x off in both directions, calibrated once and priced as if the
+    machine's speed never moved. Each later estimate now times a small encode (speed_probe) against the same probe
+    right after calibrating: the compute phases follow the machine's speed now, disk and zip do not, and the page
+    gives the range between the two speeds."""
+    clock = VirtualClock(monkeypatch)
+    config = words_config(tiny_bert)
+    texts = three_token_words(50)
+    estimator = Estimator(tmp_path, clock)
+    first = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
+    assert first.fresh and first.slower == 1.0 and first.calibration.probe_s > 0  # just timed: nothing to scale
+    same = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
+    assert same.slower == pytest.approx(1.0) and "slower now" not in estimate_md(same, config)
+    clock.speed = 3.0  # other work on the machine: everything it computes takes 3x
+    busy = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
+    assert busy.slower == pytest.approx(3.0)
+    for name in PHASES:
+        factor = 1.0 if name in est_mod.IO_PHASES else 3.0
+        assert busy.phase(name) == pytest.approx(factor * same.phase(name)), name
+    assert busy.at_calibration == pytest.approx(same.total)
+    shown = estimate_md(busy, config)
+    assert "3.0x slower now" in shown and f"–{fmt_seconds(busy.total)})" in shown.replace("**", ""), shown
+    assert estimator.estimate(texts, "k", config, "cpu", 1, base).slower == 1.0  # probe=False: the run's own price
+    clock.speed = 0.5  # the work that ran during calibration stopped
+    quiet = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
+    assert quiet.slower == pytest.approx(0.5) and "2.0x faster now" in estimate_md(quiet, config)
+
+
+def test_another_length_of_the_same_model_times_only_its_steps(base, tiny_bert, tmp_path, monkeypatch):
+    """Calibration must cost less than the runs it prices (issue 36: 71.5 s for a sentences plan on a busy machine):
+    a second length class of a model reuses the first's encodes, save, zip, load and probe, and times its steps."""
+    clock = VirtualClock(monkeypatch)
+    estimator = Estimator(tmp_path, clock)
+    config = words_config(tiny_bert)
+    words = estimator.estimate(three_token_words(50), "w", config, "cpu", 1, base)
+    calls = []
+    monkeypatch.setattr(est_mod, "speed_probe", lambda *a: calls.append(a) or 1.0)
+    monkeypatch.setattr(Encoder, "encode", lambda *a, **k: calls.append(a) or pytest.fail("encoded"))
+    longer = [" ".join(t.split() * 8) for t in three_token_words(50)]  # 24 tokens: another length class
+    sentences = estimator.estimate(longer, "s", config, "cpu", 1, base, build_base=False, check_encoders=0)
+    assert sentences.fresh and sentences.key[-1] != words.key[-1] and not calls
+    cal, first = sentences.calibration, words.calibration
+    assert (cal.encode, cal.save_s, cal.zip_s, cal.load_s, cal.probe_s) == (
+        first.encode, first.save_s, first.zip_s, first.load_s, first.probe_s
+    )  # fmt: skip
+    assert cal.step != first.step and cal.seconds < first.seconds
 
 
 def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkeypatch):

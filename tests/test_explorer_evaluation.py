@@ -17,7 +17,7 @@ import app as mx
 from explorer.compare import evaluation
 from explorer.compare.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
 from explorer.events import Phase
-from explorer.render import eval_chart, eval_table_rows, fmt_interval, served_columns
+from explorer.render_eval import eval_chart, eval_table_rows, fmt_interval, served_columns
 from mirror.evaluate import bootstrap_spearman, interval, moved_pairs, spearman
 
 
@@ -258,3 +258,28 @@ def test_the_evaluate_adapter_draws_scores_bars_and_moved_pairs(app, tuned, tmp_
         warnings.simplefilter("ignore")
         md, *_ = fns["on_eval"].fn([], str(Path(tmp_path / "missing.txt")), tuned)
     assert md.startswith("> **Error:**")  # a Markdown output: the Markdown error box
+
+
+def test_an_evaluation_is_capped_in_pairs_and_can_be_cancelled(app, tuned, tmp_path):
+    """Issue 37: a 1 MB pairs file (45k pairs) took 220 CPU-s and could not be stopped; only its size was checked."""
+    import dataclasses
+
+    from mirror.errors import MirrorError
+
+    many = tmp_path / "many.txt"
+    many.write_text("".join(f"cat{i} dog{i} {i % 10}\n" for i in range(60)))
+    app.settings = dataclasses.replace(app.settings, max_pairs=50)
+    with pytest.raises(MirrorError, match="holds 60 pairs; this server scores up to 50.*MIRROR_MAX_PAIRS"):
+        app.searcher.evaluate(tuned, [], str(many))
+    app.settings = dataclasses.replace(app.settings, max_pairs=5000)
+    batches: list[Phase] = []
+
+    def cancel_after_the_first(ev: Phase) -> None:
+        batches.append(ev)
+        if ev.done:
+            app.searcher.cancel_evaluation(tuned)  # the Cancel button, from another request
+
+    with pytest.raises(MirrorError, match="Evaluation cancelled"):
+        app.searcher.evaluate_report(tuned, ["SimLex-999", "WordSim-353"], None, cancel_after_the_first)
+    assert batches[-1].done < batches[-1].total  # it stopped before the end
+    assert app.searcher.evaluate(tuned, ["WordSim-353"])[0]["pairs"] > 300  # the next one runs from the start

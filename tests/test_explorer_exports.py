@@ -302,7 +302,7 @@ def test_the_cli_exports_a_tuned_folder_against_the_base_it_names(tuned, tiny_be
 def test_a_repeated_export_is_one_file_whoever_asks(app, tuned):
     import dataclasses
 
-    from explorer.runs.sessions import disk_usage
+    from explorer.runs.accounts import disk_usage
 
     folder = tuned.run.folder
     by_link = dataclasses.replace(app.session(), run=app.runs.load(folder.name))  # as ui.api.explore_call makes it
@@ -319,30 +319,54 @@ def test_a_repeated_export_is_one_file_whoever_asks(app, tuned):
 def test_a_runs_exports_stay_within_its_budget_oldest_first(app, tuned):
     import dataclasses
 
-    from explorer.runs.sessions import disk_usage
+    from explorer.runs.accounts import disk_usage
 
     folder = tuned.run.folder
     first = app.explore.export(tuned, "parquet", [0])
     size = disk_usage(first.parent)
-    app.settings = dataclasses.replace(app.settings, session_disk_bytes=disk_usage(folder) + size)  # room for 2
+    held = app.accounts.usage().by_visitor[tuned.owner.visitor]  # the visitor's runs and sessions, this export too
+    app.settings = dataclasses.replace(app.settings, visitor_disk_bytes=held + size)  # room for 2
     made = [first] + [app.explore.export(tuned, "parquet", [i]) for i in (1, 2, 3)]
     kept = sorted(p.name for p in (folder / "exports").iterdir())
     assert not made[0].exists() and not made[1].exists() and made[3].exists()  # the oldest went first
-    assert len(kept) <= 2 and disk_usage(folder) <= app.settings.session_disk_bytes
-    app.settings = dataclasses.replace(app.settings, session_disk_bytes=disk_usage(folder) - size)
+    assert len(kept) <= 2 and app.accounts.usage().by_visitor[tuned.owner.visitor] <= app.settings.visitor_disk_bytes
+    app.settings = dataclasses.replace(app.settings, visitor_disk_bytes=held - size)
     with pytest.raises(MirrorError, match="past"):  # one that cannot fit even alone is refused, nothing left
         app.explore.export(tuned, "all")
     assert not [p for p in (folder / "exports").iterdir() if p.name.startswith("all-")]
 
 
-def test_the_global_sweep_removes_exports_before_any_run(app, tuned):
+def test_a_full_disk_removes_exports_before_it_refuses_and_never_a_run(app, tuned):
     import dataclasses
 
     app.explore.export(tuned, "all")
     app.explore.export(tuned, "parquet")
     exports_dir = tuned.run.folder / "exports"
     assert len(list(exports_dir.iterdir())) == 2
-    app.settings = dataclasses.replace(app.settings, disk_bytes=1)  # far over: everything that may go, goes
-    app.sweep(force=True)
-    assert list(exports_dir.iterdir()) == [] and (tuned.run.folder / "run.json").is_file()  # served: kept
+    app.settings = dataclasses.replace(app.settings, disk_bytes=1)  # far over: the writer is refused
+    with pytest.raises(MirrorError, match="MIRROR_DISK_MB"):
+        app.check_disk(app.session())
+    assert list(exports_dir.iterdir()) == [] and (tuned.run.folder / "run.json").is_file()  # exports can be made again
     assert app.searcher.search(tuned, "cat", 2)[0]["tuned"]
+
+
+def test_an_export_of_a_run_opened_by_its_link_goes_to_the_openers_own_folder(app, tuned):
+    """Issue 37: a link gives read access only; what its opener writes is theirs, not the run's."""
+    import dataclasses
+
+    from explorer.runs.accounts import Owner, disk_usage
+
+    folder = tuned.run.folder
+    before = disk_usage(folder)
+    stranger = app.sessions.get(None, Owner("stranger", "10.9.9.9"))
+    app.saved.open_run(stranger, folder.name)
+    path = app.explore.export(stranger, "parquet")
+    moved = app.explore.moved_csv(stranger, "")
+    assert path.is_relative_to(stranger.folder) and moved.is_relative_to(stranger.folder)
+    assert disk_usage(folder) == before and not (folder / "exports").exists()
+    assert app.accounts.usage().by_visitor["stranger"] >= disk_usage(path)
+    # within the stranger's own budget, its older exports of the run go first
+    held = app.accounts.usage().by_visitor["stranger"]
+    app.settings = dataclasses.replace(app.settings, visitor_disk_bytes=held - 1)  # full: room is made first
+    newer = app.explore.export(stranger, "parquet", [0, 1])
+    assert newer.is_file() and not path.exists() and moved.exists()  # the oldest (the first parquet) went

@@ -197,6 +197,10 @@ def test_a_run_whose_server_stopped_during_its_checks_opens_with_its_downloads(a
     opened = app.saved.open_run(app.session(), run.folder.name)
     assert not opened.checks_pending and opened.model_zip.is_file()
     assert not app.runs.load(run.folder.name).checks_pending
+    # its card (the zip's, and a push's) and its page say the checks did not run, and why (issue 37)
+    card = (run.folder / "model" / "README.md").read_text()
+    assert "Not checked: the server restarted while they ran." in card
+    assert "not run for this run (the server restarted while they ran)" in render.forgetting_md(opened)
 
 
 def test_a_failing_check_never_fails_the_run(app, tiny_bert, monkeypatch, caplog):

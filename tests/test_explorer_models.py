@@ -191,7 +191,9 @@ def test_tuned_models_kept_in_memory_stay_within_the_count_and_memory_limits(tmp
     for s in sessions:
         app.searcher.search(s, "cat", k=3)
     assert list(app.models.runs) == [str(s.run.folder) for s in sessions[1:]]
-    app = app_with(loaded_runs=10, loaded_bytes=1)  # too small for any: the run being searched still loads
+    # too small for any run (its model alone fits: a model past MIRROR_LOADED_MB is refused before it loads): the
+    # run being searched still loads
+    app = app_with(loaded_runs=10, loaded_bytes=one.nbytes - 1)
     s = tuned_session(app, tiny_bert)
     assert app.searcher.search(s, "cat", k=3)[0]["tuned"] and len(app.models.runs) == 1
 
@@ -242,7 +244,8 @@ def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, lo
 
     hub_snapshot = remote_code_model(tmp_path / "hub" / "snapshot", tiny_bert)
     downloads = []
-    monkeypatch.setattr(mirror.encoder, "_download", lambda repo: downloads.append(repo) or hub_snapshot)
+    # (the hub's config.json alone first, to price the model: mirror.encoder.check_weights; then the rest)
+    monkeypatch.setattr(mirror.encoder, "_download", lambda repo, patterns=None: downloads.append(repo) or hub_snapshot)
     roots = tmp_path / "models"
     evil = remote_code_model(roots / "evil", tiny_bert)
     unknown = remote_code_model(roots / "unknown", tiny_bert, model_type="evil-net")
@@ -254,8 +257,8 @@ def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, lo
         events = train(app, s, model)
         assert events[-1].kind == "done", (model, events[-1])
     last = train(app, s, unknown)[-1]  # a model type only custom code defines: refused, nothing run
-    assert last.kind == "error" and "contains custom code" in last.text, last
-    with pytest.raises(MirrorError, match="contains custom code"):
+    assert last.kind == "error" and "(remote code), which Mirror never runs" in last.text, last
+    with pytest.raises(MirrorError, match="needs code from its own repository"):
         load_encoder(unknown)
     save_encoder(load_encoder(evil), tmp_path / "saved")
     load_sentence_transformer(tmp_path / "saved")

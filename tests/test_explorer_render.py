@@ -196,3 +196,17 @@ def test_status_lines_belong_to_the_run_served_and_counts_read_as_words():
     assert render.loss_summary([2.0, 1.0]) == "1.0000 (last step; first step: 2.0000, -50%)"
     assert "mean of the last 2 steps; first 2" in render.loss_summary([2.0, 2.0, 1.0, 1.0])
     assert "the general checks above are its own" in render.blend_text(blend)
+
+
+def test_no_message_shows_a_server_path():
+    """Issue 37: a model zip whose index named another encoder showed `/…/mirror-explorer/runs/<id>/tuned_index`."""
+    from explorer import render
+    from explorer.events import Cancelled, Failed
+    from mirror.errors import MirrorError
+
+    where = "/srv/tmp/gradio/mirror-explorer/runs/0a1b2c/tuned_index"
+    text = f"{where}: this index was built with the encoder '/srv/x/runs/0a1b2c/model'; see https://hf.co/org/m"
+    for shown in (Failed(text).text, Cancelled(text).text, render.user_error(MirrorError(text))):
+        assert "/srv" not in shown and shown.startswith("tuned_index: ") and "'model'" in shown
+        assert "https://hf.co/org/m" in shown  # a URL is not a path
+    assert "/srv" not in render.user_error(RuntimeError(f"cannot open {where}"))

@@ -57,40 +57,49 @@ def test_only_run_ids_name_runs(app, bad):
     assert s.run is None
 
 
-def test_the_age_and_size_budgets_remove_old_runs_never_one_in_use(app, tiny_bert):
+def test_the_age_budget_removes_old_runs_never_one_being_made(app, tiny_bert):
     sessions = [tuned_session(app, tiny_bert) for _ in range(4)]
     folders = [s.run.folder for s in sessions]
     now = time.time()
-    for i, folder in enumerate(folders):  # run 0 unused for 10 days, run 1 for 2 days, runs 2-3 just used
-        age = {0: 10 * 86400, 1: 2 * 86400}.get(i, 0)
+    for i, folder in enumerate(folders):  # run 0 unused for 10 days, runs 1 and 3 for 8, run 2 just used
+        age = {0: 10 * 86400, 1: 8 * 86400, 3: 8 * 86400}.get(i, 0)
         os.utime(folder / ".last_used", (now - age, now - age))
-    app.models.runs.clear()  # nothing in memory: only the in-use rule below protects a run
-    removed = app.runs.sweep(max_age=7 * 86400, max_bytes=10**12, keep={folders[3]}, min_idle=300)
-    assert removed == [folders[0]] and all(f.is_dir() for f in folders[1:])  # the age budget
-    one_run = max(sum(p.stat().st_size for p in f.rglob("*") if p.is_file()) for f in folders[1:])
-    removed = app.runs.sweep(max_age=7 * 86400, max_bytes=one_run, keep={folders[3]}, min_idle=300)
-    # the size budget: the least recently used goes first; run 2 was used minutes ago, run 3 is being served
-    assert removed == [folders[1]] and folders[2].is_dir() and folders[3].is_dir()
+    removed = app.runs.sweep(max_age=7 * 86400, keep={folders[3]}, unfinished_age=3600)
+    assert sorted(removed) == sorted(folders[:2]) and folders[2].is_dir() and folders[3].is_dir()
     with pytest.raises(MirrorError, match="no run"):
         app.saved.open_run(app.session(), folders[0].name)
+    # a folder without run.json is a run being made, or one a restart cut short: gone once untouched for long
+    cut = app.runs.root / ("c" * 32)
+    (cut / "model").mkdir(parents=True)
+    assert app.runs.sweep(7 * 86400, {folders[3]}, unfinished_age=3600) == [] and cut.is_dir()
+    for path in (cut / "model", cut):
+        os.utime(path, (now - 7200, now - 7200))
+    assert app.runs.sweep(7 * 86400, {folders[3]}, unfinished_age=3600) == [cut] and not cut.exists()
 
 
-def test_the_app_sweep_keeps_runs_in_memory_and_in_progress(app, tiny_bert):
+def test_a_run_in_memory_still_ages_and_listing_a_run_is_not_using_it(app, tiny_bert):
+    """Issue 37: a run in memory was never removed, and a page listing its runs (on every load) kept them all
+    alive: 44 runs survived a restart and the runs folder grew ~21 GB/h."""
     s = tuned_session(app, tiny_bert)
     folder = s.run.folder
     old = time.time() - 30 * 86400
     os.utime(folder / ".last_used", (old, old))
+    assert [r["id"] for r in app.saved.list_runs([folder.name])] == [folder.name]  # listed: not a use
+    assert os.path.getmtime(folder / ".last_used") == pytest.approx(old)
+    assert str(folder) in app.models.runs  # in memory, served to `s`
     app.sweep(force=True)
-    assert folder.is_dir()  # loaded in memory (being served): kept however old
-    app.models.runs.clear()
-    app.sweep(force=True)
-    assert not folder.exists()
+    assert not folder.exists() and str(folder) not in app.models.runs  # removed from disk and memory alike
+    with pytest.raises(MirrorError, match="no run"):
+        app.saved.open_run(app.session(), folder.name)
 
 
 def test_the_browser_key_is_made_once_and_kept(app):
     key = app.secret
     assert len(key) == 64 and MirrorApp(app.settings).secret == key
     assert oct(Path(app.settings.work_dir / ".browser-secret").stat().st_mode & 0o777) == "0o600"
+    # the visitor cookie's key is another one: Gradio sends the browser key to every page
+    assert len(app.visitor_key) == 32 and app.visitor_key.hex() != key
+    assert MirrorApp(app.settings).visitor_key == app.visitor_key
 
 
 def test_a_blend_is_listed_and_captioned_as_a_blend_of_its_parent(app, tiny_bert):

@@ -279,27 +279,55 @@ def test_a_run_that_raises_midway_leaves_the_session_usable(app, tiny_bert, monk
 # figures are in bench/RESULTS.md.
 
 
-def test_training_slots_are_enforced_even_when_the_queue_is_bypassed(app, tiny_bert, monkeypatch):
-    """Gradio's queue runs MIRROR_TRAIN_CONCURRENCY trainings at once; a caller that skips it (another event
-    wired wrongly, a direct call) gets a clear error from the app itself rather than an extra training (after
-    SLOT_WAIT_S, the time a run that lost its page takes to stop; 0 here)."""
-    monkeypatch.setattr("explorer.runs.training.SLOT_WAIT_S", 0.0)
-    a, b = app.session(), app.session()
-    for s in (a, b):
+def test_the_training_queue_takes_one_place_per_visitor_in_arrival_order(app, tiny_bert):
+    """MIRROR_TRAIN_CONCURRENCY jobs train at once; the others wait in the app's queue, saying how many are ahead, one
+    place per visitor (issue 37: a visitor's second run held a place in line, and its request body, behind the
+    first; a blend waited for a slot inside the encode queue and failed after 30 s)."""
+    from explorer.runs.accounts import Owner
+
+    alice, alice2, bob = (app.sessions.get(None, Owner(v, "10.0.0.1")) for v in ("alice", "alice", "bob"))
+    for s in (alice, alice2, bob):
         app.loader.load_pasted(s, "\n".join(WORDS))
-    running = app.trainer.train(a, str(tiny_bert), "auto", {**TINY, "max_steps": 300, "batch_size": 4, "epochs": 100})
-    assert next(e for e in running if e.kind == "step").step == 1  # a holds the only slot now
-    refused = train(app, b, tiny_bert)
-    assert [e.kind for e in refused] == ["error"]
-    assert "at most 1 training at a time (MIRROR_TRAIN_CONCURRENCY)" in refused[0].text
-    assert b.run is None and b.active is None
-    assert list(running)[-1].kind == "done" and a.run is not None and a.run.stats["steps"] == 300
-    assert train(app, b, tiny_bert)[-1].kind == "done"  # the slot is free again
+    running = app.trainer.train(
+        alice, str(tiny_bert), "auto", {**TINY, "max_steps": 300, "batch_size": 4, "epochs": 100}
+    )
+    assert next(e for e in running if e.kind == "step").step == 1  # alice holds the only slot now
+    refused = train(app, alice2, tiny_bert)  # her second session: her one place is taken
+    assert [e.kind for e in refused] == ["error"] and "one at a time per visitor" in refused[0].text
+    assert alice2.run is None and alice2.active is None
+    waiting = app.trainer.train(bob, str(tiny_bert), "auto", TINY)
+    first = next(e for e in waiting if e.kind == "phase")
+    assert "Waiting for a training slot (1 job ahead of yours)" in first.text
+    app.trainer.cancel(bob)  # cancellable while it waits
+    assert list(waiting)[-1].kind == "cancelled" and bob.run is None
+    assert list(running)[-1].kind == "done" and alice.run is not None and alice.run.stats["steps"] == 300
+    assert train(app, alice2, tiny_bert)[-1].kind == "done"  # her place is free again
+    assert app.train_queue.free == 1
     wider = MirrorApp(dataclasses.replace(app.settings, train_concurrency=2))
-    first = wider.trainer.train(a, str(tiny_bert), "auto", TINY)
-    next(e for e in first if e.kind == "step")
-    assert train(wider, b, tiny_bert)[-1].kind == "done"  # two slots: both run
-    assert list(first)[-1].kind == "done"
+    first_run = wider.trainer.train(alice, str(tiny_bert), "auto", TINY)
+    next(e for e in first_run if e.kind == "step")
+    assert train(wider, bob, tiny_bert)[-1].kind == "done"  # two slots: both run
+    assert list(first_run)[-1].kind == "done"
+
+
+def test_a_blend_waits_for_a_training_slot_in_the_queue_and_can_be_cancelled(app, tiny_bert):
+    from explorer.runs.accounts import Owner
+
+    owner = app.sessions.get(None, Owner("carol", "10.0.0.1"))
+    app.loader.load_pasted(owner, "\n".join(WORDS))
+    assert train(app, owner, tiny_bert)[-1].kind == "done"
+    other = app.sessions.get(None, Owner("dan", "10.0.0.1"))
+    app.loader.load_pasted(other, "\n".join(WORDS))
+    running = app.trainer.train(
+        other, str(tiny_bert), "auto", {**TINY, "max_steps": 300, "batch_size": 4, "epochs": 100}
+    )
+    next(e for e in running if e.kind == "step")
+    blend = app.saved.blend_run(owner, 0.5)
+    assert "Waiting for a training slot" in next(blend).text  # no 30 s timeout: it waits its turn
+    assert "Cancelled before it started" not in app.trainer.cancel(owner)
+    assert list(blend)[-1].kind == "cancelled" and owner.active is None
+    list(running)
+    assert list(app.saved.blend_run(owner, 0.5))[-1].kind == "done"
 
 
 def test_searches_encode_at_most_search_concurrency_at_once(app, tiny_bert, monkeypatch):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from explorer import MirrorApp, Settings
-from explorer.share.uploads import UploadQuota, display_name
+from explorer.share.uploads import UploadQuota, display_name, sign_visitor
 from tests.conftest import WORDS, train, tree, tuned_session
 from tests.upload_corpus import rewrite_zip
 
@@ -176,6 +176,16 @@ def test_uploaded_file_names_never_become_paths(app, tiny_bert, tmp_path):
 # named in MIRROR_TRUSTED_PROXIES. (Over HTTP, against the real server: tests/test_abuse.py.)
 
 
+async def read_body(receive) -> bytes:
+    """A request's whole body, as an ASGI app reads it."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 class FakeGradioUpload:
     """Gradio's upload route as far as the middleware sees it: reads the body, writes it to a file, answers the
     file's path as a JSON list."""
@@ -184,12 +194,7 @@ class FakeGradioUpload:
         self.folder, self.calls = folder, 0
 
     async def __call__(self, scope, receive, send):
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         self.calls += 1
         path = self.folder / hashlib.sha256(body + bytes([self.calls])).hexdigest() / f"up{self.calls}.bin"
         path.parent.mkdir()
@@ -198,7 +203,13 @@ class FakeGradioUpload:
         await send({"type": "http.response.body", "body": json.dumps([str(path)]).encode()})
 
 
-def post(quota: UploadQuota, chunks: list[bytes], peer: str = "1.1.1.1", headers: dict | None = None) -> int:
+def post(
+    quota: UploadQuota,
+    chunks: list[bytes],
+    peer: str = "1.1.1.1",
+    headers: dict | None = None,
+    path: str = "/gradio_api/upload",
+) -> int:
     """One upload through the middleware, its body in `chunks` with no Content-Length (chunked); the status."""
     messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
     sent: list[dict] = []
@@ -212,7 +223,7 @@ def post(quota: UploadQuota, chunks: list[bytes], peer: str = "1.1.1.1", headers
     scope = {
         "type": "http",
         "method": "POST",
-        "path": "/gradio_api/upload",
+        "path": path,
         "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
         "client": (peer, 1),
     }
@@ -247,7 +258,7 @@ def test_upload_quota_believes_x_forwarded_for_only_from_trusted_proxies(tmp_pat
 def test_upload_quota_is_per_visitor_so_one_does_not_lock_out_an_address(tmp_path):
     inner = FakeGradioUpload(tmp_path)
     quota = UploadQuota(inner, quota=1000, address_quota=2500, total_quota=10_000)
-    alice, bob, carol = ({"Cookie": f"mirror_visitor={c * 32}"} for c in "abc")
+    alice, bob, carol = ({"Cookie": f"mirror_visitor={sign_visitor(c * 32, quota.key)}"} for c in "abc")
     assert post(quota, [b"x" * 1000], headers=alice) == 200
     assert post(quota, [b"x"], headers=alice) == 429  # alice is spent
     assert post(quota, [b"x" * 1000], headers=bob) == 200  # bob, behind the same address, is not
@@ -265,3 +276,54 @@ def test_upload_quota_forgets_and_removes_uploads_after_the_window_and_bounds_it
     for i in range(4):  # 4 more addresses: the fourth entry waits for the oldest to age out
         post(quota, [b"x"], f"2.2.2.{i}")
     assert len(quota.uploads) <= 3 and post(quota, [b"x"], "3.3.3.3") == 429
+
+
+def test_an_invented_visitor_cookie_is_no_new_visitor(tmp_path):
+    """Issue 37: any 32-hex cookie was a new visitor with a fresh quota (60 of 60 accepted, 24 MB against 1 MiB);
+    only a cookie the server signed is one now, and a forged one counts as none (the address's anonymous visitor)."""
+    inner = FakeGradioUpload(tmp_path)
+    quota = UploadQuota(inner, quota=1000, address_quota=10_000, total_quota=100_000)
+    codes = [post(quota, [b"x" * 400], headers={"Cookie": f"mirror_visitor={i:032x}"}) for i in range(6)]
+    assert codes == [200, 200, 429, 429, 429, 429] and set(quota.by_visitor) == {"@1.1.1.1"}
+    forged = sign_visitor("f" * 32, b"not the server's key")
+    assert post(quota, [b"x" * 400], headers={"Cookie": f"mirror_visitor={forged}"}) == 429
+    signed = sign_visitor("e" * 32, quota.key)
+    assert post(quota, [b"x" * 400], headers={"Cookie": f"mirror_visitor={signed}"}) == 200  # a real one is
+
+
+def test_refused_uploads_hold_no_place_and_one_address_cannot_fill_the_table(tmp_path):
+    """Issue 37: 10,050 one-byte POSTs in 36 s gave every visitor 429 for an hour: the table admitted an entry before
+    the body came, and kept refused ones. Now an upload takes a place with its first bytes, a refused one gives it
+    back, and one address holds at most a quarter of the table."""
+    inner = FakeGradioUpload(tmp_path)
+    quota = UploadQuota(inner, quota=10_000, address_quota=10_000, total_quota=100_000, max_entries=8)
+    assert post(quota, [b"x" * 10_001]) == 429  # over the quota: refused, forgotten
+    assert post(quota, [b""]) == 200 and len(quota.uploads) == 0  # no body: never tracked
+    assert [post(quota, [b"x"]) for _ in range(4)] == [200, 200, 429, 429]  # 2 = 8 // 4 places for 1.1.1.1
+    assert len(quota.uploads) == 2
+    assert post(quota, [b"x"], peer="2.2.2.2") == 200  # others still upload
+
+
+def test_every_request_body_is_bounded_and_every_request_knows_its_visitor(tmp_path):
+    """Issue 37: a 400 MB POST to /gradio_api/queue/join was read into memory (+1.8 GB RSS). Bodies outside the
+    upload route are read whole within `max_request` before the app sees them; a larger declared one is refused
+    unread."""
+    seen: list[dict] = []
+
+    async def app(scope, receive, send):
+        body = await read_body(receive)
+        seen.append({"body": body, "state": dict(scope.get("state") or {})})
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    quota = UploadQuota(app, quota=1000, max_request=1000)
+    join = "/gradio_api/queue/join"
+    declared = {"Content-Length": str(400 * 2**20)}
+    assert post(quota, [b"x" * 10], headers=declared, path=join) == 413 and not seen  # refused unread
+    assert post(quota, [b"x" * 600, b"x" * 600], path=join) == 413 and not seen  # chunked: cut off as it passes
+    assert post(quota, [b"x" * 600, b"y" * 300], path=join) == 200
+    assert seen[-1]["body"] == b"x" * 600 + b"y" * 300
+    assert seen[-1]["state"] == {"mirror_visitor": "@1.1.1.1", "mirror_address": "1.1.1.1"}
+    signed = sign_visitor("a" * 32, quota.key)
+    assert post(quota, [b"{}"], headers={"Cookie": f"mirror_visitor={signed}"}, path=join) == 200
+    assert seen[-1]["state"]["mirror_visitor"] == "a" * 32

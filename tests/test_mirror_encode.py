@@ -259,3 +259,61 @@ def test_every_tokenizer_call_on_a_served_encoder_holds_the_lock(tiny_bert, tmp_
     estimate.forgetting_lengths(enc)
     assert len(held) >= 5 and all(held), held
     assert not encoder_module.TOKENIZER_LOCK._is_owned()
+
+
+# Issue 37: a model's memory is priced from its config before any weight is made or downloaded.
+
+
+def test_the_weights_are_counted_from_the_config_alone(tiny_bert, tmp_path):
+    import resource
+
+    from transformers import BertConfig
+
+    from mirror.encoder import check_weights
+    from mirror.errors import MirrorError
+
+    enc = load_encoder(tiny_bert)
+    exact = 4 * (sum(p.numel() for p in enc.model.parameters()) + sum(b.numel() for b in enc.model.buffers()))
+    assert check_weights(tiny_bert, "tiny", 10**9) == exact
+    large = tmp_path / "large"  # BERT-large's sizes, no weights: 1.3 GB if they were made
+    BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096).save_pretrained(
+        large
+    )
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        (large / name).write_bytes((tiny_bert / name).read_bytes())
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(MirrorError, match=r"declares 33\d M parameters.*up to 64 MB"):
+        load_encoder(large, max_weights=64 * 2**20)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 100 * 1024  # kB: nothing was made
+    assert check_weights(large, "large", 2 * 2**30) > 1.3e9  # under a larger budget: counted, on the meta device
+    deep = tmp_path / "deep"
+    BertConfig(hidden_size=8, num_hidden_layers=100_000, num_attention_heads=1, intermediate_size=8).save_pretrained(
+        deep
+    )
+    with pytest.raises(MirrorError, match="100,000 layers"):
+        check_weights(deep, "deep", 2**40)
+
+
+def test_a_hub_model_is_priced_from_its_config_before_its_weights_come(tiny_bert, tmp_path, monkeypatch):
+    import huggingface_hub.constants as constants
+    from transformers import BertConfig
+
+    from mirror.errors import MirrorError
+    from tests.fake_hub import FakeHub
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    tiny = {p.name: p.read_bytes() for p in tiny_bert.iterdir() if p.is_file()}
+    large = {**tiny, "config.json": BertConfig(hidden_size=1024, num_hidden_layers=24).to_json_string().encode()}
+    with FakeHub() as hub:
+        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+        monkeypatch.setattr(
+            constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}"
+        )
+        hub.models.update({"org/large": large, "org/tiny": tiny})
+        with pytest.raises(MirrorError, match="M parameters"):
+            load_encoder("org/large", max_weights=64 * 2**20)
+        fetched = [r["path"].rsplit("/", 1)[-1] for r in hub.requests if "/resolve/" in r["path"]]
+        assert set(fetched) == {"config.json"}  # the weights never came down
+        enc = load_encoder("org/tiny", max_weights=64 * 2**20)  # a model that fits loads as before
+        assert enc.encode(["cat"]).shape == (1, 32)

@@ -105,3 +105,42 @@ def test_lora_rank_is_a_setting_with_a_range():
     for bad, message in ((-1, "LoRA rank must be >= 0"), (2.5, "LoRA rank must be a whole number")):
         with pytest.raises(MirrorError, match=message):
             MirrorConfig.preset("sentences", lora_rank=bad)
+
+
+# Issue 37, Low rows: settings that failed with a traceback's text or the wrong advice, or trained outside the plan.
+
+
+def test_lora_adapters_are_in_the_memory_plan(tiny_bert):
+    import dataclasses
+
+    from mirror.train import step_budget
+
+    enc = load_encoder(tiny_bert)
+    plain = MirrorConfig.preset("words")
+    lora = dataclasses.replace(plain, lora_rank=64)
+    a, b = step_budget(enc, plain, 2**30), step_budget(enc, lora, 2**30)
+    # rank 64 on the 8 attention Linear layers (32 -> 32): 64 * (32 + 32) parameters each, weights + grads + AdamW
+    assert b.static - a.static == 8 * 64 * 64 * (4 + 4 + 8)
+    assert b.cost(8, 16) - a.cost(8, 16) >= 16 * 16 * 8 * 64 * 4  # each token of 16 views keeps x·Aᵀ in 8 adapters
+
+
+def test_a_run_with_nothing_left_to_train_and_an_overflowing_penalty_are_refused_plainly(tiny_bert):
+    import dataclasses
+
+    from tests.conftest import WORDS
+
+    frozen = dataclasses.replace(
+        MirrorConfig.preset("words"), model=str(tiny_bert), freeze_layers=2, freeze_embeddings=True, max_steps=1
+    )
+    with pytest.raises(MirrorError, match="nothing is left to train"):
+        mirror_tune(WORDS, frozen)
+    with pytest.raises(MirrorError, match="L2-to-base weight must be <= 1000"):
+        dataclasses.replace(frozen, freeze_layers=0, l2_base=1e300).validated()
+
+
+def test_a_setting_sent_as_true_is_no_number():
+    from explorer.tune.inputs import coerce_overrides
+
+    with pytest.raises(MirrorError, match="must be a number, got True"):
+        coerce_overrides({"lora_rank": True})
+    assert coerce_overrides({"lora_rank": "8"}) == {"lora_rank": 8}  # a number typed as text is still one

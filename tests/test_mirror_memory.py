@@ -63,7 +63,7 @@ def test_training_keeps_far_more_than_inference_and_fused_attention_keeps_no_sco
 
 def test_geometry_is_read_from_the_model_config(tiny_bert):
     enc = load_encoder(tiny_bert)
-    assert memory.model_geometry(enc.model) == (2, 32, 2, 64)
+    assert memory.model_geometry(enc.model) == (2, 32, 2, 64, True, 0)  # SDPA, no relative positions
     assert memory.static_bytes(enc.model) == 12 * sum(p.numel() for p in enc.model.parameters()) + (
         memory.FIRST_STEP_BYTES
     )

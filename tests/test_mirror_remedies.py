@@ -95,6 +95,20 @@ def test_freezing_more_layers_than_the_model_has_is_a_clear_error(tiny_bert):
         mirror_tune(SENTENCES, cfg(tiny_bert, freeze_layers=3))
 
 
+def test_freezing_layers_of_a_model_whose_layers_have_no_numbers_is_a_clear_error(tiny_bert, tmp_path):
+    """ALBERT shares one layer across its depth (albert_layer_groups.0.albert_layers.0): no lowest N to freeze."""
+    from transformers import AlbertConfig, AlbertModel, AutoTokenizer
+
+    folder = tmp_path / "albert"
+    shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    AlbertModel(AlbertConfig(vocab_size=len(tokenizer), embedding_size=16, **shape)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    with pytest.raises(MirrorError, match="AlbertModel.* layers could not be told apart"):
+        mirror_tune(SENTENCES, cfg(str(folder), freeze_layers=1))
+    assert mirror_tune(SENTENCES, cfg(str(folder))).steps > 0  # unfrozen, it trains
+
+
 def test_blend_alpha_zero_reproduces_the_base_and_a_half_is_the_midpoint(tiny_bert):
     base = weights(load_encoder(tiny_bert))
     full = mirror_tune(SENTENCES, cfg(tiny_bert))

@@ -14,7 +14,8 @@ import gradio as gr
 from explorer import MirrorApp, Session, render
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
-from ui.numbers import Number
+from ui.handlers import JOB_QUEUE
+from ui.numbers import Number, Text
 
 
 def api_components() -> SimpleNamespace:
@@ -30,7 +31,7 @@ def api_components() -> SimpleNamespace:
             train_out=gr.JSON(label="run"),
             model_zip=gr.File(label="model zip"),
             index_zip=gr.File(label="index zip"),
-            queries=gr.Textbox(label="queries"),
+            queries=Text(label="queries"),
             k=Number(value=10, precision=0, label="k"),
             run=gr.Textbox(value="", label="run"),
             hide_query=gr.Checkbox(value=False, label="hide_query"),
@@ -66,7 +67,7 @@ def api_components() -> SimpleNamespace:
 
 def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
     """Named endpoints for gradio_client: /train, /search, /cancel (each Client is its own session)."""
-    train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+    train_queue = JOB_QUEUE
 
     def api_train(
         texts: str = "",

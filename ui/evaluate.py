@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from explorer import MirrorApp, render
+from explorer import MirrorApp, render, render_eval
 from explorer.compare.evaluation import EtaClock, EvalReport
 from explorer.events import Phase
 from explorer.tune.inputs import GOLD_SETS
@@ -26,7 +26,9 @@ def evaluate_tab() -> SimpleNamespace:
         ui.pairs = gr.File(
             label="…or your own pairs file", file_types=[".txt", ".tsv", ".csv"], type="filepath", height=150
         )
-    ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn")
+    with gr.Row():
+        ui.eval_btn = gr.Button("Evaluate", variant="primary", elem_id="mx-eval-btn", scale=4)
+        ui.eval_cancel = gr.Button("Cancel", elem_id="mx-eval-cancel", scale=1)
     ui.eval_md = gr.Markdown("", elem_id="mx-eval-md")
     ui.eval_table = gr.Dataframe(interactive=False, visible=False, elem_id="mx-eval-table")  # none before a result
     # HTML rather than gr.BarPlot: the bars carry their 95% intervals, and the plot kept the colours of its first
@@ -58,16 +60,23 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         import pandas as pd
 
         empty = "no pair changed rank" if "tuned" in report.encoders else "tune a model first: then moved pairs show"
-        moved = pd.DataFrame([render.served_columns(m, report.served) for m in report.moved] or [{"": empty}])
+        moved = pd.DataFrame([render_eval.served_columns(m, report.served) for m in report.moved] or [{"": empty}])
         table, chart = (
-            pd.DataFrame(render.eval_table_rows(report.rows, report.served)),
-            render.eval_chart(report.rows, report.encoders, report.served),
+            pd.DataFrame(render_eval.eval_table_rows(report.rows, report.served)),
+            render_eval.eval_chart(report.rows, report.encoders, report.served),
         )
         shown = gr.update(value=table, visible=True)
         header = report.moved_header or render.moved_header(None)
-        return render.eval_md(report.rows, report.notes, report.caption), shown, chart, header, moved
+        return render_eval.eval_md(report.rows, report.notes, report.caption), shown, chart, header, moved
 
     outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved_head, ui.moved, state]
     # one progress bar (with the time left), over the scores' line: not a copy over every output
     kw = {"show_progress_on": [ui.eval_md], **ENCODE_QUEUE, **PRIVATE}
     ui.eval_btn.click(on_eval, [ui.gold, ui.pairs, state], outputs, **kw)
+
+    def on_cancel(s):
+        session = app.session(s)
+        return render.message(app.searcher.cancel_evaluation(session), "info"), session
+
+    # outside the queue: it reaches an evaluation that runs, which stops between two batches with a message
+    ui.eval_cancel.click(on_cancel, [state], [ui.eval_md, state], queue=False, **PRIVATE)

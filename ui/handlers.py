@@ -9,9 +9,30 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, render
+from explorer.runs.accounts import Owner
 
 PRIVATE = {"api_visibility": "private"}
 ENCODE_QUEUE = {"concurrency_id": "encode", "concurrency_limit": 2}
+# Runs, blends and model uploads wait in the app's own training queue (explorer.runs.jobs.TrainQueue: one place per
+# visitor, cancellable, saying how many are ahead), not in Gradio's: these events start at once and hold nothing
+# while they wait (in Gradio's queue a second event of one visitor held its place, and its request, behind the first).
+JOB_QUEUE = {"concurrency_id": "jobs", "concurrency_limit": None}
+
+
+def current_visitor() -> Owner | None:
+    """Who sent the request a handler is serving: the visitor and address the server's middleware read from it
+    (explorer.share.uploads.UploadQuota: a signed cookie, or the address's anonymous visitor), or None outside a
+    request (or without the middleware). `MirrorApp.identify`: every session is charged to it."""
+    from gradio.context import LocalContext
+
+    request = LocalContext.request.get(None)
+    raw = getattr(request, "request", None)  # the Starlette request behind gr.Request
+    scope = getattr(raw, "scope", None) or {}
+    state = scope.get("state") or {}
+    visitor, address = state.get("mirror_visitor"), state.get("mirror_address")
+    if not isinstance(visitor, str) or not visitor:
+        return None
+    return Owner(visitor=visitor, address=str(address or ""))
 
 
 def call_service(

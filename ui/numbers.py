@@ -1,6 +1,7 @@
 """Number inputs that refuse what is not a finite number (or, for a whole-number field, not whole) with a message: gr.Number and gr.Slider as the page
 shows them, but a raw API call's NaN, Infinity, "ten" or true gets "k must be a number" instead of an unhandled
 ValueError / OverflowError / TypeError in Gradio's own preprocessing (`{"error": null}` and a traceback in the log).
+And a text input that refuses what is not text (gr.Textbox made a JSON list `["cat"]` the query "['cat']").
 """
 
 from __future__ import annotations
@@ -45,3 +46,20 @@ class Slider(gr.Slider):
     def preprocess(self, payload: Any) -> float:
         value = finite(payload, self.label)
         return super().preprocess(self.value if value is None else value)
+
+
+class Text(gr.Textbox):
+    """gr.Textbox (the same component on the page) that refuses a payload that is not text."""
+
+    is_template = True
+
+    def preprocess(self, payload: Any) -> str | None:
+        if payload is not None and not isinstance(payload, str):
+            name = self.label or "a text field"
+            raise gr.Error(
+                f"{name} are text, one per line, not {type(payload).__name__} (join a list with line breaks)"
+                if name == "queries"
+                else f"{name} must be text, not {type(payload).__name__}",
+                print_exception=False,
+            )
+        return super().preprocess(payload)

@@ -18,7 +18,7 @@ from explorer.runs.store import remember
 from explorer.share.uploads import display_name
 from mirror.errors import MirrorError
 from ui.explore import explore_outputs, explore_panels
-from ui.handlers import ENCODE_QUEUE, PRIVATE
+from ui.handlers import JOB_QUEUE, PRIVATE
 from ui.tune import estimate_only
 
 
@@ -199,7 +199,7 @@ class RunView:
 def wire_training(app: MirrorApp, view: RunView) -> None:
     """Launch (queued, one training slot) and Cancel."""
     ui, state, browser = view.ui, view.state, view.browser
-    train_queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
+    train_queue = JOB_QUEUE
 
     def on_request(memory, s):
         session = app.session(s)
@@ -318,8 +318,9 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
                 return {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory)}
         return {state: session}
 
-    queue = {"concurrency_id": "train", "concurrency_limit": app.settings.train_concurrency}
-    ui.saved_zip.upload(on_saved_zip, [ui.saved_zip, browser, state], [ui.saved_md, *view.outputs], **queue, **PRIVATE)
+    ui.saved_zip.upload(
+        on_saved_zip, [ui.saved_zip, browser, state], [ui.saved_md, *view.outputs], **JOB_QUEUE, **PRIVATE
+    )
 
 
 def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
@@ -345,8 +346,9 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
             yield {ui.blend_md: render.message(ended[-1].text, "error")}
 
     outputs = list(dict.fromkeys([*view.outputs, ui.blend_md, ui.forget_md]))
-    # the progress on the blend's own line: the Explore tab is not greyed out while it works
-    kw = {"show_progress_on": [ui.blend_md], **ENCODE_QUEUE, **PRIVATE}
+    # the progress on the blend's own line: the Explore tab is not greyed out while it works; it waits for a
+    # training slot in the app's queue (JOB_QUEUE), holding none of the encode workers searches need
+    kw = {"show_progress_on": [ui.blend_md], **JOB_QUEUE, **PRIVATE}
     ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **kw)
 
     def on_remedy(memory, s, progress=gr.Progress()):  # noqa: B008

@@ -73,6 +73,11 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
                 info="Pick one or type a Hugging Face model id (hub models need internet access).",
                 elem_id="mx-model",
             )
+            with gr.Accordion("Which base model? Suggestions by need", open=False, elem_id="mx-bases-box") as box:
+                ui.bases_md = gr.Markdown(
+                    "", elem_id="mx-bases"
+                )  # filled as it opens or a plan is shown (`wire_bases`)
+            ui.bases_box = box
             ui.mode = gr.Radio(MODES, value="auto", label="Preset")
             ui.fields = advanced_settings()
     gr.Markdown("### 3. Tune", elem_classes="mx-step")
@@ -263,6 +268,22 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         field.input(touch, [ui.touched], [ui.touched], queue=False, **PRIVATE)
     changes = [ui.model.change, *[f.input for f in field_list]]
     gr.on(changes, on_settings, inputs, [ui.estimate_md, state], show_progress="hidden", **PRIVATE)
+
+
+def wire_bases(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
+    """The suggested bases: their sizes when the box is opened, their costs here whenever the plan shown changes
+    (strings, settings). Not as the UI is built nor as a page loads: reading model configs imports torch and
+    transformers (seconds on a loaded machine, holding a worker the page's first upload waits for)."""
+    fields = list(ui.fields)
+
+    def on_plan(mode_value, s, *vals):
+        if s is None:  # no session yet: the sizes only
+            return app.planner.bases_md(None, mode_value, {})
+        return app.planner.bases_md(app.session(s), mode_value, dict(zip(fields, vals, strict=True)))
+
+    inputs = [ui.mode, state, *ui.fields.values()]
+    ui.bases_box.expand(on_plan, inputs, ui.bases_md, show_progress="minimal", **PRIVATE)
+    ui.estimate_md.change(on_plan, inputs, ui.bases_md, show_progress="hidden", **PRIVATE)
 
 
 def estimate_only(

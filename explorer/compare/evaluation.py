@@ -50,8 +50,11 @@ class EvalReport:
     served: str = "tuned"  # the "tuned" encoder's name on screen: "blend α=0.5" for a blend (render.served_label)
 
 
-def load_sets(gold: Sequence[str] | None, pairs_path: str | None, max_bytes: int) -> list[tuple[str, list[Pair]]]:
-    """The chosen gold sets and the uploaded pairs file, parsed; MirrorError for unknown names or a bad file."""
+def load_sets(
+    gold: Sequence[str] | None, pairs_path: str | None, max_bytes: int, max_pairs: int | None = None
+) -> list[tuple[str, list[Pair]]]:
+    """The chosen gold sets and the uploaded pairs file, parsed; MirrorError for unknown names, a bad file, or a
+    file of more than `max_pairs` pairs (MIRROR_MAX_PAIRS: each pair is two strings encoded twice)."""
     sets: list[tuple[str, list[Pair]]] = []
     for name in gold or []:
         if name not in GOLD_SETS:
@@ -63,7 +66,13 @@ def load_sets(gold: Sequence[str] | None, pairs_path: str | None, max_bytes: int
             raise MirrorError(
                 f"`{shown}` is {fmt_size(p.stat().st_size)}; this app accepts files up to {fmt_size(max_bytes, limit=True)}"
             )
-        sets.append((shown, parse_pairs(decode(p.read_bytes(), shown), shown)))
+        pairs = parse_pairs(decode(p.read_bytes(), shown), shown)
+        if max_pairs is not None and len(pairs) > max_pairs:
+            raise MirrorError(
+                f"`{shown}` holds {len(pairs):,} pairs; this server scores up to {max_pairs:,} in one evaluation "
+                "(MIRROR_MAX_PAIRS): upload a sample of them"
+            )
+        sets.append((shown, pairs))
     if not sets:
         raise MirrorError("choose a gold set or upload a pairs file")
     return sets

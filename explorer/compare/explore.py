@@ -8,7 +8,6 @@ with the run in memory (`RunSpace`, the last few runs). Plain values in and out;
 from __future__ import annotations
 
 import numbers
-import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -17,8 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.render import blend_of, run_caption
-from explorer.runs.sessions import RunInfo, Session, disk_usage
-from mirror.data import fmt_size
+from explorer.runs.sessions import RunInfo, Session
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -161,12 +159,29 @@ class RunExplorer:
         rows = self.moved(session, text_filter, limit=None)
         data = moved.moved_csv(rows).encode("utf-8")
         folder = self.space(session).run.folder
+        where, mine = self.exports_dir(session, folder)
         name = exports.moved_csv_name(f"mirror-{folder.name[:12]}", text_filter)
-        out = exports.content_folder(folder / "exports", "moved", name.encode() + b"\0" + data) / name
+        out = exports.content_folder(where, f"{mine}moved", name.encode() + b"\0" + data) / name
         with self._export_lock:
-            if not out.is_file():
-                self.app.check_disk(session)
-            return exports.write_once(out, data)
+            if out.is_file():
+                return exports.write_once(out, data)  # the same file again (recently used)
+            self.app.check_disk(session)
+            exports.write_once(out, data)
+            # charged to the visitor who asked (its older exports going first), as every export
+            self.app.accounts.fit(session.owner, out.parent)
+            return out
+
+    def exports_dir(self, session: Session, run: Path) -> tuple[Path, str]:
+        """Where the session's exports of the run in `run` go, and what their names start with: the run's own
+        exports/ for its visitor (reused by each of its sessions), else the session's own exports/, the run's id
+        first (a run opened by its link is read only). Either way they are charged to the visitor who asked, and
+        each is one entry of an exports/ folder, which a budget removes oldest first (mirror.exports)."""
+        from explorer.runs.accounts import read_owner
+
+        owner = read_owner(run)
+        if owner is None or owner.visitor == session.owner.visitor:
+            return run / "exports", ""
+        return session.folder / "exports", f"{run.name}-"
 
     def health(self, session: Session) -> dict[str, Any]:
         """Mean cosine, alignment and uniformity of the user's strings under both encoders, and what changed."""
@@ -205,7 +220,8 @@ class RunExplorer:
         prefix = exports.export_prefix(f"mirror-{space.run.folder.name[:12]}", picked, key)
         # One file per run, format, selection and map, whoever asks: a repeated export is the same file again, and
         # an export with other contents is another folder (another link): a file handed out never changes.
-        out = space.run.folder / "exports" / f"{fmt}-{key}"
+        where, mine = self.exports_dir(session, space.run.folder)
+        out = where / f"{mine}{fmt}-{key}"
         with self._export_lock:
             done = exports.export_path(out, fmt, prefix)
             if done.is_file():
@@ -223,17 +239,9 @@ class RunExplorer:
                 coords=coords,
                 prefix=prefix,
             )
-            # Charged to the run, whichever session asked: its folder (model, indexes, exports) stays within a
-            # session's disk budget, its older exports going first; an export that alone does not fit is refused.
-            budget = self.app.settings.session_disk_bytes
-            held = disk_usage(space.run.folder)
-            held -= exports.prune_exports([space.run.folder], held, budget, keep=out)
-            if held > budget:
-                shutil.rmtree(out, ignore_errors=True)
-                raise MirrorError(
-                    f"this export would take the run past {fmt_size(budget)} of disk (MIRROR_SESSION_DISK_MB); "
-                    "export a selection instead"
-                )
+            # Charged to the visitor who asked: within its disk budget, its older exports going first; an export that
+            # alone does not fit is refused (and removed).
+            self.app.accounts.fit(session.owner, out)
             return path
 
     def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:

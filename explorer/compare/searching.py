@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,8 +12,7 @@ from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.compare.search import search_both
 from explorer.events import Phase
 from explorer.render import moved_header, run_caption, served_label
-from explorer.runs.models import IndexPair
-from explorer.runs.sessions import Session
+from explorer.runs.sessions import ExtraCorpus, Session
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import clamp_k, split_queries
 from mirror.config import BUNDLED_MODEL
@@ -52,7 +52,11 @@ class Searcher:
         pair = None
         if run is not None:
             loaded = self.app.models.loaded(run)
-            pair = loaded.extra if corpus == "extra" else loaded.main
+            extra = session.extra
+            if corpus != "extra":
+                pair = loaded.main
+            elif extra is not None and extra.run == run.folder:  # this session's, indexed for this run
+                pair = self.app.models.corpus(extra.folder, loaded)
         if pair is None and corpus == "extra":
             raise MirrorError("no other corpus is indexed yet: upload one below and press “Index it”")
         if pair is None:
@@ -79,7 +83,8 @@ class Searcher:
         self, session: Session, path: str | None, column: str | None = None, name: str | None = None
     ) -> str:
         """Index another uploaded corpus with the served tuned and base encoders; returns a summary. `name`: the
-        file's name as the user gave it, where the path's own differs."""
+        file's name as the user gave it, where the path's own differs. It is the session's own (in its folder,
+        charged to its visitor), never written into the run's folder: a run opened by its link is read only."""
         from index.store import VectorIndex
         from mirror.encoder import replace_dir
 
@@ -95,19 +100,18 @@ class Searcher:
         texts = texts[: self.app.settings.max_strings]
         if not texts:
             raise MirrorError(f"`{shown}` has no non-empty strings")
-        self.app.check_disk(session)
         loaded = self.app.models.loaded(run)
-        tmp_b, tmp_t = run.folder / ".extra_base.new", run.folder / ".extra_tuned.new"
-        VectorIndex.build(loaded.base, texts, gpu=False).save(tmp_b)
-        VectorIndex.build(loaded.tuned, texts, gpu=False).save(tmp_t)
+        # two indexes of its rows (vectors and texts) in the session's folder
+        self.app.check_disk(session, 2 * sum(4 * loaded.tuned.dim + len(t.encode()) + 16 for t in texts))
+        folder = session.folder / "extra"
+        tmp = session.folder / ".extra.new"
+        shutil.rmtree(tmp, ignore_errors=True)
+        VectorIndex.build(loaded.base, texts, gpu=False).save(tmp / "extra_base")
+        VectorIndex.build(loaded.tuned, texts, gpu=False).save(tmp / "extra_tuned")
         with session.lock:
-            replace_dir(tmp_b, run.folder / "extra_base")
-            replace_dir(tmp_t, run.folder / "extra_tuned")
-            loaded.extra = IndexPair(
-                VectorIndex.load(run.folder / "extra_base", loaded.base, gpu=False),
-                VectorIndex.load(run.folder / "extra_tuned", loaded.tuned, gpu=False),
-            )
-            run.extra_corpus = shown
+            self.app.models.forget(folder)  # the corpus it replaces
+            replace_dir(tmp, folder)
+            session.extra = ExtraCorpus(run=run.folder, name=shown, folder=folder)
         return (
             f"Indexed {len(texts):,} strings of `{shown}` with both encoders ({stats.summary()}"
             + (
@@ -117,6 +121,11 @@ class Searcher:
             )
             + "). Searching it now."
         )
+
+    def cancel_evaluation(self, session: Session) -> str:
+        """Stop the session's evaluation between two batches of strings."""
+        session.eval_stop.set()
+        return "Stopping the evaluation…"
 
     def evaluate(self, session: Session, gold: Sequence[str], pairs_path: str | None = None) -> list[dict[str, Any]]:
         """Spearman ρ of cosine vs gold scores, for the base and (when there is one) the tuned encoder: a row per
@@ -131,8 +140,19 @@ class Searcher:
         on_progress: Callable[[Phase], None] | None = None,
     ) -> EvalReport:
         """The rows of `evaluate`, the pairs whose rank moved most with tuning and notes (a set under 50 pairs,
-        no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work."""
-        sets = load_sets(gold, pairs_path, self.app.settings.max_upload_bytes)
+        no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work. At most
+        MIRROR_MAX_PAIRS pairs a file; `cancel_evaluation` stops it between two batches."""
+        settings = self.app.settings
+        sets = load_sets(gold, pairs_path, settings.max_upload_bytes, settings.max_pairs)
+        stop = session.eval_stop
+        stop.clear()
+
+        def progress(phase: Phase) -> None:
+            if stop.is_set():
+                raise MirrorError("Evaluation cancelled.")
+            if on_progress is not None:
+                on_progress(phase)
+
         notes, run = [], session.run  # the run evaluated, named in the report even if another is served by then
         if run is not None:
             loaded = self.app.models.loaded(run)
@@ -140,6 +160,6 @@ class Searcher:
         else:
             encoders = [("base", self.app.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
-        report = evaluate_sets(sets, encoders, on_progress, served_label(run))
+        report = evaluate_sets(sets, encoders, progress, served_label(run))
         caption, header = run_caption(run), moved_header(run)
         return dataclasses.replace(report, notes=notes + report.notes, caption=caption, moved_header=header)

@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,105 @@ class FairSlots:
         with self._cond:
             self._free += 1
             self._cond.notify_all()
+
+
+@dataclass(eq=False)
+class Place:
+    """One job's place in the TrainQueue: waiting, then holding a training slot, then gone."""
+
+    who: str
+    address: str = ""
+    running: bool = False
+    gone: bool = False
+
+
+class TrainQueue:
+    """The training slots and the places waiting for one (runs, blends, model uploads): `slots` jobs run at once, at
+    most `max_waiting` wait, in arrival order, and one visitor holds one place at most (waiting or running): a second
+    is refused at once; one address (a visitor with fresh cookies, or a NAT) holds at most a quarter of the line. One
+    visitor's jobs never stand between another visitor and the next free slot, and a waiting job holds nothing but
+    its place (no Gradio worker, no encode slot)."""
+
+    def __init__(self, slots: int, max_waiting: int):
+        self.slots, self.max_waiting = slots, max_waiting
+        self._places: list[Place] = []  # running ones and waiting ones, in arrival order
+        self._cond = threading.Condition()
+
+    def check(self, who: str, address: str = "") -> None:
+        """MirrorError when `who` (at `address`) could not join now: it holds a place, or the line is full."""
+        with self._cond:
+            self._refusal(who, address)
+
+    def join(self, who: str, address: str = "") -> Place:
+        """A place for `who` at the end of the line, or MirrorError (it holds one already, or the line is full)."""
+        with self._cond:
+            self._refusal(who, address)
+            place = Place(who, address)
+            self._places.append(place)
+            self._promote()
+            return place
+
+    def _refusal(self, who: str, address: str) -> None:
+        if any(p.who == who for p in self._places):
+            raise MirrorError(
+                "You have a run, blend or model upload going or waiting already (one at a time per visitor, so "
+                "everyone gets a turn); wait for it to finish, or cancel it."
+            )
+        waiting = sum(not p.running for p in self._places)
+        here = sum(p.address == address for p in self._places) if address else 0
+        if waiting >= self.max_waiting or here >= max(2, self.max_waiting // 4):
+            raise MirrorError(
+                f"{waiting} jobs are waiting for a training slot already (MIRROR_TRAIN_QUEUE), {here} of them from your "
+                "address; try again in a few minutes"
+            )
+
+    def _promote(self) -> None:
+        running = sum(p.running for p in self._places)
+        for p in self._places:
+            if running >= self.slots:
+                break
+            if not p.running:
+                p.running, running = True, running + 1
+                self._cond.notify_all()
+
+    def ahead(self, place: Place) -> int:
+        """How many places are ahead of a waiting one (running ones included)."""
+        with self._cond:
+            return self._places.index(place) if place in self._places else 0
+
+    def wait(self, place: Place, stop: threading.Event | None = None, poll: float = 0.5) -> Iterator[int]:
+        """Until `place` holds a slot, every `poll` seconds: how many places are ahead of it. Returns early, without
+        a slot, when `stop` is set (the place is then gone)."""
+        while True:
+            with self._cond:
+                if place.running or place.gone:
+                    return
+                if stop is not None and stop.is_set():
+                    self._leave(place)
+                    return
+                self._cond.wait(poll)
+                if place.running:
+                    return
+                n = self._places.index(place) if place in self._places else 0
+            yield n
+
+    def leave(self, place: Place) -> None:
+        """The job ended (or never started): its place, and its slot if it held one, go to the next in line."""
+        with self._cond:
+            self._leave(place)
+
+    def _leave(self, place: Place) -> None:
+        place.gone = True
+        if place in self._places:
+            self._places.remove(place)
+        self._promote()
+        self._cond.notify_all()
+
+    @property
+    def free(self) -> int:
+        """Slots free now (tests, the status line)."""
+        with self._cond:
+            return self.slots - sum(p.running for p in self._places)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +57,6 @@ class Loaded:
     tuned: Encoder
     base: Encoder
     main: IndexPair
-    extra: IndexPair | None = None  # another corpus the user indexed with both encoders
     rebuilt: list[str] = field(default_factory=list)  # tuned indexes found stale on load and rebuilt
 
     @property
@@ -65,7 +66,7 @@ class Loaded:
         model = self.tuned.model
         weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
         weights += self.tuned.twin_nbytes
-        return weights + self.main.nbytes + (self.extra.nbytes if self.extra else 0)
+        return weights + self.main.nbytes
 
 
 def fresh_index(folder: Path, encoder: Encoder, rebuilt: list[str]) -> VectorIndex:
@@ -107,9 +108,13 @@ class ModelCache:
         self._base_lock = threading.Lock()
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self.runs: OrderedDict[str, Loaded] = OrderedDict()  # run folder -> loaded run, least recent first
+        # a session's other corpus (explorer.compare.searching.index_corpus): its folder -> both indexes, in the
+        # same memory budget as the runs
+        self.corpora: OrderedDict[str, IndexPair] = OrderedDict()
         self._run_locks: dict[str, threading.Lock] = {}
         self._runs_lock = threading.Lock()
         self._hub_sizes: dict[str, int] = {}  # hub id -> download bytes, asked once per id
+        self._touched: dict[str, float] = {}  # run folder -> when its last use was marked on disk
 
     def warm_up(self) -> None:
         """Load the bundled base encoder (and torch) ahead of the first request; failures are only logged."""
@@ -148,6 +153,13 @@ class ModelCache:
             )
         return model
 
+    def weights_budget(self) -> int:
+        """What one model's weights may take in memory (fp32): MIRROR_LOADED_MB, and at most half the memory free
+        now; checked from its config before it is loaded or downloaded (mirror.encoder.check_weights)."""
+        from mirror.memory import available_bytes
+
+        return min(self.settings.loaded_bytes, available_bytes())
+
     def cached_base(self, model: str, pooling: str = "auto") -> Encoder | None:
         """The base encoder when it is loaded already; never loads (or downloads) one."""
         with self._base_lock:
@@ -171,7 +183,12 @@ class ModelCache:
                 if key in self._base:
                     return self._base[key]
             encoder = load_encoder(
-                model, pooling=pooling, device=inference_device(), allowed_roots=list(self.settings.model_roots)
+                model,
+                pooling=pooling,
+                device=inference_device(),
+                allowed_roots=list(self.settings.model_roots),
+                # the bundled model is the operator's own (86 MB): only what visitors name is priced
+                max_weights=None if model == BUNDLED_MODEL else self.weights_budget(),
             )
             encoder.model.eval()
             with self._base_lock:
@@ -181,8 +198,10 @@ class ModelCache:
             return encoder
 
     def loaded(self, run: RunInfo) -> Loaded:
-        """The run's tuned encoder and indexes, from the LRU or loaded from its folder."""
+        """The run's tuned encoder and indexes, from the LRU or loaded from its folder. A use of the run: its age
+        (MIRROR_RUN_TTL) starts again (marked on disk at most once a minute)."""
         key = str(run.folder)
+        self._mark_used(run.folder)
         with self._runs_lock:
             if key in self.runs:
                 self.runs.move_to_end(key)
@@ -211,18 +230,45 @@ class ModelCache:
             )
 
         item = Loaded(tuned=tuned, base=base, main=pair("base_index", "tuned_index"))
-        if run.extra_corpus and (run.folder / "extra_tuned").is_dir():
-            item.extra = pair("extra_base", "extra_tuned")
         item.rebuilt = rebuilt
         self._admit(key, item)
         return item
 
-    def _admit(self, key: str, item: Loaded) -> None:
-        """Keep `item`, evicting the least recently used runs down to the count and memory limits."""
+    def corpus(self, folder: Path, loaded: Loaded) -> IndexPair:
+        """A session's other corpus (indexed in `folder` with `loaded`'s two encoders), kept in memory within the
+        runs' budget and loaded again from disk once evicted."""
+        from index.store import VectorIndex
+
+        key = str(folder)
         with self._runs_lock:
-            self.runs[key] = item
+            if key in self.corpora:
+                self.corpora.move_to_end(key)
+                return self.corpora[key]
+        pair = IndexPair(
+            VectorIndex.load(folder / "extra_base", loaded.base, gpu=False),
+            VectorIndex.load(folder / "extra_tuned", loaded.tuned, gpu=False),
+        )
+        self._admit(key, pair, self.corpora)
+        return pair
+
+    def _mark_used(self, folder: Path) -> None:
+        now = time.monotonic()
+        if now - self._touched.get(str(folder), -math.inf) > 60.0:
+            self._touched[str(folder)] = now
+            with contextlib.suppress(OSError):
+                (folder / ".last_used").touch()
+
+    def _admit(self, key: str, item: Loaded | IndexPair, table: OrderedDict | None = None) -> None:
+        """Keep `item` (a run, or a session's other corpus), evicting the least recently used ones down to the
+        count and memory limits (other corpora first: they are the cheapest to load again)."""
+        table = self.runs if table is None else table
+        with self._runs_lock:
+            table[key] = item
             evicted = []
-            held = sum(x.nbytes for x in self.runs.values())
+            held = sum(x.nbytes for x in self.runs.values()) + sum(x.nbytes for x in self.corpora.values())
+            while len(self.corpora) > (1 if table is self.corpora else 0) and held > self.settings.loaded_bytes:
+                evicted.append(self.corpora.popitem(last=False))
+                held -= evicted[-1][1].nbytes
             while len(self.runs) > 1 and (
                 len(self.runs) > self.settings.loaded_runs or held > self.settings.loaded_bytes
             ):
@@ -236,6 +282,6 @@ class ModelCache:
         """Drop the loaded runs (and their load locks) under one folder: a session's, or one run's."""
         prefix = str(folder)
         with self._runs_lock:
-            for table in (self.runs, self._run_locks):
+            for table in (self.runs, self._run_locks, self.corpora, self._touched):
                 for key in [k for k in table if k == prefix or k.startswith(prefix + "/")]:
                     del table[key]

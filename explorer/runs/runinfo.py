@@ -27,6 +27,5 @@ class RunInfo:
     model_zip: Path
     index_zip: Path
     created: float = field(default_factory=time.time)
-    extra_corpus: str | None = None  # another upload indexed in extra_base/ + extra_tuned/
     # served before its general checks ran (explorer.runs.training): they, its card and its downloads follow
     checks_pending: bool = False

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.events import Done, Event, Failed, Phase, Served
+from explorer.events import Done, Event, Failed, Note, Phase, Served
 from explorer.runs.models import REBUILT_NOTE
 from explorer.runs.sessions import RunHandle, RunInfo, Session
-from explorer.runs.training import new_run_info, package_run
+from explorer.runs.training import new_run_info, package_run, run_bytes
 from explorer.settings import inference_device
-from explorer.share.uploads import display_name, extract_model_zip
+from explorer.share.uploads import display_name, extract_model_zip, model_zip_bytes
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 from mirror.exports import download_name
@@ -41,6 +42,8 @@ class SavedRuns:
         loaded = self.app.models.loaded(info)
         if info.checks_pending and info.folder.name not in self.app.checking:  # its server stopped during its checks
             info.checks_pending = False
+            # its card (and a push of it) says the checks did not run, rather than nothing at all
+            info.stats["forgetting"] = {"skipped": "the server restarted while they ran"}
             package_run(info, zip_model=not info.model_zip.exists())
             self.app.runs.save(info)
         if loaded.rebuilt and REBUILT_NOTE not in info.stats.get("notes", []):
@@ -75,25 +78,40 @@ class SavedRuns:
         if session.active is not None and session.active.started:
             yield Failed("A run is in progress in this session; wait for it or cancel it.")
             return
-        yield from self.app.trainer.exclusive(session, self._use_saved(session, zip_path))
+        yield from self._as_job(session, lambda handle: self._use_saved(session, zip_path, handle))
 
-    def _use_saved(self, session: Session, zip_path: str) -> Iterator[Event]:
+    def _as_job(self, session: Session, job: Any) -> Iterator[Event]:
+        """`job(handle)`'s events as the session's job: cancellable (the Tune tab's Cancel) from the moment it waits
+        for its place in the training queue."""
+        handle = session.active = RunHandle(started=True)
+        try:
+            yield from self.app.trainer.exclusive(session, job(handle), handle.stop)
+        finally:
+            if session.active is handle:
+                session.active = None
+
+    def _use_saved(self, session: Session, zip_path: str, handle: RunHandle) -> Iterator[Event]:
         from mirror.blend import recorded_blend
         from mirror.encoder import load_encoder
 
         started = time.perf_counter()  # this upload's own seconds (its stats carry the training's, done earlier)
-        handle = session.active = RunHandle(started=True)
         run = self.app.trainer.new_run_folder(session, handle)
         texts, source = list(session.texts), session.source
         try:
             with self.app.trainer.discarded_unless_served(run) as served:
-                self.app.check_disk(session)
+                # what it will hold, unpacked, is known before a byte is written: the accounts are asked for that
+                unpacked = model_zip_bytes(Path(zip_path), self.app.settings.max_model_bytes)
+                notes = self.app.check_disk(session, unpacked + Path(zip_path).stat().st_size)
+                yield from (Note(n) for n in notes)
                 yield Phase("Unpacking the model")
-                folder = extract_model_zip(Path(zip_path), run / "unpacked", self.app.settings.max_model_bytes)
+                limit = self.app.settings.max_model_bytes
+                folder = extract_model_zip(Path(zip_path), run / "unpacked", limit, room=unpacked)
                 os.replace(folder, run / "model")
                 shutil.rmtree(run / "unpacked", ignore_errors=True)
-                tuned = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
-                base_model, base, notes = self._base_of(tuned)
+                budget = self.app.models.weights_budget()
+                tuned = load_encoder(run / "model", device=inference_device(), allowed_roots=[run], max_weights=budget)
+                base_model, base, base_notes = self._base_of(tuned)
+                notes = [*notes, *base_notes]
                 events: list[Event] = []
                 from index.pipeline import index_with
 
@@ -109,7 +127,7 @@ class SavedRuns:
                     events.clear()
                 stats = dict(tuned.info.get("stats") or {})
                 stats.update(pooling=tuned.pooling, mode=(tuned.info.get("config") or {}).get("mode", "?"))
-                stats.update(uploaded=display_name(zip_path), notes=notes)
+                stats.update(uploaded=display_name(zip_path), notes=base_notes)
                 blended = recorded_blend(tuned.info)  # a zip of a blend reads as that blend, not as a tuned model
                 if blended is not None:
                     stats.update(blend_alpha=blended[0], blended_from=blended[1])
@@ -129,9 +147,6 @@ class SavedRuns:
         except Exception as exc:
             log.exception("model upload failed")  # details (which may name server paths) stay in the log
             yield Failed(f"could not use this model ({type(exc).__name__}); is it a zip saved by this app?")
-        finally:
-            if session.active is handle:
-                session.active = None
 
     def _base_of(self, tuned) -> tuple[str, Any, list[str]]:
         """The base model an uploaded tuned model names (checked like one a user typed, hub size included), or
@@ -165,9 +180,9 @@ class SavedRuns:
         if session.active is not None and session.active.started:
             yield Failed("A run is in progress in this session; wait for it or cancel it.")
             return
-        yield from self.app.trainer.exclusive(session, self._blend(session, parent, alpha))
+        yield from self._as_job(session, lambda handle: self._blend(session, parent, alpha, handle))
 
-    def _blend(self, session: Session, parent: RunInfo, alpha: float) -> Iterator[Event]:
+    def _blend(self, session: Session, parent: RunInfo, alpha: float, handle: RunHandle) -> Iterator[Event]:
         from index.pipeline import index_with
         from mirror.blend import blend_folder
         from mirror.encoder import load_encoder
@@ -176,13 +191,13 @@ class SavedRuns:
         # a blend of a blend blends the tuned weights of the run they both come from: named as that run's blend
         origin = parent.stats.get("blended_from") if parent.stats.get("blend_alpha") is not None else None
         origin = str(origin or parent.folder.name)
-        of_summary = parent.summary.split(" of ", 1)[1] if origin != parent.folder.name else parent.summary
-        handle = session.active = RunHandle(started=True)
+        of_summary = re.sub(r"^blend α=\S+ of ", "", parent.summary)
         run = self.app.trainer.new_run_folder(session, handle)
         try:
             with self.app.trainer.discarded_unless_served(run) as served:
-                self.app.check_disk(session)
                 loaded = self.app.models.loaded(parent)
+                # a new run of its own (its model twice, its index; the parent's files are linked, not copied)
+                yield from (Note(n) for n in self.app.check_disk(session, run_bytes(loaded.tuned, parent.n_texts)))
                 texts = list(loaded.main.tuned.texts)
                 yield Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base")
                 # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
@@ -219,9 +234,6 @@ class SavedRuns:
         except Exception as exc:
             log.exception("blend failed")
             yield Failed(f"the blend failed ({type(exc).__name__}); the previous model stays served")
-        finally:
-            if session.active is handle:
-                session.active = None
 
 
 def tuned_weights(run: Path) -> Path:

@@ -1,15 +1,15 @@
 """Sessions and runs: one folder per browser tab or API client, the run it serves, the run it is making.
 
-A Session lives in Gradio's gr.State (or any caller's hands); its folder is the only place its files go.
-`SessionStore` makes and removes those folders: closed sessions, idle ones past the TTL, and the least recently
-used idle ones when all sessions together hold more disk than the budget.
+A Session lives in Gradio's gr.State (or any caller's hands); its folder is the only place its own files go (another
+corpus indexed against the run it serves, exports of a run it opened by link). `SessionStore` makes and removes those
+folders: closed sessions and idle ones past the TTL. Each folder is charged to the visitor who made it
+(explorer.runs.accounts); none is removed because the disk is full.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import shutil
 import threading
 import time
@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorer.runs.accounts import Owner, write_owner
 from explorer.runs.runinfo import RunInfo
 from explorer.settings import Settings
-from mirror.data import CleanStats, fmt_size
-from mirror.errors import MirrorError
+from mirror.data import CleanStats
 
 STOP_FILE = "STOP"
 RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs.store), not a session
 SWEEP_EVERY_S = 60.0
-EVICT_MIN_IDLE_S = 300.0  # a session used this recently is never evicted for disk space
+EVICT_MIN_IDLE_S = 300.0  # a run used this recently never makes room for its visitor's next one
 
 
 @dataclass(eq=False)
@@ -111,8 +111,11 @@ class Session:
     mode_reason: str = ""
     run: RunInfo | None = None
     active: RunHandle | None = None  # the run asked for or in progress
-    run_ids: list[str] = field(default_factory=list)  # the runs this session made (its disk budget counts them)
+    run_ids: list[str] = field(default_factory=list)  # the runs this session made
+    owner: Owner = field(default_factory=Owner)  # the visitor (and address) its folders and runs are charged to
+    extra: ExtraCorpus | None = None  # another corpus indexed with the served run's encoders, in this session's folder
     closed: bool = False  # the tab went away (or the state expired) while a run was going: clean up after it
+    eval_stop: threading.Event = field(default_factory=threading.Event, repr=False)  # Evaluate's Cancel
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __deepcopy__(self, memo: dict) -> Session:  # gradio deep-copies state values; share, don't clone
@@ -123,6 +126,16 @@ class Session:
         (self.folder / ".last_used").touch()
 
 
+@dataclass(frozen=True)
+class ExtraCorpus:
+    """Another corpus a session indexed with the encoders of the run it serves: in the session's folder, never the
+    run's (whoever opened the run by its link writes nothing into it)."""
+
+    run: Path  # the run folder whose encoders built it: searched only while that run is served
+    name: str  # the file's name as the user gave it
+    folder: Path  # <session folder>/extra: extra_base/ and extra_tuned/
+
+
 def texts_key(texts: Sequence[str]) -> str:
     h = hashlib.sha256()
     for t in texts:
@@ -130,43 +143,9 @@ def texts_key(texts: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def disk_usage(folder: Path) -> int:
-    """Bytes under `folder`; files that a running job renames or removes during the walk are skipped."""
-    total = 0
-    for root, _, files in os.walk(folder):  # os.walk skips folders that vanish; Path.rglob raises
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.stat(os.path.join(root, name)).st_size
-    return total
-
-
-def evict(
-    candidates: list[tuple[float, Path]],
-    expired: list[Path],
-    held: int,
-    budget: int,
-    forget: Callable[[Path], None],
-    may_go: Callable[[Path], bool] = lambda folder: True,
-) -> list[Path]:
-    """Remove the `expired` folders, then the least recently used `candidates` ((last use, folder)) that
-    `may_go` while the `held` bytes are over `budget`; each after `forget(folder)`. Returns what went."""
-    removed = list(expired)
-    held -= sum(disk_usage(f) for f in removed)
-    for _, folder in sorted(candidates):  # oldest first
-        if held <= budget:
-            break
-        if folder in removed or not may_go(folder):
-            continue
-        held -= disk_usage(folder)
-        removed.append(folder)
-    for folder in removed:
-        forget(folder)
-        shutil.rmtree(folder, ignore_errors=True)
-    return removed
-
-
 class SessionStore:
-    """Session folders under `settings.work_dir`: made on first use, removed when closed, idle or over budget.
+    """Session folders under `settings.work_dir`: made on first use (charged to their owner), removed when closed or
+    idle past the TTL.
 
     `forget(folder)` is called before a folder is removed (the model cache drops that session's loaded runs);
     folders in `running` (a job is writing there) are never removed.
@@ -178,15 +157,20 @@ class SessionStore:
         self.running: set[Path] = set()
         self._last_sweep = 0.0
 
-    def get(self, state: Session | None = None) -> Session:
-        """The caller's session, or a fresh one (with its own folder) when it has none or it expired."""
+    def get(self, state: Session | None = None, owner: Owner | None = None) -> Session:
+        """The caller's session, or a fresh one (with its own folder) when it has none or it expired; `owner`: who
+        is asking (a session keeps the first one it learns)."""
         if isinstance(state, Session) and state.folder.is_dir():
             state.touch()
+            if owner is not None and state.owner == Owner():
+                state.owner = owner
+                write_owner(state.folder, owner)
             return state
         self.sweep()
         sid = uuid.uuid4().hex
-        s = Session(id=sid, folder=self.settings.work_dir / sid)
+        s = Session(id=sid, folder=self.settings.work_dir / sid, owner=owner or Owner())
         s.touch()
+        write_owner(s.folder, s.owner)
         return s
 
     def close(self, state: Session | None) -> None:
@@ -205,35 +189,20 @@ class SessionStore:
         release_memory(collect=False)  # no gc pass: Gradio calls this on its event loop, once per expired session
 
     def sweep(self, force: bool = False) -> list[Path]:
-        """Delete session folders idle past the TTL, then the least recently used idle ones while all sessions
-        together hold more than MIRROR_DISK_MB. A session with a job running, or used in the last
-        EVICT_MIN_IDLE_S, is never removed. Runs at most once a minute unless forced."""
+        """Delete session folders idle past the TTL (never one with a job running). Runs at most once a minute
+        unless forced."""
+        from explorer.runs.accounts import last_used
+
         now = time.time()
         if not force and now - self._last_sweep < SWEEP_EVERY_S:
             return []
         self._last_sweep = now
-        folders, held = [], 0
+        removed = []
         for folder in self.settings.work_dir.iterdir() if self.settings.work_dir.is_dir() else []:
-            marker = folder / ".last_used"
-            try:
-                last = marker.stat().st_mtime if marker.exists() else folder.stat().st_mtime
-            except OSError:
+            if not folder.is_dir() or folder.name == RUNS_DIR or folder.name.startswith(".") or folder in self.running:
                 continue
-            if folder.is_dir() and folder.name != RUNS_DIR:
-                held += disk_usage(folder)
-                if folder not in self.running:
-                    folders.append((last, folder))
-        expired = [f for last, f in folders if now - last > self.settings.session_ttl]
-        idle = [(last, f) for last, f in folders if now - last > EVICT_MIN_IDLE_S]
-        return evict(idle, expired, held, self.settings.disk_bytes, self.forget)
-
-    def check_disk(self, session: Session, runs: int = 0) -> None:
-        """Before a job writes: room in the session's own budget (its folder and the `runs` bytes of the runs it
-        made), and idle sessions evicted past the global one."""
-        used = disk_usage(session.folder) + runs
-        if used > self.settings.session_disk_bytes:
-            raise MirrorError(
-                f"this session already holds {fmt_size(used)} on the server (its limit is "
-                f"{fmt_size(self.settings.session_disk_bytes)}, MIRROR_SESSION_DISK_MB); reload the page to start afresh"
-            )
-        self.sweep(force=True)
+            if now - last_used(folder) > self.settings.session_ttl:
+                self.forget(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        return removed

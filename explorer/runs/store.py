@@ -1,8 +1,12 @@
 """Durable runs: every finished run kept under `<work dir>/runs/<run id>/`, reachable by its id from any session,
-any browser and after a restart, until the operator's age or size budget removes it (never one in use).
+any browser and after a restart, until MIRROR_RUN_TTL after its last use (opened, searched; a run list naming it is
+not a use). Its disk is charged to the visitor who made it (explorer.runs.accounts), and only its age removes it,
+or its own visitor's next run when that visitor is past its budget: never someone else's.
 
-A run folder holds model/, base_index/, tuned_index/, the two download zips and run.json (the RunInfo, paths
-relative to the folder). Run ids are 32 random hex digits: holding the id is what gives access to the run.
+A run folder holds model/, base_index/, tuned_index/, the two download zips, run.json (the RunInfo, paths
+relative to the folder) and .owner. Run ids are 32 random hex digits: holding the id is what gives access to the
+run, to read it: whoever opens it by its link writes nothing into it (their other corpora and exports go to their
+own session's folder, a blend is their own new run).
 """
 
 from __future__ import annotations
@@ -11,18 +15,17 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from explorer.runs.sessions import RunInfo, disk_usage, evict
+from explorer.runs.accounts import LAST_USED, RUN_FILE, last_used, stale_unfinished
+from explorer.runs.sessions import RunInfo
 from mirror.errors import MirrorError
-from mirror.exports import prune_exports
 
-RUN_FILE = "run.json"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-LAST_USED = ".last_used"
 
 
 def remember(memory: dict | None, run_id: str | None = None, active: str | None = None) -> dict:
@@ -70,8 +73,9 @@ class RunStore:
         os.replace(tmp, info.folder / RUN_FILE)
         self.touch(info.folder)
 
-    def load(self, run_id: str) -> RunInfo:
-        """The RunInfo of a finished run, or MirrorError when there is none (never was, or expired)."""
+    def load(self, run_id: str, use: bool = True) -> RunInfo:
+        """The RunInfo of a finished run, or MirrorError when there is none (never was, or expired). `use`: it is
+        being opened or searched (its age starts again); a run list only describes it."""
         folder = self.folder(run_id)
         try:
             data: dict[str, Any] = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
@@ -80,7 +84,8 @@ class RunStore:
         fields = {f.name for f in dataclasses.fields(RunInfo)}
         data = {k: v for k, v in data.items() if k in fields}
         data.update(folder=folder, model_zip=folder / data["model_zip"], index_zip=folder / data["index_zip"])
-        self.touch(folder)
+        if use:
+            self.touch(folder)
         return RunInfo(**data)
 
     def describe(self, run_ids: Iterable[str]) -> list[dict[str, Any]]:
@@ -88,7 +93,7 @@ class RunStore:
         out = []
         for run_id in dict.fromkeys(run_ids):
             try:
-                info = self.load(run_id)
+                info = self.load(run_id, use=False)  # listed, not used: a page listing its runs keeps none alive
             except MirrorError:
                 continue
             label = f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(info.created))} · {run_label(info)}"
@@ -102,25 +107,16 @@ class RunStore:
         except OSError:
             pass
 
-    def sweep(self, max_age: float, max_bytes: int, keep: set[Path], min_idle: float) -> list[Path]:
-        """Remove runs unused for `max_age` seconds, then, while all runs hold more than `max_bytes`, the runs'
-        exports (oldest first, any run's), then the least recently used runs. Runs in `keep` (being made or served now) and runs used in the last `min_idle`
-        seconds are never removed; a folder without run.json is a run being made (or a crashed one, removed
-        once it is `max_age` old)."""
-        now = time.time()
-        entries = []
+    def sweep(self, max_age: float, keep: set[Path], unfinished_age: float) -> list[Path]:
+        """Remove the runs unused for `max_age` seconds, and the folders without run.json (a run a restart cut short)
+        untouched for `unfinished_age`; never one in `keep` (being made now). Disk budgets never remove a run:
+        explorer.runs.accounts refuses the writer instead."""
+        now, removed = time.time(), []
         for folder in self.root.iterdir() if self.root.is_dir() else []:
-            marker = folder / LAST_USED
-            try:
-                last = marker.stat().st_mtime if marker.exists() else folder.stat().st_mtime
-            except OSError:
+            if not folder.is_dir() or folder in keep:
                 continue
-            if folder.is_dir() and folder not in keep and now - last > min_idle:
-                entries.append((last, folder))
-        expired = [f for last, f in sorted(entries) if now - last > max_age]
-        finished = lambda folder: (folder / RUN_FILE).is_file()  # noqa: E731 - a run being made stays
-        held = disk_usage(self.root)
-        if held > max_bytes:  # the runs' exports go first, even of runs in use: they can be made again
-            runs = [f for f in self.root.iterdir() if f.is_dir()]
-            held -= prune_exports(runs, held, max_bytes)
-        return evict(entries, expired, held, max_bytes, self.forget, finished)
+            if now - last_used(folder) > max_age or stale_unfinished(folder, now, unfinished_age):
+                self.forget(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        return removed

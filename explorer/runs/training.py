@@ -15,8 +15,22 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.events import TERMINAL, Cancelled, Done, Event, Failed, Finished, Note, Phase, Served, Step, Stopped
+from explorer.events import (
+    TERMINAL,
+    Cancelled,
+    Done,
+    Event,
+    Failed,
+    Finished,
+    Note,
+    Phase,
+    Served,
+    Step,
+    Stopped,
+    Tick,
+)
 from explorer.render import fmt_seconds, user_error
+from explorer.runs.accounts import write_owner
 from explorer.runs.jobs import train_job
 from explorer.runs.models import release_memory
 from explorer.runs.sessions import (
@@ -36,7 +50,6 @@ from mirror.errors import MirrorError
 from mirror.exports import download_name
 
 log = logging.getLogger("mirror.app")
-SLOT_WAIT_S = 30.0  # longer than explorer.runs.jobs.ABANDONED_S: an abandoned run stops, and its slot frees, within it
 INDEX_README = """\
 A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.
 Unzip the model zip beside it (this folder and mirror-model/ side by side), then search it:
@@ -115,6 +128,8 @@ class Trainer:
         (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
         (summary, run). Errors raise MirrorError with the message the page would show."""
         try:
+            # before reading 20 MB of text for a run refused anyway
+            self.app.train_queue.check(queue_key(session), session.owner.address)
             info = (
                 self.app.loader.load_file(session, file, (column or "").strip() or None)
                 if file
@@ -168,8 +183,11 @@ class Trainer:
         try:
             for ev in self._run_events(session, handle, model, mode, overrides):
                 handle.publish(ev)
-                if handle.folder is not None and time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
-                    write_stop(handle.folder, "abandoned")
+                if time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
+                    if handle.folder is not None:
+                        write_stop(handle.folder, "abandoned")
+                    else:  # still waiting for a training slot: it gives its place up
+                        handle.stop.set()
         except Exception as exc:  # a bug: the followers get a message, the server goes on
             log.exception("run thread failed")
             handle.publish(Failed(user_error(exc)))
@@ -188,29 +206,40 @@ class Trainer:
         if len(session.texts) < 2:
             yield Failed("Load at least 2 strings first (step 1 above).")
             return
-        yield from self.exclusive(session, self._train(session, handle, model, mode, overrides))
+        yield from self.exclusive(session, self._train(session, handle, model, mode, overrides), handle.stop)
 
-    def exclusive(self, session: Session, events: Iterator[Event]) -> Iterator[Event]:
+    def exclusive(
+        self, session: Session, events: Iterator[Event], stop: threading.Event | None = None
+    ) -> Iterator[Event]:
         """Run a job's events holding a training slot; its final event is yielded after the job cleaned up.
 
-        Gradio's queue hands out its training turns as runs end, but a run whose page or client went away goes
-        on until it notices (ABANDONED_S) while the queue has already moved on: so wait up to SLOT_WAIT_S for the
-        slot, saying so, before refusing (a caller that bypasses the queue is refused then, never run extra)."""
-        deadline = time.monotonic() + SLOT_WAIT_S
-        while not self.app.train_slots.acquire(timeout=0.5):
-            if time.monotonic() >= deadline:
-                break
-            yield Phase("Waiting for a free training slot (a run that lost its page is stopping)")
-        else:
-            yield from self._holding_slot(session, events)
+        The job takes the visitor's one place in the training queue (app.train_queue: refused at once when the
+        visitor has another job going or waiting, or the line is full), says how many are ahead while it waits
+        (cancellable: `stop`), then runs."""
+        queue = self.app.train_queue
+        try:
+            place = queue.join(queue_key(session), session.owner.address)
+        except MirrorError as exc:
+            events.close()
+            yield Failed(str(exc))
             return
-        n = self.app.settings.train_concurrency
-        yield Failed(
-            f"this server runs at most {n} training{'s' if n != 1 else ''} at a time "
-            "(MIRROR_TRAIN_CONCURRENCY) and all slots are busy; try again when a run finishes"
-        )
+        try:
+            shown = None
+            for ahead in queue.wait(place, stop):
+                if ahead != shown:
+                    shown = ahead
+                    yield Phase(f"Waiting for a training slot ({ahead} job{'s' if ahead != 1 else ''} ahead of yours)")
+                else:
+                    yield Tick()
+            if not place.running:
+                events.close()
+                yield Cancelled("Cancelled before it started.")
+                return
+            yield from self._holding_slot(session, events, place)
+        finally:
+            queue.leave(place)
 
-    def _holding_slot(self, session: Session, events: Iterator[Event]) -> Iterator[Event]:
+    def _holding_slot(self, session: Session, events: Iterator[Event], place: Any) -> Iterator[Event]:
         terminal = None
         self.app.sessions.running.add(session.folder)
         try:
@@ -222,7 +251,7 @@ class Trainer:
                     yield ev
         finally:
             self.app.sessions.running.discard(session.folder)
-            self.app.train_slots.release()
+            self.app.train_queue.leave(place)
             release_memory()
             if session.closed:  # the tab went away during the run: nobody will use its folder again
                 self.app.sessions.discard(session)
@@ -234,12 +263,12 @@ class Trainer:
     ) -> Iterator[Event]:
         texts, source = list(session.texts), session.source
         try:
-            self.app.check_disk(session)
             config, notes = build_config(
                 texts, self.app.models.check_download(model), mode, overrides, self.app.settings.max_steps
             )
             yield Phase(f"Checking the base model {config.model}")
             base = self.app.models.base_encoder(config.model, config.pooling)
+            notes = [*self.app.check_disk(session, run_bytes(base, len(texts))), *notes]
         except Exception as exc:  # MirrorError, or a bug: a message either way
             yield Failed(user_error(exc))
             return
@@ -346,8 +375,10 @@ class Trainer:
             self.app.checking.pop(info.folder.name, None)
 
     def new_run_folder(self, session: Session, handle: RunHandle) -> Path:
+        """The job's run folder, charged to the session's visitor from its first byte."""
         run = self.app.runs.folder(handle.id)
         run.mkdir(parents=True)
+        write_owner(run, session.owner)
         handle.folder = run
         if handle.stop.is_set():  # cancelled while the base model loaded
             write_stop(run, "cancel")
@@ -395,6 +426,18 @@ class Trainer:
         except Exception:
             log.exception("forgetting check failed; the run goes on without it")
             return None
+
+
+def queue_key(session: Session) -> str:
+    """Who holds a place in the training queue: the session's visitor, or the session itself when nobody said."""
+    return session.owner.visitor or f"session:{session.id}"
+
+
+def run_bytes(encoder: Any, n_texts: int) -> int:
+    """About what a run on `encoder` writes: its model twice (the folder and its zip, weights barely compress) and
+    two indexes of `n_texts` rows (vectors and texts)."""
+    weights = sum(p.numel() * p.element_size() for p in encoder.model.parameters())
+    return 2 * weights + 2 * n_texts * (4 * encoder.dim + 64)
 
 
 def new_run_info(

@@ -6,16 +6,22 @@ Reading text uploads is mirror.data's job (`read_file`); this module never parse
 from __future__ import annotations
 
 import collections
+import contextlib
+import hashlib
+import hmac
 import ipaddress
 import json
 import logging
 import os
 import re
 import secrets
+import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +33,7 @@ from mirror.errors import MirrorError
 log = logging.getLogger("mirror.app")
 MAX_ZIP_RATIO = 20  # weights barely compress (~1.1x); a zip that inflates more holds padding, not a model
 MAX_ZIP_ENTRIES = 500
+SPOOL_CHUNK = 64 * 1024
 
 
 def display_name(path: str | Path) -> str:
@@ -61,8 +68,9 @@ def model_folder_in_zip(zip_path: Path) -> str:
     return min(tops, key=lambda p: len(p.parts)).as_posix() if tops else "."
 
 
-def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int) -> Path:
-    """Safely unpack an uploaded model zip (no absolute paths, '..', links or zip bombs); returns the model folder."""
+def model_zip_bytes(zip_path: Path, max_bytes: int) -> int:
+    """What an uploaded model zip unpacks to, from its directory (nothing unpacked), or MirrorError for a zip that
+    is not one this app takes: too big packed or unpacked, too many files, inflating like a bomb, unsafe paths."""
     name = display_name(zip_path)
     if zip_path.suffix.lower() != ".zip":
         raise MirrorError(f"`{name}`: upload the .zip this app gave you (a zipped sentence-transformers folder)")
@@ -76,27 +84,59 @@ def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int) -> Path:
         raise MirrorError(f"`{name}` is not a valid zip file") from None
     with zf:
         infos = zf.infolist()
-        if len(infos) > MAX_ZIP_ENTRIES:
-            raise MirrorError(f"`{name}` holds {len(infos)} files; a model folder has a handful")
-        unpacked = sum(i.file_size for i in infos)
-        if unpacked > max_bytes:
-            raise MirrorError(
-                f"`{name}` unpacks to {fmt_size(unpacked)}; models up to {fmt_size(max_bytes)} are accepted"
-            )
-        packed = sum(i.compress_size for i in infos)
-        if unpacked > MAX_ZIP_RATIO * max(packed, 1) and unpacked > 2**20:
-            raise MirrorError(f"`{name}` inflates {unpacked / max(packed, 1):.0f}x; a model zip does not: refusing it")
-        for info in infos:
-            parts = Path(info.filename).parts
-            is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
-            if info.filename.startswith(("/", "\\")) or ".." in parts or ":" in info.filename or is_link:
-                raise MirrorError(f"`{name}` contains an unsafe path ({info.filename!r}); refusing to unpack it")
-        dest.mkdir(parents=True, exist_ok=True)
-        try:
-            zf.extractall(dest)
-        except (zipfile.BadZipFile, OSError, RuntimeError) as exc:
-            log.warning("model zip %s could not be unpacked: %s", name, exc)  # the server's paths stay in the log
-            raise MirrorError(f"`{name}` could not be unpacked (a damaged zip, or the server's disk is full)") from None
+    if len(infos) > MAX_ZIP_ENTRIES:
+        raise MirrorError(f"`{name}` holds {len(infos)} files; a model folder has a handful")
+    unpacked = sum(i.file_size for i in infos)
+    if unpacked > max_bytes:
+        raise MirrorError(f"`{name}` unpacks to {fmt_size(unpacked)}; models up to {fmt_size(max_bytes)} are accepted")
+    packed = sum(i.compress_size for i in infos)
+    if unpacked > MAX_ZIP_RATIO * max(packed, 1) and unpacked > 2**20:
+        raise MirrorError(f"`{name}` inflates {unpacked / max(packed, 1):.0f}x; a model zip does not: refusing it")
+    for info in infos:
+        parts = Path(info.filename).parts
+        is_link = (info.external_attr >> 16) & 0o170000 == 0o120000
+        if info.filename.startswith(("/", "\\")) or ".." in parts or ":" in info.filename or is_link:
+            raise MirrorError(f"`{name}` contains an unsafe path ({info.filename!r}); refusing to unpack it")
+    return unpacked
+
+
+def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int, room: int | None = None) -> Path:
+    """Safely unpack an uploaded model zip (no absolute paths, '..', links or zip bombs: `model_zip_bytes`) into
+    `dest`, counting the bytes written as they are: a member that writes more than its header said, or the whole
+    past `max_bytes` (or the `room` the disk accounts gave it), stops it and leaves nothing. Returns the model
+    folder."""
+    name = display_name(zip_path)
+    model_zip_bytes(zip_path, max_bytes)
+    max_bytes = min(max_bytes, max_bytes if room is None else room)
+    dest.mkdir(parents=True, exist_ok=True)
+    written = 0
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            for info in zf.infolist():
+                target = dest / info.filename
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as out:
+                    member = 0
+                    while chunk := src.read(SPOOL_CHUNK):
+                        member += len(chunk)
+                        written += len(chunk)
+                        if member > info.file_size or written > max_bytes:
+                            raise MirrorError(
+                                f"`{name}` unpacks to more than its directory says; refusing it"
+                                if member > info.file_size
+                                else f"`{name}` unpacks to more than {fmt_size(max_bytes)}; refusing it"
+                            )
+                        out.write(chunk)
+    except MirrorError:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    except (zipfile.BadZipFile, OSError, RuntimeError, EOFError, zlib.error) as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        log.warning("model zip %s could not be unpacked: %s", name, exc)  # the server's paths stay in the log
+        raise MirrorError(f"`{name}` could not be unpacked (a damaged zip, or the server's disk is full)") from None
     for candidate in [dest, *sorted(p for p in dest.iterdir() if p.is_dir())]:
         if (candidate / "config.json").is_file() or (candidate / "modules.json").is_file():
             return candidate
@@ -104,8 +144,8 @@ def extract_model_zip(zip_path: Path, dest: Path, max_bytes: int) -> Path:
 
 
 VISITOR_COOKIE = "mirror_visitor"
-SPOOL_CHUNK = 64 * 1024
 TOO_BIG = "an upload is at most"
+REQUEST_TOO_BIG = "a request is at most"
 
 
 def parse_proxies(raw: str | Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -147,7 +187,7 @@ def _trusted(host: str, trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Net
     return any(address in net for net in trusted)
 
 
-@dataclass
+@dataclass(eq=False)
 class Upload:
     """One upload request's bookkeeping: bytes received so far, and the files Gradio wrote for it."""
 
@@ -161,15 +201,23 @@ class Upload:
 
 
 class UploadQuota:
-    """ASGI middleware on Gradio's upload route: counts the bytes that arrive (chunked bodies included) and cuts a
-    request off, before Gradio sees any of it, the moment it would pass a limit.
+    """ASGI middleware in front of Gradio: tells visitors apart (a signed cookie), bounds every request body, and on
+    the upload route counts the bytes that arrive (chunked bodies included), cutting a request off, before Gradio sees
+    any of it, the moment it would pass a limit.
 
-    Limits hold for uploads of the last `window` seconds still on disk (a file removed gives its bytes back):
-    `quota` per visitor (a browser, told apart by a cookie this middleware sets; a client without one is
-    "the anonymous visitor of its address"), `address_quota` per client address (so a visitor who drops cookies
-    gets no more), `total_quota` for everyone. Uploads older than `window` are removed from disk. The client address
-    is the peer, or behind `trusted` proxies the right-most untrusted X-Forwarded-For entry. At most `max_entries`
-    uploads are tracked; past that, 429 until the oldest age out."""
+    Every request: its visitor (the `mirror_visitor` cookie, signed with `key`, which this middleware sets on a
+    browser's first response; an unsigned or forged one counts as none, and a client without one is "the anonymous
+    visitor of its address") and its address go into `scope["state"]` (`mirror_visitor`, `mirror_address`), where
+    the app's handlers read them (ui.handlers.current_visitor): the disk accounts and the training queue use them.
+    A POST other than an upload is read whole before the app sees it, at most `max_request` bytes (a declared
+    Content-Length over it is refused unread): a paste of MIRROR_MAX_UPLOAD_MB as JSON fits, a 400 MB body does not.
+
+    Uploads: limits hold for uploads of the last `window` seconds still on disk (a file removed gives its bytes
+    back): `quota` per visitor, `address_quota` per client address (so a visitor who drops cookies gets no more),
+    `total_quota` for everyone. Uploads older than `window` are removed from disk. The client address is the peer, or
+    behind `trusted` proxies the right-most untrusted X-Forwarded-For entry. An upload is tracked from its first body
+    byte to an hour later (a refused or failed one is forgotten at once); at most `max_entries` are, and one address
+    at most a quarter of them: past that, 429 for that address until its oldest age out."""
 
     def __init__(
         self,
@@ -181,16 +229,24 @@ class UploadQuota:
         total_quota: int | None = None,
         trusted: str | Iterable[str] = (),
         max_body: int | None = None,
+        max_request: int | None = None,
         max_entries: int = 10_000,
+        key: bytes | None = None,
+        known_session: Callable[[str], bool] | None = None,
     ):
         self.app, self.quota, self.window = app, quota, window
         self.address_quota = address_quota or 4 * quota
         self.total_quota = total_quota or 8 * quota
         self.trusted = parse_proxies(trusted)
-        self.max_body, self.max_entries = max_body, max_entries
+        self.max_body, self.max_request, self.max_entries = max_body, max_request, max_entries
+        self.key = key or secrets.token_bytes(32)
+        # whether Gradio's queue knows a session hash: a poll of its event stream for one it does not is answered
+        # 404 here (Gradio raises it after starting the stream, and the server logged a 5 kB traceback per poll)
+        self.known_session = known_session
         self.uploads: collections.deque[Upload] = collections.deque()
         self.by_visitor: collections.Counter[str] = collections.Counter()
         self.by_address: collections.Counter[str] = collections.Counter()
+        self.entries: collections.Counter[str] = collections.Counter()  # tracked uploads per address
         self.total = 0
         self.lock = threading.Lock()
 
@@ -212,11 +268,28 @@ class UploadQuota:
                 del counter[key]
         self.total -= upload.size
 
+    def _forget(self, upload: Upload) -> None:
+        """Drop a refused or failed upload from the table: nothing of it is on disk, it holds no place."""
+        self._release(upload)
+        with contextlib.suppress(ValueError):
+            self.uploads.remove(upload)
+            self.entries[upload.address] -= 1
+            if self.entries[upload.address] <= 0:
+                del self.entries[upload.address]
+
+    def _admit(self, upload: Upload) -> str | None:
+        """Track `upload` (its first bytes arrived), or why not: the table, or this address's share of it, is full."""
+        if len(self.uploads) >= self.max_entries or self.entries[upload.address] >= max(1, self.max_entries // 4):
+            return "too many uploads in flight; try again later"
+        self.uploads.append(upload)
+        self.entries[upload.address] += 1
+        return None
+
     def prune(self, now: float) -> None:
         """Forget (and remove from disk) uploads older than the window; give back the bytes of files gone."""
         while self.uploads and (now - self.uploads[0].t > self.window) and self.uploads[0].done:
-            old = self.uploads.popleft()
-            self._release(old)
+            old = self.uploads[0]
+            self._forget(old)
             for path in old.paths:
                 _remove_upload(path)
         for upload in self.uploads:
@@ -242,21 +315,28 @@ class UploadQuota:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope.get("type") != "http":
             return await self.app(scope, receive, send)
-        cookie = visitor_cookie(scope)
-        send = self._with_cookie(scope, send) if cookie is None else send
-        if scope.get("method") != "POST" or not scope["path"].endswith("/upload"):
-            return await self.app(scope, receive, send)
         address = client_address(scope, self.trusted)
-        upload = Upload(time.monotonic(), address, cookie or f"@{address}")
+        cookie = visitor_cookie(scope, self.key)
+        send = self._with_cookie(scope, send) if cookie is None else send
+        visitor = cookie or f"@{address}"
+        scope.setdefault("state", {}).update(mirror_visitor=visitor, mirror_address=address)
+        if scope.get("method") != "POST":
+            if self.known_session is not None and scope["path"].endswith("/queue/data"):
+                query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+                session = (query.get("session_hash") or [""])[0]
+                if not self.known_session(session):
+                    return await _refuse(send, "no such session (join an event first)", 404)
+            return await self.app(scope, receive, send)
+        if not scope["path"].endswith("/upload"):
+            return await self._bounded(scope, receive, send)
+        upload = Upload(time.monotonic(), address, visitor)
         declared = _content_length(scope)
         with self.lock:
             self.prune(upload.t)
-            why = "too many uploads in flight; try again later" if len(self.uploads) >= self.max_entries else None
+            why = None
             if self.max_body is not None and declared is not None and declared > self.max_body:
                 why = f"{TOO_BIG} {fmt_size(self.max_body)}"
             why = why or self.refusal(upload, declared or 0)
-            if why is None:
-                self.uploads.append(upload)
         if why is not None:
             return await _refuse(send, why)
         spool = tempfile.SpooledTemporaryFile(max_size=2**20)
@@ -265,7 +345,7 @@ class UploadQuota:
             if why is not None:
                 with self.lock:
                     upload.done = True
-                    self._release(upload)
+                    self._forget(upload)
                 if why:  # "" : the client went away, nobody to answer
                     await _refuse(send, why)
                 return None
@@ -276,20 +356,59 @@ class UploadQuota:
             with self.lock:
                 if not upload.done:  # the app failed before answering: nothing of it is kept
                     upload.done = True
-                    self._release(upload)
+                    self._forget(upload)
         return None
+
+    async def _bounded(self, scope: dict, receive: Callable, send: Callable) -> None:
+        """A POST other than an upload (an event joining the queue, an API call): read whole, within max_request,
+        before the app sees it; refused unread when its declared length is over."""
+        limit = self.max_request
+        if limit is None:
+            return await self.app(scope, receive, send)
+        why = f"{REQUEST_TOO_BIG} {fmt_size(limit)} (MIRROR_MAX_UPLOAD_MB of text, as JSON)"
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            return await _refuse(send, why)
+        body, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return await _refuse(send, why)
+            body.append(chunk)
+            if not message.get("more_body", False):
+                break
+        data = b"".join(body)
+        del body
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent, data
+            if sent:
+                return await receive()
+            sent, chunk, data = True, data, b""
+            return {"type": "http.request", "body": chunk, "more_body": False}
+
+        return await self.app(scope, replay, send)
 
     async def _receive_all(self, upload: Upload, receive: Callable, spool: Any) -> str | None:
         """Read the whole body into `spool`, charging it as it arrives; a refusal message ("" for a disconnect)
-        the moment it passes a limit, else None."""
+        the moment it passes a limit, else None. The upload takes its place in the table with its first bytes."""
+        admitted = False
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return ""
             chunk = message.get("body", b"")
             with self.lock:
+                why = None if admitted or not chunk else self._admit(upload)
+                admitted = admitted or (why is None and bool(chunk))
                 over = self.max_body is not None and upload.size + len(chunk) > self.max_body
-                why = f"{TOO_BIG} {fmt_size(self.max_body)}" if over else self.refusal(upload, len(chunk))
+                if why is None:
+                    why = f"{TOO_BIG} {fmt_size(self.max_body)}" if over else self.refusal(upload, len(chunk))
                 if why is None:
                     self._charge(upload, len(chunk))
             if why is not None:
@@ -313,18 +432,18 @@ class UploadQuota:
                     with self.lock:
                         upload.paths, upload.done = paths, True
                         if not paths:
-                            self._release(upload)  # refused by Gradio (size, type): nothing of it is on disk
+                            self._forget(upload)  # refused by Gradio (size, type): nothing of it is on disk
             await send(message)
 
         return recording_send
 
-    @staticmethod
-    def _with_cookie(scope: dict, send: Callable) -> Callable:
-        """`send` that gives a new visitor its cookie. Over https SameSite=None and Partitioned (CHIPS): a Space is
-        shown in an iframe of huggingface.co, where browsers keep a cookie only partitioned by the top site."""
+    def _with_cookie(self, scope: dict, send: Callable) -> Callable:
+        """`send` that gives a new visitor its signed cookie. Over https SameSite=None and Partitioned (CHIPS): a Space
+        is shown in an iframe of huggingface.co, where browsers keep a cookie only partitioned by the top site."""
         secure = scope.get("scheme") == "https"
         attrs = "; SameSite=None; Secure; Partitioned" if secure else "; SameSite=Lax"
-        value = f"{VISITOR_COOKIE}={secrets.token_hex(16)}; Path=/; Max-Age=31536000; HttpOnly{attrs}"
+        token = sign_visitor(secrets.token_hex(16), self.key)
+        value = f"{VISITOR_COOKIE}={token}; Path=/; Max-Age=31536000; HttpOnly{attrs}"
 
         async def cookie_send(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -334,14 +453,22 @@ class UploadQuota:
         return cookie_send
 
 
-def visitor_cookie(scope: dict) -> str | None:
-    """The visitor's cookie value (32 hex characters), or None."""
-    for key, value in scope.get("headers") or []:
-        if key == b"cookie":
+def sign_visitor(token: str, key: bytes) -> str:
+    """A visitor cookie's value: its random id and the server's signature of it (`<32 hex>.<32 hex>`)."""
+    return f"{token}.{hmac.new(key, token.encode(), hashlib.sha256).hexdigest()[:32]}"
+
+
+def visitor_cookie(scope: dict, key: bytes) -> str | None:
+    """The visitor's id (32 hex characters) from its cookie when the server signed it with `key`, else None: a
+    client cannot make itself a new visitor (a fresh quota) by inventing a cookie."""
+    for name_, value in scope.get("headers") or []:
+        if name_ == b"cookie":
             for part in value.decode("latin-1").split(";"):
-                name, _, token = part.strip().partition("=")
-                if name == VISITOR_COOKIE and re.fullmatch(r"[0-9a-f]{32}", token):
-                    return token
+                name, _, cookie = part.strip().partition("=")
+                if name == VISITOR_COOKIE and re.fullmatch(r"[0-9a-f]{32}\.[0-9a-f]{32}", cookie):
+                    token = cookie.split(".")[0]
+                    if hmac.compare_digest(sign_visitor(token, key), cookie):
+                        return token
     return None
 
 
@@ -389,9 +516,9 @@ def _remove_upload(path: str) -> None:
         pass
 
 
-async def _refuse(send: Callable, text: str) -> None:
-    """413 for a body larger than any upload may be, 429 for a quota (it comes back with time)."""
-    status = 413 if text.startswith(TOO_BIG) else 429
+async def _refuse(send: Callable, text: str, status: int | None = None) -> None:
+    """413 for a body larger than any upload (or request) may be, 429 for a quota (it comes back with time)."""
+    status = status or (413 if text.startswith((TOO_BIG, REQUEST_TOO_BIG)) else 429)
     body = text.encode()
     headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})

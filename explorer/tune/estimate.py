@@ -52,6 +52,7 @@ ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128), (16, 256))
 # each size counts). 4 and 1 rather than 5 and 2: the calibration must cost less than the small run it prices.
 TIMED_EPOCHS, WARM_EPOCHS = 4, 1
 PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", "general checks")
+IO_PHASES = ("load", "save", "downloads")  # disk and zip: not scaled by the CPU's speed now
 
 # Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
 # on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
@@ -61,6 +62,14 @@ GPU_SPEEDUP = 20.0
 # work, one 6-step run of the small example took 2.7 to 21 s at a load average of 7-9 (bench/RESULTS.md). A server's
 # own warm-up showed 0.25-0.6 per core there; beside one other 2-thread torch job 1.35 (the run took 3.1x its price).
 BUSY_LOAD = 1.0
+# What the machine gives now, against what it gave when calibrated: one small encode batch (strings, words), timed
+# PROBE_REPEATS times (the median) right after a calibration and again with every later estimate (the bundled model:
+# ~0.02 s a batch on 2 quiet AVX2 cores, 0.1-0.6 s at a load average of 5: oversubscribed threads wait on each other).
+# On a 2-core machine shared with other work the same run took 2-6x its price in both directions (issue 36): the
+# ratio scales the compute phases, and the page shows the range between the two speeds.
+PROBE_SHAPE = (8, 4)
+PROBE_REPEATS = 3
+SPEED_SHOWN = 1.3  # a speed this far from the calibration's (either way) is shown, with the range it spans
 CHECKS_TIMED_MAX = 2.0  # Estimator.checks_timed: quiet, the warm-up's timing of the checks is ~1.3-1.7x the fit
 
 
@@ -109,6 +118,7 @@ class Calibration:
     where: str  # "CPU (2 threads, bf16)"
     load: float = 0.0  # the load average per CPU core while it was timed (0: not known)
     cleanup_s: float = 0.0  # the end of every job: garbage collected, freed heap handed back (release_memory)
+    probe_s: float = 0.0  # speed_probe's seconds right after calibrating (0: not taken)
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,12 @@ class Estimate:
     calibration: Calibration | None
     fresh: bool = False  # calibrated by this very call
     key: tuple = ()  # the Estimator key it was priced under (for `observe` once the run has run)
+    slower: float = 1.0  # how many times slower the machine is now than when calibrated (its compute phases scaled)
+
+    @property
+    def at_calibration(self) -> float:
+        """The total at the calibration's speed: one end of the range shown when the machine's speed moved."""
+        return sum(s if name in IO_PHASES else s / self.slower for name, s in self.phases)
 
     @property
     def total(self) -> float:
@@ -151,15 +167,22 @@ def length_class(padded: Sequence[int]) -> int:
 
 
 def calibrate(
-    base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock = time.perf_counter, length: int = 8
+    base: Encoder,
+    config: MirrorConfig,
+    scratch: Path,
+    clock: Clock = time.perf_counter,
+    length: int = 8,
+    like: Calibration | None = None,
 ) -> Calibration:
     """Time real training steps (padded to `length` tokens), encode batches, a save, a zip and a load of
     `config`'s model on this machine.
 
     `base` is only read (encoded with): the steps train a deep copy. `scratch` is a folder for the saved copy,
     removed after. Takes a few seconds for the bundled model on 2 CPU cores. Timed in a thread of its own, as a run
-    trains in one (runs.jobs.train_job): a step there took ~20% longer than in the main thread (bench/RESULTS.md)."""
-    return in_fresh_thread(lambda: _calibrate(base, config, scratch, clock, length))
+    trains in one (runs.jobs.train_job): a step there took ~20% longer than in the main thread (bench/RESULTS.md).
+    `like`: the calibration of the same model at another padded length: its encodes, save, zip, load and probe hold
+    for this one too (none depends on the training length), so only the training steps are timed."""
+    return in_fresh_thread(lambda: _calibrate(base, config, scratch, clock, length, like))
 
 
 def in_fresh_thread(fn: Callable[[], T], name: str = "mirror-calibrate") -> T:
@@ -170,7 +193,22 @@ def in_fresh_thread(fn: Callable[[], T], name: str = "mirror-calibrate") -> T:
         return pool.submit(fn).result()
 
 
-def _calibrate(base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock, length: int) -> Calibration:
+def speed_probe(base: Encoder, clock: Clock = time.perf_counter) -> float:
+    """Seconds of one small encode batch (PROBE_SHAPE) with `base`, the median of PROBE_REPEATS: what the machine
+    gives now. Compared with the same probe taken right after calibrating (Calibration.probe_s)."""
+    n, words = PROBE_SHAPE
+    texts = synthetic_texts(n, words)
+    times = []
+    for _ in range(PROBE_REPEATS):
+        t = clock()
+        base.encode(texts, batch_size=n)
+        times.append(clock() - t)
+    return statistics.median(times)
+
+
+def _calibrate(
+    base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock, length: int, like: Calibration | None = None
+) -> Calibration:
     from explorer.runs.models import release_memory
     from explorer.share.uploads import zip_folder
     from mirror.encoder import load_encoder, resolve_device, resolve_precision, save_encoder
@@ -196,6 +234,14 @@ def _calibrate(base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock,
     steady = {big: min(timed[0::2]), small: min(timed[1::2])}
     steps = [(n * length, length, t) for n, t in steady.items()]
     warmup = sum(t - steady[n] for n, t in zip([big, small] * WARM_EPOCHS, times, strict=False))
+    if like is not None:  # the same model at another length: only the steps differ
+        return dataclasses.replace(
+            like,
+            step=Fit.of(steps),
+            warmup_s=max(0.0, warmup),
+            seconds=clock() - started,
+            load=load_per_core(),
+        )
     encodes = []
     for n, length in ENCODE_SHAPES:
         texts = synthetic_texts(n, max(1, length - 3))
@@ -204,6 +250,7 @@ def _calibrate(base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock,
         t = clock()
         base.encode(texts, batch_size=n)
         encodes.append((tokens, tokens / n, clock() - t))
+    probe_s = speed_probe(base, clock)
     with tempfile.TemporaryDirectory(dir=scratch, prefix=".calibrate-") as tmp:
         t = clock()
         save_encoder(throwaway, Path(tmp) / "model")
@@ -235,6 +282,7 @@ def _calibrate(base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock,
         seconds=clock() - started,
         where=where,
         load=load_per_core(),
+        probe_s=probe_s,
     )
 
 
@@ -442,7 +490,9 @@ class Estimator:
             if key in self.calibrations:
                 return self.calibrations[key], False
             self.scratch.mkdir(parents=True, exist_ok=True)
-            cal = calibrate(base, config, self.scratch, self.clock, length=key[-1])
+            with self._lock:  # the same model at another length: its costs but the steps' hold here too
+                like = next((c for k, c in self.calibrations.items() if k[:-1] == key[:-1]), None)
+            cal = calibrate(base, config, self.scratch, self.clock, length=key[-1], like=like)
             with self._lock:
                 self.calibrations[key] = cal
             return cal, True
@@ -474,10 +524,13 @@ class Estimator:
         wait: bool | float = True,
         may_calibrate: bool = True,
         check_encoders: int = FORGETTING_ENCODERS,
+        probe: bool = False,
     ) -> Estimate | None:
         """The job's estimate, calibrating first when its key has no calibration yet (None: there is none and it
         cannot be made now, see `calibration`), corrected by what the last run of its key measured (`observe`).
-        `base`: the base encoder (only read); `check_encoders`: 1 when the base's general-check scores are kept."""
+        `base`: the base encoder (only read); `check_encoders`: 1 when the base's general-check scores are kept;
+        `probe`: an earlier calibration's compute phases are scaled by what the machine gives now (speed_probe:
+        other work on the machine, or work that stopped since)."""
         lengths, tokenize_s = self.lengths(texts, base, texts_key)
         padded = [p for _, p in train_plan(texts, lengths, config, base, memory_budget)]
         key = self.key(config, device, threads, length_class(padded))
@@ -486,7 +539,18 @@ class Estimator:
             return None
         observed = self.observed.get(key[:-1])
         est = price(texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders)
-        return dataclasses.replace(est, fresh=fresh, key=key)
+        est = dataclasses.replace(est, fresh=fresh, key=key)
+        if probe and not fresh and cal.probe_s > 0:
+            est = at_speed(est, in_fresh_thread(lambda: speed_probe(base, self.clock), "mirror-probe") / cal.probe_s)
+        return est
+
+
+def at_speed(est: Estimate, slower: float) -> Estimate:
+    """`est` with its compute phases `slower` times longer (the machine slower now than when calibrated, or faster
+    below 1); disk and zip phases as they were. Bounded to 1/8..8: one probe is a fraction of a second."""
+    slower = min(8.0, max(1 / 8, slower))
+    phases = tuple((name, s if name in IO_PHASES else s * slower) for name, s in est.phases)
+    return dataclasses.replace(est, phases=phases, slower=est.slower * slower)
 
 
 def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, threads: int) -> Estimate:
@@ -525,13 +589,23 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     )
     reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
-    if cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
+    total = f"~{fmt_seconds(est.total)}"
+    if est.slower >= SPEED_SHOWN or est.slower <= 1 / SPEED_SHOWN:
+        # the machine's speed moved since it was calibrated: priced at today's speed, and the range to the other
+        low, high = sorted((est.total, est.at_calibration))
+        total = f"~{fmt_seconds(est.total)} (~{fmt_seconds(low)}–{fmt_seconds(high)})"
+        if est.slower > 1:
+            how += (
+                f"; the machine is {est.slower:.1f}x slower now (other work is running): priced at this speed, "
+                "less if that work stops"
+            )
+        else:
+            how += f"; the machine is {1 / est.slower:.1f}x faster now than then: priced at this speed"
+    elif cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
         how += f" while it was busy (load {cal.load:.1f} per core): the run may take much less, or more"
     after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
     ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
-    return (
-        f"{plan} · **estimated ~{fmt_seconds(est.total)}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
-    )
+    return f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
 
 
 # ---------------------------------------------------------------------------------------------- the first guess
@@ -546,7 +620,14 @@ def planned_steps(n: int, config: MirrorConfig) -> int:
 
 
 def model_cost_factor(model: str) -> float:
-    """Compute per token relative to the bundled MiniLM-L6 (6 layers x 384), guessed from the model name."""
+    """Compute per token relative to the bundled MiniLM-L6 (6 layers x 384): from the model's config where one is at
+    hand (explorer.tune.bases: the bundled and local folders, the hub cache, the bases offered), else guessed from
+    its name."""
+    from explorer.tune.bases import relative_compute
+
+    known = relative_compute(model)
+    if known is not None:
+        return max(0.01, known)  # a tiny test model still costs its tokenizing and overheads
     name = model.lower()
     if model == BUNDLED_MODEL or "minilm" in name:
         return 1.0 if "l12" not in name else 2.0

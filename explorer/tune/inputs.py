@@ -111,6 +111,8 @@ def coerce_overrides(values: dict[str, Any]) -> dict[str, Any]:
                 raise MirrorError(f"{title} must be true or false, got {value!r}")
             out[name] = bool(value)
             continue
+        if isinstance(value, bool):  # JSON's true is no number (it read as 1: a LoRA of rank 1)
+            raise MirrorError(f"{title} must be a number, got {value!r}")
         try:
             number = float(value)
         except (TypeError, ValueError, OverflowError):
@@ -143,6 +145,8 @@ def build_config(
 
 def split_queries(text: str) -> list[str]:
     """One query per line (blank lines dropped), at most MAX_QUERIES of at most MAX_QUERY_CHARS each."""
+    if text is not None and not isinstance(text, str):  # a JSON list was searched as its repr, "['cat']"
+        raise MirrorError(f"queries are text, one per line, not {type(text).__name__} (join a list with line breaks)")
     queries = [" ".join(line.split()) for line in str(text or "").splitlines()]
     queries = [q for q in queries if q]
     if not queries:

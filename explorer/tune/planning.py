@@ -9,13 +9,15 @@ from typing import Any
 
 from explorer.render import message
 from explorer.runs.sessions import Session, texts_key
-from explorer.tune.estimate import device_and_threads, estimate_md, rough_estimate
+from explorer.tune.estimate import IO_PHASES, device_and_threads, estimate_md, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
 from mirror.config import BUNDLED_MODEL
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
 
 log = logging.getLogger("mirror.app")
+# What a base's size does not scale in the suggestions' times: loading it, saving and zipping (I/O, not compute).
+UNSCALED_PHASES = IO_PHASES
 
 
 class Planner:
@@ -48,17 +50,22 @@ class Planner:
             est, why = self.estimate_of(session, config)
         except MirrorError as exc:
             return message(str(exc), "warning")
-        return estimate_md(est, config, notes, why)
+        from mirror.encoder import attention_note
 
-    def estimate_of(self, session: Session, config) -> tuple[Any, str]:
-        """The calibrated Estimate of a run of `config` on the session's strings, or the rough one and why."""
+        base = self.app.models.cached_base(config.model, config.pooling)  # loaded by the estimate when it could be
+        attention = attention_note(base) if base is not None else None
+        return estimate_md(est, config, [*notes, *([attention] if attention else [])], why)
+
+    def estimate_of(self, session: Session, config, may_calibrate: bool = True) -> tuple[Any, str]:
+        """The calibrated Estimate of a run of `config` on the session's strings, or the rough one and why.
+        `may_calibrate` false: only a calibration made before is used."""
         from explorer.settings import zero_gpu
         from mirror.names import looks_local
 
         texts = list(session.texts)
+        model = self.app.models.check_model(config.model)  # before the rough guess reads the model's config
         device, threads = device_and_threads(config.device)
         rough = rough_estimate(texts, config, device, threads)
-        model = self.app.models.check_model(config.model)
         if zero_gpu():
             return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
         base = self.app.models.cached_base(model, config.pooling)
@@ -81,14 +88,75 @@ class Planner:
             # a second request while the first calibrates (the page asks again as a file lands) waits for it:
             # its answer is the one the page keeps
             wait=self.CALIBRATION_WAIT_S,
-            may_calibrate=not self.app.in_progress,  # a calibration would slow a training run, and be slowed by it
+            # a calibration would slow a training run, and be slowed by it
+            may_calibrate=may_calibrate and not self.app.in_progress,
             check_encoders=self.check_encoders(base),
+            # what the machine gives now (a tenth of a second): not while a run here trains, which a new run waits for
+            probe=may_calibrate and not self.app.in_progress,
         )
+        if est is None and not may_calibrate:
+            return rough, "calibrates on this machine when a plan for the bundled model is shown"
         if est is None and self.app.in_progress:
             return rough, "calibrates on this machine when no run is training"
         if est is None:
             return rough, "calibrating on this machine (another request started it)…"
         return est, ""
+
+    def bases_md(self, session: Session | None, mode: str, overrides: dict[str, Any]) -> str:
+        """Markdown: the bases the box suggests by need, each with its size and what a run of the session's strings
+        (with these settings) would cost on this machine: the bundled model's estimate (calibrated here when it has
+        been, never calibrated for this), its compute phases scaled by each base's compute per token. `session`
+        None or without strings: the sizes, and no times yet."""
+        import os
+
+        from explorer.tune.bases import SUGGESTED, fmt_params, relative_compute, shape_of
+        from explorer.tune.estimate import short_seconds
+        from mirror.memory import fmt_gb
+
+        est, why = None, ""
+        if session is not None and session.texts:
+            try:
+                config, _ = build_config(session.texts, BUNDLED_MODEL, mode, overrides, self.app.settings.max_steps)
+                est, why = self.estimate_of(session, config, may_calibrate=False)
+            except MirrorError as exc:
+                why = str(exc)
+        # three columns: the box sits in a narrow column (and on a phone)
+        rows = ["| base · size | pick it for | time |", "|---|---|---:|"]
+        for base in SUGGESTED:
+            shape, ratio = shape_of(base.model), relative_compute(base.model)
+            size = "?" if shape is None else fmt_params(shape.params)
+            if base.model != BUNDLED_MODEL and shape is not None:
+                size += f", {fmt_gb(4 * shape.params)} download"
+            if est is None or ratio is None:
+                cost = "?" if session is not None and session.texts else "–"
+            else:
+                scaled = sum(s * (1 if name in UNSCALED_PHASES else ratio) for name, s in est.phases)
+                cost = f"~{short_seconds(scaled)}"
+            rows.append(f"| **{base.name}** · {size} | {base.need} | {cost} |")
+        ids = ", ".join(f"`{b.model}`" for b in SUGGESTED)
+        if est is None:
+            how = f"Times: {why}." if why else "Times: load some strings to see what a run of them costs here."
+        else:
+            which = "calibrated here" if est.calibration is not None else f"a rough guess so far; it {why}"
+            how = (
+                f"Times: this machine's estimate of the whole run for the bundled model ({which}), scaled by each "
+                "model's compute per token; a hub model's first run also downloads it."
+            )
+        offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes")
+        hub = (
+            "This server loads no hub models (MIRROR_ALLOW_HUB=0)."
+            if not self.app.settings.allow_hub
+            else "Hub ids need internet: this server is offline (HF_HUB_OFFLINE), so only those downloaded before load."
+            if offline
+            else "Hub ids need internet on the server."
+        )
+        local = (
+            " A local folder (a sentence-transformers or Hugging Face model) is typed as its path; this server takes "
+            "folders under MIRROR_MODEL_ROOTS."
+            if self.app.settings.model_roots
+            else ""
+        )
+        return "\n".join(rows) + f"\n\nIn the Base model box: {ids}.\n\n_{how} {hub}{local}_"
 
     def memory_budget(self, config) -> int | None:
         """The memory a run of `config` will plan its steps with (index.pipeline.run_memory)."""

@@ -1,0 +1,100 @@
+"""explorer.runs.accounts through MirrorApp (issue 37): one disk account per visitor (all its sessions), per address
+and for the server, on every path that writes; past the visitor's own budget its own oldest runs make room, past the
+address's or the server's the writer is refused, and nobody's runs are removed because someone else filled the disk.
+
+Over HTTP, with visitors told apart by the signed cookie: tests/test_abuse.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import zipfile
+from pathlib import Path
+
+from explorer import MirrorApp
+from explorer.runs.accounts import Owner, disk_usage, read_owner
+from explorer.runs.training import run_bytes
+from tests.conftest import WORDS, train
+
+
+def visitor(app: MirrorApp, name: str, address: str = "10.0.0.1"):
+    """A fresh session of visitor `name` (as the web layer names it) with WORDS loaded."""
+    s = app.sessions.get(None, Owner(name, address))
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    return s
+
+
+def aged(folder: Path, seconds: float = 3600) -> None:
+    then = time.time() - seconds
+    os.utime(folder / ".last_used", (then, then))
+
+
+def test_a_visitor_has_one_budget_across_sessions_and_its_own_oldest_runs_make_room(app, tiny_bert):
+    bob = visitor(app, "bob")
+    assert train(app, bob, tiny_bert)[-1].kind == "done"
+    one = disk_usage(bob.run.folder)
+    assert read_owner(bob.run.folder) == Owner("bob", "10.0.0.1")
+    app.settings = dataclasses.replace(app.settings, visitor_disk_bytes=int(2.5 * one))
+    runs = []
+    for _ in range(2):  # two runs from two fresh sessions of alice: within her 2.5 runs
+        s = visitor(app, "alice")
+        assert train(app, s, tiny_bert)[-1].kind == "done"
+        runs.append(s.run.folder)
+        aged(s.run.folder)  # unused for an hour: it may make room
+    third = visitor(app, "alice")  # a third session: the same budget, not a fresh one
+    events = train(app, third, tiny_bert)
+    assert events[-1].kind == "done"
+    notes = [e.text for e in events if e.kind == "note"]
+    assert any("MIRROR_VISITOR_DISK_MB" in n and runs[0].name[:8] in n for n in notes), notes
+    assert not runs[0].exists() and runs[1].is_dir()  # her least recently used run went, not the other
+    assert bob.run.folder.is_dir()  # bob's was never a candidate
+    # when none of hers may go (all used in the last minutes), she is refused, and nothing of anyone is removed
+    for folder in (runs[1], third.run.folder):
+        os.utime(folder / ".last_used", None)
+    fourth = visitor(app, "alice")
+    refused = train(app, fourth, tiny_bert)
+    assert refused[-1].kind == "error" and "MIRROR_VISITOR_DISK_MB" in refused[-1].text, refused[-1]
+    assert all(f.is_dir() for f in (runs[1], third.run.folder, bob.run.folder))
+
+
+def test_past_the_address_or_the_server_budget_the_writer_is_refused_and_nothing_is_removed(app, tiny_bert):
+    bob = visitor(app, "bob", "10.0.0.2")
+    assert train(app, bob, tiny_bert)[-1].kind == "done"
+    aged(bob.run.folder, 30 * 3600)  # old, but within its TTL: only its age may remove it
+    one = disk_usage(bob.run.folder)
+    coming = run_bytes(app.models.base_encoder(str(tiny_bert)), len(WORDS))  # what a run says it will write
+    app.settings = dataclasses.replace(app.settings, address_disk_bytes=one + coming + 1000)  # room for 2 runs
+    carol, dave = visitor(app, "carol", "10.0.0.3"), visitor(app, "dave", "10.0.0.3")
+    assert train(app, carol, tiny_bert)[-1].kind == "done"
+    assert train(app, dave, tiny_bert)[-1].kind == "done"  # another visitor at the address: its own budget
+    refused = train(app, visitor(app, "erin", "10.0.0.3"), tiny_bert)[-1]
+    assert refused.kind == "error" and "MIRROR_ADDRESS_DISK_MB" in refused.text, refused
+    # the server's budget: whoever writes past it is refused; nobody's runs go for it (bob's is the oldest)
+    held = app.accounts.usage().total
+    app.settings = dataclasses.replace(app.settings, disk_bytes=held, address_disk_bytes=10 * held)
+    refused = train(app, visitor(app, "frank", "10.0.0.4"), tiny_bert)[-1]
+    assert refused.kind == "error" and "MIRROR_DISK_MB" in refused.text, refused
+    assert all(s.run.folder.is_dir() for s in (bob, carol, dave))
+
+
+def test_a_model_zip_is_charged_unpacked_before_it_is_unpacked(app, tiny_bert, tmp_path):
+    """Issue 37: the budget was checked before unpacking and the unpacked bytes never counted (8 zips of 34 MB that
+    unpacked to 555 MB each: +4.5 GB against a 300 MB budget)."""
+    s = visitor(app, "mallory")
+    assert train(app, s, tiny_bert)[-1].kind == "done"
+    model_zip = s.run.model_zip
+    with zipfile.ZipFile(model_zip) as zf:
+        unpacked = sum(i.file_size for i in zf.infolist())
+    held = app.accounts.usage().by_visitor["mallory"]
+    # room for the zip itself but not for what it unpacks to
+    app.settings = dataclasses.replace(app.settings, visitor_disk_bytes=held + unpacked // 2)
+    os.utime(s.run.folder / ".last_used", None)  # in use: it cannot make room
+    runs_before = set(app.runs.root.iterdir())
+    last = list(app.saved.use_saved_model(s, str(model_zip)))[-1]
+    assert last.kind == "error" and "MIRROR_VISITOR_DISK_MB" in last.text, last
+    assert set(app.runs.root.iterdir()) == runs_before  # nothing unpacked, no folder left
+    app.settings = dataclasses.replace(app.settings, visitor_disk_bytes=held + 3 * unpacked)
+    assert list(app.saved.use_saved_model(s, str(model_zip)))[-1].kind == "done"
+    assert app.accounts.usage().by_visitor["mallory"] >= held + unpacked  # the unpacked model is hers
