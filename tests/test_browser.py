@@ -158,6 +158,17 @@ def upload_file(page, path) -> None:
     page.locator("#mx-upload input[type=file]").set_input_files(str(path))
 
 
+def blend_at(page, alpha: str) -> None:
+    """On the Explore tab: blend the served run at `alpha`, and wait until the blend is the run shown."""
+    from playwright.sync_api import expect
+
+    box = page.get_by_label("number input for Blend with the base model (α: 0 = base, 1 = tuned)")
+    box.fill(alpha)
+    box.press("Enter")
+    page.locator("#mx-blend-btn").click()
+    expect(page.locator("#mx-explore-caption")).to_contain_text(f"blend α={alpha}", timeout=300_000)
+
+
 def tune_a_few_steps(page, steps: int = 2) -> None:
     """Launch a run of `steps` steps (small batches, many epochs: long enough to reload during it)."""
     page.get_by_text("Advanced settings").click()
@@ -446,11 +457,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         page.get_by_role("tab", name="④ Explore").click()
 
         # 3. a blend: served as a new run, and nothing of the run before is left
-        alpha = page.get_by_label("number input for Blend with the base model (α: 0 = base, 1 = tuned)")
-        alpha.fill("0.5")
-        alpha.press("Enter")
-        page.locator("#mx-blend-btn").click()
-        expect(page.locator("#mx-explore-caption")).to_contain_text("blend α=0.5", timeout=300_000)
+        blend_at(page, "0.5")
         caption = page.locator("#mx-explore-caption").inner_text()
         assert f"of run {run_id[:8]}" in caption
         expect(page.locator("#mx-point-md")).to_contain_text("Click a point")  # not "Neighbours of ..."
@@ -504,11 +511,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
             f"Serving run {run_id[:8]}, opened from your runs or its link"
         )
         linked.get_by_role("tab", name="④ Explore").click()
-        linked_alpha = linked.get_by_label("number input for Blend with the base model (α: 0 = base, 1 = tuned)")
-        linked_alpha.fill("0.25")
-        linked_alpha.press("Enter")
-        linked.locator("#mx-blend-btn").click()
-        expect(linked.locator("#mx-explore-caption")).to_contain_text("blend α=0.25", timeout=300_000)
+        blend_at(linked, "0.25")
         expect(linked.locator("#mx-blend-md")).to_contain_text("Serving a blend")
         second = linked.locator("#mx-result a", has_text="Link to this run").get_attribute("href").split("run=")[1]
         assert second not in (run_id, blend_id)
