@@ -332,6 +332,13 @@ def kept_md(run: RunInfo | None) -> str:
     return f"*A new run is starting. Run `{run.folder.name[:8]}` stays served until it is done; a failed or cancelled run leaves it served.*"
 
 
+def reattached_md(strings: tuple[int, str]) -> str:
+    """Under the upload of a page reloaded while its run trains: the strings that run tunes (loaded again at its end)."""
+    n, source = strings
+    what = f"**{count(n, 'string')}**" + (f" from `{source.replace('`', chr(39))}`" if source else "")
+    return f"Your run in progress tunes {what}; they are loaded here again when it ends."
+
+
 def opened_status(run: RunInfo) -> str:
     """Tab ①'s status line when a kept run is opened (the run list, a link, a reloaded page): which run, and what it
     took when it was made, never the line of the run served before it."""

@@ -436,14 +436,15 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
     import gradio as gr
     from gradio.state_holder import StateHolder
 
-    # Every training first sweeps the folders idle past the TTL (check_disk), so the setup below (5 trainings and a
-    # sixth started) must fit in the TTL, or its sweeps remove the first sessions before Gradio's expiry can: the
-    # TTL is sized from a warm training on this machine. (It was 1 s before trainings swept.)
+    # Every training first sweeps the folders idle past the TTL (check_disk), so the setup below (2 trainings and a
+    # third started) must fit in the TTL, or its sweeps remove the first sessions before Gradio's expiry can: the
+    # TTL is sized from a warm training on this machine. (It was 1 s before trainings swept.) The test sleeps 1.2
+    # TTLs: two trained sessions (an expired one and a live one) rather than five keep it short.
     warm = MirrorApp(Settings(work_dir=tmp_path / "warm", model_roots=(Path(tiny_bert),)))
     tuned_session(warm, tiny_bert)  # imports and caches warm
     started = time.monotonic()
     tuned_session(warm, tiny_bert)
-    ttl = max(2.0, 16 * (time.monotonic() - started) + 1)  # room for a loaded machine
+    ttl = max(2.0, 8 * (time.monotonic() - started) + 1)  # room for a loaded machine
     app = MirrorApp(Settings(work_dir=tmp_path / "w", session_ttl=ttl, model_roots=(Path(tiny_bert),), max_steps=None))
     setup = time.monotonic()
     demo = mx.build_demo(app)
@@ -455,7 +456,7 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
     for i in range(50):
         s = app.session()
         app.loader.load_pasted(s, "\n".join(WORDS))
-        if i % 10 == 0:  # some with a tuned model, zips and indexes on disk
+        if i in (0, 40):  # one expired and one live session with a tuned model, zips and indexes on disk
             assert train(app, s, tiny_bert)[-1].kind == "done"
         holder[f"client{i}"][state._id] = s
         sessions.append(s)

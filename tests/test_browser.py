@@ -212,6 +212,7 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         expect(page.locator("#mx-status")).to_contain_text("step", timeout=120_000)
         page.reload()  # mid-run: the page reattaches to the same run and follows it to its end
         expect(page.locator("#mx-status")).to_contain_text("step", timeout=60_000)
+        expect(page.locator("#mx-input")).to_contain_text("Your run in progress tunes 30 strings from good.txt")
         expect(page.locator("#mx-cancel")).to_be_enabled()
         expect(page.locator("#mx-result")).to_contain_text("Done", timeout=300_000)
         expect(page.locator("#mx-input")).to_contain_text("loaded again")  # the reloaded page gets the strings back

@@ -198,6 +198,16 @@ def test_status_lines_belong_to_the_run_served_and_counts_read_as_words():
     assert "the general checks above are its own" in render.blend_text(blend)
 
 
+def test_a_page_reattached_to_its_run_says_which_strings_it_tunes():
+    """Issue 36, reload mid-run: the reloaded page said "Load some strings" under a run training 10,419 of them."""
+    from explorer import render
+
+    assert render.reattached_md((10419, "words12k.txt")) == (
+        "Your run in progress tunes **10,419 strings** from `words12k.txt`; they are loaded here again when it ends."
+    )
+    assert render.reattached_md((1, "")).startswith("Your run in progress tunes **1 string**;")
+
+
 def test_no_message_shows_a_server_path():
     """Issue 37: a model zip whose index named another encoder showed `/…/mirror-explorer/runs/<id>/tuned_index`."""
     from explorer import render

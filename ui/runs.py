@@ -247,6 +247,7 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         if active and active in app.in_progress:
             running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
+            shown[ui.input_md] = render.reattached_md(app.in_progress[active].strings)
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
             yield from view.draw(app.trainer.follow(active, session=session), session, memory, progress)
             return

@@ -44,6 +44,7 @@ class RunHandle:
     events: list[Any] = field(default_factory=list)
     finished: bool = False
     served: bool = False  # its model is served, its general checks still run: a cancel comes too late
+    strings: tuple[int, str] = (0, "")  # how many strings it tunes, and where they came from
     last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
