@@ -207,9 +207,9 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
     calls = []
     real = est_mod.calibrate
 
-    def counting(base, config, scratch, clock=time.perf_counter, length=8):
+    def counting(base, config, scratch, clock=time.perf_counter, length=8, like=None):
         calls.append((config.model, config.pooling, length))
-        return real(base, config, scratch, clock, length)
+        return real(base, config, scratch, clock, length, like)
 
     monkeypatch.setattr(est_mod, "calibrate", counting)
     app.estimator = Estimator(app.settings.work_dir / ".estimate")  # not this process's: count from none
@@ -446,7 +446,8 @@ def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkey
     config = build_config(s.texts, str(tiny_bert), "auto", {}, app.settings.max_steps)[0]
     est, _ = app.planner.estimate_of(s, config)
     encoders = app.planner.check_encoders(app.base_encoder(config.model, config.pooling))  # 2, or 1 once scored
-    assert encoders >= 1 and est.phase("general checks") == pytest.approx(encoders * 1.25)
+    # (at the machine's speed now: the probe against the warm-up's, est.slower, scales the compute phases)
+    assert encoders >= 1 and est.phase("general checks") == pytest.approx(encoders * 1.25 * est.slower)
 
 
 def test_the_calibration_trains_and_encodes_in_a_thread_of_its_own(base, tiny_bert, tmp_path, monkeypatch):

@@ -70,6 +70,7 @@ BUSY_LOAD = 1.0
 PROBE_SHAPE = (8, 4)
 PROBE_REPEATS = 3
 SPEED_SHOWN = 1.3  # a speed this far from the calibration's (either way) is shown, with the range it spans
+PROBE_MIN_S = 0.005  # a probe quicker than this (a tiny model) is timer noise: not used
 CHECKS_TIMED_MAX = 2.0  # Estimator.checks_timed: quiet, the warm-up's timing of the checks is ~1.3-1.7x the fit
 
 
@@ -540,7 +541,7 @@ class Estimator:
         observed = self.observed.get(key[:-1])
         est = price(texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders)
         est = dataclasses.replace(est, fresh=fresh, key=key)
-        if probe and not fresh and cal.probe_s > 0:
+        if probe and not fresh and cal.probe_s >= PROBE_MIN_S:
             est = at_speed(est, in_fresh_thread(lambda: speed_probe(base, self.clock), "mirror-probe") / cal.probe_s)
         return est
 
