@@ -38,7 +38,7 @@ def test_sizes_come_from_configs_and_match_the_models(tmp_path):
 
 def test_compute_per_token_prices_a_base_against_the_bundled_model():
     from explorer.tune.bases import relative_compute
-    from explorer.tune.estimate import model_cost_factor
+    from explorer.tune.guess import model_cost_factor
 
     assert relative_compute("bundled") == 1.0
     assert relative_compute("bert-base-uncased") == pytest.approx(8.0)  # 2x the layers, each 4x the work

@@ -16,7 +16,7 @@ import pytest
 
 from explorer import MirrorApp, Settings
 from explorer.render import load_md
-from explorer.tune.estimate import estimate_seconds
+from explorer.tune.guess import estimate_seconds
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, coerce_overrides
 from mirror import MirrorConfig
 from mirror.errors import MirrorError

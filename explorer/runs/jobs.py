@@ -23,7 +23,7 @@ from typing import Any
 from explorer.events import Event, Failed, Step, Tick
 from explorer.runs.sessions import STOP_FILE, write_stop
 from explorer.settings import spaces
-from explorer.tune.estimate import estimate_seconds
+from explorer.tune.guess import estimate_seconds
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
 

@@ -5,8 +5,8 @@ mirror training steps (`mirror_tune` on a throwaway copy of the base encoder, sy
 lengths), a few encode batches with the base encoder, and a save, zip and reload of the copy. A step and an encode
 batch are each fitted as a + b * tokens (strings x padded length); the job's own plan (mirror.train's batches,
 length bucketing and memory splits; encode's length-sorted batches) is then priced phase by phase (`price`).
-`estimate_seconds` is the first guess from string lengths: what is shown while no calibration exists, and the
-ZeroGPU reservation (where the GPU is only ours inside the job).
+The first guess from string lengths (shown while no calibration exists, and the ZeroGPU reservation) is in
+explorer/tune/guess.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from mirror.config import BUNDLED_MODEL, MirrorConfig
+from mirror.config import MirrorConfig
 
 if TYPE_CHECKING:
     from mirror.encoder import Encoder
@@ -54,10 +54,6 @@ TIMED_EPOCHS, WARM_EPOCHS = 4, 1
 PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", "general checks")
 IO_PHASES = ("load", "save", "downloads")  # disk and zip: not scaled by the CPU's speed now
 
-# Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
-# on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
-CPU_STEP_COST = 3.3e-4
-GPU_SPEEDUP = 20.0
 # A calibration timed while the machine is this busy (load average per core) says so: on 2 cores shared with other
 # work, one 6-step run of the small example took 2.7 to 21 s at a load average of 7-9 (bench/RESULTS.md). A server's
 # own warm-up showed 0.25-0.6 per core there; beside one other 2-thread torch job 1.35 (the run took 3.1x its price).
@@ -554,14 +550,6 @@ def at_speed(est: Estimate, slower: float) -> Estimate:
     return dataclasses.replace(est, phases=phases, slower=est.slower * slower)
 
 
-def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, threads: int) -> Estimate:
-    """`estimate_seconds` as an Estimate (training and the two indexes only): shown until a calibration exists."""
-    steps, train_s, index_s = estimate_seconds(texts, config, device, threads)
-    guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
-    phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
-    return Estimate(steps, phases, None)
-
-
 def short_seconds(s: float) -> str:
     """A phase's seconds in a few characters: "<1 s", "12 s", "3 min"."""
     from explorer.render import fmt_seconds
@@ -607,69 +595,3 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
     ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
     return f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
-
-
-# ---------------------------------------------------------------------------------------------- the first guess
-
-
-def planned_steps(n: int, config: MirrorConfig) -> int:
-    """Optimiser steps a run of `n` strings takes: mirror.train's own count, capped by max_steps."""
-    from mirror.train import steps_per_epoch
-
-    total = config.epochs * steps_per_epoch(-(-n // config.join_views), config.batch_size)  # joined: fewer strings
-    return min(total, config.max_steps) if config.max_steps else total
-
-
-def model_cost_factor(model: str) -> float:
-    """Compute per token relative to the bundled MiniLM-L6 (6 layers x 384): from the model's config where one is at
-    hand (explorer.tune.bases: the bundled and local folders, the hub cache, the bases offered), else guessed from
-    its name."""
-    from explorer.tune.bases import relative_compute
-
-    known = relative_compute(model)
-    if known is not None:
-        return max(0.01, known)  # a tiny test model still costs its tokenizing and overheads
-    name = model.lower()
-    if model == BUNDLED_MODEL or "minilm" in name:
-        return 1.0 if "l12" not in name else 2.0
-    if "large" in name:
-        return 28.0
-    if "distil" in name:
-        return 4.0
-    if "small" in name or "tiny" in name or "mini" in name:
-        return 1.0
-    return 8.0  # a base-size model: 12 layers x 768
-
-
-def estimate_seconds(
-    texts: Sequence[str], config: MirrorConfig, device: str, threads: int = 2
-) -> tuple[int, float, float]:
-    """(steps, training seconds, indexing seconds): a rough guess to set expectations, not a promise."""
-    import numpy as np
-
-    steps = planned_steps(len(texts), config)
-    if not texts:
-        return steps, 0.0, 0.0
-    sample = list(texts[:: max(1, len(texts) // 2000)])
-    tokens = np.array([2 + max(1, len(t) // 4) for t in sample])
-    padded = min(config.max_length, float(np.percentile(tokens, 95)))
-    per_string = (
-        CPU_STEP_COST * padded * (1 + padded / 64) * model_cost_factor(config.model) * 2 / max(1, min(threads, 16))
-    )
-    per_step = per_string * min(config.batch_size, len(texts))
-    # Indexing: one view, no backward pass, both encoders: ~1/3 of a training pass over the strings, twice.
-    index_s = 2 * len(texts) * per_string / 3
-    if device == "cuda":
-        per_step, index_s = per_step / GPU_SPEEDUP, index_s / GPU_SPEEDUP
-    return steps, steps * per_step + 3.0, index_s
-
-
-def device_and_threads(device: str) -> tuple[str, int]:
-    """Where a run would train ("cuda" or "cpu") and how many CPU threads torch uses."""
-    import torch
-
-    from explorer.settings import zero_gpu
-
-    if zero_gpu() or (device in ("auto", "cuda") and torch.cuda.is_available()):
-        return "cuda", torch.get_num_threads()
-    return "cpu", torch.get_num_threads()

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.tune.estimate import planned_steps
+from explorer.tune.guess import planned_steps
 from mirror.config import BUNDLED_MODEL, DEVICES, POOLINGS, PRECISIONS, MirrorConfig
 from mirror.errors import MirrorError
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from explorer.render import message
 from explorer.runs.sessions import Session, texts_key
-from explorer.tune.estimate import IO_PHASES, device_and_threads, estimate_md, rough_estimate
+from explorer.tune.estimate import IO_PHASES, estimate_md
+from explorer.tune.guess import device_and_threads, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
 from mirror.config import BUNDLED_MODEL
 from mirror.data import clean_texts

@@ -1,0 +1,86 @@
+"""The first guess of a run's time, from string lengths and the model's compute per token: what the Tune tab shows
+until a calibration exists (explorer.tune.estimate), and the ZeroGPU reservation (where the GPU is only ours inside
+the job, so nothing is timed ahead). A guess to set expectations, not a promise."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from explorer.tune.estimate import PHASES, Estimate
+from mirror.config import BUNDLED_MODEL, MirrorConfig
+
+# Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
+# on 2 cores (bench: 0.45 s per 200 words, ~3 s per 200 STS-B sentences), scaled by model size below.
+CPU_STEP_COST = 3.3e-4
+GPU_SPEEDUP = 20.0
+
+
+def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, threads: int) -> Estimate:
+    """`estimate_seconds` as an Estimate (training and the two indexes only): shown until a calibration exists."""
+    steps, train_s, index_s = estimate_seconds(texts, config, device, threads)
+    guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
+    phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
+    return Estimate(steps, phases, None)
+
+
+def planned_steps(n: int, config: MirrorConfig) -> int:
+    """Optimiser steps a run of `n` strings takes: mirror.train's own count, capped by max_steps."""
+    from mirror.train import steps_per_epoch
+
+    total = config.epochs * steps_per_epoch(-(-n // config.join_views), config.batch_size)  # joined: fewer strings
+    return min(total, config.max_steps) if config.max_steps else total
+
+
+def model_cost_factor(model: str) -> float:
+    """Compute per token relative to the bundled MiniLM-L6 (6 layers x 384): from the model's config where one is at
+    hand (explorer.tune.bases: the bundled and local folders, the hub cache, the bases offered), else guessed from
+    its name."""
+    from explorer.tune.bases import relative_compute
+
+    known = relative_compute(model)
+    if known is not None:
+        return max(0.01, known)  # a tiny test model still costs its tokenizing and overheads
+    name = model.lower()
+    if model == BUNDLED_MODEL or "minilm" in name:
+        return 1.0 if "l12" not in name else 2.0
+    if "large" in name:
+        return 28.0
+    if "distil" in name:
+        return 4.0
+    if "small" in name or "tiny" in name or "mini" in name:
+        return 1.0
+    return 8.0  # a base-size model: 12 layers x 768
+
+
+def estimate_seconds(
+    texts: Sequence[str], config: MirrorConfig, device: str, threads: int = 2
+) -> tuple[int, float, float]:
+    """(steps, training seconds, indexing seconds): a rough guess to set expectations, not a promise."""
+    import numpy as np
+
+    steps = planned_steps(len(texts), config)
+    if not texts:
+        return steps, 0.0, 0.0
+    sample = list(texts[:: max(1, len(texts) // 2000)])
+    tokens = np.array([2 + max(1, len(t) // 4) for t in sample])
+    padded = min(config.max_length, float(np.percentile(tokens, 95)))
+    per_string = (
+        CPU_STEP_COST * padded * (1 + padded / 64) * model_cost_factor(config.model) * 2 / max(1, min(threads, 16))
+    )
+    per_step = per_string * min(config.batch_size, len(texts))
+    # Indexing: one view, no backward pass, both encoders: ~1/3 of a training pass over the strings, twice.
+    index_s = 2 * len(texts) * per_string / 3
+    if device == "cuda":
+        per_step, index_s = per_step / GPU_SPEEDUP, index_s / GPU_SPEEDUP
+    return steps, steps * per_step + 3.0, index_s
+
+
+def device_and_threads(device: str) -> tuple[str, int]:
+    """Where a run would train ("cuda" or "cpu") and how many CPU threads torch uses."""
+    import torch
+
+    from explorer.settings import zero_gpu
+
+    if zero_gpu() or (device in ("auto", "cuda") and torch.cuda.is_available()):
+        return "cuda", torch.get_num_threads()
+    return "cpu", torch.get_num_threads()
