@@ -294,7 +294,7 @@ def test_a_nan_gradient_stops_the_run_even_when_the_loss_is_finite(tiny_bert, mo
     import mirror.train
 
     real = mirror.train.nt_xent
-    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t: real(_NanGrad.apply(z1), z2, t))
+    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t, *masked: real(_NanGrad.apply(z1), z2, t, *masked))
     steps = []
     with pytest.raises(MirrorError, match=r"^the loss became nan: the gradient norm was nan at step 1; lower"):
         mirror_tune(WORDS, cfg(tiny_bert, precision="fp32"), on_step=lambda *a: steps.append(a))
@@ -306,6 +306,6 @@ def test_weights_broken_by_the_last_step_are_refused(tiny_bert, monkeypatch):
     import mirror.train
 
     real = mirror.train.nt_xent
-    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t: real(_NanGrad.apply(z1), z2, t))
+    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t, *masked: real(_NanGrad.apply(z1), z2, t, *masked))
     with pytest.raises(MirrorError, match=r"^the loss became nan: the weights are no longer finite after step 1;"):
         mirror_tune(WORDS, cfg(tiny_bert, precision="fp32", grad_clip=0.0, max_steps=1))

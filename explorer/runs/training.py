@@ -363,6 +363,10 @@ class Trainer:
             except Exception:  # a bug: the served run stays served, without its checks
                 log.exception("the general checks of a served run failed")
                 info.stats["forgetting"] = None
+            try:  # what the page says in one sentence: how much the strings' neighbours changed
+                info.stats["neighbours_changed"] = neighbours_changed(self.app.models.loaded(info))
+            except Exception:
+                log.exception("could not measure how much the neighbours changed")
             yield Phase("Preparing downloads")
             try:
                 package_run(info)  # its card has the checks' results
@@ -426,6 +430,15 @@ class Trainer:
         except Exception:
             log.exception("forgetting check failed; the run goes on without it")
             return None
+
+
+def neighbours_changed(loaded: Any, k: int = 10) -> float:
+    """The share (0-1) of the run's strings' k nearest neighbours that are not the base's, from the vectors its two
+    indexes hold (no re-encoding): the mean of what the Explore tab's "what moved" ranks."""
+    from explorer.compare.explore import vectors_of
+    from mirror.moved import changed_share
+
+    return round(changed_share(vectors_of(loaded.main.base), vectors_of(loaded.main.tuned), k), 4)
 
 
 def queue_key(session: Session) -> str:

@@ -271,6 +271,7 @@ def train_plan(
 
     if len(lengths) < 2:
         return []
+    config = config.scheduled(len(lengths))  # a small upload's extra epochs, as mirror_tune runs them
     budget = step_budget(encoder, config, memory_budget)
     extra = encoder.tokenizer.num_special_tokens_to_add()
     maskable = bool(encoder.mask_token) and config.mask_span > 0
@@ -504,13 +505,24 @@ def short_seconds(s: float) -> str:
     return "<1 s" if s < 1 else fmt_seconds(s)
 
 
+def small_upload_note(steps: int, config: MirrorConfig) -> str:
+    """Why a run trains more epochs than one: " of 5 steps: a small upload trains at least 50 steps", or "" where the
+    epochs are not the fewest that reach `min_steps` (the epochs asked for, not raised by it)."""
+    if not config.min_steps or config.epochs <= 1 or not steps:
+        return ""
+    per_epoch = -(-steps // config.epochs)
+    if not (config.epochs - 1) * per_epoch < config.min_steps <= steps:
+        return ""
+    return f" of {per_epoch:,} step{'s' if per_epoch != 1 else ''}: a small upload trains at least {config.min_steps} steps"
+
+
 def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), why_rough: str = "") -> str:
     """The Tune tab's Markdown: the plan, the estimated total and its phases, and how the costs were measured."""
     from explorer.render import fmt_seconds
 
     plan = (
         f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
-        f"{'s' if config.epochs != 1 else ''})"
+        f"{'s' if config.epochs != 1 else ''}{small_upload_note(est.steps, config)})"
     )
     extra = f" · {'; '.join(notes)}" if notes else ""
     cal = est.calibration
@@ -541,7 +553,8 @@ def planned_steps(n: int, config: MirrorConfig) -> int:
     """Optimiser steps a run of `n` strings takes: mirror.train's own count, capped by max_steps."""
     from mirror.train import steps_per_epoch
 
-    total = config.epochs * steps_per_epoch(-(-n // config.join_views), config.batch_size)  # joined: fewer strings
+    strings = -(-n // config.join_views)  # joined: fewer strings
+    total = config.epochs_for(strings) * steps_per_epoch(strings, config.batch_size)
     return min(total, config.max_steps) if config.max_steps else total
 
 

@@ -134,6 +134,7 @@ def build_config(
 ) -> tuple[MirrorConfig, list[str]]:
     """The validated run config for these strings, plus notes for the user (e.g. the server's step cap)."""
     config, _ = MirrorConfig.for_texts(texts, mode or "auto", model=model, **coerce_overrides(overrides))
+    config = config.scheduled(-(-len(texts) // config.join_views))  # the epochs it runs: the plan shows them
     notes: list[str] = []
     if max_steps_cap:
         total = planned_steps(len(texts), config)
