@@ -26,12 +26,10 @@ import json
 import random
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from common import EXAMPLES, OUT, data_path, print_table
 
-from mirror.checks import CHECKS
 from mirror.config import MirrorConfig
 from mirror.encoder import load_encoder
 from mirror.evaluate import interval, read_pairs
@@ -77,8 +75,12 @@ def retrieval(rank_base: np.ndarray, rank_tuned: np.ndarray) -> dict:
         b, t = 100 * f(rank_base), 100 * f(rank_tuned)
         diffs = (t - b)[picks].mean(axis=1)
         ci = interval(diffs)
-        out[name] = {"base": round(b.mean(), 1), "tuned": round(t.mean(), 1), "delta": round(t.mean() - b.mean(), 1),
-                     "ci": [round(c, 1) for c in ci]}
+        out[name] = {
+            "base": round(b.mean(), 1),
+            "tuned": round(t.mean(), 1),
+            "delta": round(t.mean() - b.mean(), 1),
+            "ci": [round(c, 1) for c in ci],
+        }
     return out
 
 
@@ -92,14 +94,14 @@ def same_package_share(vecs: np.ndarray, packages: list[str]) -> float:
 def neighbours_changed(base: np.ndarray, tuned: np.ndarray) -> float:
     """×100: the mean share of each string's 10 nearest neighbours that are not the base's (what the page shows)."""
     nb, nt = top_k(base, K), top_k(tuned, K)
-    return round(100 * float(np.mean([1 - len(set(a) & set(b)) / nb.shape[1] for a, b in zip(nb, nt)])), 1)
+    return round(100 * float(np.mean([1 - len(set(a) & set(b)) / nb.shape[1] for a, b in zip(nb, nt, strict=True)])), 1)
 
 
 def new_hit_share(corpus_b, corpus_t, queries_b, queries_t) -> float:
     """×100: the share of queries whose tuned top 10 holds a string the base's top 10 did not."""
     tb = np.argsort(-(unit(queries_b) @ unit(corpus_b).T), axis=1)[:, :K]
     tt = np.argsort(-(unit(queries_t) @ unit(corpus_t).T), axis=1)[:, :K]
-    return round(100 * float(np.mean([bool(set(t) - set(b)) for b, t in zip(tb, tt)])), 1)
+    return round(100 * float(np.mean([bool(set(t) - set(b)) for b, t in zip(tb, tt, strict=True)])), 1)
 
 
 def parse_run(run: str) -> dict:
@@ -143,35 +145,55 @@ def measure(name: str, half: str, size: int | None, run: str, base, base_side: d
     train_s = time.perf_counter() - started
     tuned = result.encoder
     tuned_side = score_side(tuned, data)
-    out: dict = {"set": name, "half": half, "size": len(data["texts"]), "run": run, "overrides": overrides,
-                 "steps": result.steps, "epochs": result.config.epochs, "batch": result.config.batch_size,
-                 "blend_alpha": result.config.blend_alpha, "train_s": round(train_s, 1),
-                 "final_loss": result.losses[-1] if result.losses else None}
+    out: dict = {
+        "set": name,
+        "half": half,
+        "size": len(data["texts"]),
+        "run": run,
+        "overrides": overrides,
+        "steps": result.steps,
+        "epochs": result.config.epochs,
+        "batch": result.config.batch_size,
+        "blend_alpha": result.config.blend_alpha,
+        "train_s": round(train_s, 1),
+        "final_loss": result.losses[-1] if result.losses else None,
+    }
     out["neighbours changed"] = neighbours_changed(base_side["corpus"], tuned_side["corpus"])
     if name == "stdlib":
         rb = ranks(base_side["corpus"], base_side["queries"])
         rt = ranks(tuned_side["corpus"], tuned_side["queries"])
         out["retrieval"] = retrieval(rb, rt)
-        out["same package"] = {"base": same_package_share(base_side["corpus"], data["packages"]),
-                               "tuned": same_package_share(tuned_side["corpus"], data["packages"])}
-        out["queries with new hits"] = new_hit_share(base_side["corpus"], tuned_side["corpus"],
-                                                     base_side["queries"], tuned_side["queries"])
+        out["same package"] = {
+            "base": same_package_share(base_side["corpus"], data["packages"]),
+            "tuned": same_package_share(tuned_side["corpus"], data["packages"]),
+        }
+        out["queries with new hits"] = new_hit_share(
+            base_side["corpus"], tuned_side["corpus"], base_side["queries"], tuned_side["queries"]
+        )
     else:
         from bench_remedies import in_domain
 
         out["sts"] = in_domain(base, tuned, data["pairs"])
     if checks:
         rows = general_checks(base, tuned, half)
-        out["general"] = [{k: r.get(k) for k in ("name", "base", "tuned", "delta", "ci", "exact_delta", "worse")}
-                          for r in rows]
+        out["general"] = [
+            {k: r.get(k) for k in ("name", "base", "tuned", "delta", "ci", "exact_delta", "worse")} for r in rows
+        ]
         out["holds"] = holds({"dev": {"general": rows}}, "")  # the rule reads the half it is given as "dev"
         out["lowest general Δ"] = round(min(r["exact_delta"] for r in rows), 2)
     return out
 
 
 def row_of(r: dict) -> dict:
-    cells = {"set": r["set"], "half": r["half"], "size": r["size"], "run": r["run"], "steps": r["steps"],
-             "epochs": r["epochs"], "α": r["blend_alpha"]}
+    cells = {
+        "set": r["set"],
+        "half": r["half"],
+        "size": r["size"],
+        "run": r["run"],
+        "steps": r["steps"],
+        "epochs": r["epochs"],
+        "α": r["blend_alpha"],
+    }
     if "retrieval" in r:
         for m in ("MRR@10", "R@1", "R@10"):
             v = r["retrieval"][m]

@@ -19,9 +19,7 @@ def chance_loss(batch: int) -> float:
     return math.log(max(3, 2 * int(batch) - 1))
 
 
-def nt_xent(
-    z1: torch.Tensor, z2: torch.Tensor, temperature: float, masked: torch.Tensor | None = None
-) -> torch.Tensor:
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, masked: torch.Tensor | None = None) -> torch.Tensor:
     """Symmetric InfoNCE: view i of z1 and view i of z2 are positives; all other 2B-2 views are negatives, but for
     `masked` (B, B) bool: string i's views never count string j's as negatives where masked[i, j] (the diagonal
     is ignored: a string's own views stay its positive).

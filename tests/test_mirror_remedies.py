@@ -17,7 +17,15 @@ from mirror.train import Anchor, joined, long_texts, mirror_tune, plan_steps, sa
 from tests.conftest import SENTENCES
 
 # a run that moves the tiny model a lot: what the remedies must hold back
-FAST = {"device": "cpu", "precision": "fp32", "lr": 1e-2, "epochs": 6, "batch_size": 4, "mode": "sentences"}
+FAST = {
+    "device": "cpu",
+    "precision": "fp32",
+    "lr": 1e-2,
+    "epochs": 6,
+    "batch_size": 4,
+    "mode": "sentences",
+    "min_steps": 0,
+}
 
 
 def cfg(model, **kw) -> MirrorConfig:
@@ -244,7 +252,9 @@ def test_guided_negatives_run_and_change_the_run_only_when_on(tiny_bert):
 def test_a_small_upload_trains_more_epochs_up_to_min_steps(tiny_bert):
     enc = load_encoder(tiny_bert)
     config = cfg(tiny_bert, epochs=1, batch_size=4, min_steps=5)  # 8 strings: 2 steps an epoch
-    assert config.epochs_for(8) == 3 and config.scheduled(8).epochs == 3 and config.scheduled(8).scheduled(8).epochs == 3
+    assert (
+        config.epochs_for(8) == 3 and config.scheduled(8).epochs == 3 and config.scheduled(8).scheduled(8).epochs == 3
+    )
     assert config.epochs_for(400) == 1 and config.scheduled(400) is config  # a large upload: its epochs as set
     assert cfg(tiny_bert, epochs=4, batch_size=4, min_steps=5).epochs_for(8) == 4  # never fewer than asked for
     planned = plan_steps(SENTENCES, config, enc)

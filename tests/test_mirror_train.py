@@ -22,6 +22,7 @@ SENTENCES = SHARED_SENTENCES[:6]
 
 def cfg(model, **kw) -> MirrorConfig:
     kw.setdefault("device", "cpu")
+    kw.setdefault("min_steps", 0)  # the epochs as set: these tests count steps (the schedule: test_mirror_remedies)
     return MirrorConfig.preset(kw.pop("mode", "words"), model=str(model), **kw)
 
 

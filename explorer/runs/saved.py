@@ -214,7 +214,14 @@ class SavedRuns:
                 yield from events
                 stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
                 # the parent's checks and times are not the blend's
-                for key in ("forgetting", "served_seconds", "wall_seconds", "started_at", "finished_at", "neighbours_changed"):
+                for key in (
+                    "forgetting",
+                    "served_seconds",
+                    "wall_seconds",
+                    "started_at",
+                    "finished_at",
+                    "neighbours_changed",
+                ):
                     stats.pop(key, None)
                 stats.update(blended_from=origin, summary=f"blend α={alpha:g} of {of_summary}")
                 stats["blend_seconds"] = round(time.perf_counter() - started, 1)  # its own, not the parent's
