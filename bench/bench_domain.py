@@ -192,17 +192,20 @@ def row_of(r: dict) -> dict:
         "run": r["run"],
         "steps": r["steps"],
         "epochs": r["epochs"],
-        "α": r["blend_alpha"],
+        "α": str(r["blend_alpha"]),
     }
     if "retrieval" in r:
         for m in ("MRR@10", "R@1", "R@10"):
             v = r["retrieval"][m]
             cells[m] = f"{v['tuned']} ({v['delta']:+} [{v['ci'][0]:+}, {v['ci'][1]:+}])"
         cells["same pkg"] = f"{r['same package']['tuned']} (base {r['same package']['base']})"
-        cells["queries w/ new hits %"] = r["queries with new hits"]
+        cells["queries w/ new hits %"] = str(r["queries with new hits"])
     if "sts" in r:
         cells["STS-B"] = f"{r['sts']['tuned']} ({r['sts']['delta']:+} [{r['sts']['ci'][0]:+}, {r['sts']['ci'][1]:+}])"
-    cells["nbrs changed %"] = r["neighbours changed"]
+    cells["nbrs changed %"] = str(r["neighbours changed"])
+    for g in r.get("general", []):
+        ci = f" [{g['ci'][0]:+}, {g['ci'][1]:+}]" if g.get("ci") else ""
+        cells[g["name"]] = f"{g['tuned']} ({g['delta']:+}{ci})"
     if "general" in r:
         cells["lowest general Δ"] = f"{r['lowest general Δ']:+.2f}" + ("" if r["holds"] else " ✗")
     cells["train s"] = r["train_s"]

@@ -29,8 +29,19 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "examples" / "domain" / "stdlib-docstrings.tsv"
 LIB = Path("/root/.pyenv/versions/3.11.7/lib/python3.11")
 # tests, demos, bundled third-party code and build helpers: not the library's documented API
-SKIP = {"test", "tests", "idle_test", "site-packages", "__pycache__", "turtledemo", "ensurepip",
-        "config-3.11-x86_64-linux-gnu", "__phello__", "pydoc_data", "idlelib"}
+SKIP = {
+    "test",
+    "tests",
+    "idle_test",
+    "site-packages",
+    "__pycache__",
+    "turtledemo",
+    "ensurepip",
+    "config-3.11-x86_64-linux-gnu",
+    "__phello__",
+    "pydoc_data",
+    "idlelib",
+}
 QUERY_WORDS = 60  # the query: at most this many words of the docstring after its first line
 MIN_SUMMARY_WORDS, MAX_SUMMARY_WORDS, MIN_QUERY_WORDS = 3, 40, 8
 SPLIT_SEED = 7
@@ -97,8 +108,10 @@ def main() -> None:
     data = ("\n".join(lines) + "\n").encode()
     OUT.write_bytes(data)
     n = Counter(half[r[1]] for r in rows)
-    print(f"{OUT.relative_to(ROOT)}: {len(rows):,} rows ({n['dev']:,} dev, {n['check']:,} check) from "
-          f"{len(packages)} packages; sha256 {hashlib.sha256(data).hexdigest()}")
+    print(
+        f"{OUT.relative_to(ROOT)}: {len(rows):,} rows ({n['dev']:,} dev, {n['check']:,} check) from "
+        f"{len(packages)} packages; sha256 {hashlib.sha256(data).hexdigest()}"
+    )
 
 
 if __name__ == "__main__":
