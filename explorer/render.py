@@ -414,11 +414,11 @@ def change_sentence(run: RunInfo | None) -> str:
     elif isinstance(alpha, int | float) and alpha < 1:
         why = (
             f"after {trained} the run blended its weights with the base's at α {alpha:g} to keep general ability "
-            "(the preset's default; the general checks below say whether it held)"
+            "(the preset's default; the general checks say whether it held)"
         )
         harder = (
-            "to tune harder, set *Blend with the base after training: α* to 0.5 or 1 in Advanced settings "
-            "and check the general checks: on a sentence encoder, more change costs general ability"
+            "to tune harder, raise *Blend with the base after training: α* toward 1 (1: the run as trained) in "
+            "Advanced settings and read the general checks: on a sentence encoder, more change costs general ability"
         )
     else:
         why = f"after {trained}, unblended"

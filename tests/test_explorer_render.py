@@ -223,7 +223,7 @@ def test_the_change_sentence_says_how_much_moved_and_why():
     said = render.change_sentence(run)
     assert said.startswith("**3% of your strings' nearest neighbours changed**")
     assert "after 50 steps (10 epochs) the run blended its weights with the base's at α 0.25" in said
-    assert "to 0.5 or 1 in Advanced settings" in said
+    assert "raise *Blend with the base after training: α* toward 1" in said
     blend = SimpleNamespace(stats={**run.stats, "neighbours_changed": 0.004, "blend_alpha": 0.5})
     assert "under 1%" in render.change_sentence(blend) and "a blend, α = 0.5" in render.change_sentence(blend)
     plain = SimpleNamespace(stats={"neighbours_changed": 0.2, "steps": 7, "run_alpha": 1.0})
