@@ -104,6 +104,19 @@ def new_hit_share(corpus_b, corpus_t, queries_b, queries_t) -> float:
     return round(100 * float(np.mean([bool(set(t) - set(b)) for b, t in zip(tb, tt, strict=True)])), 1)
 
 
+def near_pairs(base, texts: list[str], batch: int = 200) -> None:
+    """For guided negatives' margins: the share of pairs of distinct strings whose base cosine is above 1 - margin,
+    and how many such negatives a string has in a batch of `batch` (what guide_margin would mask)."""
+    x = unit(base.encode(texts))
+    sims = x @ x.T
+    off = sims[~np.eye(len(x), dtype=bool)]
+    for margin in (0.05, 0.1, 0.2, 0.3):
+        share = float((off > 1 - margin).mean())
+        print(
+            f"margin {margin}: {100 * share:.3f}% of pairs, {share * (batch - 1):.3f} masked negatives per string a batch"
+        )
+
+
 def parse_run(run: str) -> dict:
     if run == "default":
         return {}
@@ -230,11 +243,16 @@ def main() -> None:
     parser.add_argument("--checks", action="store_true", help="also every general check on the same half")
     parser.add_argument("--again", action="store_true")
     parser.add_argument("--table", action="store_true")
+    parser.add_argument(
+        "--near-pairs", action="store_true", help="what guided negatives would mask: pairs the base puts near, and stop"
+    )
     args = parser.parse_args()
     if args.table:
         return table()
     base = load_encoder("bundled")
     data = upload_of(args.set, args.half, args.size)
+    if args.near_pairs:
+        return near_pairs(base, data["texts"])
     base_side = score_side(base, data)
     CACHE.mkdir(parents=True, exist_ok=True)
     for run in args.run or ["default"]:
