@@ -249,7 +249,8 @@ def load_md(info: dict[str, Any]) -> str:
         f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed, "
         f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
         f"**Detected:** {kind} → the **{info['mode']} preset** (τ {p.temperature}, {p.epochs} epoch"
-        f"{'s' if p.epochs != 1 else ''}, max length {p.max_length} tokens). <small>{info['reason']}</small>",
+        f"{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, max length "
+        f"{p.max_length} tokens). <small>{info['reason']}</small>",
     ]
     lines += [message(n, "warning") for n in info.get("notes", [])]
     return "\n\n".join(lines)
@@ -292,11 +293,50 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | value |\n|---|---|\n{table}\n\n"
     pending = getattr(run, "checks_pending", False)  # served before its checks: its downloads come with them
     downloads = "Downloads follow with the general checks." if pending else "Downloads below."
+    changed = change_sentence(run)
+    changed = f"{changed}\n\n" if changed else ""
     return (
-        f"{head}Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. {downloads} "
+        f"{head}{changed}Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. {downloads} "
         f"[Link to this run](?run={run_id}) (whoever has it can open the run; a run unused for a while is removed)."
         f"{extra}"
     )
+
+
+def change_sentence(run: RunInfo | None) -> str:
+    """One sentence on how much tuning changed the user's strings' neighbours, and why it is that much: the run's
+    steps, the blend that keeps general ability (the preset's, or one made in the app), and how to tune harder.
+    "" for a run that does not know (made before the figure was kept)."""
+    if run is None:
+        return ""
+    s = run.stats
+    share = s.get("neighbours_changed")
+    if not isinstance(share, int | float):
+        return ""
+    pct = 100 * float(share)
+    shown = f"{pct:.0f}%" if pct >= 1 or pct == 0 else "under 1%"
+    what = f"**{shown} of your strings' nearest neighbours changed** (of each string's 10 nearest, base vs "
+    what += f"{served_label(run)})"
+    blend, alpha = blend_of(run), s.get("run_alpha")
+    steps, epochs = s.get("steps"), s.get("epochs")
+    trained = f"{steps} steps" if isinstance(steps, int) else "training"
+    if isinstance(epochs, int) and epochs > 1:
+        trained += f" ({epochs} epochs)"
+    if blend is not None:
+        why = f"the served model is a blend, α = {blend[0]:g} of the tuned weights"
+        harder = "a blend nearer α 1 (or the run itself) changes more"
+    elif isinstance(alpha, int | float) and alpha < 1:
+        why = (
+            f"after {trained} the run blended its weights with the base's at α {alpha:g} to keep general ability "
+            "(the preset's default; the general checks say whether it held)"
+        )
+        harder = (
+            "to tune harder, raise *Blend with the base after training: α* toward 1 (1: the run as trained) in "
+            "Advanced settings and read the general checks: on a sentence encoder, more change costs general ability"
+        )
+    else:
+        why = f"after {trained}, unblended"
+        harder = "a lower *Temperature τ* or more epochs change more; a blend (Explore) changes less"
+    return f"{what}: {why}. {harder[0].upper()}{harder[1:]}."
 
 
 def done_status(run: RunInfo) -> str:
@@ -475,7 +515,9 @@ def forgetting_md(run: RunInfo | None) -> str:
         "chapter, then its book, then books of its kind), *Short articles* the same for the Jargon File's entries "
         f"of 40-110 words (one refers to the other, then both to a third).{took}"
     )
-    return f"{message(verdict, kind)}\n\n{head}\n{rows}{note}{own_long_md(check)}"
+    changed = change_sentence(run)
+    changed = f"{changed}\n\n" if changed else ""
+    return f"{changed}{message(verdict, kind)}\n\n{head}\n{rows}{note}{own_long_md(check)}"
 
 
 def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:

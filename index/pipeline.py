@@ -98,6 +98,8 @@ def tune_and_index(
     )
     stats = {**result.stats(), "summary": result.summary(), "pooling": result.config.pooling}
     stats.update(mode=result.config.mode, losses=list(result.losses), batch_sizes=list(result.batch_sizes))
+    # what the page says a run did: the epochs it ran (a small upload trains more: min_steps), its own blend
+    stats.update(epochs=result.config.epochs, min_steps=result.config.min_steps, run_alpha=result.config.blend_alpha)
     if result.cancelled:
         emit(Stopped(stats))
         return

@@ -19,8 +19,10 @@ def chance_loss(batch: int) -> float:
     return math.log(max(3, 2 * int(batch) - 1))
 
 
-def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Symmetric InfoNCE: view i of z1 and view i of z2 are positives; all other 2B-2 views are negatives.
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, masked: torch.Tensor | None = None) -> torch.Tensor:
+    """Symmetric InfoNCE: view i of z1 and view i of z2 are positives; all other 2B-2 views are negatives, but for
+    `masked` (B, B) bool: string i's views never count string j's as negatives where masked[i, j] (the diagonal
+    is ignored: a string's own views stay its positive).
 
     Similarities are cosine, computed in fp32 whatever the autocast: at tau=0.04 a cosine of 1
     becomes a logit of 25, and exp() of that overflows fp16.
@@ -35,9 +37,25 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     z = F.normalize(torch.cat([z1, z2]).float(), dim=-1)
     logits = z @ z.T / temperature
     logits.fill_diagonal_(float("-inf"))  # a view is not its own negative
+    if masked is not None:
+        drop = masked.to(z.device).clone()
+        drop.fill_diagonal_(False)
+        logits = logits.masked_fill(drop.repeat(2, 2), float("-inf"))
     # made on the device: a host tensor copied there (`.to(device)`) is a blocking copy, a host-device sync each step
     targets = torch.cat([torch.arange(b, 2 * b, device=z.device), torch.arange(0, b, device=z.device)])
     return F.cross_entropy(logits, targets)
+
+
+def guided_mask(base: torch.Tensor, margin: float) -> torch.Tensor:
+    """(B, B) bool: the pairs of strings whose frozen-base embeddings are within `margin` of the cosine of a positive
+    (the same string, 1): near-duplicates the base already puts together, masked as negatives (GISTEmbed's guide).
+
+    >>> e = torch.tensor([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0]])
+    >>> guided_mask(e, 0.05).int().tolist()
+    [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+    """
+    e = F.normalize(base.float(), dim=-1)
+    return (e @ e.T) > 1.0 - margin
 
 
 def distill_cosine(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

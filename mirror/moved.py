@@ -69,6 +69,15 @@ def neighbour_changes(texts: Sequence[str], base: np.ndarray, tuned: np.ndarray,
     return rows
 
 
+def changed_share(base: np.ndarray, tuned: np.ndarray, k: int = 10) -> float:
+    """The mean over strings of `moved` (1 - overlap of the base and tuned top k): the share of the strings' nearest
+    neighbours that tuning changed, 0 to 1 (0 with fewer than two strings)."""
+    if len(base) < 2:
+        return 0.0
+    nb, nt = top_k(base, k), top_k(tuned, k)
+    return float(np.mean([1.0 - len(set(b) & set(t)) / nb.shape[1] for b, t in zip(nb, nt, strict=True)]))
+
+
 def filter_rows(rows: Sequence[dict[str, Any]], text_filter: str = "") -> list[dict[str, Any]]:
     """The rows whose string contains `text_filter`, ignoring case and runs of spaces (all rows for an empty filter)."""
     needle = " ".join(str(text_filter or "").split()).casefold()

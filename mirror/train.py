@@ -35,7 +35,7 @@ from mirror.encoder import (
 from mirror.errors import MirrorError
 from mirror.general import Mixer, mixed_count
 from mirror.lora import LAYER, add_lora, lora_targets, merge_lora
-from mirror.loss import distill_cosine, l2_to_anchor, nt_xent
+from mirror.loss import distill_cosine, guided_mask, l2_to_anchor, nt_xent
 
 LOWER_LR = "lower the learning rate or raise the temperature"
 StepFn = Callable[[int, int, float], None]
@@ -318,6 +318,7 @@ def plan_steps(texts: Sequence[str], config: MirrorConfig, encoder: Encoder, mem
     texts = joined(texts, config.join_views, config.seed)
     if len(texts) < 2:
         return 0
+    config = config.scheduled(len(texts))
     budget = step_budget(encoder, config, memory_budget)
     lengths = encoder.token_lengths(texts)
     plan_rng = random.Random(config.seed)
@@ -350,6 +351,7 @@ def mirror_tune(
     n_texts = len(user)
     if len(texts) < 2:
         raise MirrorError(f"{n_texts} strings joined {config.join_views} at a time make 1 training string: join fewer")
+    config = config.scheduled(len(texts))  # a small upload: more epochs, up to min_steps
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     encoder = _ready_encoder(encoder, config, device)
@@ -357,6 +359,8 @@ def mirror_tune(
     if config.join_views > 1:
         notes.append(f"{n_texts:,} strings joined {config.join_views} at a time: {len(texts):,} training strings")
     rank, world_size = distributed.world()
+    if world_size > 1 and config.guide_margin > 0:  # its mask is of this rank's strings, the loss of all ranks'
+        raise MirrorError("guided negatives (guide_margin) run on one process, not under torchrun")
     min_batch = max(2, world_size)
     if len(texts) < min_batch:
         raise MirrorError(f"need at least {min_batch} distinct strings for {world_size} processes (got {len(texts)})")
@@ -406,9 +410,17 @@ def mirror_tune(
             if report is not None:
                 report(first + offset, total, value, sizes[len(losses) - 1])
 
+    longs = long_texts(texts, lengths, config.seed) if config.long_anchor > 0 else []
+    long_limit = min(LONG_TOKENS[1], encoder.token_limit)
+
     def prepare(batch_ids: list[int]) -> StepInputs:
         strings = [texts[i] for i in batch_ids] + _mixed_in(mixer, batch_ids, lengths, budget, mix_rng)
-        return _prepare_step(encoder, strings, config, rng, device)
+        inputs = _prepare_step(encoder, strings, config, rng, device)
+        if longs:  # the long-text anchor's texts of this step, in turn
+            start = (batch_ids[0] * LONG_PER_STEP) % len(longs)
+            picked = [longs[(start + j) % len(longs)] for j in range(min(LONG_PER_STEP, len(longs)))]
+            inputs.long = encoder.tokenize(picked, long_limit)
+        return inputs
 
     # On a GPU the next batch is made while this step runs (the host is what a GPU step waits for: bench/RESULTS.md
     # "GPU"); one batch at a time and in order, so the views draw what they draw without it.
@@ -522,8 +534,27 @@ def _as_run(config: MirrorConfig, encoder: Encoder) -> tuple[MirrorConfig, list[
 
 
 def needs_anchor(config: MirrorConfig) -> bool:
-    """Whether the run keeps a frozen copy of the base (distillation, L2 to the base, a blend after training)."""
-    return config.distill > 0 or config.l2_base > 0 or config.blend_alpha < 1.0
+    """Whether the run keeps a frozen copy of the base (distillation, L2 to the base, a blend after training, guided
+    negatives, the long-text anchor)."""
+    return (
+        config.distill > 0
+        or config.l2_base > 0
+        or config.blend_alpha < 1.0
+        or config.guide_margin > 0
+        or config.long_anchor > 0
+    )
+
+
+LONG_TOKENS = (128, 256)  # the long-text anchor's texts: the user's strings joined to about this many tokens
+LONG_PER_STEP = 4  # long texts a step pulls toward the base's embedding
+
+
+def long_texts(texts: Sequence[str], lengths: Sequence[int], seed: int) -> list[str]:
+    """The user's strings (shuffled, seeded) joined into texts of about 192 tokens (LONG_TOKENS' middle): what the
+    long-text anchor holds near the base, so long inputs keep their embedding when short ones are tuned."""
+    mean = max(1.0, sum(lengths) / max(1, len(lengths)))
+    n = max(1, round(sum(LONG_TOKENS) / 2 / mean))
+    return joined(list(texts), n, seed + 5)
 
 
 @dataclass
@@ -536,6 +567,8 @@ class Anchor:
     distill: float
     l2: float
     pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (trained weight, its base value) for L2-SP
+    guide: float = 0.0  # guided negatives' margin (0: off)
+    long: float = 0.0  # the long-text anchor's λ (0: off)
 
     @staticmethod
     def of(model: Any, pooling: str, config: MirrorConfig) -> Anchor | None:
@@ -543,7 +576,25 @@ class Anchor:
             return None
         frozen = copy.deepcopy(model).eval().requires_grad_(False)
         pairs = [(p, a) for p, a in zip(model.parameters(), frozen.parameters(), strict=True) if p.requires_grad]
-        return Anchor(frozen, pooling, config.distill, config.l2_base, pairs if config.l2_base > 0 else [])
+        pairs = pairs if config.l2_base > 0 else []
+        return Anchor(frozen, pooling, config.distill, config.l2_base, pairs, config.guide_margin, config.long_anchor)
+
+    def masked(self, batch: dict[str, torch.Tensor], b: int) -> torch.Tensor | None:
+        """Guided negatives: the (b, b) pairs of this step's strings the frozen base finds within the margin of a
+        positive (the first half of `batch`: the unmasked strings), masked as negatives; None when off."""
+        if self.guide <= 0:
+            return None
+        with torch.no_grad():
+            base = pooled(self.model, {k: v[:b] for k, v in batch.items()}, self.pooling)
+        return guided_mask(base, self.guide)
+
+    def long_penalty(self, student: Any, long: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
+        """λ·mean(1 − cos) of the tuned and the frozen base's embeddings of this step's long texts; None when off."""
+        if self.long <= 0 or not long:
+            return None
+        with torch.no_grad():
+            target = pooled(self.model, long, self.pooling)
+        return self.long * distill_cosine(pooled(student, long, self.pooling), target)
 
     def penalty(self, batch: dict[str, torch.Tensor], z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor | None:
         """λ_distill·mean(1 − cos) of both views against the base's embedding of the unmasked string (the first
@@ -627,6 +678,7 @@ class StepInputs:
     views: int  # this rank's views of the first kind: the batch is views1 + views2
     strings: int  # the step's strings, all ranks together
     padded: bool  # whether any row has padding (known here, on the host: the GPU is never asked)
+    long: dict[str, torch.Tensor] | None = None  # the long-text anchor's texts, tokenized (None: off)
 
 
 def _prepare_step(
@@ -696,9 +748,14 @@ def _train_step(
     with autocast(device, config.precision):
         emb = encoder.embed(batch, padded=inputs.padded)
         extra = anchor.penalty(batch, emb[:b], emb[b:]) if anchor is not None else None  # this rank's views
+        masked = anchor.masked(batch, b) if anchor is not None else None
+        if anchor is not None and inputs.long is not None:
+            long = {k: v.to(device, non_blocking=True) for k, v in inputs.long.items()}
+            term = anchor.long_penalty(encoder.model, long)
+            extra = term if extra is None else extra + term
     z1 = distributed.gather_with_grad(emb[:b], n)
     z2 = distributed.gather_with_grad(emb[b:], n)
-    loss = nt_xent(z1, z2, config.temperature)  # fp32 inside, whatever the autocast
+    loss = nt_xent(z1, z2, config.temperature, masked)  # fp32 inside, whatever the autocast
     if extra is not None:
         loss = loss + extra
     optimizer.zero_grad(set_to_none=True)

@@ -54,8 +54,9 @@ def test_compute_per_token_prices_a_base_against_the_bundled_model():
 def test_the_box_suggests_each_base_with_its_size_and_its_cost_here(app, monkeypatch):
     import explorer.tune.estimate as est_mod
     from explorer.tune.bases import SUGGESTED
-    from explorer.tune.estimate import Calibration, Estimator, Fit, short_seconds
+    from explorer.tune.estimate import Calibration, Estimator, Fit
     from explorer.tune.inputs import build_config
+    from explorer.tune.plan_md import short_seconds
 
     # this machine's costs, as a calibration would time them (fixed here: the test is about what is done with them)
     cal = Calibration(

@@ -15,7 +15,8 @@ import torch
 
 from explorer.render import fmt_seconds
 from explorer.tune import estimate as est_mod
-from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, estimate_md, price
+from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, price
+from explorer.tune.plan_md import estimate_md
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, load_encoder
 from mirror.train import mirror_tune

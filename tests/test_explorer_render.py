@@ -220,3 +220,36 @@ def test_no_message_shows_a_server_path():
         assert "/srv" not in shown and shown.startswith("tuned_index: ") and "'model'" in shown
         assert "https://hf.co/org/m" in shown  # a URL is not a path
     assert "/srv" not in render.user_error(RuntimeError(f"cannot open {where}"))
+
+
+def test_the_change_sentence_says_how_much_moved_and_why():
+    """Issue 40: "nothing changed" is never a mystery: the share, the run's own blend (the preset's) and how to tune
+    harder; a blend made in the app names itself; a run made before the figure was kept says nothing."""
+    from types import SimpleNamespace
+
+    from explorer import render
+
+    run = SimpleNamespace(stats={"neighbours_changed": 0.031, "steps": 50, "epochs": 10, "run_alpha": 0.25})
+    said = render.change_sentence(run)
+    assert said.startswith("**3% of your strings' nearest neighbours changed**")
+    assert "after 50 steps (10 epochs) the run blended its weights with the base's at α 0.25" in said
+    assert "raise *Blend with the base after training: α* toward 1" in said
+    blend = SimpleNamespace(stats={**run.stats, "neighbours_changed": 0.004, "blend_alpha": 0.5})
+    assert "under 1%" in render.change_sentence(blend) and "a blend, α = 0.5" in render.change_sentence(blend)
+    plain = SimpleNamespace(stats={"neighbours_changed": 0.2, "steps": 7, "run_alpha": 1.0})
+    assert "after 7 steps, unblended" in render.change_sentence(plain)
+    assert render.change_sentence(SimpleNamespace(stats={"steps": 5})) == ""
+
+
+def test_the_plan_says_why_a_small_upload_trains_more_epochs():
+    from explorer.tune.inputs import build_config
+    from explorer.tune.plan_md import small_upload_note
+
+    texts = [f"sentence number {i} of a small upload" for i in range(1000)]
+    config, _ = build_config(texts, "bundled", "sentences", {"min_steps": 50})
+    assert config.epochs == 10  # 5 steps an epoch at batch 200
+    assert small_upload_note(50, config) == " of 5 steps: a small upload trains at least 50 steps"
+    big, _ = build_config(texts * 1 + [f"more {i}" for i in range(20000)], "bundled", "sentences", {"min_steps": 50})
+    assert big.epochs == 1 and small_upload_note(106, big) == ""
+    asked, _ = build_config(texts, "bundled", "sentences", {"min_steps": 50, "epochs": 12})
+    assert asked.epochs == 12 and small_upload_note(60, asked) == ""  # the epochs asked for: no note

@@ -132,3 +132,19 @@ def test_a_bad_or_failed_blend_leaves_the_served_run(app, tuned, monkeypatch):
     assert events[-1].kind == "error" and "previous model stays served" in events[-1].text
     assert tuned.run is served and set(p.name for p in app.runs.root.iterdir()) == runs_before
     assert list(app.saved.blend_run(app.session(), 0.5))[-1].kind == "error"  # nothing served: nothing to blend
+
+
+def test_a_run_says_how_much_its_strings_neighbours_changed_and_a_blend_its_own(app, tuned):
+    """Issue 40: the figure the page words is the mean of what "what moved" ranks, for the run and, measured again,
+    for a blend of it (α = 0: the base's own neighbours, nothing changed); kept in run.json."""
+    from explorer import render
+
+    rows = app.explore.moved(tuned)
+    share = tuned.run.stats["neighbours_changed"]
+    assert share == pytest.approx(np.mean([r["moved"] for r in rows]), abs=1e-4)
+    said = render.change_sentence(tuned.run)
+    assert f"{100 * share:.0f}% of your strings' nearest neighbours changed" in said
+    assert app.runs.load(tuned.run.folder.name).stats["neighbours_changed"] == share
+    assert list(app.saved.blend_run(tuned, 0))[-1].kind == "done"
+    assert tuned.run.stats["neighbours_changed"] < 0.05  # two bf16 passes of the same weights: a tie may flip
+    assert "the served model is a blend, α = 0" in render.change_sentence(tuned.run)

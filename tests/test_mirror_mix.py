@@ -18,7 +18,7 @@ from tests.conftest import SENTENCES, WORDS
 
 GOLD = GENERAL.parent / "gold"
 PREPARE_STEP = train._prepare_step
-RUN = {"device": "cpu", "precision": "fp32", "lr": 1e-3, "epochs": 2, "batch_size": 3}
+RUN = {"device": "cpu", "precision": "fp32", "lr": 1e-3, "epochs": 2, "batch_size": 3, "min_steps": 0}
 
 
 def batches_of(tiny_bert, texts, monkeypatch, mode="sentences", **kw) -> tuple[list[list[str]], object]:

@@ -12,12 +12,20 @@ from mirror import MirrorConfig
 from mirror.__main__ import build_parser
 from mirror.encoder import load_encoder
 from mirror.errors import MirrorError
-from mirror.loss import distill_cosine, l2_to_anchor
-from mirror.train import Anchor, joined, mirror_tune, plan_steps, save_result
+from mirror.loss import distill_cosine, guided_mask, l2_to_anchor, nt_xent
+from mirror.train import Anchor, joined, long_texts, mirror_tune, plan_steps, save_result
 from tests.conftest import SENTENCES
 
 # a run that moves the tiny model a lot: what the remedies must hold back
-FAST = {"device": "cpu", "precision": "fp32", "lr": 1e-2, "epochs": 6, "batch_size": 4, "mode": "sentences"}
+FAST = {
+    "device": "cpu",
+    "precision": "fp32",
+    "lr": 1e-2,
+    "epochs": 6,
+    "batch_size": 4,
+    "mode": "sentences",
+    "min_steps": 0,
+}
 
 
 def cfg(model, **kw) -> MirrorConfig:
@@ -194,3 +202,63 @@ def test_every_remedy_is_a_cli_flag():
         True,
         0.6,
     )
+
+
+def test_guided_mask_masks_only_what_the_base_puts_within_the_margin():
+    e = torch.tensor([[1.0, 0.0], [0.995, 0.1], [0.0, 1.0], [0.6, 0.8]])
+    mask = guided_mask(e, 0.01)
+    assert mask.tolist() == [[True, True, False, False], [True, True, False, False]] + [
+        [False, False, True, False],
+        [False, False, False, True],
+    ]
+    assert not guided_mask(e, 0.0)[~torch.eye(4, dtype=torch.bool)].any()  # no margin: only the strings themselves
+
+
+def test_a_masked_negative_no_longer_counts_in_the_loss():
+    """Masking negative j of string i is the loss without it: a masked near-copy of the positive lowers the loss."""
+    torch.manual_seed(0)
+    z1 = torch.nn.functional.normalize(torch.randn(3, 8), dim=-1)
+    z2 = z1 + 0.05 * torch.randn(3, 8)
+    z1[1] = z1[0] + 0.01 * torch.randn(8)  # string 1 is nearly string 0: a hard negative for it
+    masked = torch.zeros(3, 3, dtype=torch.bool)
+    masked[0, 1] = masked[1, 0] = True
+    assert float(nt_xent(z1, z2, 0.05, masked)) < float(nt_xent(z1, z2, 0.05))
+    assert float(nt_xent(z1, z2, 0.05, torch.eye(3, dtype=torch.bool))) == pytest.approx(float(nt_xent(z1, z2, 0.05)))
+
+
+def test_the_long_text_anchor_is_zero_at_the_start_and_keeps_long_texts_nearer_the_base(tiny_bert):
+    enc = load_encoder(tiny_bert, dropout=0.0)
+    anchor = Anchor.of(enc.model, enc.pooling, cfg(tiny_bert, long_anchor=1.0, dropout=0.0))
+    longs = long_texts(SENTENCES, enc.token_lengths(SENTENCES), 0)
+    assert sorted(" ".join(longs).split()) == sorted(" ".join(SENTENCES).split())  # every string, once
+    long = enc.tokenize(longs, 256)
+    enc.model.train()
+    assert float(anchor.long_penalty(enc.model, long).detach()) == pytest.approx(0.0, abs=1e-5)
+    base = load_encoder(tiny_bert)
+    plain = mirror_tune(SENTENCES, cfg(tiny_bert))
+    held = mirror_tune(SENTENCES, cfg(tiny_bert, long_anchor=20.0))
+    assert np.isfinite(held.losses).all()
+    assert mean_cosine_to(base, held.encoder, longs) > mean_cosine_to(base, plain.encoder, longs)
+
+
+def test_guided_negatives_run_and_change_the_run_only_when_on(tiny_bert):
+    plain = mirror_tune(SENTENCES, cfg(tiny_bert, max_steps=3))
+    off = mirror_tune(SENTENCES, cfg(tiny_bert, max_steps=3, guide_margin=0.0))
+    guided = mirror_tune(SENTENCES, cfg(tiny_bert, max_steps=3, guide_margin=0.5))
+    assert off.losses == plain.losses
+    assert np.isfinite(guided.losses).all() and guided.losses != plain.losses
+
+
+def test_a_small_upload_trains_more_epochs_up_to_min_steps(tiny_bert):
+    enc = load_encoder(tiny_bert)
+    config = cfg(tiny_bert, epochs=1, batch_size=4, min_steps=5)  # 8 strings: 2 steps an epoch
+    assert (
+        config.epochs_for(8) == 3 and config.scheduled(8).epochs == 3 and config.scheduled(8).scheduled(8).epochs == 3
+    )
+    assert config.epochs_for(400) == 1 and config.scheduled(400) is config  # a large upload: its epochs as set
+    assert cfg(tiny_bert, epochs=4, batch_size=4, min_steps=5).epochs_for(8) == 4  # never fewer than asked for
+    planned = plan_steps(SENTENCES, config, enc)
+    result = mirror_tune(SENTENCES, config, encoder=enc)
+    assert result.steps == planned == 6 and result.config.epochs == 3
+    with pytest.raises(MirrorError, match="min steps must be >= 0"):
+        MirrorConfig.preset("sentences", min_steps=-1)

@@ -22,6 +22,7 @@ SENTENCES = SHARED_SENTENCES[:6]
 
 def cfg(model, **kw) -> MirrorConfig:
     kw.setdefault("device", "cpu")
+    kw.setdefault("min_steps", 0)  # the epochs as set: these tests count steps (the schedule: test_mirror_remedies)
     return MirrorConfig.preset(kw.pop("mode", "words"), model=str(model), **kw)
 
 
@@ -294,7 +295,7 @@ def test_a_nan_gradient_stops_the_run_even_when_the_loss_is_finite(tiny_bert, mo
     import mirror.train
 
     real = mirror.train.nt_xent
-    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t: real(_NanGrad.apply(z1), z2, t))
+    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t, *masked: real(_NanGrad.apply(z1), z2, t, *masked))
     steps = []
     with pytest.raises(MirrorError, match=r"^the loss became nan: the gradient norm was nan at step 1; lower"):
         mirror_tune(WORDS, cfg(tiny_bert, precision="fp32"), on_step=lambda *a: steps.append(a))
@@ -306,6 +307,6 @@ def test_weights_broken_by_the_last_step_are_refused(tiny_bert, monkeypatch):
     import mirror.train
 
     real = mirror.train.nt_xent
-    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t: real(_NanGrad.apply(z1), z2, t))
+    monkeypatch.setattr(mirror.train, "nt_xent", lambda z1, z2, t, *masked: real(_NanGrad.apply(z1), z2, t, *masked))
     with pytest.raises(MirrorError, match=r"^the loss became nan: the weights are no longer finite after step 1;"):
         mirror_tune(WORDS, cfg(tiny_bert, precision="fp32", grad_clip=0.0, max_steps=1))

@@ -141,6 +141,8 @@ class SavedRuns:
                     session, new_run_info(run, base_model, texts, source, stats, model_zip=kept)
                 )
                 served.append(info)
+                self.app.trainer.measure_change(info)
+                self.app.runs.save(info)
                 yield Done(info, tuple(notes))
         except MirrorError as exc:
             yield Failed(str(exc))
@@ -213,7 +215,14 @@ class SavedRuns:
                 yield from events
                 stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
                 # the parent's checks and times are not the blend's
-                for key in ("forgetting", "served_seconds", "wall_seconds", "started_at", "finished_at"):
+                for key in (
+                    "forgetting",
+                    "served_seconds",
+                    "wall_seconds",
+                    "started_at",
+                    "finished_at",
+                    "neighbours_changed",
+                ):
                     stats.pop(key, None)
                 stats.update(blended_from=origin, summary=f"blend α={alpha:g} of {of_summary}")
                 stats["blend_seconds"] = round(time.perf_counter() - started, 1)  # its own, not the parent's
@@ -221,6 +230,8 @@ class SavedRuns:
                 info = new_run_info(run, parent.base_model, texts, parent.corpus, stats, package=not checks)
                 if not checks:
                     served.append(self.app.trainer.serve(session, info))
+                    self.app.trainer.measure_change(info)
+                    self.app.runs.save(info)
                     yield Done(info)
                     return
                 # served before its checks, as a run (explorer.runs.training): they, its card and downloads follow

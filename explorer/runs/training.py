@@ -302,6 +302,7 @@ class Trainer:
                                 self.app.estimator.observe(planned.key, planned.phase("training"), train_s, None)
                             yield Phase("Preparing downloads")
                             served.append(self.serve(session, package_run(info)))
+                            self.measure_change(info)
                             self.app.runs.save(finished(info, started, started_at))
                             yield Done(info)
                             return
@@ -364,6 +365,7 @@ class Trainer:
             except Exception:  # a bug: the served run stays served, without its checks
                 log.exception("the general checks of a served run failed")
                 info.stats["forgetting"] = None
+            self.measure_change(info)
             yield Phase("Preparing downloads")
             try:
                 package_run(info)  # its card has the checks' results
@@ -374,6 +376,15 @@ class Trainer:
             self.app.runs.save(finished(info, *clock) if clock else info)
         finally:  # also when its consumer went away (a blend's page closed): a later open repairs what is left
             self.app.checking.pop(info.folder.name, None)
+
+    def measure_change(self, info: RunInfo) -> None:
+        """What the page says in one sentence: how much the served run's strings' neighbours changed (stats), from
+        its two indexes; left out (logged) when it cannot be measured: a run is never failed for it."""
+        try:
+            with self.app.search_slots:
+                info.stats["neighbours_changed"] = neighbours_changed(self.app.models.loaded(info))
+        except Exception:
+            log.exception("could not measure how much the neighbours changed")
 
     def new_run_folder(self, session: Session, handle: RunHandle) -> Path:
         """The job's run folder, charged to the session's visitor from its first byte."""
@@ -427,6 +438,15 @@ class Trainer:
         except Exception:
             log.exception("forgetting check failed; the run goes on without it")
             return None
+
+
+def neighbours_changed(loaded: Any, k: int = 10) -> float:
+    """The share (0-1) of the run's strings' k nearest neighbours that are not the base's, from the vectors its two
+    indexes hold (no re-encoding): the mean of what the Explore tab's "what moved" ranks."""
+    from explorer.compare.explore import vectors_of
+    from mirror.moved import changed_share
+
+    return round(changed_share(vectors_of(loaded.main.base), vectors_of(loaded.main.tuned), k), 4)
 
 
 def queue_key(session: Session) -> str:

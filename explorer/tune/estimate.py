@@ -316,6 +316,7 @@ def train_plan(
 
     if len(lengths) < 2:
         return []
+    config = config.scheduled(len(lengths))  # a small upload's extra epochs, as mirror_tune runs them
     budget = step_budget(encoder, config, memory_budget)
     extra = encoder.tokenizer.num_special_tokens_to_add()
     maskable = bool(encoder.mask_token) and config.mask_span > 0
@@ -548,50 +549,3 @@ def at_speed(est: Estimate, slower: float) -> Estimate:
     slower = min(8.0, max(1 / 8, slower))
     phases = tuple((name, s if name in IO_PHASES else s * slower) for name, s in est.phases)
     return dataclasses.replace(est, phases=phases, slower=est.slower * slower)
-
-
-def short_seconds(s: float) -> str:
-    """A phase's seconds in a few characters: "<1 s", "12 s", "3 min"."""
-    from explorer.render import fmt_seconds
-
-    return "<1 s" if s < 1 else fmt_seconds(s)
-
-
-def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), why_rough: str = "") -> str:
-    """The Tune tab's Markdown: the plan, the estimated total and its phases, and how the costs were measured."""
-    from explorer.render import fmt_seconds
-
-    plan = (
-        f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
-        f"{'s' if config.epochs != 1 else ''})"
-    )
-    extra = f" · {'; '.join(notes)}" if notes else ""
-    cal = est.calibration
-    if cal is None:
-        train, index = est.phase("training"), est.phase("base index") + est.phase("tuned index")
-        return (
-            f"{plan} · **estimated** (rough guess) ~{fmt_seconds(train)} training + ~{fmt_seconds(index)} indexing"
-            f"{f' · {why_rough}' if why_rough else ''}{extra}"
-        )
-    shown = " · ".join(
-        f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in ("base index", "general checks")
-    )
-    reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
-    how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
-    total = f"~{fmt_seconds(est.total)}"
-    if est.slower >= SPEED_SHOWN or est.slower <= 1 / SPEED_SHOWN:
-        # the machine's speed moved since it was calibrated: priced at today's speed, and the range to the other
-        low, high = sorted((est.total, est.at_calibration))
-        total = f"~{fmt_seconds(est.total)} (~{fmt_seconds(low)}–{fmt_seconds(high)})"
-        if est.slower > 1:
-            how += (
-                f"; the machine is {est.slower:.1f}x slower now (other work is running): priced at this speed, "
-                "less if that work stops"
-            )
-        else:
-            how += f"; the machine is {1 / est.slower:.1f}x faster now than then: priced at this speed"
-    elif cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
-        how += f" while it was busy (load {cal.load:.1f} per core): the run may take much less, or more"
-    after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
-    ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
-    return f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"

@@ -27,7 +27,8 @@ def planned_steps(n: int, config: MirrorConfig) -> int:
     """Optimiser steps a run of `n` strings takes: mirror.train's own count, capped by max_steps."""
     from mirror.train import steps_per_epoch
 
-    total = config.epochs * steps_per_epoch(-(-n // config.join_views), config.batch_size)  # joined: fewer strings
+    strings = -(-n // config.join_views)  # joined: fewer strings
+    total = config.epochs_for(strings) * steps_per_epoch(strings, config.batch_size)
     return min(total, config.max_steps) if config.max_steps else total
 
 

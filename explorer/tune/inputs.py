@@ -55,6 +55,7 @@ LABELS: dict[str, str] = {
     "device": "Device",
     "precision": "Precision",
     "max_steps": "Max steps (empty = all epochs)",
+    "min_steps": "Min steps (a small upload trains more epochs; 0 = off)",
     "bucket_by_length": "Bucket batches by length",
     "log_every": "Loss read-back every N steps",
     "compile": "torch.compile the encoder",
@@ -66,6 +67,8 @@ LABELS: dict[str, str] = {
     "join_views": "Longer views: strings joined per view (1 = off)",
     "mix_general": "Mix general text into each batch: its fraction (0 = off)",
     "lora_rank": "LoRA: adapter rank on attention, merged at the end (0 = off)",
+    "guide_margin": "Guided negatives: mask those the base finds within this margin (0 = off)",
+    "long_anchor": "Keep long texts near the base: λ (0 = off)",
 }
 CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS}
 _DEFAULTS = MirrorConfig()
@@ -134,6 +137,7 @@ def build_config(
 ) -> tuple[MirrorConfig, list[str]]:
     """The validated run config for these strings, plus notes for the user (e.g. the server's step cap)."""
     config, _ = MirrorConfig.for_texts(texts, mode or "auto", model=model, **coerce_overrides(overrides))
+    config = config.scheduled(-(-len(texts) // config.join_views))  # the epochs it runs: the plan shows them
     notes: list[str] = []
     if max_steps_cap:
         total = planned_steps(len(texts), config)

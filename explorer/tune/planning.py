@@ -9,9 +9,10 @@ from typing import Any
 
 from explorer.render import message
 from explorer.runs.sessions import Session, texts_key
-from explorer.tune.estimate import IO_PHASES, estimate_md
+from explorer.tune.estimate import IO_PHASES
 from explorer.tune.guess import device_and_threads, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
+from explorer.tune.plan_md import estimate_md
 from mirror.config import BUNDLED_MODEL
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
@@ -111,7 +112,7 @@ class Planner:
         import os
 
         from explorer.tune.bases import SUGGESTED, fmt_params, relative_compute, shape_of
-        from explorer.tune.estimate import short_seconds
+        from explorer.tune.plan_md import short_seconds
         from mirror.memory import fmt_gb
 
         est, why = None, ""

@@ -1,0 +1,68 @@
+"""What the Tune tab says of a plan: its steps (and why a small upload trains more epochs), the estimated total and
+its phases, and how the costs were measured (calibrated here, busy then, the machine's speed now): the words of an
+explorer.tune.estimate Estimate."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from explorer.tune.estimate import BUSY_LOAD, SPEED_SHOWN, Estimate
+from mirror.config import MirrorConfig
+
+
+def short_seconds(s: float) -> str:
+    """A phase's seconds in a few characters: "<1 s", "12 s", "3 min"."""
+    from explorer.render import fmt_seconds
+
+    return "<1 s" if s < 1 else fmt_seconds(s)
+
+
+def small_upload_note(steps: int, config: MirrorConfig) -> str:
+    """Why a run trains more epochs than one: " of 5 steps: a small upload trains at least 50 steps", or "" where the
+    epochs are not the fewest that reach `min_steps` (the epochs asked for, not raised by it)."""
+    if not config.min_steps or config.epochs <= 1 or not steps:
+        return ""
+    per_epoch = -(-steps // config.epochs)
+    if not (config.epochs - 1) * per_epoch < config.min_steps <= steps:
+        return ""
+    return f" of {per_epoch:,} step{'s' if per_epoch != 1 else ''}: a small upload trains at least {config.min_steps} steps"
+
+
+def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), why_rough: str = "") -> str:
+    """The Tune tab's Markdown: the plan, the estimated total and its phases, and how the costs were measured."""
+    from explorer.render import fmt_seconds
+
+    plan = (
+        f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
+        f"{'s' if config.epochs != 1 else ''}{small_upload_note(est.steps, config)})"
+    )
+    extra = f" · {'; '.join(notes)}" if notes else ""
+    cal = est.calibration
+    if cal is None:
+        train, index = est.phase("training"), est.phase("base index") + est.phase("tuned index")
+        return (
+            f"{plan} · **estimated** (rough guess) ~{fmt_seconds(train)} training + ~{fmt_seconds(index)} indexing"
+            f"{f' · {why_rough}' if why_rough else ''}{extra}"
+        )
+    shown = " · ".join(
+        f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in ("base index", "general checks")
+    )
+    reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
+    how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
+    total = f"~{fmt_seconds(est.total)}"
+    if est.slower >= SPEED_SHOWN or est.slower <= 1 / SPEED_SHOWN:
+        # the machine's speed moved since it was calibrated: priced at today's speed, and the range to the other
+        low, high = sorted((est.total, est.at_calibration))
+        total = f"~{fmt_seconds(est.total)} (~{fmt_seconds(low)}–{fmt_seconds(high)})"
+        if est.slower > 1:
+            how += (
+                f"; the machine is {est.slower:.1f}x slower now (other work is running): priced at this speed, "
+                "less if that work stops"
+            )
+        else:
+            how += f"; the machine is {1 / est.slower:.1f}x faster now than then: priced at this speed"
+    elif cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
+        how += f" while it was busy (load {cal.load:.1f} per core): the run may take much less, or more"
+    after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
+    ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
+    return f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
