@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import OUT, data_path, machine, print_table
+from common import OUT, data_path, machine, peer_training_args, print_table
 
 from mirror import MirrorConfig, read_texts
 from mirror.encoder import Encoder, bundled_model_path, save_encoder
@@ -160,7 +160,6 @@ def run_peer(job: str, encoder: Encoder, texts: list[str], config: MirrorConfig,
     from sentence_transformers import (
         SentenceTransformer,
         SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
     )
 
     try:
@@ -187,25 +186,7 @@ def run_peer(job: str, encoder: Encoder, texts: list[str], config: MirrorConfig,
     bf16 = device == "cuda" and config.precision != "fp32" or config.precision == "bf16"
 
     def trainer(out: str, max_steps: int) -> SentenceTransformerTrainer:
-        args = SentenceTransformerTrainingArguments(
-            output_dir=out,
-            num_train_epochs=config.epochs,
-            max_steps=max_steps,
-            per_device_train_batch_size=config.batch_size,
-            learning_rate=config.lr,
-            weight_decay=config.weight_decay,
-            max_grad_norm=config.grad_clip,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            save_strategy="no",
-            report_to="none",
-            logging_steps=1000,
-            seed=config.seed,
-            use_cpu=device == "cpu",
-            bf16=bf16,
-            disable_tqdm=True,
-            dataloader_drop_last=False,
-        )
+        args = peer_training_args(config, out, device, bf16, max_steps=max_steps, dataloader_drop_last=False)
         loss = MultipleNegativesRankingLoss(model, scale=1.0 / config.temperature)
         return SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
 

@@ -13,7 +13,7 @@ import dataclasses
 import tempfile
 import time
 
-from common import data_path, print_table, write_json
+from common import data_path, peer_training_args, print_table, write_json
 
 from mirror import MirrorConfig, read_texts
 from mirror.encoder import bundled_model_path
@@ -39,7 +39,6 @@ def run_peer(texts: list[str], config: MirrorConfig, device: str, bf16: bool) ->
     from sentence_transformers import (
         SentenceTransformer,
         SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
     )
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
@@ -48,23 +47,7 @@ def run_peer(texts: list[str], config: MirrorConfig, device: str, bf16: bool) ->
     model.max_seq_length = config.max_length
     dataset = Dataset.from_dict({"anchor": texts, "positive": texts})
     with tempfile.TemporaryDirectory() as out:
-        args = SentenceTransformerTrainingArguments(
-            output_dir=out,
-            num_train_epochs=config.epochs,
-            per_device_train_batch_size=config.batch_size,
-            learning_rate=config.lr,
-            weight_decay=config.weight_decay,
-            max_grad_norm=config.grad_clip,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            save_strategy="no",
-            report_to="none",
-            logging_steps=1000,
-            seed=config.seed,
-            use_cpu=device == "cpu",
-            bf16=bf16,
-            disable_tqdm=True,
-        )
+        args = peer_training_args(config, out, device, bf16)
         loss = MultipleNegativesRankingLoss(model, scale=1.0 / config.temperature)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
         t0 = time.perf_counter()

@@ -75,3 +75,28 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
     return str(value)
+
+
+def peer_training_args(config: Any, out: str, device: str, bf16: bool, **extra: Any) -> Any:
+    """sentence-transformers' trainer arguments for the peer run of `config` (MNRL at the same batch, lr, weight
+    decay, clipping and seed, a constant schedule, nothing saved or logged): what bench_speed and bench_gpu time."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    return SentenceTransformerTrainingArguments(
+        output_dir=out,
+        num_train_epochs=config.epochs,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.lr,
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.grad_clip,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=1000,
+        seed=config.seed,
+        use_cpu=device == "cpu",
+        bf16=bf16,
+        disable_tqdm=True,
+        **extra,
+    )
