@@ -24,6 +24,13 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
+def steps_per_epoch(n: int, batch_size: int, min_size: int = 2) -> int:
+    """Batches of one epoch of `n` strings before any is split to fit memory (mirror.train's `plan_steps` counts
+    those too): a last batch under `min_size` strings joins the one before it."""
+    full = math.ceil(n / batch_size)
+    return full - 1 if full > 1 and 0 < n % batch_size < min_size else full
+
+
 @dataclass(frozen=True)
 class MirrorConfig:
     """A mirror fine-tuning run. Build one with `MirrorConfig.preset("words"|"sentences", **overrides)`.
@@ -110,8 +117,7 @@ class MirrorConfig:
 
     def epochs_for(self, n: int) -> int:
         """Epochs a run over `n` training strings trains: `epochs`, or as many more whole epochs as make at least
-        `min_steps` steps (one epoch's batches before any is split to fit memory: mirror.train.steps_per_epoch)."""
-        from mirror.train import steps_per_epoch  # here, not at the top: mirror.train imports this module
+        `min_steps` steps (one epoch's batches before any is split to fit memory: steps_per_epoch)."""
 
         per_epoch = max(1, steps_per_epoch(n, self.batch_size))
         return max(self.epochs, min(MAX_EPOCHS, math.ceil(self.min_steps / per_epoch)))

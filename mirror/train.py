@@ -126,12 +126,6 @@ def plan_batches(
     return batches
 
 
-def steps_per_epoch(n: int, batch_size: int, min_size: int = 2) -> int:
-    """Batches of one epoch before any is split to fit memory (`plan_steps` counts those too)."""
-    full = math.ceil(n / batch_size)
-    return full - 1 if full > 1 and 0 < n % batch_size < min_size else full
-
-
 # A span mask can split a word around the mask token: count two tokens more than the string has.
 MASK_EXTRA_TOKENS = 2
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from mirror.augment import make_views, mask_span
-from mirror.config import MirrorConfig, detect_mode
+from mirror.config import MirrorConfig, detect_mode, steps_per_epoch
 from mirror.data import clean_texts, decode, read_texts
 from mirror.errors import MirrorError
 from mirror.evaluate import parse_pairs, spearman
 from mirror.loss import nt_xent
-from mirror.train import plan_batches, steps_per_epoch
+from mirror.train import plan_batches
 
 # ---------------------------------------------------------------- loss
 

@@ -25,7 +25,7 @@ def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, thre
 
 def planned_steps(n: int, config: MirrorConfig) -> int:
     """Optimiser steps a run of `n` strings takes: mirror.train's own count, capped by max_steps."""
-    from mirror.train import steps_per_epoch
+    from mirror.config import steps_per_epoch
 
     strings = -(-n // config.join_views)  # joined: fewer strings
     total = config.epochs_for(strings) * steps_per_epoch(strings, config.batch_size)
