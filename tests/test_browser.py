@@ -98,7 +98,7 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         assert bases.inner_text().count("~") == 3, bases.inner_text()
 
         # 2. a few steps: batch 16, max 3 steps (set in the Advanced accordion)
-        page.get_by_text("Advanced settings").click()
+        page.get_by_role("button", name=re.compile(r"^Advanced settings")).click()
         for name, value in (("batch_size", "16"), ("max_steps", "3")):
             box = page.locator(f"#mx-set-{name} input").first
             box.fill(value)
@@ -171,7 +171,7 @@ def blend_at(page, alpha: str) -> None:
 
 def tune_a_few_steps(page, steps: int = 2) -> None:
     """Launch a run of `steps` steps (small batches, many epochs: long enough to reload during it)."""
-    page.get_by_text("Advanced settings").click()
+    page.get_by_role("button", name=re.compile(r"^Advanced settings")).click()
     for name, value in (("batch_size", "4"), ("epochs", "100"), ("max_steps", str(steps))):
         box = page.locator(f"#mx-set-{name} input").first
         box.fill(value)
@@ -544,7 +544,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
 
         # a CSV of three columns: the column read is the one of the longest text, shown in the picker and said why;
         # a setting changed by hand is kept by the load
-        linked.get_by_text("Advanced settings").click()
+        linked.get_by_role("button", name=re.compile(r"^Advanced settings")).click()
         box = linked.locator("#mx-set-batch_size input").first
         box.fill("16")
         box.press("Tab")
