@@ -232,6 +232,8 @@ def _calibrate(
     steps = [(n * length, length, t) for n, t in steady.items()]
     warmup = sum(t - steady[n] for n, t in zip([big, small] * WARM_EPOCHS, times, strict=False))
     if like is not None:  # the same model at another length: only the steps differ
+        del throwaway
+        release_memory()  # the trained copy's memory handed back, as below
         return dataclasses.replace(
             like,
             step=Fit.of(steps),
