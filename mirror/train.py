@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import functools
 import inspect
 import math
 import platform
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,6 @@ from mirror.encoder import (
     attention_note,
     autocast,
     load_encoder,
-    pooled,
     resolve_device,
     resolve_precision,
     save_encoder,
@@ -35,7 +36,8 @@ from mirror.encoder import (
 from mirror.errors import MirrorError
 from mirror.general import Mixer, mixed_count
 from mirror.lora import LAYER, add_lora, lora_targets, merge_lora
-from mirror.loss import distill_cosine, guided_mask, l2_to_anchor, nt_xent
+from mirror.loss import nt_xent
+from mirror.terms import FrozenBase, Term, joined, needs_base, terms_for
 
 LOWER_LR = "lower the learning rate or raise the temperature"
 StepFn = Callable[[int, int, float], None]
@@ -227,7 +229,7 @@ def step_budget(
     amp_dtype = resolve_precision(device, config.precision)
     total = memory.available_bytes(device) if memory_budget is None else int(memory_budget)
     mask = MASK_EXTRA_TOKENS if encoder.mask_token and config.mask_span > 0 else 0
-    anchor = sum(p.numel() * p.element_size() for p in encoder.model.parameters()) if needs_anchor(config) else 0
+    anchor = sum(p.numel() * p.element_size() for p in encoder.model.parameters()) if needs_base(config) else 0
     adapters, lora_token = lora_bytes(encoder.model, config, amp_dtype is not None)
     return StepBudget(
         total=total,
@@ -292,15 +294,6 @@ def count_steps(
     return min(total, max_steps) if max_steps else total
 
 
-def joined(texts: list[str], n: int, seed: int) -> list[str]:
-    """Longer views: the strings in a seeded random order, joined `n` at a time with a space (as they are for n 1)."""
-    if n <= 1:
-        return texts
-    order = list(texts)
-    random.Random(seed + 2).shuffle(order)  # its own stream: the batch plan and the views draw from theirs
-    return [" ".join(order[i : i + n]) for i in range(0, len(order), n)]
-
-
 def plan_steps(texts: Sequence[str], config: MirrorConfig, encoder: Encoder, memory_budget: int | None = None) -> int:
     """The optimiser steps `mirror_tune(texts, config, encoder=encoder, memory_budget=...)` will run.
 
@@ -336,6 +329,10 @@ def mirror_tune(
     `memory_budget` (bytes, default read from the machine: `step_budget`) bounds what the run adds to the
     memory in use: batches of long strings that would exceed it are split (result.notes says so), and a
     string too long for it is a MirrorError before the first step.
+
+    The loop is plan, step, report, stop. What the loss adds to the contrastive term (distillation, L2 to the base,
+    guided negatives, the long-text anchor) are `mirror.terms` objects chosen once from the config; LoRA and the
+    blend toward the base happen before and after it (`_trained`).
     """
     config = (config or MirrorConfig.preset("words")).validated()
     texts, _ = clean_texts(texts)
@@ -362,10 +359,8 @@ def mirror_tune(
     lengths = encoder.token_lengths(texts)  # the memory plan needs them, length bucketing too
     budget = step_budget(encoder, config, memory_budget, world_size)
     budget = dataclasses.replace(budget, total=_smallest_over_ranks(budget.total, device))
-    plan_rng = random.Random(config.seed)
-    rng = random.Random(config.seed + 1)  # views draw from their own stream, so plan_steps can replay plan_rng
-    plan = (min_batch, config.bucket_by_length)  # the rest of plan_epoch's arguments, the same for every epoch
-    total = count_steps(lengths, config.batch_size, plan_rng, budget, config.epochs, *plan, config.max_steps)
+    plan = Schedule(lengths, budget, random.Random(config.seed), min_batch, config)
+    rng = random.Random(config.seed + 1)  # views draw from their own stream, so plan_steps can replay the plan's
     mixer = Mixer.of(config.mode, config.mix_general, user, encoder.token_lengths)
     mix_rng = random.Random(config.seed + 3)  # its own stream: without mixing, batches and views are as they were
     if mixer is not None:
@@ -373,110 +368,61 @@ def mirror_tune(
 
     model = encoder.model
     _set_trainable(model, config)
-    if config.lora_rank:  # before the anchor's copy: the copy's adapters are zero, it computes the base
+    if config.lora_rank:  # before the base's copy: the copy's adapters are zero, it computes the base
         adapted = add_lora(model, config.lora_rank, config.freeze_layers)
         notes.append(f"LoRA rank {config.lora_rank} on {adapted} attention layers, merged into the weights at the end")
-    anchor = Anchor.of(model, encoder.pooling, config)
+    base = FrozenBase.of(model, encoder.pooling) if needs_base(config) else None
+    terms = terms_for(config, model, base, texts, lengths, encoder.tokenize, encoder.token_limit)
     encoder.model = _wrapped_for_training(model, config, world_size, device)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, fused=True)
     amp_dtype = resolve_precision(device, config.precision)
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    losses: list[float] = []
-    sizes: list[int] = []  # each step's strings: on_step may take it (the loss of a batch of B starts at log(2B-1))
-    report = _step_reporter(on_step)
-    pending: list[torch.Tensor] = []  # losses still on the device: read back in one sync every log_every steps
-    sync_every = 1 if device.type == "cpu" else config.log_every
-    step, cancelled, split, batch_size = 0, False, 0, config.batch_size
-
-    def read_back() -> None:
-        first = step - len(pending) + 1
-        values = torch.stack(pending).tolist() if pending else []
-        pending.clear()
-        for offset, (value, grad_norm) in enumerate(values):
-            if not math.isfinite(value):
-                raise MirrorError(f"the loss became {value}: {LOWER_LR}")
-            if not math.isfinite(grad_norm):  # the step wrote it into the weights: the next loss would be nan
-                raise MirrorError(
-                    f"the loss became nan: the gradient norm was {grad_norm} at step {first + offset}; {LOWER_LR}"
-                )
-            losses.append(value)
-            if report is not None:
-                report(first + offset, total, value, sizes[len(losses) - 1])
-
-    longs = long_texts(texts, lengths, config.seed) if config.long_anchor > 0 else []
-    long_limit = min(LONG_TOKENS[1], encoder.token_limit)
+    log = LossLog(_step_reporter(on_step), 1 if device.type == "cpu" else config.log_every)
 
     def prepare(batch_ids: list[int]) -> StepInputs:
         strings = [texts[i] for i in batch_ids] + _mixed_in(mixer, batch_ids, lengths, budget, mix_rng)
         inputs = _prepare_step(encoder, strings, config, rng, device)
-        if longs:  # the long-text anchor's texts of this step, in turn
-            start = (batch_ids[0] * LONG_PER_STEP) % len(longs)
-            picked = [longs[(start + j) % len(longs)] for j in range(min(LONG_PER_STEP, len(longs)))]
-            inputs.long = encoder.tokenize(picked, long_limit)
+        inputs.extra = [term.prepare(batch_ids) for term in terms]
         return inputs
 
     # On a GPU the next batch is made while this step runs (the host is what a GPU step waits for: bench/RESULTS.md
     # "GPU"); one batch at a time and in order, so the views draw what they draw without it.
     ahead = Ahead(prepare, threaded=device.type == "cuda")
+    step, cancelled, total = 0, False, plan.total()
     started = time.perf_counter()
-    model.train()  # dropout on in both forward passes: the "feature" augmentation
-    # Every write of the weights happens inside: what was built from the old ones (the bf16 inference copy) is dropped.
-    with encoder.changing_weights():
-        try:
-            for epoch in range(config.epochs):
-                queue, n_split = plan_epoch(lengths, batch_size, plan_rng, budget, *plan)
-                split += n_split
-                while queue and step < total:
-                    if distributed.any_rank(should_stop is not None and should_stop()):
-                        cancelled = True
-                        break
-                    batch_ids = queue.pop(0)
-                    inputs = ahead.take(batch_ids, queue[0] if queue else None)
-                    try:
-                        pending.append(_train_step(encoder, optimizer, scaler, inputs, config, device, anchor))
-                    except torch.OutOfMemoryError:
-                        # Free what the failed step held and go on with half the batch: fewer negatives
-                        # per step, but the run finishes, and the result says so.
-                        ahead.drop()  # the next batch as planned before: the plan changes
-                        batch_size = _halved_after_oom(batch_size, min_batch, world_size, optimizer, device)
-                        rest = [i for ids in [batch_ids, *queue] for i in ids]
-                        chunks = [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
-                        if len(chunks) > 1 and len(chunks[-1]) < min_batch:
-                            chunks[-2].extend(chunks.pop())
-                        queue = [part for chunk in chunks for part in budget.split(chunk, lengths, min_batch)]
-                        later = count_steps(lengths, batch_size, plan_rng, budget, config.epochs - epoch - 1, *plan)
-                        total = min(step + len(queue) + later, config.max_steps or step + len(queue) + later)
-                        notes.append(f"out of memory at step {step + 1}: continued with batch size {batch_size}")
-                        continue
-                    step += 1
-                    sizes.append(inputs.strings)
-                    if len(pending) >= sync_every:
-                        read_back()
-                if cancelled or step >= total:
+    with _trained(encoder, model, base, config, ahead, optimizer) as ended:
+        for epoch in range(config.epochs):
+            queue = plan.epoch()
+            while queue and step < total:
+                if distributed.any_rank(should_stop is not None and should_stop()):
+                    cancelled = True
                     break
-            read_back()
-        finally:
-            ahead.close()
-            encoder.model = model  # unwrap DDP
-            merge_lora(model)  # W + B·A: a plain model again, whatever ended the run
-            if anchor is not None:
-                merge_lora(anchor.model)  # B = 0 there: the base's weights, under the same names (the blend's)
-            model.eval()
-            optimizer.zero_grad(set_to_none=True)
-            for param in model.parameters():  # a later run on this encoder decides afresh what trains
-                param.requires_grad_(True)
-        if anchor is not None and step and config.blend_alpha < 1.0:
-            mix_weights(model, anchor.model, config.blend_alpha)  # WiSE-FT: part of the way back to the base
+                batch_ids = queue.pop(0)
+                inputs = ahead.take(batch_ids, queue[0] if queue else None)
+                try:
+                    result = _train_step(encoder, optimizer, scaler, inputs, config, device, terms)
+                except torch.OutOfMemoryError:  # fewer negatives per step, but the run finishes, and says so
+                    ahead.drop()  # the next batch as planned before: the plan changes
+                    plan.halve(_halved_after_oom(plan.batch_size, min_batch, world_size, optimizer, device))
+                    queue, total = plan.replanned([batch_ids, *queue], step, config.epochs - epoch - 1)
+                    notes.append(f"out of memory at step {step + 1}: continued with batch size {plan.batch_size}")
+                    continue
+                step += 1
+                log.add(result, inputs.strings, step, total)
+            if cancelled or step >= total:
+                break
+        log.flush(step, total)
+        ended.append(step)
     if step:
         _check_finite(encoder, step)
-    if split:
-        notes.append(split_note(split, budget.total))
+    if plan.split:
+        notes.append(split_note(plan.split, budget.total))
     return MirrorResult(
         encoder=encoder,
         config=config,
-        losses=losses,
-        batch_sizes=sizes[: len(losses)],
+        losses=log.losses,
+        batch_sizes=log.sizes[: len(log.losses)],
         steps=step,
         total_steps=total,
         seconds=time.perf_counter() - started,
@@ -485,6 +431,112 @@ def mirror_tune(
         n_texts=n_texts,
         notes=notes,
     )
+
+
+@contextlib.contextmanager
+def _trained(
+    encoder: Encoder,
+    model: Any,
+    base: FrozenBase | None,
+    config: MirrorConfig,
+    ahead: Ahead,
+    optimizer: torch.optim.Optimizer,
+) -> Iterator[list[int]]:
+    """Around the loop: dropout on (the "feature" augmentation) and every weight write inside `changing_weights` (what
+    was built from the old weights, the bf16 inference copy, is dropped); after it, whatever ended the run, a plain
+    model again (DDP unwrapped, LoRA merged, eval mode, everything trainable for a later run), then the blend toward
+    the base (WiSE-FT) when the run made a step (the loop appends its step count to the yielded list)."""
+    ended: list[int] = []
+    model.train()
+    with encoder.changing_weights():
+        try:
+            yield ended
+        finally:
+            ahead.close()
+            encoder.model = model  # unwrap DDP
+            merge_lora(model)  # W + B·A: a plain model again, whatever ended the run
+            if base is not None:
+                merge_lora(base.model)  # B = 0 there: the base's weights, under the same names (the blend's)
+            model.eval()
+            optimizer.zero_grad(set_to_none=True)
+            for param in model.parameters():  # a later run on this encoder decides afresh what trains
+                param.requires_grad_(True)
+        if base is not None and ended and ended[0] and config.blend_alpha < 1.0:
+            mix_weights(model, base.model, config.blend_alpha)  # part of the way back to the base
+
+
+@dataclass
+class LossLog:
+    """The losses of the steps: kept on the device and read back in one host sync every `every` steps, checked finite
+    (a nan loss or gradient norm ends the run with a MirrorError), then reported."""
+
+    report: Callable[[int, int, float, int], None] | None
+    every: int
+    losses: list[float] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)  # each step's strings (the loss of a batch of B starts at log(2B-1))
+    pending: list[torch.Tensor] = field(default_factory=list)  # [loss, grad norm] of steps not read back yet
+
+    def add(self, result: torch.Tensor, strings: int, step: int, total: int) -> None:
+        self.pending.append(result)
+        self.sizes.append(strings)
+        if len(self.pending) >= self.every:
+            self.flush(step, total)
+
+    def flush(self, step: int, total: int) -> None:
+        first = step - len(self.pending) + 1
+        values = torch.stack(self.pending).tolist() if self.pending else []
+        self.pending.clear()
+        for offset, (value, grad_norm) in enumerate(values):
+            if not math.isfinite(value):
+                raise MirrorError(f"the loss became {value}: {LOWER_LR}")
+            if not math.isfinite(grad_norm):  # the step wrote it into the weights: the next loss would be nan
+                raise MirrorError(
+                    f"the loss became nan: the gradient norm was {grad_norm} at step {first + offset}; {LOWER_LR}"
+                )
+            self.losses.append(value)
+            if self.report is not None:
+                self.report(first + offset, total, value, self.sizes[len(self.losses) - 1])
+
+
+class Schedule:
+    """The batches of each epoch from one seeded stream (`plan_steps` replays it), split where a batch does not fit the
+    memory budget, and replanned at a smaller batch after an out-of-memory step."""
+
+    def __init__(
+        self, lengths: Sequence[int], budget: StepBudget, rng: random.Random, min_batch: int, config: MirrorConfig
+    ):
+        self.lengths, self.budget, self.rng, self.min_batch = lengths, budget, rng, min_batch
+        self.bucket, self.epochs, self.max_steps = config.bucket_by_length, config.epochs, config.max_steps
+        self.batch_size, self.split = config.batch_size, 0
+
+    def count(self, epochs: int, max_steps: int | None = None) -> int:
+        """Steps of `epochs` epochs at the batch size now (a replay: the stream is left as it was)."""
+        return count_steps(
+            self.lengths, self.batch_size, self.rng, self.budget, epochs, self.min_batch, self.bucket, max_steps
+        )
+
+    def total(self) -> int:
+        return self.count(self.epochs, self.max_steps)
+
+    def epoch(self) -> list[list[int]]:
+        queue, n_split = plan_epoch(self.lengths, self.batch_size, self.rng, self.budget, self.min_batch, self.bucket)
+        self.split += n_split
+        return queue
+
+    def halve(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    def replanned(self, left: list[list[int]], step: int, epochs_after: int) -> tuple[list[list[int]], int]:
+        """This epoch's strings not trained yet (`left`: the failed batch first) in batches of the new size, and the
+        run's new total of steps."""
+        rest = [i for ids in left for i in ids]
+        chunks = [rest[i : i + self.batch_size] for i in range(0, len(rest), self.batch_size)]
+        if len(chunks) > 1 and len(chunks[-1]) < self.min_batch:
+            chunks[-2].extend(chunks.pop())
+        queue = [part for chunk in chunks for part in self.budget.split(chunk, self.lengths, self.min_batch)]
+        later = self.count(epochs_after)
+        total = step + len(queue) + later
+        return queue, min(total, self.max_steps or total)
 
 
 def _mixed_in(
@@ -525,82 +577,6 @@ def _as_run(config: MirrorConfig, encoder: Encoder) -> tuple[MirrorConfig, list[
         notes.append(f"max length {config.max_length:,} is more than this model takes: capped at {limit}")
     run = {**config.to_dict(), "pooling": encoder.pooling, "max_length": min(config.max_length, limit)}
     return MirrorConfig.from_dict(run), notes
-
-
-def needs_anchor(config: MirrorConfig) -> bool:
-    """Whether the run keeps a frozen copy of the base (distillation, L2 to the base, a blend after training, guided
-    negatives, the long-text anchor)."""
-    return (
-        config.distill > 0
-        or config.l2_base > 0
-        or config.blend_alpha < 1.0
-        or config.guide_margin > 0
-        or config.long_anchor > 0
-    )
-
-
-LONG_TOKENS = (128, 256)  # the long-text anchor's texts: the user's strings joined to about this many tokens
-LONG_PER_STEP = 4  # long texts a step pulls toward the base's embedding
-
-
-def long_texts(texts: Sequence[str], lengths: Sequence[int], seed: int) -> list[str]:
-    """The user's strings (shuffled, seeded) joined into texts of about 192 tokens (LONG_TOKENS' middle): what the
-    long-text anchor holds near the base, so long inputs keep their embedding when short ones are tuned."""
-    mean = max(1.0, sum(lengths) / max(1, len(lengths)))
-    n = max(1, round(sum(LONG_TOKENS) / 2 / mean))
-    return joined(list(texts), n, seed + 5)
-
-
-@dataclass
-class Anchor:
-    """The frozen base a run is held near: the teacher of the distillation term, the point L2-SP pulls toward, the
-    other end of the blend after training. A copy of the weights as the run starts, in eval mode (no dropout)."""
-
-    model: Any
-    pooling: str
-    distill: float
-    l2: float
-    pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (trained weight, its base value) for L2-SP
-    guide: float = 0.0  # guided negatives' margin (0: off)
-    long: float = 0.0  # the long-text anchor's λ (0: off)
-
-    @staticmethod
-    def of(model: Any, pooling: str, config: MirrorConfig) -> Anchor | None:
-        if not needs_anchor(config):
-            return None
-        frozen = copy.deepcopy(model).eval().requires_grad_(False)
-        pairs = [(p, a) for p, a in zip(model.parameters(), frozen.parameters(), strict=True) if p.requires_grad]
-        pairs = pairs if config.l2_base > 0 else []
-        return Anchor(frozen, pooling, config.distill, config.l2_base, pairs, config.guide_margin, config.long_anchor)
-
-    def masked(self, batch: dict[str, torch.Tensor], b: int) -> torch.Tensor | None:
-        """Guided negatives: the (b, b) pairs of this step's strings the frozen base finds within the margin of a
-        positive (the first half of `batch`: the unmasked strings), masked as negatives; None when off."""
-        if self.guide <= 0:
-            return None
-        with torch.no_grad():
-            base = pooled(self.model, {k: v[:b] for k, v in batch.items()}, self.pooling)
-        return guided_mask(base, self.guide)
-
-    def long_penalty(self, student: Any, long: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
-        """λ·mean(1 − cos) of the tuned and the frozen base's embeddings of this step's long texts; None when off."""
-        if self.long <= 0 or not long:
-            return None
-        with torch.no_grad():
-            target = pooled(self.model, long, self.pooling)
-        return self.long * distill_cosine(pooled(student, long, self.pooling), target)
-
-    def penalty(self, batch: dict[str, torch.Tensor], z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor | None:
-        """λ_distill·mean(1 − cos) of both views against the base's embedding of the unmasked string (the first
-        half of `batch`), plus λ_l2·Σ‖θ − θ_base‖²; None when both are off."""
-        terms = []
-        if self.distill > 0:
-            with torch.no_grad():
-                target = pooled(self.model, {k: v[: len(z1)] for k, v in batch.items()}, self.pooling)
-            terms.append(self.distill * (distill_cosine(z1, target) + distill_cosine(z2, target)) / 2)
-        if self.l2 > 0 and self.pairs:
-            terms.append(self.l2 * l2_to_anchor([p for p, _ in self.pairs], [a for _, a in self.pairs]))
-        return torch.stack([t.to(z1.device) for t in terms]).sum() if terms else None
 
 
 # Position embeddings that live in the encoder rather than in `embeddings.`: DeBERTa's relative position embeddings,
@@ -672,7 +648,7 @@ class StepInputs:
     views: int  # this rank's views of the first kind: the batch is views1 + views2
     strings: int  # the step's strings, all ranks together
     padded: bool  # whether any row has padding (known here, on the host: the GPU is never asked)
-    long: dict[str, torch.Tensor] | None = None  # the long-text anchor's texts, tokenized (None: off)
+    extra: list[dict[str, torch.Tensor] | None] = field(default_factory=list)  # each term's own inputs (terms' order)
 
 
 def _prepare_step(
@@ -731,27 +707,29 @@ def _train_step(
     inputs: StepInputs,
     config: MirrorConfig,
     device: torch.device,
-    anchor: Anchor | None = None,
+    terms: Sequence[Term] = (),
 ) -> torch.Tensor:
     """One optimiser step; returns [loss, gradient norm] on the device (norm 0 when not clipping or with fp16).
-    The loss is the contrastive one plus the anchor's terms (distillation, L2 to the base) when the run has them."""
+    The loss is the contrastive one, without the negatives the terms mask, plus the terms' penalties."""
     batch = inputs.batch
     if device.type == "cuda":
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     b, n = inputs.views, inputs.strings
+    extra = inputs.extra or [None] * len(terms)
     with autocast(device, config.precision):
         emb = encoder.embed(batch, padded=inputs.padded)
-        extra = anchor.penalty(batch, emb[:b], emb[b:]) if anchor is not None else None  # this rank's views
-        masked = anchor.masked(batch, b) if anchor is not None else None
-        if anchor is not None and inputs.long is not None:
-            long = {k: v.to(device, non_blocking=True) for k, v in inputs.long.items()}
-            term = anchor.long_penalty(encoder.model, long)
-            extra = term if extra is None else extra + term
+        masks = [m for term in terms if (m := term.mask(batch, b)) is not None]
+        penalties = [
+            p
+            for term, own in zip(terms, extra, strict=True)
+            if (p := term.penalty(encoder.model, batch, emb[:b], emb[b:], own)) is not None  # this rank's views
+        ]
     z1 = distributed.gather_with_grad(emb[:b], n)
     z2 = distributed.gather_with_grad(emb[b:], n)
+    masked = functools.reduce(torch.logical_or, masks) if masks else None
     loss = nt_xent(z1, z2, config.temperature, masked)  # fp32 inside, whatever the autocast
-    if extra is not None:
-        loss = loss + extra
+    for penalty in penalties:
+        loss = loss + penalty
     optimizer.zero_grad(set_to_none=True)
     grad_norm = torch.zeros((), device=loss.device)
     if scaler is None:

@@ -13,7 +13,8 @@ from mirror.__main__ import build_parser
 from mirror.encoder import load_encoder
 from mirror.errors import MirrorError
 from mirror.loss import distill_cosine, guided_mask, l2_to_anchor, nt_xent
-from mirror.train import Anchor, joined, long_texts, mirror_tune, plan_steps, save_result
+from mirror.terms import FrozenBase, LongAnchor, joined, long_texts, needs_base, terms_for
+from mirror.train import mirror_tune, plan_steps, save_result
 from tests.conftest import SENTENCES
 
 # a run that moves the tiny model a lot: what the remedies must hold back
@@ -68,19 +69,37 @@ def test_l2_to_anchor_is_zero_at_the_anchor_and_the_squared_distance_away_from_i
 def test_the_anchor_terms_are_zero_at_the_start_of_a_run(tiny_bert):
     """Tuned = base: the distillation term (no dropout, unmasked views) and L2 to the base are both zero."""
     enc = load_encoder(tiny_bert, dropout=0.0)
-    anchor = Anchor.of(enc.model, enc.pooling, cfg(tiny_bert, distill=1.0, l2_base=1.0, dropout=0.0))
+    config = cfg(tiny_bert, distill=1.0, l2_base=1.0, dropout=0.0)
+    base = FrozenBase.of(enc.model, enc.pooling)
+    terms = terms_for(config, enc.model, base, SENTENCES, enc.token_lengths(SENTENCES), enc.tokenize, 128)
+    assert [type(t).__name__ for t in terms] == ["Distill", "L2ToBase"]
     batch = enc.tokenize(SENTENCES[:4] + SENTENCES[:4], 32)
     enc.model.train()  # as in a training step; dropout 0
-    emb = enc.embed(batch)
-    assert float(anchor.penalty(batch, emb[:4], emb[4:]).detach()) == pytest.approx(0.0, abs=1e-5)
-    with torch.no_grad():
-        next(enc.model.parameters()).add_(0.01)  # moved: L2 to the base sees it
-    assert float(anchor.penalty(batch, emb[:4], emb[4:]).detach()) > 0
+
+    def penalties() -> list[float]:
+        emb = enc.embed(batch)
+        return [float(t.penalty(enc.model, batch, emb[:4], emb[4:], None).detach()) for t in terms]
+
+    assert penalties() == pytest.approx([0.0, 0.0], abs=1e-5)
+    with torch.no_grad():  # moved: a random nudge of one layer's output weights
+        weight = dict(enc.model.named_parameters())["encoder.layer.0.output.dense.weight"]
+        weight.add_(0.05 * torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)))
+    distill, l2 = penalties()
+    assert distill > 0 and l2 > 0  # both see it
 
 
 def test_no_remedy_keeps_no_copy_of_the_base(tiny_bert):
+    assert not needs_base(cfg(tiny_bert))
+    for remedy in (
+        {"distill": 1.0},
+        {"l2_base": 1.0},
+        {"blend_alpha": 0.5},
+        {"guide_margin": 0.1},
+        {"long_anchor": 1.0},
+    ):
+        assert needs_base(cfg(tiny_bert, **remedy)), remedy
     enc = load_encoder(tiny_bert)
-    assert Anchor.of(enc.model, enc.pooling, cfg(tiny_bert)) is None
+    assert terms_for(cfg(tiny_bert), enc.model, None, SENTENCES, [8] * len(SENTENCES), enc.tokenize, 128) == []
 
 
 def test_frozen_layers_and_embeddings_do_not_change(tiny_bert):
@@ -228,12 +247,17 @@ def test_a_masked_negative_no_longer_counts_in_the_loss():
 
 def test_the_long_text_anchor_is_zero_at_the_start_and_keeps_long_texts_nearer_the_base(tiny_bert):
     enc = load_encoder(tiny_bert, dropout=0.0)
-    anchor = Anchor.of(enc.model, enc.pooling, cfg(tiny_bert, long_anchor=1.0, dropout=0.0))
-    longs = long_texts(SENTENCES, enc.token_lengths(SENTENCES), 0)
+    config = cfg(tiny_bert, long_anchor=1.0, dropout=0.0)
+    base = FrozenBase.of(enc.model, enc.pooling)
+    (anchor,) = terms_for(config, enc.model, base, SENTENCES, enc.token_lengths(SENTENCES), enc.tokenize, 128)
+    assert isinstance(anchor, LongAnchor)
+    longs = long_texts(SENTENCES, enc.token_lengths(SENTENCES), config.seed)
+    assert anchor.texts == longs
     assert sorted(" ".join(longs).split()) == sorted(" ".join(SENTENCES).split())  # every string, once
-    long = enc.tokenize(longs, 256)
+    long = anchor.prepare([0, 1])  # this step's long texts, tokenized
     enc.model.train()
-    assert float(anchor.long_penalty(enc.model, long).detach()) == pytest.approx(0.0, abs=1e-5)
+    z = torch.zeros(1, 4)
+    assert float(anchor.penalty(enc.model, {}, z, z, long).detach()) == pytest.approx(0.0, abs=1e-5)
     base = load_encoder(tiny_bert)
     plain = mirror_tune(SENTENCES, cfg(tiny_bert))
     held = mirror_tune(SENTENCES, cfg(tiny_bert, long_anchor=20.0))

@@ -1,0 +1,185 @@
+"""The extra terms of a step's loss, each one object the step asks, chosen once from the config (`terms_for`).
+
+A term may add inputs to a step (`prepare`: tokenized on the host, ahead of the step on a GPU), leave some in-batch
+negatives out of the contrastive loss (`mask`) and add a penalty (`penalty`). The step sums what the terms give; the
+loop never branches on one. Adding a remedy is one new class here and one line in `terms_for`.
+
+The terms that look at the base share one frozen copy of it (`FrozenBase`), which is also the other end of the blend
+after training (mirror.train).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mirror.config import MirrorConfig
+from mirror.encoder import pooled
+from mirror.loss import distill_cosine, guided_mask, l2_to_anchor
+
+Batch = dict[str, torch.Tensor]
+
+LONG_TOKENS = (128, 256)  # the long-text anchor's texts: the user's strings joined to about this many tokens
+LONG_PER_STEP = 4  # long texts a step pulls toward the base's embedding
+
+
+def needs_base(config: MirrorConfig) -> bool:
+    """Whether the run keeps a frozen copy of the base (distillation, L2 to the base, a blend after training, guided
+    negatives, the long-text anchor)."""
+    return (
+        config.distill > 0
+        or config.l2_base > 0
+        or config.blend_alpha < 1.0
+        or config.guide_margin > 0
+        or config.long_anchor > 0
+    )
+
+
+@dataclass
+class FrozenBase:
+    """A copy of the weights as the run starts, in eval mode (no dropout), no gradients: the teacher of distillation,
+    the point L2-SP pulls toward, the guide of the negatives, the other end of the blend after training."""
+
+    model: Any
+    pooling: str
+
+    @staticmethod
+    def of(model: Any, pooling: str) -> FrozenBase:
+        return FrozenBase(copy.deepcopy(model).eval().requires_grad_(False), pooling)
+
+    def embed(self, batch: Batch) -> torch.Tensor:
+        with torch.no_grad():
+            return pooled(self.model, batch, self.pooling)
+
+
+def first(batch: Batch, n: int) -> Batch:
+    """The first n rows of a tokenized batch: the unmasked view of each string (the views are view1 + view2)."""
+    return {k: v[:n] for k, v in batch.items()}
+
+
+class Term:
+    """One extra term; every hook gives nothing unless the term overrides it."""
+
+    def prepare(self, batch_ids: list[int]) -> Batch | None:  # noqa: ARG002
+        """What this term needs tokenized for the step of strings `batch_ids` (host side), or None."""
+        return None
+
+    def mask(self, batch: Batch, b: int) -> torch.Tensor | None:  # noqa: ARG002
+        """(b, b) bool: pairs of this step's strings not to count as each other's negatives, or None."""
+        return None
+
+    def penalty(self, student: Any, batch: Batch, z1: torch.Tensor, z2: torch.Tensor, extra: Batch | None):  # noqa: ARG002
+        """A scalar added to the loss (z1, z2: this step's two views' embeddings), or None."""
+        return None
+
+
+@dataclass
+class Distill(Term):
+    """λ·mean(1 − cos) of both views against the base's embedding of the unmasked string."""
+
+    base: FrozenBase
+    weight: float
+
+    def penalty(self, student, batch, z1, z2, extra):  # noqa: ARG002
+        target = self.base.embed(first(batch, len(z1)))
+        return self.weight * (distill_cosine(z1, target) + distill_cosine(z2, target)) / 2
+
+
+@dataclass
+class L2ToBase(Term):
+    """λ·Σ‖θ − θ_base‖² over the weights that train (L2-SP)."""
+
+    pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (trained weight, its base value)
+    weight: float
+
+    def penalty(self, student, batch, z1, z2, extra):  # noqa: ARG002
+        if not self.pairs:
+            return None
+        return self.weight * l2_to_anchor([p for p, _ in self.pairs], [a for _, a in self.pairs]).to(z1.device)
+
+
+@dataclass
+class GuidedNegatives(Term):
+    """GISTEmbed's guide: a negative the frozen base finds within `margin` of a positive's cosine is left out of the
+    contrastive loss, not pushed away (near-duplicates in the user's list)."""
+
+    base: FrozenBase
+    margin: float
+
+    def mask(self, batch, b):
+        return guided_mask(self.base.embed(first(batch, b)), self.margin)
+
+
+@dataclass
+class LongAnchor(Term):
+    """Each step, LONG_PER_STEP long texts (the user's strings joined to about 192 tokens) embedded by the tuned model
+    (dropout on, with gradients) and by the frozen base: λ·mean(1 − cos). Distillation where the short training
+    strings cannot protect: long inputs."""
+
+    base: FrozenBase
+    weight: float
+    texts: list[str]
+    tokenize: Callable[[list[str]], Batch]
+
+    def prepare(self, batch_ids):
+        start = (batch_ids[0] * LONG_PER_STEP) % len(self.texts)
+        return self.tokenize(
+            [self.texts[(start + j) % len(self.texts)] for j in range(min(LONG_PER_STEP, len(self.texts)))]
+        )
+
+    def penalty(self, student, batch, z1, z2, extra):  # noqa: ARG002
+        if not extra:
+            return None
+        long = {k: v.to(z1.device, non_blocking=True) for k, v in extra.items()}
+        target = self.base.embed(long)
+        return self.weight * distill_cosine(pooled(student, long, self.base.pooling), target)
+
+
+def joined(texts: list[str], n: int, seed: int) -> list[str]:
+    """Longer views: the strings in a seeded random order, joined `n` at a time with a space (as they are for n 1)."""
+    if n <= 1:
+        return texts
+    order = list(texts)
+    random.Random(seed + 2).shuffle(order)  # its own stream: the batch plan and the views draw from theirs
+    return [" ".join(order[i : i + n]) for i in range(0, len(order), n)]
+
+
+def long_texts(texts: Sequence[str], lengths: Sequence[int], seed: int) -> list[str]:
+    """The user's strings (shuffled, seeded) joined into texts of about 192 tokens (LONG_TOKENS' middle): what the
+    long-text anchor holds near the base, so long inputs keep their embedding when short ones are tuned."""
+    mean = max(1.0, sum(lengths) / max(1, len(lengths)))
+    n = max(1, round(sum(LONG_TOKENS) / 2 / mean))
+    return joined(list(texts), n, seed + 5)
+
+
+def terms_for(
+    config: MirrorConfig,
+    model: Any,
+    base: FrozenBase | None,
+    texts: Sequence[str],
+    lengths: Sequence[int],
+    tokenize: Callable[[list[str], int], Batch],
+    token_limit: int,
+) -> list[Term]:
+    """The run's terms, in the order the step asks them (the long-text anchor last: its tuned forward pass draws
+    dropout after the step's own)."""
+    if base is None:
+        return []
+    terms: list[Term] = []
+    if config.distill > 0:
+        terms.append(Distill(base, config.distill))
+    if config.l2_base > 0:
+        pairs = [(p, a) for p, a in zip(model.parameters(), base.model.parameters(), strict=True) if p.requires_grad]
+        terms.append(L2ToBase(pairs, config.l2_base))
+    if config.guide_margin > 0:
+        terms.append(GuidedNegatives(base, config.guide_margin))
+    if config.long_anchor > 0:
+        limit = min(LONG_TOKENS[1], token_limit)
+        longs = long_texts(texts, lengths, config.seed)
+        terms.append(LongAnchor(base, config.long_anchor, longs, lambda picked: tokenize(picked, limit)))
+    return terms
