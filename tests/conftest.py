@@ -119,6 +119,26 @@ def tiny_roberta(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium (Debian's, driven by Playwright) for every browser test of this process. Assertions on
+    the page wait up to 30 s (Playwright's default is 5): a Gradio event's round trip on 2 loaded cores takes
+    longer than 5 s at times, and a test that waits too little fails at random."""
+    from tests.test_browser import CHROMIUM_ARGS, ON_CI, chromium_or_skip
+
+    exe = chromium_or_skip()
+    if ON_CI:
+        from playwright.sync_api import expect, sync_playwright
+    else:
+        sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+        expect, sync_playwright = sync_api.expect, sync_api.sync_playwright
+    expect.set_options(timeout=30_000)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -52,20 +52,6 @@ def server(tmp_path_factory) -> Iterator[str]:
         yield served.url
 
 
-@pytest.fixture(scope="module")
-def browser():
-    exe = chromium_or_skip()
-    if ON_CI:
-        from playwright.sync_api import sync_playwright
-    else:
-        sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-        sync_playwright = sync_api.sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
     from playwright.sync_api import expect
 
