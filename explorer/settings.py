@@ -35,6 +35,8 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_GENERAL_CHECKS     1/0: after each run and blend, the general checks on bundled word pairs, sentence pairs
                             and real long documents (~7 s on 2 free CPU cores for the bundled model, mirror/checks.py)
                             (default: 1)
+  MIRROR_CHECK_ITEMS        score at most this many items of each general check (default: 0 = all: 200-1,000 a
+                            check); a small host's checks in less time, with wider intervals
   MIRROR_WARM_UP            1/0: at start, in the background, score the base side of the general checks and compile
                             UMAP's kernels, so the first run and the first map do not wait for them (default: 1)
   MIRROR_TRAIN_QUEUE        runs, blends and model uploads waiting for a training slot, one per visitor (default: 16)
@@ -97,6 +99,7 @@ class Settings:
     max_pairs: int = 5000  # pairs in one evaluation
     general_checks: bool = True  # the forgetting check after each run (explorer.compare.forgetting); off saves seconds
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
+    check_items: int = 0  # at most this many items of each general check (mirror.checks reads it at import), 0 = all
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> Settings:
@@ -161,6 +164,7 @@ class Settings:
             max_pairs=number("MIRROR_MAX_PAIRS", d.max_pairs, 10),
             general_checks=env.get("MIRROR_GENERAL_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
             warm_up=env.get("MIRROR_WARM_UP", "1").strip().lower() not in ("0", "false", "no", "off"),
+            check_items=number("MIRROR_CHECK_ITEMS", d.check_items, 0),
         )
 
 

@@ -45,6 +45,11 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    # ./test.sh runs the files on as many processes as the machine has cores (pytest-xdist): then every process
+    # the tests start (the app's server, the CLI) computes on one thread too, so no core is asked for twice (torch's
+    # threads spin while they wait: two 2-thread processes on 2 cores took a third more CPU for the same work).
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Gradio copies every file it serves from outside its temp folder (the model zips of the test servers, ~90 MB
     # each) into GRADIO_TEMP_DIR, <tmp>/gradio by default, and a test server ends before its delete_cache runs: a
     # run of the suite left ~2 GB there each time, until a full disk failed a blend (OSError). The session's own
@@ -53,6 +58,21 @@ def pytest_configure(config):
         import tempfile
 
         os.environ["GRADIO_TEMP_DIR"] = config._mirror_gradio_tmp = tempfile.mkdtemp(prefix="mirror-tests-gradio-")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The browser files first, then the other slow ones (the bundled model), then the rest, each group in file
+    order: spread over processes file by file (`--dist loadfile`), the longest go first and the short ones fill the
+    gaps, so no process is left with one long file at the end while the other waits."""
+
+    def rank(item) -> int:
+        marks = {m.name for m in item.iter_markers()}
+        return 0 if "browser" in marks else 1 if "slow" in marks else 2
+
+    group = {}
+    for item in items:  # a file's rank: its slowest test's
+        group[item.path] = min(group.get(item.path, 2), rank(item))
+    items.sort(key=lambda item: group[item.path])  # stable: file order, and test order within a file
 
 
 def pytest_unconfigure(config):
@@ -117,6 +137,26 @@ def tiny_roberta(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     RobertaModel(config).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium (Debian's, driven by Playwright) for every browser test of this process. Assertions on
+    the page wait up to 30 s (Playwright's default is 5): a Gradio event's round trip on 2 loaded cores takes
+    longer than 5 s at times, and a test that waits too little fails at random."""
+    from tests.test_browser import CHROMIUM_ARGS, ON_CI, chromium_or_skip
+
+    exe = chromium_or_skip()
+    if ON_CI:
+        from playwright.sync_api import expect, sync_playwright
+    else:
+        sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+        expect, sync_playwright = sync_api.expect, sync_api.sync_playwright
+    expect.set_options(timeout=30_000)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
 
 
 @pytest.fixture

@@ -52,20 +52,6 @@ def server(tmp_path_factory) -> Iterator[str]:
         yield served.url
 
 
-@pytest.fixture(scope="module")
-def browser():
-    exe = chromium_or_skip()
-    if ON_CI:
-        from playwright.sync_api import sync_playwright
-    else:
-        sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-        sync_playwright = sync_api.sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
     from playwright.sync_api import expect
 
@@ -277,6 +263,37 @@ def map_xy(page, map_: str, k: int) -> tuple[float, float]:
     return p["x"], p["y"]
 
 
+CHART_DRAWN = """el => {
+    const c = el && el.querySelector('canvas');
+    if (c && c.width > 0 && c.height > 0) {
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let inked = 0;
+        for (let i = 3; i < d.length; i += 4) if (d[i] > 0) inked++;
+        return inked > 200;
+    }
+    return !!(el && [...el.querySelectorAll('svg path')].some(p => (p.getAttribute('d') || '').length > 40));
+}"""
+# Cells of the tables under the selectors that a phone squeezes: a number over more than one line, or any text over
+# more lines than it has words (a word broken: the one-character-per-line wrapping)
+SQUEEZED_CELLS = """selectors => {
+    const out = [];
+    for (const sel of selectors) for (const cell of document.querySelectorAll(`${sel} td, ${sel} th`)) {
+        if (cell.getBoundingClientRect().width === 0) continue;
+        const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+        for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+            const text = node.textContent.trim();
+            if (!text) continue;
+            const range = document.createRange();
+            range.selectNodeContents(node);
+            const tops = [...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top));
+            const lines = new Set(tops).size, words = text.split(/\\s+/).length;
+            if ((/^[-+−]?[\\d.,%×]+$/.test(text) && lines > 1) || lines > words) out.push(`${sel}: "${text}" on ${lines} lines`);
+        }
+    }
+    return out;
+}"""
+
+
 def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(server, browser, tmp_path):
     """Issue 16 as a user sees it: tune, draw the twin maps, hover a point (the other map rings the same string),
     click it (its base and tuned neighbours), box-select a few and export them, list what moved and send a row to
@@ -297,6 +314,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         expect(page.locator("#mx-input")).to_contain_text("60 strings loaded")
         tune_a_few_steps(page, 3)
         expect(page.locator("#mx-result")).to_contain_text("Done", timeout=300_000)
+        run_link = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href")
 
         page.get_by_role("tab", name="④ Explore").click()
         expect(page.locator("#mx-explore-caption")).to_contain_text("60 strings")  # names the run it shows
@@ -373,6 +391,54 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         expect(page.locator("#mx-queries textarea")).to_have_value(moved_text)
         page.locator("#mx-search-btn").click()
         expect(page.locator("#mx-search-hits .mx-query")).to_have_count(1)
+
+        # issue 38, item 4: the same run on a phone (390 x 844, touch), opened by its link
+        phone_context = browser.new_context(
+            viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, device_scale_factor=2
+        )
+        phone = phone_context.new_page()
+        phone.on("pageerror", lambda exc: errors.append(str(exc)))
+        phone.goto(urljoin(server, run_link))
+        expect(phone.locator("#mx-result")).to_contain_text("Done")
+        # the loss chart keeps its height and draws (what it draws on a phone is still wrong: the plot sits off to the
+        # right of its box, issue 38; tests/artifacts/explore_6_phone_tune.png)
+        phone.wait_for_function(f"({CHART_DRAWN})(document.querySelector('#mx-loss'))")
+        assert phone.locator("#mx-loss").bounding_box()["height"] >= 150
+        phone.screenshot(path=ARTIFACTS / "explore_6_phone_tune.png", full_page=True)
+        phone.get_by_label("More tabs").first.click()  # a phone's tab bar folds the later tabs into a menu
+        phone.get_by_text("④ Explore").last.click()
+        phone.locator("#mx-map-btn").click()
+        phone_root = phone.locator("#mx-twinmap .tm")
+        expect(phone_root).to_have_attribute("data-state", "ready", timeout=120_000)
+        phone.locator("#mx-moved-btn").click()
+        expect(phone.locator("#mx-moved-md")).to_contain_text("60 strings", timeout=60_000)
+        # tables read on a phone: no cell a character or two wide, no number broken over lines
+        phone.screenshot(path=ARTIFACTS / "explore_6b_phone_moved.png", full_page=True)
+        # (What moved's Dataframe is not checked: on a phone its cells still break a word per character, issue 38)
+        squeezed = phone.evaluate(SQUEEZED_CELLS, ["#mx-health"])
+        assert not squeezed, squeezed
+        # the maps pan and zoom by touch: a two-finger pinch on the base map zooms it
+        phone_root.scroll_into_view_if_needed()
+        canvas = phone.locator('#mx-twinmap .tm-map[data-map="base"] canvas.tm-gl').bounding_box()
+        x, y = canvas["x"] + canvas["width"] / 2, canvas["y"] + canvas["height"] / 2
+        zoom = "document.querySelector('#mx-twinmap .tm').twinmap.state().zoom"
+        before = phone.evaluate(zoom)
+        cdp = phone_context.new_cdp_session(phone)
+
+        def touch(kind: str, points: list[tuple[float, float]]) -> None:
+            cdp.send("Input.dispatchTouchEvent", {
+                "type": kind, "touchPoints": [{"x": px, "y": py, "id": i} for i, (px, py) in enumerate(points)],
+            })  # fmt: skip
+
+        touch("touchStart", [(x - 20, y), (x + 20, y)])
+        for step in range(1, 11):
+            touch("touchMove", [(x - 20 - 6 * step, y), (x + 20 + 6 * step, y)])
+            phone.wait_for_timeout(16)
+        touch("touchEnd", [])
+        phone.wait_for_function(f"{zoom} > {before} * 1.2")
+        assert phone.evaluate("window.scrollX") == 0  # the pinch zoomed the map, not the page
+        phone.screenshot(path=ARTIFACTS / "explore_7_phone_explore.png", full_page=True)
+        phone_context.close()
         assert not errors, errors
 
 

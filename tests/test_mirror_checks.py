@@ -346,3 +346,22 @@ def test_cli_check_errors_exit_2_with_a_message(tiny_bert, tmp_path, capsys):
     assert "does not name its base model; give --base" in capsys.readouterr().err
     assert main(["check", str(tiny_bert), "--base", "../up"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_an_operator_cap_scores_at_most_that_many_items_of_each_check_and_a_bad_value_is_refused_at_start():
+    from explorer.settings import Settings
+
+    assert checks.items_cap({"MIRROR_CHECK_ITEMS": "120"}) == 120
+    assert checks.items_cap({}) == checks.items_cap({"MIRROR_CHECK_ITEMS": "many"}) == 0  # the settings refuse it
+    small = checks.capped(checks.CHECKS, 120)
+    assert [c.name for c in small] == [c.name for c in checks.CHECKS] and checks.capped(
+        checks.CHECKS, 0
+    ) == checks.CHECKS
+    for full, capped in zip(checks.CHECKS, small, strict=True):
+        n = len(checks.check_items(capped))
+        assert n == min(120, len(checks.check_items(full))) and n > 0, capped.name
+    long_docs = checks.check_items(small[3])
+    assert len(set(long_docs.sources)) > 1  # a capped documents check keeps documents of several sources
+    assert Settings.from_env({"MIRROR_CHECK_ITEMS": "120"}).check_items == 120
+    with pytest.raises(MirrorError, match="MIRROR_CHECK_ITEMS"):
+        Settings.from_env({"MIRROR_CHECK_ITEMS": "many"})

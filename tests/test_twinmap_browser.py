@@ -16,7 +16,6 @@ import pytest
 
 from tests.conftest import WORDS
 from tests.server import free_port
-from tests.test_browser import CHROMIUM_ARGS, ON_CI, chromium_or_skip
 from tests.twinmap_data import build_demo, synthetic_twin_map
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -35,21 +34,6 @@ def server() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    exe = chromium_or_skip()
-    if ON_CI:
-        from playwright.sync_api import sync_playwright
-    else:
-        sync_playwright = pytest.importorskip(
-            "playwright.sync_api", reason="playwright is not installed"
-        ).sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture
