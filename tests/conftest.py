@@ -139,11 +139,13 @@ def tiny_roberta(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """One headless Chromium (Debian's, driven by Playwright) for every browser test of this process. Assertions on
-    the page wait up to 30 s (Playwright's default is 5): a Gradio event's round trip on 2 loaded cores takes
-    longer than 5 s at times, and a test that waits too little fails at random."""
+    """A headless Chromium (Debian's, driven by Playwright) for a browser test file. Per file, not per session: while
+    Playwright's sync API is open its event loop runs in this thread, and a later file's `asyncio.run` fails ("cannot
+    be called from a running event loop"). Assertions on the page wait up to 30 s (Playwright's default is 5): a
+    Gradio event's round trip on 2 loaded cores takes longer than 5 s at times, and a test that waits too little
+    fails at random."""
     from tests.test_browser import CHROMIUM_ARGS, ON_CI, chromium_or_skip
 
     exe = chromium_or_skip()
