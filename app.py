@@ -43,6 +43,15 @@ CSS = """
 #mx-health td:first-child, #mx-forgetting td:first-child {min-width: 9em}
 #mx-moved-table table {min-width: 560px}
 #mx-moved-table th {white-space: nowrap}
+/* ...and its rows, which Gradio's virtual table draws as divs sized to the viewport: the columns of the 560 px header
+   (22/12/33/33%), words kept whole, the number and the headers on one line */
+#mx-moved-table .virtual-body {min-width: 560px}
+#mx-moved-table .body-cell:nth-child(1) {min-width: 123.2px}
+#mx-moved-table .body-cell:nth-child(2) {min-width: 67.2px}
+#mx-moved-table .body-cell:nth-child(3), #mx-moved-table .body-cell:nth-child(4) {min-width: 184.8px}
+#mx-moved-table .body-cell .text {word-break: normal !important; overflow-wrap: normal !important}
+#mx-moved-table .body-cell:nth-child(2) .text, #mx-moved-table th .text {white-space: nowrap}
+#mx-moved-table th .text {word-break: normal !important; overflow-wrap: normal !important}
 """
 
 # The address bar names the run the page serves (?run=<id>), so a reload, a bookmark or a shared address gives that

@@ -75,7 +75,8 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             interactive=False,
             wrap=True,
             max_height=420,
-            column_widths=["22%", "10%", "34%", "34%"],  # "moved" whole, also on a phone (the table scrolls there)
+            column_widths=["22%", "12%", "33%", "33%"],  # "moved" whole, also on a phone (the table scrolls there;
+            # app.py's CSS gives the rows, divs sized to the viewport by Gradio, these columns of its 560 px)
             elem_id="mx-moved-table",
         )
         ui.moved_file = gr.File(label="What moved (CSV)", visible=False, elem_id="mx-moved-file")
