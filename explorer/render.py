@@ -182,7 +182,10 @@ def moved_header(run: RunInfo | None) -> str:
     )
 
 
-LOSS_TITLE = "Training loss ÷ log(2B−1) (1 = knows nothing; each step, and smoothed weighting each by its strings)"
+# The chart's title stays short: Vega-Lite lays a title out on one line, and on a phone a long one pushed the plot
+# out of its box (the chart drew its axis at the right edge and no curve). The rest is the caption under it.
+LOSS_TITLE = "Training loss ÷ log(2B−1)"
+LOSS_CAPTION = "1 = a model that knows nothing; each step, and smoothed (each step weighted by its strings)"
 
 
 def loss_frame(losses: Sequence[float], batches: Sequence[int] | None = None) -> Any:

@@ -273,6 +273,11 @@ CHART_DRAWN = """el => {
     }
     return !!(el && [...el.querySelectorAll('svg path')].some(p => (p.getAttribute('d') || '').length > 40));
 }"""
+CHART_PLACE = """() => {
+    const box = document.querySelector('#mx-loss').getBoundingClientRect();
+    const c = document.querySelector('#mx-loss canvas, #mx-loss svg').getBoundingClientRect();
+    return {left: c.left, right: c.right, box_left: box.left, box_right: box.right};
+}"""
 # Cells of the tables under the selectors that a phone squeezes: a number over more than one line, or any text over
 # more lines than it has words (a word broken: the one-character-per-line wrapping). A Dataframe's rows are divs
 # (.body-cell: Gradio's virtual table), its header a table.
@@ -401,10 +406,11 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         phone.on("pageerror", lambda exc: errors.append(str(exc)))
         phone.goto(urljoin(server, run_link))
         expect(phone.locator("#mx-result")).to_contain_text("Done")
-        # the loss chart keeps its height and draws (what it draws on a phone is still wrong: the plot sits off to the
-        # right of its box, issue 38; tests/artifacts/explore_6_phone_tune.png)
+        # the loss chart keeps its height and draws inside its box (a long title once pushed the plot out of it)
         phone.wait_for_function(f"({CHART_DRAWN})(document.querySelector('#mx-loss'))")
         assert phone.locator("#mx-loss").bounding_box()["height"] >= 150
+        chart = phone.evaluate(CHART_PLACE)
+        assert chart["left"] >= chart["box_left"] - 1 and chart["right"] <= chart["box_right"] + 1, chart
         phone.screenshot(path=ARTIFACTS / "explore_6_phone_tune.png", full_page=True)
         phone.get_by_label("More tabs").first.click()  # a phone's tab bar folds the later tabs into a menu
         phone.get_by_text("④ Explore").last.click()

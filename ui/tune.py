@@ -97,6 +97,7 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
         x_axis_format="d",  # steps are whole numbers, also on a 6-step run
         y_title="loss ÷ log(2B−1)",
         title=render.LOSS_TITLE,
+        caption=render.LOSS_CAPTION,
         height=260,
         visible=False,
         elem_id="mx-loss",
