@@ -404,8 +404,8 @@ def mirror_tune(
                     result = _train_step(encoder, optimizer, scaler, inputs, config, device, terms)
                 except torch.OutOfMemoryError:  # fewer negatives per step, but the run finishes, and says so
                     ahead.drop()  # the next batch as planned before: the plan changes
-                    plan.halve(_halved_after_oom(plan.batch_size, min_batch, world_size, optimizer, device))
-                    queue, total = plan.replanned([batch_ids, *queue], step, config.epochs - epoch - 1)
+                    smaller = _halved_after_oom(plan.batch_size, min_batch, world_size, optimizer, device)
+                    queue, total = plan.replanned([batch_ids, *queue], smaller, step, config.epochs - epoch - 1)
                     notes.append(f"out of memory at step {step + 1}: continued with batch size {plan.batch_size}")
                     continue
                 step += 1
@@ -523,12 +523,12 @@ class Schedule:
         self.split += n_split
         return queue
 
-    def halve(self, batch_size: int) -> None:
+    def replanned(
+        self, left: list[list[int]], batch_size: int, step: int, epochs_after: int
+    ) -> tuple[list[list[int]], int]:
+        """This epoch's strings not trained yet (`left`: the failed batch first) in batches of `batch_size` (the plan's
+        size from now on), and the run's new total of steps."""
         self.batch_size = batch_size
-
-    def replanned(self, left: list[list[int]], step: int, epochs_after: int) -> tuple[list[list[int]], int]:
-        """This epoch's strings not trained yet (`left`: the failed batch first) in batches of the new size, and the
-        run's new total of steps."""
         rest = [i for ids in left for i in ids]
         chunks = [rest[i : i + self.batch_size] for i in range(0, len(rest), self.batch_size)]
         if len(chunks) > 1 and len(chunks[-1]) < self.min_batch:
