@@ -1,10 +1,13 @@
 """One invariant for every artifact of a run: what a user searches, explores, checks or downloads equals what a
 fresh load of the run's saved model/ computes (sentence-transformers, fp32), within bf16 tolerance.
 
-Checked with the bundled real model in forced bf16 (so it runs on any CPU: the inference copy that went stale is
-only used under CPU bf16) and in fp32, for a fresh run (the app's Launch), a blend and an uploaded saved zip; and
-a run folder whose tuned index holds the base model's vectors (what versions before the fix wrote) is rebuilt
-when it is opened, with a note. Before the fix, the bf16 cases failed: the tuned index was the base index.
+Checked in forced bf16 (so it runs on any CPU: the inference copy that went stale is only used under CPU bf16) and
+in fp32, for a fresh run (the app's Launch), a blend and an uploaded saved zip; and a run folder whose tuned index
+holds the base model's vectors (what versions before the fix wrote) is rebuilt when it is opened, with a note.
+Before the fix, the bf16 cases failed: the tuned index was the base index. The fp32 cases run the bundled real
+model; the bf16 cases too where the CPU has native bf16, and the tiny random BERT where it does not (every bf16
+matmul is emulated there: the real model's three bf16 cases were 100 s of the suite; the invariant is in the code
+paths, the same for any model).
 """
 
 from __future__ import annotations
@@ -28,24 +31,38 @@ WORDS = [w for w in (ROOT / "examples" / "small_words.txt").read_text().splitlin
 SETTINGS = {"max_steps": 3, "batch_size": 32, "lr": 1e-4}
 
 
+TINY_SETTINGS = {**SETTINGS, "lr": 3e-3}  # the tiny random BERT (and its α 0.5 blend) moves past 2 TOL in 3 steps
+
+
 @pytest.fixture(params=["bf16", "fp32"])
 def precision(request, monkeypatch) -> str:
     """Force what `precision="auto"` means here, for training and inference alike."""
     import mirror.encoder
 
+    native = mirror.encoder.cpu_has_native_bf16()
     monkeypatch.setattr(mirror.encoder, "cpu_has_native_bf16", lambda: request.param == "bf16")
+    request.node.emulated_bf16 = request.param == "bf16" and not native
     return request.param
 
 
 @pytest.fixture
-def bundled_app(tmp_path, precision):
-    from explorer import MirrorApp, Settings
-
-    return MirrorApp(Settings(work_dir=tmp_path / "sessions", general_checks=False, warm_up=False))
+def model(request, precision, tiny_bert) -> tuple[str, dict]:
+    """The model a case trains and its settings: the bundled one, or the tiny BERT where bf16 is emulated."""
+    if request.node.emulated_bf16:
+        return str(tiny_bert), TINY_SETTINGS
+    return "bundled", SETTINGS
 
 
 @pytest.fixture
-def checked_app(tmp_path, precision, monkeypatch):
+def bundled_app(tmp_path, precision, tiny_bert):
+    from explorer import MirrorApp, Settings
+
+    roots = (Path(tiny_bert).resolve(),)
+    return MirrorApp(Settings(work_dir=tmp_path / "sessions", general_checks=False, warm_up=False, model_roots=roots))
+
+
+@pytest.fixture
+def checked_app(tmp_path, precision, monkeypatch, tiny_bert):
     """The app with its general checks on, in bf16 only (where a stale inference copy could be what they score),
     and only the word-pair check: on a CPU without native bf16 every bf16 matmul is emulated, and all the checks
     of three models took most of 20 minutes there."""
@@ -53,8 +70,8 @@ def checked_app(tmp_path, precision, monkeypatch):
     from explorer import MirrorApp, Settings
 
     monkeypatch.setattr(explorer.compare.forgetting, "CHECKS", explorer.compare.forgetting.CHECKS[:1])
-    checks = precision == "bf16"
-    return MirrorApp(Settings(work_dir=tmp_path / "sessions", general_checks=checks, warm_up=False))
+    checks, roots = precision == "bf16", (Path(tiny_bert).resolve(),)
+    return MirrorApp(Settings(work_dir=tmp_path / "sessions", general_checks=checks, warm_up=False, model_roots=roots))
 
 
 def reference(folder: Path, texts: list[str]) -> np.ndarray:
@@ -129,11 +146,11 @@ def assert_index_zip_matches(index_zip: Path, texts: list[str], ref: np.ndarray)
     assert np.abs(rows - ref[order]).max() <= TOL
 
 
-def test_a_run_a_blend_and_an_uploaded_zip_serve_their_saved_models(checked_app, precision):
+def test_a_run_a_blend_and_an_uploaded_zip_serve_their_saved_models(checked_app, precision, model):
     app = checked_app
     session = app.session()
     app.loader.load_pasted(session, "\n".join(WORDS))
-    run = finished(app.trainer.train(session, "bundled", "words", SETTINGS))
+    run = finished(app.trainer.train(session, model[0], "words", model[1]))
     assert_run_matches_its_model(app, session, run)
 
     if precision == "bf16":  # the general checks scored the saved model (fresh fp32 load), not a stale copy
@@ -157,7 +174,7 @@ def test_a_run_a_blend_and_an_uploaded_zip_serve_their_saved_models(checked_app,
     assert_run_matches_its_model(app, session, uploaded)
 
 
-def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundled_app, precision):
+def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundled_app, precision, model):
     """What versions before the fix left on disk: tuned_index = the base model's vectors. Opening the run (a link,
     the run list, after a restart) finds the rows disagree with the saved model, rebuilds the index, says so."""
     import shutil
@@ -168,7 +185,7 @@ def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundl
     app = bundled_app
     session = app.session()
     app.loader.load_pasted(session, "\n".join(WORDS))
-    run = finished(app.trainer.train(session, "bundled", "words", SETTINGS))
+    run = finished(app.trainer.train(session, model[0], "words", model[1]))
     # as those versions wrote it: the tuned index's own meta.json (the tuned model's fingerprint), the base's rows
     for name in ("index.faiss", "texts.json"):
         shutil.copyfile(run.folder / "base_index" / name, run.folder / "tuned_index" / name)
@@ -185,15 +202,16 @@ def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundl
     assert again.stats["notes"].count(REBUILT_NOTE) == 1  # said once, kept in run.json
 
 
-def test_cli_train_index_holds_the_saved_models_vectors(tmp_path, precision):
+def test_cli_train_index_holds_the_saved_models_vectors(tmp_path, precision, model):
     """`python -m mirror train FILE --out DIR --index`: tuned_index = a fresh SentenceTransformer(DIR/model)."""
     from index.folder import read_folder
     from mirror.__main__ import main
 
     out, words = tmp_path / "run", tmp_path / "words.txt"
     words.write_text("\n".join(WORDS) + "\n")
-    assert main(["train", str(words), "--out", str(out), "--index", "--max-steps", "3", "--batch-size", "32",
-                 "--lr", "1e-4", "--precision", precision, "--quiet"]) == 0  # fmt: skip
+    name, settings = model
+    assert main(["train", str(words), "--out", str(out), "--index", "--model", name, "--max-steps", "3",
+                 "--batch-size", "32", "--lr", str(settings["lr"]), "--precision", precision, "--quiet"]) == 0  # fmt: skip
 
     def rows(name: str) -> tuple[np.ndarray, list[str]]:
         cpu, texts, _, _ = read_folder(out / name)
