@@ -466,6 +466,11 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
     # the 14 WORDS its 1000 epochs were ~4,000 tiny steps, which could end before the sleeps below (sized by the TTL)
     # did, and the session went with its run (seen failing at random); 196 strings make it ~49,000 steps
     app.loader.load_pasted(busy, "\n".join(f"{a} {b}" for a in WORDS for b in WORDS))
+    # and it waits 50 ms a step: it goes on through the sleeps below without spinning a core the other tests need
+    import mirror.train
+
+    step = mirror.train._train_step
+    monkeypatch.setattr(mirror.train, "_train_step", lambda *a, **k: (time.sleep(0.05), step(*a, **k))[1])
     running = app.trainer.train(
         busy, str(tiny_bert), "auto", {**TINY, "batch_size": 4, "max_steps": None, "epochs": 1000}
     )
