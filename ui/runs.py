@@ -249,7 +249,12 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
             shown[ui.input_md] = render.reattached_md(app.in_progress[active].strings)
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
+            handle = app.in_progress[active]
             yield from view.draw(app.trainer.follow(active, session=session), session, memory, progress)
+            if not session.texts and handle.texts:  # cancelled or failed: no run of them served to load them from
+                again = ["the strings of the run this page followed, loaded again: Launch tunes them"]
+                info = app.loader.set_texts(session, list(handle.texts), handle.strings[1], again)
+                yield {ui.input_md: render.load_md(info), ui.launch: gr.update(interactive=True), state: session}
             return
         # the run asked for by a link, else the one that was going, else the one this page served before a reload
         run_id = asked or active or memory.get("served")

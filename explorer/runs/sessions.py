@@ -45,6 +45,7 @@ class RunHandle:
     finished: bool = False
     served: bool = False  # its model is served, its general checks still run: a cancel comes too late
     strings: tuple[int, str] = (0, "")  # how many strings it tunes, and where they came from
+    texts: tuple[str, ...] = ()  # the strings themselves: a page reattached to the run gets them back at its end
     last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
 

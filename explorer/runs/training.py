@@ -117,6 +117,7 @@ class Trainer:
         handle = handle or RunHandle()  # an API call: no Launch click made one
         session.active, handle.started = handle, True
         handle.strings = (len(session.texts), session.source)  # what a page reattached to it says it tunes
+        handle.texts = tuple(session.texts)
         self.app.in_progress[handle.id] = handle
         args = (session, handle, model, mode, overrides)
         threading.Thread(target=self._run, args=args, name=f"mirror-run-{handle.id[:8]}", daemon=True).start()
