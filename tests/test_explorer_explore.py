@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,6 +108,14 @@ def test_twin_map_on_50_strings_or_more_uses_umap():
     assert np.isfinite(xy).all() and xy.std(0).min() > 0
     # the tuned layout starts from the base one and is aligned to it: the groups the two spaces share stay put
     assert sum(c["size"] for c in out["clusters"]["tuned"]) == 60
+    # UMAP's kernels were compiled into numba's disk cache (not once per process): the ones every layout runs
+    import umap.layouts
+    import umap.umap_
+    from numba.core.caching import FunctionCache
+
+    for kernel in (umap.umap_.smooth_knn_dist, umap.layouts._nb_optimize_layout_euclidean_single_epoch):
+        assert isinstance(kernel._cache, FunctionCache) and kernel.overloads
+        assert Path(kernel._cache.cache_path).is_dir()
 
 
 def test_every_cluster_shown_gets_its_own_colour():

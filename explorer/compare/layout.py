@@ -88,6 +88,8 @@ def umap_layout(
     with _LOCK:
         import umap
 
+        _cache_kernels()
+
     reducer = umap.UMAP(
         n_neighbors=int(knn[0].shape[1]),
         min_dist=MIN_DIST,
@@ -102,6 +104,32 @@ def umap_layout(
     with _LOCK, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*precomputed_knn.*")  # "no search index: no transform"
         return np.asarray(reducer.fit_transform(x), dtype=np.float64)
+
+
+_CACHED: list[bool] = []
+
+
+def _cache_kernels() -> None:
+    """Numba compiles UMAP's kernels (the fuzzy graph's, the SGD epoch's: ~20 s of CPU on 2 AVX2 cores) in every
+    process that lays out a map, as umap-learn does not mark them `cache=True`: cached here in NUMBA_CACHE_DIR like
+    pynndescent's, so a server's first map after a restart (and every test process but the first) loads them
+    instead (`Dispatcher.enable_caching`, what `cache=True` calls). A kernel numba cannot cache is left as it is.
+    Called under _LOCK, once."""
+    if _CACHED:
+        return
+    _CACHED.append(True)
+    import umap.layouts
+    import umap.umap_
+    import umap.utils
+    from numba.core.dispatcher import Dispatcher
+
+    for module in (umap.umap_, umap.layouts, umap.utils):
+        for kernel in vars(module).values():
+            if isinstance(kernel, Dispatcher) and not kernel.overloads:  # not compiled yet in this process
+                try:
+                    kernel.enable_caching()
+                except Exception:  # noqa: BLE001 - e.g. no writable cache folder: compiled as before
+                    pass
 
 
 def twin_layouts(base: np.ndarray, tuned: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
