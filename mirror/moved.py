@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-BLOCK = 2048  # queries per exact-search block: 20k x 20k stays a few MB at a time
+BLOCK = 16_384  # queries per exact search: its results stay a few MB (FAISS blocks the matrix product itself;
+# 2,048 a call made 20k strings 3x slower than 4,096 or more with the generic build: 3.0 s vs 1.1 s of CPU)
 
 
 def nearest(vecs: np.ndarray, k: int, queries: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -28,12 +29,12 @@ def nearest(vecs: np.ndarray, k: int, queries: Sequence[int] | None = None) -> t
     ids = np.empty((len(q), k), dtype=np.int64)
     scores = np.empty((len(q), k), dtype=np.float32)
     for start in range(0, len(q), BLOCK):
-        found_s, found_i = index.search(x[q[start : start + BLOCK]], k + 1)
-        for j, (row_s, row_i) in enumerate(zip(found_s, found_i, strict=True)):
-            own = q[start + j]
-            kept = [(i, v) for i, v in zip(row_i, row_s, strict=True) if i != own and i >= 0][:k]
-            ids[start + j] = [i for i, _ in kept]
-            scores[start + j] = [v for _, v in kept]
+        block = q[start : start + BLOCK]
+        found_s, found_i = index.search(x[block], k + 1)
+        # the first k results that are not the row itself, in order (a stable sort puts the dropped ones last)
+        kept = np.argsort((found_i == block[:, None]) | (found_i < 0), axis=1, kind="stable")[:, :k]
+        ids[start : start + len(block)] = np.take_along_axis(found_i, kept, 1)
+        scores[start : start + len(block)] = np.take_along_axis(found_s, kept, 1)
     return ids, scores
 
 
