@@ -244,12 +244,12 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         session, memory = app.session(s), remember(memory, active=(memory or {}).get("active"))
         asked = (request.query_params.get("run") if request else None) or None
         active = memory["active"]
-        if active and active in app.in_progress:
+        handle = app.in_progress.get(active) if active else None  # once: the run may end (and go) meanwhile
+        if handle is not None:
             running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
-            shown[ui.input_md] = render.reattached_md(app.in_progress[active].strings)
+            shown[ui.input_md] = render.reattached_md(handle.strings)
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
-            handle = app.in_progress[active]
             yield from view.draw(app.trainer.follow(active, session=session), session, memory, progress)
             if not session.texts and handle.texts:  # cancelled or failed: no run of them served to load them from
                 again = ["the strings of the run this page followed, loaded again: Launch tunes them"]
