@@ -32,7 +32,10 @@ def nearest(vecs: np.ndarray, k: int, queries: Sequence[int] | None = None) -> t
         block = q[start : start + BLOCK]
         found_s, found_i = index.search(x[block], k + 1)
         # the first k results that are not the row itself, in order (a stable sort puts the dropped ones last)
-        kept = np.argsort((found_i == block[:, None]) | (found_i < 0), axis=1, kind="stable")[:, :k]
+        dropped = (found_i == block[:, None]) | (found_i < 0)
+        if (dropped.sum(axis=1) > 1).any():  # FAISS found fewer than k others: non-finite vectors
+            raise ValueError("fewer than k neighbours found: the vectors hold NaN or infinite values")
+        kept = np.argsort(dropped, axis=1, kind="stable")[:, :k]
         ids[start : start + len(block)] = np.take_along_axis(found_i, kept, 1)
         scores[start : start + len(block)] = np.take_along_axis(found_s, kept, 1)
     return ids, scores

@@ -115,7 +115,9 @@ def test_twin_map_on_50_strings_or_more_uses_umap():
 
     for kernel in (umap.umap_.smooth_knn_dist, umap.layouts._nb_optimize_layout_euclidean_single_epoch):
         assert isinstance(kernel._cache, FunctionCache) and kernel.overloads
-        assert Path(kernel._cache.cache_path).is_dir()
+        assert Path(kernel._cache._cache_file._index_path).is_file()  # saved (or loaded): its index is on disk
+    # the parallel SGD is made from the same function: cached too, it would load the serial code or give its own
+    assert not isinstance(umap.layouts._nb_optimize_layout_euclidean_single_epoch_parallel._cache, FunctionCache)
 
 
 def test_every_cluster_shown_gets_its_own_colour():

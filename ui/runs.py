@@ -250,7 +250,7 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
             shown[ui.input_md] = render.reattached_md(handle.strings)
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
-            yield from view.draw(app.trainer.follow(active, session=session), session, memory, progress)
+            yield from view.draw(app.trainer.follow(handle, session=session), session, memory, progress)
             if not session.texts and handle.texts:  # cancelled or failed: no run of them served to load them from
                 again = ["the strings of the run this page followed, loaded again: Launch tunes them"]
                 info = app.loader.set_texts(session, list(handle.texts), handle.strings[1], again)

@@ -113,8 +113,11 @@ def _cache_kernels() -> None:
     """Numba compiles UMAP's kernels (the fuzzy graph's, the SGD epoch's: ~20 s of CPU on 2 AVX2 cores) in every
     process that lays out a map, as umap-learn does not mark them `cache=True`: cached here in NUMBA_CACHE_DIR like
     pynndescent's, so a server's first map after a restart (and every test process but the first) loads them
-    instead (`Dispatcher.enable_caching`, what `cache=True` calls). A kernel numba cannot cache is left as it is.
-    Called under _LOCK, once."""
+    instead (`Dispatcher.enable_caching`, what `cache=True` calls). Not cached: a kernel numba cannot cache, and the
+    parallel twin of a serial one: umap-learn makes the SGD epoch twice from one Python function, serial and
+    parallel, and numba's cache keys a function by its source and signature, not by `parallel`, so the two would
+    load each other's code (a seeded map would run the parallel SGD, no longer reproducible): only the serial one is
+    cached. Called under _LOCK, once."""
     if _CACHED:
         return
     _CACHED.append(True)
@@ -123,13 +126,21 @@ def _cache_kernels() -> None:
     import umap.utils
     from numba.core.dispatcher import Dispatcher
 
-    for module in (umap.umap_, umap.layouts, umap.utils):
-        for kernel in vars(module).values():
-            if isinstance(kernel, Dispatcher) and not kernel.overloads:  # not compiled yet in this process
-                try:
-                    kernel.enable_caching()
-                except Exception:  # noqa: BLE001 - e.g. no writable cache folder: compiled as before
-                    pass
+    found = [k for m in (umap.umap_, umap.layouts, umap.utils) for k in vars(m).values() if isinstance(k, Dispatcher)]
+    kernels = list({id(k): k for k in found}.values())  # a kernel one module imports from another: once
+    made_from: dict[int, list] = {}
+    for kernel in kernels:
+        made_from.setdefault(id(kernel.py_func), []).append(kernel)
+    for kernel in kernels:
+        twins = made_from[id(kernel.py_func)]
+        one_of_a_kind = len(twins) == 1 or (
+            not kernel.targetoptions.get("parallel") and sum(not t.targetoptions.get("parallel") for t in twins) == 1
+        )
+        if one_of_a_kind and not kernel.overloads:  # the only kernel its cache file serves, not compiled yet here
+            try:
+                kernel.enable_caching()
+            except Exception:  # noqa: BLE001 - e.g. no writable cache folder: compiled as before
+                pass
 
 
 def twin_layouts(base: np.ndarray, tuned: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -163,12 +163,15 @@ class Trainer:
                 yield dict(progress), None
         raise MirrorError("the run ended without a result")
 
-    def follow(self, run_id: str, since: int = 0, session: Session | None = None) -> Iterator[Event]:
+    def follow(self, run: str | RunHandle, since: int = 0, session: Session | None = None) -> Iterator[Event]:
         """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run; with
-        `session`, that session can cancel it, and is served the run once it is served (Served, then Done)."""
-        handle = self.app.in_progress.get(run_id)
+        `session`, that session can cancel it, and is served the run once it is served (Served, then Done). `run`:
+        its id, or its handle as read from `in_progress` before (it replays its events to the end even when the run
+        has ended since, and left `in_progress`)."""
+        handle = run if isinstance(run, RunHandle) else self.app.in_progress.get(run)
         if handle is None:
             raise MirrorError("that run is not in progress on this server (finished, or the server restarted)")
+        run_id = handle.id
         if session is not None:
             session.active = handle
         for ev in handle.follow(since):
