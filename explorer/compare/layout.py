@@ -11,6 +11,7 @@ neighbours that are also its 10 nearest on the map (`neighbour_recall`).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -106,9 +107,7 @@ def umap_layout(
         return np.asarray(reducer.fit_transform(x), dtype=np.float64)
 
 
-_CACHED: list[bool] = []
-
-
+@functools.cache  # once a process
 def _cache_kernels() -> None:
     """Numba compiles UMAP's kernels (the fuzzy graph's, the SGD epoch's: ~20 s of CPU on 2 AVX2 cores) in every
     process that lays out a map, as umap-learn does not mark them `cache=True`: cached here in NUMBA_CACHE_DIR like
@@ -117,10 +116,7 @@ def _cache_kernels() -> None:
     parallel twin of a serial one: umap-learn makes the SGD epoch twice from one Python function, serial and
     parallel, and numba's cache keys a function by its source and signature, not by `parallel`, so the two would
     load each other's code (a seeded map would run the parallel SGD, no longer reproducible): only the serial one is
-    cached. Called under _LOCK, once."""
-    if _CACHED:
-        return
-    _CACHED.append(True)
+    cached. Called under _LOCK."""
     import umap.layouts
     import umap.umap_
     import umap.utils
