@@ -39,6 +39,8 @@ Defaults suit a public CPU Space (see the README's table):
                             check); a small host's checks in less time, with wider intervals
   MIRROR_WARM_UP            1/0: at start, in the background, score the base side of the general checks and compile
                             UMAP's kernels, so the first run and the first map do not wait for them (default: 1)
+  MIRROR_ABANDONED_S        seconds a run goes on once nobody follows it (its page closed, its API client gone)
+                            before it stops; a reload within them follows the same run (default: 20)
   MIRROR_TRAIN_QUEUE        runs, blends and model uploads waiting for a training slot, one per visitor (default: 16)
   MIRROR_QUEUE_SIZE         events waiting in Gradio's queue, all kinds (default: 64)
   MIRROR_MAX_PAIRS          pairs scored in one evaluation (default: 5000; the bundled sets have at most 1,500)
@@ -100,6 +102,7 @@ class Settings:
     general_checks: bool = True  # the forgetting check after each run (explorer.compare.forgetting); off saves seconds
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
     check_items: int = 0  # at most this many items of each general check (mirror.checks reads it at import), 0 = all
+    abandoned_s: float = 20.0  # a run nobody follows stops after this long (explorer.runs.jobs reads it at import)
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> Settings:
@@ -165,6 +168,7 @@ class Settings:
             general_checks=env.get("MIRROR_GENERAL_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
             warm_up=env.get("MIRROR_WARM_UP", "1").strip().lower() not in ("0", "false", "no", "off"),
             check_items=number("MIRROR_CHECK_ITEMS", d.check_items, 0),
+            abandoned_s=number("MIRROR_ABANDONED_S", d.abandoned_s, 1, float),
         )
 
 

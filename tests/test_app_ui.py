@@ -750,7 +750,14 @@ def test_api_runs_stop_on_cancel_and_on_disconnect(tmp_path, tiny_bert):
     by killing the client outright; each time the slot frees and another client's run goes through."""
     from gradio_client import Client
 
-    env = {"MIRROR_MODEL_ROOTS": str(tiny_bert), "MIRROR_MAX_STEPS": "0", "MIRROR_TRAIN_CONCURRENCY": "1"}
+    # a killed client's run stops 5 s after its last event was asked for (MIRROR_ABANDONED_S; 20 by default), not
+    # spinning a core for 20 s before the other client's run can start
+    env = {
+        "MIRROR_MODEL_ROOTS": str(tiny_bert),
+        "MIRROR_MAX_STEPS": "0",
+        "MIRROR_TRAIN_CONCURRENCY": "1",
+        "MIRROR_ABANDONED_S": "5",
+    }
     with serve(tmp_path, env) as served:
         client = Client(served.url, verbose=False)
         job = client.submit(texts="\n".join(WORDS), model=str(tiny_bert), settings=ENDLESS, api_name="/train")

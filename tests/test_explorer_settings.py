@@ -31,11 +31,20 @@ def test_settings_from_env(tmp_path):
         "MIRROR_MODEL_ROOTS": os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")]),
         "MIRROR_ALLOW_HUB": "0",
         "MIRROR_TRAIN_CONCURRENCY": "2",
+        "MIRROR_ABANDONED_S": "5",
     }
     s = Settings.from_env(env)
     assert s.work_dir == tmp_path.resolve() and s.session_ttl == 120 and s.max_upload_bytes == int(1.5 * 1024 * 1024)
     assert s.max_strings == 50 and s.max_steps == 7 and len(s.model_roots) == 2 and not s.allow_hub
-    assert s.train_concurrency == 2
+    assert s.train_concurrency == 2 and s.abandoned_s == 5.0
+    # the job reads the same variable at import; a bad value is the settings' to refuse, the job keeps its default
+    from explorer.runs.jobs import abandoned_seconds
+
+    assert (
+        abandoned_seconds(env) == 5.0 and abandoned_seconds({}) == abandoned_seconds({"MIRROR_ABANDONED_S": "x"}) == 20
+    )
+    with pytest.raises(MirrorError, match="MIRROR_ABANDONED_S must be >= 1"):
+        Settings.from_env({"MIRROR_ABANDONED_S": "0.5"})
     with pytest.raises(MirrorError, match="MIRROR_MAX_STRINGS"):
         Settings.from_env({"MIRROR_MAX_STRINGS": "lots"})
     with pytest.raises(MirrorError, match="MIRROR_SESSION_TTL must be >= 60"):

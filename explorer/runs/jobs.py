@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -28,9 +29,21 @@ from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
 
 log = logging.getLogger("mirror.app")
-# A job whose consumer (the page's or the API client's event stream) has not asked for an event in this long is
-# stopped: the tab was closed or the client went away, and nobody will see its result.
-ABANDONED_S = 20.0
+
+
+def abandoned_seconds(env: dict[str, str] | None = None) -> float:
+    """MIRROR_ABANDONED_S (default 20): a job whose consumer (the page's or the API client's event stream) has not
+    asked for an event in this long is stopped: the tab was closed or the client went away, and nobody will see its
+    result. Read once at import (a ZeroGPU worker reads it from the same environment); the app's settings refuse a
+    bad value at start (explorer.settings), here one is read as unset."""
+    raw = (os.environ if env is None else env).get("MIRROR_ABANDONED_S", "").strip()
+    try:
+        return max(1.0, float(raw)) if raw else 20.0
+    except ValueError:
+        return 20.0
+
+
+ABANDONED_S = abandoned_seconds()
 
 
 class FairSlots:
