@@ -172,11 +172,19 @@ def shared_data() -> Path:
 
 
 @pytest.fixture
-def app(tmp_path, tiny_bert) -> MirrorApp:
-    """The service (no Gradio) with its own work folder; local models only from the tiny BERT's folder."""
+def app(request, tmp_path, tiny_bert) -> MirrorApp:
+    """The service (no Gradio) with its own work folder; local models only from the tiny BERT's folder. The general
+    checks after each run and blend only for a test marked `checks`: on the tiny BERT they tokenize ~1,200 bundled
+    documents character by character (~2 s of CPU a model, in a thread that outlives the test), which was a fifth
+    of the suite's CPU when every service test ran them."""
     from explorer import MirrorApp, Settings
 
-    settings = Settings(work_dir=tmp_path / "sessions", model_roots=(Path(tiny_bert).resolve(),), max_strings=1000)
+    settings = Settings(
+        work_dir=tmp_path / "sessions",
+        model_roots=(Path(tiny_bert).resolve(),),
+        max_strings=1000,
+        general_checks=request.node.get_closest_marker("checks") is not None,
+    )
     return MirrorApp(settings)
 
 

@@ -147,6 +147,7 @@ def test_browser_test_skips_without_chromium_but_fails_on_ci(monkeypatch):
 # ---------------------------------------------------------------------------------------------- the page's handlers
 
 
+@pytest.mark.checks
 def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
     """The Gradio wrappers in build_demo, called as Gradio would (inputs as a {component: value} dict)."""
     demo = mx.build_demo(app)

@@ -204,6 +204,7 @@ def test_phases_are_all_there_and_sum_to_the_total(base, tiny_bert, tmp_path, mo
 # ---------------------------------------------------------------------------------------------- through the service
 
 
+@pytest.mark.checks
 def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_bert, monkeypatch):
     calls = []
     real = est_mod.calibrate
@@ -308,6 +309,7 @@ def test_a_finished_run_corrects_the_next_estimate_of_its_key(base, tiny_bert, t
     assert other.key[:-1] not in estimator.observed  # another key: uncorrected
 
 
+@pytest.mark.checks
 def test_the_service_learns_from_each_run_and_drops_checks_that_are_off(app, tiny_bert, tmp_path):
     from explorer import MirrorApp, Settings
 
@@ -417,6 +419,7 @@ def test_another_length_of_the_same_model_times_only_its_steps(base, tiny_bert, 
     assert cal.step != first.step and cal.seconds < first.seconds
 
 
+@pytest.mark.checks
 def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkeypatch):
     """Issue 28: the first plan of a fresh server cost its visitor a calibration longer than the run it priced. The
     warm-up (a background thread at start) now calibrates the small example's key: the visitor's first estimate of

@@ -216,6 +216,7 @@ def test_a_card_without_checks_and_a_local_base_shows_no_server_path(tmp_path):
     assert "forget" not in card and "α" not in card
 
 
+@pytest.mark.checks
 def test_a_tuned_runs_zips_carry_the_card_and_are_named_for_base_and_run(app, tuned):
     run = tuned.run
     short = Path(run.base_model).name

@@ -112,6 +112,7 @@ def test_forgetting_check_on_the_tiny_model_over_the_bundled_sets(tiny_bert):
 # ------------------------------------------------------------------------------------------------------ the service
 
 
+@pytest.mark.checks
 def test_every_run_ends_with_the_forgetting_check(app, tiny_bert):
     s = app.session()
     app.loader.load_pasted(s, "cat\ndog\ncar\nbus\nred\nblue\nbig\nsmall")
@@ -128,6 +129,7 @@ def test_every_run_ends_with_the_forgetting_check(app, tiny_bert):
     assert all(f"| {c.name} |" in shown for c in CHECKS) and check["verdict"] in shown
 
 
+@pytest.mark.checks
 def test_a_run_is_served_before_its_checks_and_its_downloads_follow(app, tiny_bert, monkeypatch):
     """The run is searchable while its general checks run (they add no wait before Search: seconds on a CPU without
     bf16, more for a larger base); its card and downloads carry them once they are in."""
@@ -170,6 +172,7 @@ def test_a_run_is_served_before_its_checks_and_its_downloads_follow(app, tiny_be
     assert "searchable after" in render.done_status(run)
 
 
+@pytest.mark.checks
 def test_a_blend_opened_during_its_checks_is_the_one_they_complete(app, tuned, monkeypatch):
     """A page reloaded during a blend's checks (or its link opened elsewhere) gets the live run: not mistaken for one
     whose server stopped (which would write its card and zips beside the blend's own)."""
@@ -203,6 +206,7 @@ def test_a_run_whose_server_stopped_during_its_checks_opens_with_its_downloads(a
     assert "not run for this run (the server restarted while they ran)" in render.forgetting_md(opened)
 
 
+@pytest.mark.checks
 def test_a_failing_check_never_fails_the_run(app, tiny_bert, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("no gold here")
@@ -257,6 +261,7 @@ def test_forgetting_md_marks_the_worse_checks():
     assert render.forgetting_md(None) == ""
 
 
+@pytest.mark.checks
 def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
     parent = tuned.run
     events = list(app.saved.blend_run(tuned, 0.5))
@@ -380,6 +385,7 @@ def test_the_remedy_is_offered_only_for_a_run_as_trained_with_a_worse_check():
     assert render.remedy_offered(SimpleNamespace(stats={})) is False and render.remedy_offered(None) is False
 
 
+@pytest.mark.checks
 def test_a_run_on_long_strings_carries_the_own_long_texts_figures(app, tiny_bert):
     s = app.session()
     app.loader.load_pasted(s, "\n".join(long_texts(24, words=220)))

@@ -98,6 +98,7 @@ def test_nothing_to_explore_before_a_run(app):
             call()
 
 
+@pytest.mark.checks
 def test_blend_at_alpha_zero_serves_the_base_as_a_new_run_and_keeps_the_tuned_one(app, tuned):
     parent = tuned.run
     events = list(app.saved.blend_run(tuned, 0))
