@@ -44,7 +44,7 @@ from tests.upload_corpus import BAD_UPLOADS, write
 def ui(tmp_path_factory, tiny_bert) -> tuple[MirrorApp, dict]:
     """One app and its Gradio adapters (build_demo), built once for the module."""
     work = tmp_path_factory.mktemp("ui")
-    a = MirrorApp(Settings(work_dir=work / "sessions", model_roots=(Path(tiny_bert).resolve(),)))
+    a = MirrorApp(Settings(work_dir=work / "sessions", model_roots=(Path(tiny_bert).resolve(),), general_checks=False))
     return a, {f.name: f for f in mx.build_demo(a).fns.values()}
 
 
@@ -441,12 +441,20 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
     # third started) must fit in the TTL, or its sweeps remove the first sessions before Gradio's expiry can: the
     # TTL is sized from a warm training on this machine. (It was 1 s before trainings swept.) The test sleeps 1.2
     # TTLs: two trained sessions (an expired one and a live one) rather than five keep it short.
-    warm = MirrorApp(Settings(work_dir=tmp_path / "warm", model_roots=(Path(tiny_bert),)))
+    warm = MirrorApp(Settings(work_dir=tmp_path / "warm", model_roots=(Path(tiny_bert),), general_checks=False))
     tuned_session(warm, tiny_bert)  # imports and caches warm
     started = time.monotonic()
     tuned_session(warm, tiny_bert)
     ttl = max(2.0, 8 * (time.monotonic() - started) + 1)  # room for a loaded machine
-    app = MirrorApp(Settings(work_dir=tmp_path / "w", session_ttl=ttl, model_roots=(Path(tiny_bert),), max_steps=None))
+    app = MirrorApp(
+        Settings(
+            work_dir=tmp_path / "w",
+            session_ttl=ttl,
+            model_roots=(Path(tiny_bert),),
+            max_steps=None,
+            general_checks=False,
+        )
+    )
     setup = time.monotonic()
     demo = mx.build_demo(app)
     state = next(b for b in demo.blocks.values() if isinstance(b, gr.State))

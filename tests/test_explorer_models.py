@@ -44,7 +44,7 @@ def roots(tmp_path, tiny_bert) -> tuple[MirrorApp, Path]:
     shutil.copytree(tiny_bert, root / "team" / "tiny")
     (tmp_path / "outside").mkdir()
     (root / "escape").symlink_to(tmp_path / "outside")
-    return MirrorApp(Settings(work_dir=tmp_path / "w", model_roots=(root.resolve(),))), root
+    return MirrorApp(Settings(work_dir=tmp_path / "w", model_roots=(root.resolve(),), general_checks=False)), root
 
 
 @pytest.mark.parametrize(
@@ -174,7 +174,9 @@ def test_the_base_model_named_in_a_zip_gets_the_hub_size_check(app, tiny_bert, t
 def test_tuned_models_kept_in_memory_stay_within_the_count_and_memory_limits(tmp_path, tiny_bert):
     def app_with(**limits) -> MirrorApp:
         work = tmp_path / "-".join(f"{k}{v}" for k, v in limits.items())
-        return MirrorApp(Settings(work_dir=work, model_roots=(Path(tiny_bert).resolve(),), **limits))
+        return MirrorApp(
+            Settings(work_dir=work, model_roots=(Path(tiny_bert).resolve(),), general_checks=False, **limits)
+        )
 
     app = app_with(loaded_runs=2)
     sessions = [tuned_session(app, tiny_bert) for _ in range(3)]

@@ -44,7 +44,11 @@ def test_session_state_survives_gradio_deepcopy(app):
 
 
 def test_idle_sessions_go_by_their_ttl_only_and_a_full_disk_refuses_the_writer(tmp_path, tiny_bert):
-    app = MirrorApp(Settings(work_dir=tmp_path / "w", disk_bytes=3 * 100_000, model_roots=(tiny_bert.resolve(),)))
+    app = MirrorApp(
+        Settings(
+            work_dir=tmp_path / "w", disk_bytes=3 * 100_000, model_roots=(tiny_bert.resolve(),), general_checks=False
+        )
+    )
     folders = []
     now = time.time()
     for i in range(6):  # 100 kB each, idle for 10..60 minutes but inside the TTL
