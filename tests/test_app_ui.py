@@ -606,6 +606,7 @@ def server(tmp_path_factory, tiny_bert) -> Iterator[tuple[str, Path]]:
         mp.setenv("MIRROR_MAX_STRINGS", "40")
         mp.setenv("MIRROR_MAX_UPLOAD_MB", "0.01")
         mp.setenv("MIRROR_TRAIN_CONCURRENCY", "1")
+        mp.setenv("MIRROR_GENERAL_CHECKS", "0")  # nothing here reads them (~2 s of CPU a run on the tiny BERT)
         served = serve_app(work)
         url = served.__enter__()
     try:
@@ -766,6 +767,7 @@ def test_api_runs_stop_on_cancel_and_on_disconnect(tmp_path, tiny_bert):
         "MIRROR_MAX_STEPS": "0",
         "MIRROR_TRAIN_CONCURRENCY": "1",
         "MIRROR_ABANDONED_S": "5",
+        "MIRROR_GENERAL_CHECKS": "0",
     }
     with serve(tmp_path, env) as served:
         client = Client(served.url, verbose=False)
