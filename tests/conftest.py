@@ -60,6 +60,22 @@ def pytest_configure(config):
         os.environ["GRADIO_TEMP_DIR"] = config._mirror_gradio_tmp = tempfile.mkdtemp(prefix="mirror-tests-gradio-")
 
 
+def pytest_collection_finish(session):
+    freeze_garbage()
+
+
+def freeze_garbage() -> None:
+    """Keep what is alive now (the modules, the collected tests, session fixtures) out of the garbage collector's
+    full passes: every run and calibration ends with one (explorer.runs.models.release_memory), and in a test
+    process holding torch, gradio and transformers each pass took ~0.4 s, ~100 s of CPU over the suite's runs. What
+    dies later is still freed (reference counts); only a reference cycle among these objects would stay. The
+    server (app.py) freezes its own start the same way."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     """The browser files first, then the other slow ones (the bundled model), then the rest, each group in file
     order: spread over processes file by file (`--dist loadfile`), the longest go first and the short ones fill the
@@ -112,7 +128,9 @@ def random_bert(
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     """A 2-layer, hidden-32 random BERT with a WordPiece vocab written here (a plain HF folder)."""
-    return random_bert(tmp_path_factory.mktemp("tiny_bert"))
+    folder = random_bert(tmp_path_factory.mktemp("tiny_bert"))
+    freeze_garbage()  # transformers is loaded now: its modules too
+    return folder
 
 
 @pytest.fixture(scope="session")
