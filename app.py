@@ -10,6 +10,7 @@ drawn in ui/runs.py (`TrainView`, `RunView`). Importing this loads neither torch
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -142,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     app.sweep(force=True)
     demo = build_demo(app)
+    # What is alive now (gradio, torch, the page) lives as long as the server: kept out of the garbage collector's
+    # full passes, which every run ends with (release_memory) and which scanned all of it each time.
+    gc.collect()
+    gc.freeze()
     # Warm the bundled model in the background: the page is served at once, the first run starts sooner.
     threading.Thread(target=app.warm_up, name="mirror-warm-up", daemon=True).start()
     # Gradio has one upload size limit for every input; it must admit a model zip, so what one client may send
