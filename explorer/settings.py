@@ -117,7 +117,7 @@ class Settings:
                 value = kind(float(raw)) if kind is int else kind(raw)
             except ValueError:
                 raise MirrorError(f"{name}={raw!r} is not a number") from None
-            if value < minimum:
+            if not value >= minimum:  # NaN too
                 raise MirrorError(f"{name} must be >= {minimum}, got {raw}")
             return value
 

@@ -43,8 +43,10 @@ def test_settings_from_env(tmp_path):
     assert (
         abandoned_seconds(env) == 5.0 and abandoned_seconds({}) == abandoned_seconds({"MIRROR_ABANDONED_S": "x"}) == 20
     )
-    with pytest.raises(MirrorError, match="MIRROR_ABANDONED_S must be >= 1"):
-        Settings.from_env({"MIRROR_ABANDONED_S": "0.5"})
+    assert abandoned_seconds({"MIRROR_ABANDONED_S": "nan"}) == 20
+    for bad in ("0.5", "nan"):
+        with pytest.raises(MirrorError, match="MIRROR_ABANDONED_S must be >= 1"):
+            Settings.from_env({"MIRROR_ABANDONED_S": bad})
     with pytest.raises(MirrorError, match="MIRROR_MAX_STRINGS"):
         Settings.from_env({"MIRROR_MAX_STRINGS": "lots"})
     with pytest.raises(MirrorError, match="MIRROR_SESSION_TTL must be >= 60"):

@@ -38,9 +38,10 @@ def abandoned_seconds(env: dict[str, str] | None = None) -> float:
     bad value at start (explorer.settings), here one is read as unset."""
     raw = (os.environ if env is None else env).get("MIRROR_ABANDONED_S", "").strip()
     try:
-        return max(1.0, float(raw)) if raw else 20.0
+        value = float(raw) if raw else 20.0
     except ValueError:
         return 20.0
+    return max(1.0, value) if not math.isnan(value) else 20.0
 
 
 ABANDONED_S = abandoned_seconds()
