@@ -314,6 +314,7 @@ def test_blend_with_no_run_says_so_on_its_own_line_not_in_tab_one(ui):
     assert "Nothing to blend yet" in next(iter(updates[0].values()))
 
 
+@pytest.mark.checks  # served before its checks, then done: the path a server with checks on takes
 def test_a_served_blend_reads_as_a_blend_in_tab_one_and_on_the_explore_tab(app, tiny_bert, tmp_path):
     """After a blend, tab ① said "Done: your tuned model is served" and "Tuned and indexed in <the parent's seconds>",
     the Explore tab's health called the blend "tuned" and tab ③ headed its moved pairs "with tuning": each now names
