@@ -9,6 +9,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv with $($py --version)"
   "$py" -m venv .venv
 fi
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')  # its site-packages
 stamp=.venv/.installed-$(basename "$req" .txt)
 want=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
@@ -18,13 +19,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # cores, 46 s this way). Not left to the first import: where PYTHONDONTWRITEBYTECODE is set (these machines) no
   # import writes its .pyc, and every process would compile torch, transformers and gradio again. A file that does
   # not compile (a test written for another Python) is skipped, as pip skips it (compileall then exits 1).
-  purelib=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  .venv/bin/python -m compileall -q -j 0 "$purelib" >/dev/null 2>&1 || true
-  compgen -G "$purelib/torch/__pycache__/__init__.*.pyc" >/dev/null ||
+  .venv/bin/python -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
+  compgen -G "$site/torch/__pycache__/__init__.*.pyc" >/dev/null ||
     echo "[setup] byte-compiling failed: the app runs, but every process compiles its modules again" >&2
   echo "$want" > "$stamp"
 fi
 # The project's packages (mirror, index, explorer) importable by .venv/bin/python from any folder: `python -m index
 # query mirror-index "cat"` beside an unzipped download works, not only from here.
-site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 [ "$(cat "$site/mirror-explorer.pth" 2>/dev/null)" = "$PWD" ] || echo "$PWD" > "$site/mirror-explorer.pth"

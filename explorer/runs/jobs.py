@@ -38,10 +38,10 @@ def abandoned_seconds(env: dict[str, str] | None = None) -> float:
     bad value at start (explorer.settings), here one is read as unset."""
     raw = (os.environ if env is None else env).get("MIRROR_ABANDONED_S", "").strip()
     try:
-        value = float(raw) if raw else 20.0
+        value = float(raw or 20.0)
     except ValueError:
         return 20.0
-    return max(1.0, value) if not math.isnan(value) else 20.0
+    return 20.0 if math.isnan(value) else max(1.0, value)
 
 
 ABANDONED_S = abandoned_seconds()
