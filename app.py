@@ -25,7 +25,7 @@ from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
 from ui.evaluate import evaluate_tab, wire_evaluate
 from ui.explore import explore_tab, wire_explore
-from ui.handlers import current_visitor
+from ui.handlers import current_visitor, quiet_queue
 from ui.runs import RunView, wire_blend, wire_runs, wire_saved_zip, wire_training
 from ui.search import search_tab, wire_search
 from ui.tune import tune_tab, wire_bases, wire_inputs
@@ -111,6 +111,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         wire_api(app, state, api)
         wire_runs(app, view, demo)
     demo.queue(default_concurrency_limit=2, max_size=app.settings.queue_size)
+    quiet_queue(demo)
     return demo
 
 

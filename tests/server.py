@@ -44,8 +44,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(workdir: Path, env: dict[str, str] | None = None, timeout: float = 180.0) -> Iterator[Served]:
-    """Start the app with `env` on top of the test environment; yield it once it answers HTTP 200."""
+def serve(
+    workdir: Path, env: dict[str, str] | None = None, timeout: float = 180.0, command: list[str] | None = None
+) -> Iterator[Served]:
+    """Start the app with `env` on top of the test environment; yield it once it answers HTTP 200. `command`: what
+    the interpreter runs instead of app.py (given `--port N` after it)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     full_env = {
@@ -62,7 +65,7 @@ def serve(workdir: Path, env: dict[str, str] | None = None, timeout: float = 180
     log_path = workdir / "server.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "app.py", "--port", str(port)],
+            [sys.executable, *(command or ["app.py"]), "--port", str(port)],
             cwd=ROOT,
             env=full_env,
             stdout=log,

@@ -132,6 +132,32 @@ def test_demo_wires_named_api_endpoints_and_every_config_field(app):
     assert by_fn["on_search"].concurrency_limit is None and by_fn["api_search"].concurrency_limit is None
 
 
+def test_gradios_queue_polls_gently_when_idle(app, monkeypatch):
+    """Gradio's queue loop looks for work every 1 ms (~0.1 of a core with nothing to do, per server): the app's looks
+    every 20 ms. Counted on the loop itself (it asks the queue's length once a turn) over 0.4 s of an empty queue:
+    ~20 turns, where Gradio's default makes hundreds. And the monitoring summary is not redone after every event."""
+    import asyncio
+
+    from gradio import queueing
+
+    monkeypatch.delenv("GRADIO_ANALYTICS_CACHE_FREQUENCY", raising=False)
+    queue = mx.build_demo(app)._queue
+    turns = []
+    monkeypatch.setattr(queueing.Queue, "__len__", lambda self: turns.append(1) or 0)
+
+    async def idle_for(seconds: float) -> None:
+        loop = asyncio.ensure_future(queue.start_processing())
+        await asyncio.sleep(seconds)
+        queue.stopped = True
+        await loop
+
+    asyncio.run(idle_for(0.4))
+    assert 0 < len(turns) <= 40, len(turns)
+    assert queue.progress_update_sleep_when_free >= 0.05 and queue.ANAYLTICS_CACHE_FREQUENCY == 100
+    monkeypatch.setenv("GRADIO_ANALYTICS_CACHE_FREQUENCY", "7")  # Gradio's own setting wins when it is set
+    assert mx.build_demo(app)._queue.ANAYLTICS_CACHE_FREQUENCY == 7
+
+
 def test_browser_test_skips_without_chromium_but_fails_on_ci(monkeypatch):
     import tests.test_browser as tb
 

@@ -7,6 +7,8 @@ from typing import Any
 import gradio as gr  # at module level: handlers' gr.EventData hints are resolved from these globals
 import numpy as np
 
+from ui.handlers import quiet_queue
+
 WORDS = ("cat", "dog", "car", "bus", "red", "blue", "sun", "moon", "tree", "rock", "fish", "bird")
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 
@@ -85,6 +87,7 @@ def build_demo(data: dict[str, Any] | None):
         empty = TwinMap(None, elem_id="tm-empty", map_height=200)
         load = gr.Button("load", elem_id="tm-load")
         load.click(lambda: data, None, empty)
+    quiet_queue(demo)  # as the app's: Gradio's queue polling every 1 ms is CPU the browser tests beside it want
     return demo
 
 

@@ -3,6 +3,7 @@ and a toast, never a traceback; and the queue settings the handlers share."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,18 @@ ENCODE_QUEUE = {"concurrency_id": "encode", "concurrency_limit": 2}
 # visitor, cancellable, saying how many are ahead), not in Gradio's: these events start at once and hold nothing
 # while they wait (in Gradio's queue a second event of one visitor held its place, and its request, behind the first).
 JOB_QUEUE = {"concurrency_id": "jobs", "concurrency_limit": None}
+
+
+def quiet_queue(demo: gr.Blocks) -> None:
+    """Gradio's queue polls for work every 1 ms and for progress every 10 ms, and recomputes its monitoring summary
+    (pandas over up to 10,000 past events) after every event: ~0.1 of a core with nothing to do, and more as events
+    accumulate. Every 20 ms and 50 ms (an event starts at most 20 ms later; a page shows progress 20 times a second),
+    and the summary (the operator's /monitoring page) every 100 events, or as GRADIO_ANALYTICS_CACHE_FREQUENCY says."""
+    queue = demo._queue
+    queue.sleep_when_free = max(queue.sleep_when_free, 0.02)
+    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, 0.05)
+    if "GRADIO_ANALYTICS_CACHE_FREQUENCY" not in os.environ:
+        queue.ANAYLTICS_CACHE_FREQUENCY = 100
 
 
 def current_visitor() -> Owner | None:
