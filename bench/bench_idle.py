@@ -35,19 +35,16 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=10.0)
     args = ap.parse_args()
     env = {"MIRROR_WARM_UP": "0", "MIRROR_GENERAL_CHECKS": "0"}
+    labels = {"ours": "app.py (quiet_queue)", "stock": "Gradio's stock queue"}
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         with serve(Path(tmp) / "ours", env) as ours, serve(Path(tmp) / "stock", env, command=["-c", STOCK]) as stock:
+            pids = {"ours": ours.proc.pid, "stock": stock.proc.pid}
             time.sleep(args.settle)
-            before = {name: cpu_seconds(s.proc.pid) for name, s in (("ours", ours), ("stock", stock))}
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             time.sleep(args.seconds)
-            used = {name: cpu_seconds(s.proc.pid) - before[name] for name, s in (("ours", ours), ("stock", stock))}
+            used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     rows = [
-        {"server": "app.py (quiet_queue)", "cpu_s": round(used["ours"], 2), "core_share": used["ours"] / args.seconds},
-        {
-            "server": "Gradio's stock queue",
-            "cpu_s": round(used["stock"], 2),
-            "core_share": used["stock"] / args.seconds,
-        },
+        {"server": labels[name], "cpu_s": round(cpu, 2), "core_share": cpu / args.seconds} for name, cpu in used.items()
     ]
     common.print_table(rows, ["server", "cpu_s", "core_share"])
     ratio = used["stock"] / max(used["ours"], 1e-9)
