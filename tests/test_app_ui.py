@@ -222,6 +222,32 @@ def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
     assert "type a query" in page
 
 
+def test_a_run_is_redrawn_once_a_second_and_a_hidden_progress_is_never_sent(app, monkeypatch):
+    """Every streamed update costs the page's Gradio frontend ~0.1 s of a small machine's core: a run's steps (ten a
+    second here) are drawn once a second, and Launch and a reattached page, which hide Gradio's progress (the status
+    line is the bar), send none; a blend, which shows it on its own line, does."""
+    from index.pipeline import Step
+    from ui import runs
+
+    demo = mx.build_demo(app)
+    fns = {f.name: f for f in demo.fns.values()}
+    for name in ("on_train", "on_load"):
+        assert fns[name].show_progress == "hidden" and not fns[name].tracks_progress, name
+    assert fns["on_blend"].tracks_progress and fns["on_blend"].show_progress_on
+
+    now = [1000.0]
+    monkeypatch.setattr(runs.time, "monotonic", lambda: now[0])
+    told = []
+    for progress in (None, lambda *a, **k: told.append(a)):
+        view, drawn = runs.TrainView(progress), []
+        for i in range(30):  # 3 s of steps, ten a second
+            now[0] = 1000.0 + i / 10
+            view.take(Step(step=i + 1, total=30, loss=1.0, batch=8))
+            drawn.append(view.due())
+        assert sum(drawn) == 3 and drawn[0] and drawn[10] and drawn[20]
+    assert len(told) == 30  # each step reaches a progress that is shown; Gradio sends it at its own pace
+
+
 def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned, tmp_path):
     demo = mx.build_demo(app)
     fns = {f.name: f for f in demo.fns.values()}
