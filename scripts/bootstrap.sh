@@ -14,7 +14,14 @@ stamp=.venv/.installed-$(basename "$req" .txt)
 want=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing $req into .venv (first run takes a few minutes)"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -r "$req"
+  pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
+  # numpy and umap-learn first (as requirements.txt pins them): the maps' numba kernels then compile and are cached
+  # (scripts/warm_maps.py, ~35 s of one core) while pip installs the rest, which keeps to one core; not in the
+  # server's first map, or in every test process that lays one out.
+  "${pip[@]}" $(grep -E '^(numpy|scipy|umap-learn)[=<>!~ ]' requirements.txt | cut -d'#' -f1)
+  .venv/bin/python scripts/warm_maps.py &
+  warm=$!
+  "${pip[@]}" -r "$req"
   # Byte-compiled here on every core (pip compiles its ~15,000 modules on one: ~65 s of a ~2 min install on 2
   # cores, 46 s this way). Not left to the first import: where PYTHONDONTWRITEBYTECODE is set (these machines) no
   # import writes its .pyc, and every process would compile torch, transformers and gradio again. A file that does
@@ -22,6 +29,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
   compgen -G "$site/torch/__pycache__/__init__.*.pyc" >/dev/null ||
     echo "[setup] byte-compiling failed: the app runs, but every process compiles its modules again" >&2
+  wait "$warm" || true  # a failure is said there: the first map compiles the kernels
   echo "$want" > "$stamp"
 fi
 # The project's packages (mirror, index, explorer) importable by .venv/bin/python from any folder: `python -m index

@@ -161,6 +161,21 @@ def twin_layouts(base: np.ndarray, tuned: np.ndarray, seed: int = 0) -> tuple[np
     return xy_base, xy_tuned
 
 
+def warm_up(n: int = 60) -> None:
+    """Compile, and cache where they can be, the kernels a map runs on: both layouts of `n` random unit rows, as
+    twin_layouts lays out a run of fewer than PARALLEL_MIN strings, their neighbours found by numpy rather than FAISS,
+    so that only numpy and umap-learn are needed (scripts/warm_maps.py: while pip installs the rest). On a cold cache
+    importing umap alone compiles pynndescent's kernels (~28 s of CPU on an AVX2 core; this project never runs them,
+    umap-learn imports them), and the first layout UMAP's (~10 s)."""
+    x = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    sims = x @ x.T
+    idx = np.argsort(-sims, axis=1, kind="stable")[:, :N_NEIGHBORS]  # each row first: its own similarity is 1
+    knn = idx.astype(np.int64), np.maximum(1.0 - np.take_along_axis(sims, idx, 1), 0.0).astype(np.float32)
+    xy = umap_layout(x, knn, n_epochs=base_epochs(n))
+    umap_layout(x, knn, init=xy, n_epochs=tuned_epochs(n), learning_rate=TUNED_LEARNING_RATE)
+
+
 def place(x: np.ndarray, keep: np.ndarray, xy_keep: np.ndarray, seed: int = 0, k: int = 10) -> np.ndarray:
     """Positions of every unit row of `x`: the laid-out rows `keep` where `xy_keep` put them, every other row at the
     similarity-weighted mean of its k nearest laid-out rows (sharply weighted to the nearest, on it when it is the same

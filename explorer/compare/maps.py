@@ -243,11 +243,13 @@ def pca_2d(x: Any) -> np.ndarray:
 
 
 def warm_up() -> None:
-    """Compile UMAP's numba kernels (tens of seconds on a small CPU) before the first map is asked for."""
+    """Compile UMAP's numba kernels (tens of seconds on a small CPU) before the first map is asked for, and FAISS's
+    loader (what the first map's neighbours would pay)."""
+    import faiss  # noqa: F401
+
     from explorer.compare import layout
 
-    x = _unit(np.random.default_rng(0).normal(size=(MIN_UMAP, 8)))
-    layout.twin_layouts(x, x, 0)
+    layout.warm_up()
 
 
 def _normalised(xy: np.ndarray) -> np.ndarray:
