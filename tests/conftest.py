@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,27 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: group[item.path])  # stable: file order, and test order within a file
 
 
+# Test files that share one server (`bundled_server`): each maps to the file whose scope it joins, so that pytest-xdist
+# runs them on one process, one after the other (a server's start, ~12 s of CPU, once).
+SHARED_SERVER_FILES = {"tests/test_api_client.py": "tests/test_browser.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (./test.sh) with the files of SHARED_SERVER_FILES in one work unit; other modes as xdist
+    makes them."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return SHARED_SERVER_FILES.get(scope, scope)
+
+    return SharedServerScheduling(config, log)
+
+
 def pytest_unconfigure(config):
     folder = getattr(config, "_mirror_gradio_tmp", None)
     if folder:
@@ -155,6 +177,17 @@ def tiny_roberta(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     RobertaModel(config).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def bundled_server(tmp_path_factory) -> Iterator[str]:
+    """`python app.py` on the bundled model with the general checks off (nothing its tests read needs them; each
+    run and blend saves encoding ~1,200 check texts, ~8-18 s on 2 loaded cores; tests/test_verdict_browser.py runs
+    them), shared by test_browser.py and test_api_client.py: its URL."""
+    from tests.server import serve
+
+    with serve(tmp_path_factory.mktemp("bundled_app"), env={"MIRROR_GENERAL_CHECKS": "0"}) as served:
+        yield served.url
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.server import ROOT, serve
+from tests.server import ROOT
 
 WORDS = (ROOT / "examples" / "small_words.txt").read_text().split()[:50]
 FAST = {"max_steps": 2, "batch_size": 16}
@@ -17,10 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
-    # no general checks: nothing here reads them, and each bundled-model run would pay ~8-16 s for them
-    with serve(tmp_path_factory.mktemp("api_app"), {"MIRROR_GENERAL_CHECKS": "0"}) as served:
-        yield served.url
+def server(bundled_server) -> str:
+    return bundled_server  # the browser test's server (conftest): runs and clients here are their own sessions
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from tests.server import ROOT, serve
+from tests.server import ROOT
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -45,11 +45,8 @@ def chromium_or_skip() -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
-    # these paths do not read the general checks (tests/test_verdict_browser.py does, with them on): off, each run
-    # and blend here saves encoding ~1,200 check texts with the tuned model (~8-18 s on 2 loaded cores)
-    with serve(tmp_path_factory.mktemp("browser_app"), env={"MIRROR_GENERAL_CHECKS": "0"}) as served:
-        yield served.url
+def server(bundled_server) -> str:
+    return bundled_server  # shared with tests/test_api_client.py (conftest: one process runs both files)
 
 
 def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
