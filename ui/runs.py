@@ -60,9 +60,10 @@ class TrainView:
             self.progress(*args, **kwargs)
 
     def due(self) -> bool:
-        """At most one redraw a second. Each streamed update costs the page's Gradio frontend ~0.1 s of a 2-core
-        machine's core whatever it changes (it re-derives every output's state): at two a second, Chromium spent
-        ~40% of a core drawing a run that trained (1 a second: ~25%; 10% with none)."""
+        """At most one redraw a second. Each message the page gets costs Gradio's frontend ~0.1 s of a small
+        machine's core, whatever it changes (it re-derives every output's state): redrawn twice a second with Gradio's
+        hidden progress on every step, a training run took ~55% of a core in Chromium, ~27% now
+        (bench/bench_page_cpu.py)."""
         now = time.monotonic()
         if now - self.last_drawn < self.REDRAW_S:
             return False
