@@ -7,6 +7,8 @@ import csv
 import io
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ import pytest
 from explorer.compare import health, maps
 from mirror import moved
 from mirror.errors import MirrorError
+from tests.conftest import ROOT
 
 
 def clustered(n_clusters: int, per: int, dim: int = 16, spread: float = 0.05, seed: int = 0) -> np.ndarray:
@@ -118,6 +121,28 @@ def test_twin_map_on_50_strings_or_more_uses_umap():
         assert Path(kernel._cache._cache_file._index_path).is_file()  # saved (or loaded): its index is on disk
     # the parallel SGD is made from the same function: cached too, it would load the serial code or give its own
     assert not isinstance(umap.layouts._nb_optimize_layout_euclidean_single_epoch_parallel._cache, FunctionCache)
+
+
+@pytest.mark.slow  # imports umap: a few seconds with the numba cache the install filled
+def test_the_installs_warm_up_needs_only_numpy_and_umap_and_caches_the_kernels_maps_run(tmp_path):
+    """scripts/bootstrap.sh runs scripts/warm_maps.py while pip installs the rest: torch, FAISS, gradio and the
+    project's packages may not be there yet. Run as then (those imports refused), it caches what a map runs."""
+    blocked = ["torch", "faiss", "gradio", "transformers", "sentence_transformers", "explorer", "mirror", "index", "ui"]
+    code = (
+        "import runpy, sys\n"
+        "class NotYet:  # as if not installed: `import torch` raises ImportError\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {blocked!r}: raise ImportError(name + ' is not installed yet')\n"
+        "sys.meta_path.insert(0, NotYet())\n"
+        f"runpy.run_path({str(ROOT / 'scripts' / 'warm_maps.py')!r}, run_name='__main__')\n"
+        "import umap.layouts, umap.umap_\n"
+        "for k in (umap.umap_.smooth_knn_dist, umap.layouts._nb_optimize_layout_euclidean_single_epoch):\n"
+        "    print(k._cache._cache_file._index_path)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0 and "compiled and cached" in run.stderr, run.stderr[-3000:]
+    indexes = run.stdout.split()
+    assert len(indexes) == 2 and all(Path(p).is_file() for p in indexes)
 
 
 def test_every_cluster_shown_gets_its_own_colour():
