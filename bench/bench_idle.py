@@ -11,7 +11,6 @@ Prints a table; JSON: bench/out/idle.json.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -22,11 +21,6 @@ from tests.server import serve  # noqa: E402
 
 # the same app with ui.handlers.quiet_queue made a no-op before app.py imports it: Gradio's queue as it comes
 STOCK = "import sys, ui.handlers as h; h.quiet_queue = lambda demo: None; import app; sys.exit(app.main(sys.argv[1:]))"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -40,9 +34,9 @@ def main() -> None:
         with serve(Path(tmp) / "ours", env) as ours, serve(Path(tmp) / "stock", env, command=["-c", STOCK]) as stock:
             pids = {"ours": ours.proc.pid, "stock": stock.proc.pid}
             time.sleep(args.settle)
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            before = {name: common.cpu_seconds(pid) for name, pid in pids.items()}
             time.sleep(args.seconds)
-            used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+            used = {name: common.cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     rows = [
         {"server": labels[name], "cpu_s": round(cpu, 2), "core_share": cpu / args.seconds} for name, cpu in used.items()
     ]

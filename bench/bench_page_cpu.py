@@ -12,7 +12,6 @@ Needs chromium and playwright (requirements-dev.txt). Prints a table; JSON: benc
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import tempfile
@@ -26,17 +25,6 @@ from tests.test_browser import CHROMIUM_ARGS, chromium_or_skip  # noqa: E402
 
 TWICE = "import sys, ui.runs as r; r.TrainView.REDRAW_S = 0.5; import app; sys.exit(app.main(sys.argv[1:]))"
 WORDS = [f"word{i}" for i in range(300)]
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def chromium_pids() -> list[int]:
@@ -55,9 +43,9 @@ def measure(command: list[str] | None, seconds: float, work: Path) -> dict[str, 
             page.wait_for_selector("#mx-launch")
             time.sleep(5)
             pids = chromium_pids()
-            before = cpu_seconds(pids)
+            before = common.cpu_seconds(*pids)
             time.sleep(seconds)
-            idle = cpu_seconds(pids) - before
+            idle = common.cpu_seconds(*pids) - before
             page.get_by_role("tab", name="Paste").click()
             page.locator("#mx-paste textarea").fill("\n".join(WORDS))
             page.locator("#mx-paste-btn").click()
@@ -71,11 +59,11 @@ def measure(command: list[str] | None, seconds: float, work: Path) -> dict[str, 
             page.locator("#mx-launch").click()
             page.wait_for_selector("#mx-status :text('Training')", timeout=120_000)
             time.sleep(5)
-            pids, server = chromium_pids(), [served.proc.pid]
-            before, trained = cpu_seconds(pids), cpu_seconds(server)
+            pids, server = chromium_pids(), served.proc.pid
+            before, trained = common.cpu_seconds(*pids), common.cpu_seconds(server)
             time.sleep(seconds)
-            training = cpu_seconds(pids) - before
-            trained = cpu_seconds(server) - trained
+            training = common.cpu_seconds(*pids) - before
+            trained = common.cpu_seconds(server) - trained
             browser.close()
     return {"idle": idle, "training": training, "server": trained}
 

@@ -54,6 +54,18 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU seconds of these processes so far (Linux /proc; a process already gone counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
