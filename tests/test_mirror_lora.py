@@ -116,12 +116,17 @@ def test_lora_adapters_are_in_the_memory_plan(tiny_bert):
     from mirror.train import step_budget
 
     enc = load_encoder(tiny_bert)
-    plain = MirrorConfig.preset("words")
-    lora = dataclasses.replace(plain, lora_rank=64)
-    a, b = step_budget(enc, plain, 2**30), step_budget(enc, lora, 2**30)
-    # rank 64 on the 8 attention Linear layers (32 -> 32): 64 * (32 + 32) parameters each, weights + grads + AdamW
-    assert b.static - a.static == 8 * 64 * 64 * (4 + 4 + 8)
-    assert b.cost(8, 16) - a.cost(8, 16) >= 16 * 16 * 8 * 64 * 4  # each token of 16 views keeps x·Aᵀ in 8 adapters
+    # Each precision named: "auto" is bf16 on a CPU with native bf16 (AVX512-BF16, AMX) and fp32 elsewhere, and the
+    # plan differs between the two (this test once passed only where auto meant fp32).
+    for precision, bf16_copy, kept in (("fp32", 0, 4), ("bf16", 2, 3)):
+        plain = MirrorConfig.preset("words", precision=precision)
+        lora = dataclasses.replace(plain, lora_rank=64)
+        a, b = step_budget(enc, plain, 2**30), step_budget(enc, lora, 2**30)
+        # rank 64 on the 8 attention Linear layers (32 -> 32): 64 * (32 + 32) parameters each, fp32 weights + grads +
+        # AdamW's two moments, and under bf16 autocast the weights' bf16 copy
+        assert b.static - a.static == 8 * 64 * 64 * (4 + 4 + 8 + bf16_copy), precision
+        # each token of 16 views keeps x·Aᵀ (rank 64 wide) in 8 adapters
+        assert b.cost(8, 16) - a.cost(8, 16) >= 16 * 16 * 8 * 64 * kept, precision
 
 
 def test_a_run_with_nothing_left_to_train_and_an_overflowing_penalty_are_refused_plainly(tiny_bert):
