@@ -59,6 +59,15 @@ def pytest_configure(config):
         import tempfile
 
         os.environ["GRADIO_TEMP_DIR"] = config._mirror_gradio_tmp = tempfile.mkdtemp(prefix="mirror-tests-gradio-")
+    # Every server the tests talk to is http:// on this machine (the app, the fake Hub; nothing else is reachable), yet
+    # each httpx client (one per gradio_client event, per httpx.get) loads a CA bundle into a new SSL context: ~13 ms
+    # on a fast core (these machines set SSL_CERT_FILE to the system's 144 certificates), ~1,300 times a run, ~17 s
+    # of CPU. For the tests and what they start: no bundle, an empty certificate folder (read on demand: never).
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist); workers inherit it
+        import tempfile
+
+        os.environ.pop("SSL_CERT_FILE", None)
+        os.environ["SSL_CERT_DIR"] = config._mirror_no_certs = tempfile.mkdtemp(prefix="mirror-tests-no-certs-")
 
 
 def pytest_collection_finish(session):
@@ -72,9 +81,35 @@ def freeze_garbage() -> None:
     dies later is still freed (reference counts); only a reference cycle among these objects would stay. The
     server (app.py) freezes its own start the same way."""
     import gc
+    import sys
 
+    global _modules_frozen
     gc.collect()
     gc.freeze()
+    _modules_frozen = len(sys.modules)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    """After each test (its fixtures torn down): FastAPI's caches let go of the apps the test built. Every gr.Blocks
+    makes a FastAPI app as it closes and again in .queue(), and FastAPI keeps each route's endpoint in lru_caches of
+    4,096 entries (fastapi.dependencies.models), closures over the whole demo: a server builds one, but a test process
+    builds dozens (build_demo), and kept alive they were ~25,000 objects each, ~750,000 in one process, which every
+    run's full garbage-collector pass scanned (release_memory: ~0.4 s a run, ~40 s of CPU over the suite)."""
+    import sys
+
+    models = sys.modules.get("fastapi.dependencies.models")
+    for name in ("_is_gen_callable_cached", "_is_async_gen_callable_cached", "_is_coroutine_callable_cached"):
+        cached = getattr(models, name, None)
+        if cached is not None:
+            cached.cache_clear()
+    # modules imported since the last freeze (umap, numba, sklearn, pyarrow... on a test's first map or export): kept
+    # out of the later passes too, as the start's are
+    global _modules_frozen
+    if len(sys.modules) - _modules_frozen >= 100:
+        freeze_garbage()
+
+
+_modules_frozen = 0
 
 
 def pytest_collection_modifyitems(config, items):
@@ -114,11 +149,12 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_unconfigure(config):
-    folder = getattr(config, "_mirror_gradio_tmp", None)
-    if folder:
-        import shutil
+    import shutil
 
-        shutil.rmtree(folder, ignore_errors=True)
+    for name in ("_mirror_gradio_tmp", "_mirror_no_certs"):
+        folder = getattr(config, name, None)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def random_bert(
