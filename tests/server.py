@@ -96,13 +96,6 @@ def serve(
             proc.wait()
 
 
-@contextlib.contextmanager
-def serve_app(workdir: Path, timeout: float = 180.0) -> Iterator[str]:
-    """`serve` with the environment as it is (tests set MIRROR_* with monkeypatch); yields the URL."""
-    with serve(workdir, timeout=timeout) as served:
-        yield served.url
-
-
 class Page:
     """One browser page as the server sees it, over plain HTTP: its cookie jar (the signed visitor cookie comes with
     the first answer), its session hash, and events joined by their function's index, as the page's own JavaScript

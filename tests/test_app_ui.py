@@ -36,7 +36,7 @@ from explorer.tune.inputs import ADVANCED, label
 from mirror import MirrorConfig
 from mirror.names import is_under
 from tests.conftest import ENDLESS, ROOT, TINY, WORDS, inject_oom, train, tuned_session
-from tests.server import serve, serve_app
+from tests.server import Served, serve
 from tests.upload_corpus import BAD_UPLOADS, write
 
 
@@ -658,21 +658,24 @@ API_TINY = {"max_steps": 2, "batch_size": 4, "device": "cpu"}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, tiny_bert) -> Iterator[tuple[str, Path]]:
-    """`python app.py` with the tiny model allowed, at most 40 strings, uploads up to 0.01 MB, one training slot."""
-    work = tmp_path_factory.mktemp("hardening_app")
-    with pytest.MonkeyPatch.context() as mp:  # the server's environment only
-        mp.setenv("MIRROR_MODEL_ROOTS", str(tiny_bert))
-        mp.setenv("MIRROR_MAX_STRINGS", "40")
-        mp.setenv("MIRROR_MAX_UPLOAD_MB", "0.01")
-        mp.setenv("MIRROR_TRAIN_CONCURRENCY", "1")
-        mp.setenv("MIRROR_GENERAL_CHECKS", "0")  # nothing here reads them (~2 s of CPU a run on the tiny BERT)
-        served = serve_app(work)
-        url = served.__enter__()
-    try:
-        yield url, work / "sessions"
-    finally:
-        served.__exit__(None, None, None)
+def served(tmp_path_factory, tiny_bert) -> Iterator[Served]:
+    """`python app.py` with the tiny model allowed, at most 40 strings, uploads up to 0.01 MB, one training slot: the
+    server of this file's HTTP tests (one start, ~12 s of CPU on 2 AVX2 cores)."""
+    env = {
+        "MIRROR_MODEL_ROOTS": str(tiny_bert),
+        "MIRROR_MAX_STRINGS": "40",
+        "MIRROR_MAX_UPLOAD_MB": "0.01",
+        "MIRROR_TRAIN_CONCURRENCY": "1",
+        "MIRROR_GENERAL_CHECKS": "0",  # nothing here reads them (~2 s of CPU a run on the tiny BERT)
+    }
+    with serve(tmp_path_factory.mktemp("hardening_app"), env) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(served) -> tuple[str, Path]:
+    """(the URL of `served`, its sessions folder)."""
+    return served.url, served.log.parent / "sessions"
 
 
 def call_raw(url: str, api: str, data: list) -> tuple[str, object]:
@@ -784,31 +787,30 @@ def test_the_server_serves_only_the_files_it_made_for_a_session(server, tiny_ber
 
 # Attack review, /config flood: each page load and each Client() asks for /config.
 @pytest.mark.slow
-def test_config_requests_cost_the_same_with_models_loaded(tmp_path):
+def test_config_requests_cost_the_same_with_models_loaded(served):
     """Gradio deep-copies its config on every /config (each page load, each Client()); the copy used to walk
-    into the loaded models through gr.State's delete callback: 0.7 s and +100 MB per request."""
+    into the loaded models through gr.State's delete callback: 0.7 s and +100 MB per request. On this file's server
+    (the checks off: they load nothing /config could copy), with the bundled model, whose copies would show."""
     import httpx
     from gradio_client import Client
 
-    with serve(tmp_path, {"MIRROR_GENERAL_CHECKS": "0"}) as served:  # the checks load nothing /config could copy
+    def flood() -> list[float]:
+        def one(_: int) -> float:
+            t = time.perf_counter()
+            r = httpx.get(served.url + "config", timeout=60)
+            assert r.status_code == 200
+            return time.perf_counter() - t
 
-        def flood() -> list[float]:
-            def one(_: int) -> float:
-                t = time.perf_counter()
-                r = httpx.get(served.url + "config", timeout=60)
-                assert r.status_code == 200
-                return time.perf_counter() - t
+        with ThreadPoolExecutor(20) as pool:
+            return list(pool.map(one, range(20)))
 
-            with ThreadPoolExecutor(20) as pool:
-                return list(pool.map(one, range(20)))
-
-        idle = flood()  # nothing loaded but what the warm-up loads
-        client = Client(served.url, verbose=False)
-        client.predict(texts="\n".join(WORDS), settings={"max_steps": 1, "device": "cpu"}, api_name="/train")
-        client.predict(queries="cat", k=3, api_name="/search")  # base + tuned bundled models are now in memory
-        before = served.rss()
-        loaded = flood()
-        grown = served.rss() - before
+    idle = flood()  # the tiny models of the tests before, at most: nothing of the bundled model's
+    client = Client(served.url, verbose=False)
+    client.predict(texts="\n".join(WORDS), settings={"max_steps": 1, "device": "cpu"}, api_name="/train")
+    client.predict(queries="cat", k=3, api_name="/search")  # base + tuned bundled models are now in memory
+    before = served.rss()
+    loaded = flood()
+    grown = served.rss() - before
     assert sorted(loaded)[10] < max(0.5, 3 * sorted(idle)[10]), (idle, loaded)
     assert grown < 150 * 2**20, f"RSS grew {grown / 2**20:.0f} MB over 20 /config requests"
 

@@ -320,9 +320,11 @@ def test_warm_up_off_loads_the_bundled_model_only(tmp_path, monkeypatch):
     assert called == ["model"]
     app = MirrorApp(Settings(work_dir=tmp_path / "w2", general_checks=False))
     monkeypatch.setattr(app.models, "warm_up", lambda: called.append("model"))
+    # the estimate's calibration on the small example (test_explorer_estimate's warm-up tests time it): recorded here
+    monkeypatch.setattr(app.planner, "warm_up", lambda checks_s: called.append(("estimate", checks_s)))
     called.clear()
     app.warm_up()
-    assert called == ["model", "maps"]  # the checks are off: nothing of theirs to score
+    assert called == ["model", ("estimate", None), "maps"]  # the checks are off: nothing of theirs to score or price
 
 
 # ------------------------------------------------------------------------------------ the user's own long texts

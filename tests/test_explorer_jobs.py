@@ -158,7 +158,8 @@ import spaces
 from explorer import MirrorApp, Settings
 from explorer.settings import inference_device, zero_gpu
 assert zero_gpu() and inference_device() == "cpu"
-a = MirrorApp(Settings(work_dir=Path(sys.argv[1]), model_roots=(Path(sys.argv[2]),)))
+# the general checks off, as in the other service tests: they run in this process after the GPU job, not in it
+a = MirrorApp(Settings(work_dir=Path(sys.argv[1]), model_roots=(Path(sys.argv[2]),), general_checks=False))
 s = a.session()
 a.loader.load_pasted(s, "\\n".join(sys.argv[3:]))
 events = list(a.trainer.train(s, sys.argv[2], "auto", {"batch_size": 8, "max_steps": 3, "device": "cpu"}))
