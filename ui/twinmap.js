@@ -23,6 +23,7 @@ for (const m of MAPS) {
 
 let D = null; // the decoded data, see load()
 let plots = null; // {base, tuned}: the two scatterplots, made on the first data
+let shared = null; // the renderer (one WebGL context) both draw with
 const S = {
   colourBy: "base", mode: "pan", movement: false, hover: null, clicked: -1, selected: [], located: [],
   lassoing: { base: false, tuned: false }, offset: [0, 0], following: false, size: { w: 0, h: 0 },
@@ -103,7 +104,10 @@ function ensurePlots() {
   const lib = window.reglScatterplot;
   let renderer = null;
   try {
-    renderer = lib && lib.createRenderer();
+    // our own canvas, sized to one map by resize(): the library's default is the window's size, and each draw clears
+    // it, fills a float framebuffer of that size, runs a gamma pass over it and copies a map's part out (in a
+    // software-WebGL browser ~4x the pixels of a 1400 x 1000 page's map, on every frame the map is drawn)
+    renderer = lib && lib.createRenderer({ canvas: document.createElement("canvas") });
   } catch (err) {
     console.warn("twin maps: no WebGL", err);
   }
@@ -116,6 +120,7 @@ function ensurePlots() {
     return false;
   }
   plots = {};
+  shared = renderer;
   for (const m of MAPS) {
     const sp = lib.createScatterplot({
       renderer, canvas: gl[m], width: Math.max(1, box[m].clientWidth), height: Math.max(1, box[m].clientHeight), syncEvents: true,
@@ -578,6 +583,8 @@ function resize() {
   const w = box.base.clientWidth, h = box.base.clientHeight, dpr = window.devicePixelRatio || 1;
   if (!w || !h) return;
   S.size = { w, h };
+  // the shared renderer's canvas holds one map at a time (both are w x h): that size, in device pixels as the maps'
+  if (shared) shared.resize(w, h);
   for (const m of MAPS) {
     if (plots) plots[m].set({ width: w, height: h });
     ov[m].width = Math.round(w * dpr);
