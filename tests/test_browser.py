@@ -29,6 +29,10 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ON_CI = os.environ.get("CI", "").lower() == "true"
+# Screenshots for a person to look at (tests/artifacts/, review_shot): taken where someone can look, not on CI (CI=true),
+# which keeps no file of a run: there they were ~10 s of Chromium's CPU a run, encoding full pages as PNG.
+# MIRROR_TEST_SHOTS=1 takes them on CI too, 0 skips them anywhere. A failing test's screenshot is always taken.
+REVIEW_SHOTS = os.environ.get("MIRROR_TEST_SHOTS", "0" if ON_CI else "1") != "0"
 WORDS = (ROOT / "examples" / "small_words.txt").read_text().split()[:50]
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -62,7 +66,7 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
     with shot_on_failure(page, "browser_failure.png", closing=page):
         page.goto(server)
         page.wait_for_selector("#mx-launch")
-        page.screenshot(path=ARTIFACTS / "browser_1_start.png", full_page=True)
+        review_shot(page, "browser_1_start.png")
 
         # 1. upload: counts and the detected preset appear
         page.locator("#mx-upload input[type=file]").set_input_files(str(words))
@@ -103,7 +107,7 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         index_zip = page.request.get(urljoin(server, index_href))
         assert index_zip.ok and index_zip.body()[:2] == b"PK"
         assert page.request.head(urljoin(server, model_href)).ok
-        page.screenshot(path=ARTIFACTS / "browser_2_tuned.png", full_page=True)
+        review_shot(page, "browser_2_tuned.png")
 
         # 4. search: tuned and base hits side by side
         page.get_by_role("tab", name="② Search").click()
@@ -116,8 +120,15 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         first = queries.nth(0).inner_text()
         assert "kitten" in first and "Tuned (mirror)" in first and "Base · bundled" in first
         assert queries.nth(0).locator("tbody tr").count() == 20  # k=10 hits on each side
-        page.screenshot(path=ARTIFACTS / "browser_3_search.png", full_page=True)
+        review_shot(page, "browser_3_search.png")
         assert not errors, errors
+
+
+def review_shot(page, name: str, full_page: bool = True) -> None:
+    """A screenshot of `page` in tests/artifacts/`name`, for a person to look at (REVIEW_SHOTS)."""
+    if REVIEW_SHOTS:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=ARTIFACTS / name, full_page=full_page)
 
 
 @contextmanager
@@ -187,7 +198,7 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         # issue 28: the good file's strings stay loaded (and armed), and the page says which strings Launch tunes
         expect(page.locator("#mx-input")).to_contain_text("Still loaded: 30 strings from good.txt")
         expect(page.locator("#mx-launch")).to_be_enabled()
-        page.screenshot(path=ARTIFACTS / "browser_4_bad_after_good.png", full_page=True)
+        review_shot(page, "browser_4_bad_after_good.png")
 
         upload_file(page, good)
         expect(page.locator("#mx-input")).not_to_contain_text("binary")  # loaded: its answer resets no field set below
@@ -204,12 +215,12 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         expect(page.locator("#mx-status")).to_contain_text(re.compile(r"Cancelled after \d+ of 600 steps"))
         expect(page.locator("#mx-input")).to_contain_text("loaded again")  # the reloaded page gets the strings back
         expect(page.locator("#mx-launch")).to_be_enabled()
-        page.screenshot(path=ARTIFACTS / "browser_5_cancelled_after_reload.png", full_page=True)
+        review_shot(page, "browser_5_cancelled_after_reload.png")
         tune_a_few_steps(page, 2)  # a short run to list, open and search below (the reload closed Advanced settings)
         expect(page.locator("#mx-result")).to_contain_text("Done", timeout=300_000)
         link = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href")
         run_id = link.split("run=")[1]
-        page.screenshot(path=ARTIFACTS / "browser_5_reattached_done.png", full_page=True)
+        review_shot(page, "browser_5_reattached_done.png")
 
         page.reload()  # listed after a reload, and searchable
         page.locator("#mx-runs input").click()
@@ -240,7 +251,7 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         fresh.locator("#mx-queries textarea").fill(WORDS[1])
         fresh.locator("#mx-search-btn").click()
         expect(fresh.locator("#mx-search-hits .mx-query")).to_have_count(1)
-        fresh.screenshot(path=ARTIFACTS / "browser_6_link_in_a_fresh_browser.png", full_page=True)
+        review_shot(fresh, "browser_6_link_in_a_fresh_browser.png")
 
         # issue 36's High row: both pages download What moved, the link's page filtered after the first page's
         # download. Each link keeps serving the rows it was made for.
@@ -344,7 +355,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         expect(root).to_have_attribute("data-state", "ready", timeout=240_000)  # the first UMAP compiles
         assert root.get_attribute("data-n") == "60"
         expect(page.locator("#mx-health")).to_contain_text("mean cosine")
-        page.screenshot(path=ARTIFACTS / "explore_1_maps.png", full_page=True)
+        review_shot(page, "explore_1_maps.png")
 
         # hover a point on the base map: the tuned map rings the same string, the tooltip names it
         k = 7
@@ -354,7 +365,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         text = root.get_attribute("data-hovered-text")
         assert text and root.get_attribute("data-highlight-other-text") == text
         expect(page.locator("#mx-twinmap .tm-tip")).to_contain_text(text)
-        page.screenshot(path=ARTIFACTS / "explore_2_hover.png")
+        review_shot(page, "explore_2_hover.png", full_page=False)
 
         # click it: its neighbours under both encoders
         page.mouse.click(*map_xy(page, "base", k))
@@ -362,7 +373,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         expect(results.locator("#mx-point-hits .mx-query")).to_have_count(1, timeout=60_000)
         assert "Tuned (mirror)" in results.inner_text() and "Base" in results.inner_text()
         expect(page.locator("#mx-point-md")).to_contain_text(text)
-        page.screenshot(path=ARTIFACTS / "explore_3_neighbours.png", full_page=True)
+        review_shot(page, "explore_3_neighbours.png")
 
         # box-select around that point, then export the selection; the point's screen position is read after the
         # mode click, with the map in view (a click may scroll the page)
@@ -391,7 +402,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         expect(link).to_be_visible(timeout=60_000)
         body = page.request.get(urljoin(server, link.get_attribute("href"))).text()
         assert text in body  # the box was drawn around the hovered point: its row is exported
-        page.screenshot(path=ARTIFACTS / "explore_4_selection_exported.png", full_page=True)
+        review_shot(page, "explore_4_selection_exported.png")
 
         # what moved: strings ranked, a row opens its neighbours and fills the Search tab's query
         page.locator("#mx-moved-btn").click()
@@ -403,7 +414,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         expect(page.locator("#mx-point-md")).to_contain_text(moved_text, timeout=60_000)
         page.wait_for_function("Number(document.querySelector('#mx-twinmap .tm').dataset.located) >= 1")
         assert page.locator("#mx-twinmap .tm-locate").input_value() == moved_text  # located on both maps
-        page.screenshot(path=ARTIFACTS / "explore_5_what_moved.png", full_page=True)
+        review_shot(page, "explore_5_what_moved.png")
         page.get_by_role("tab", name="② Search").click()
         expect(page.locator("#mx-queries textarea")).to_have_value(moved_text)
         page.locator("#mx-search-btn").click()
@@ -422,7 +433,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         assert phone.locator("#mx-loss").bounding_box()["height"] >= 150
         chart = phone.evaluate(CHART_PLACE)
         assert chart["left"] >= chart["box_left"] - 1 and chart["right"] <= chart["box_right"] + 1, chart
-        phone.screenshot(path=ARTIFACTS / "explore_6_phone_tune.png", full_page=True)
+        review_shot(phone, "explore_6_phone_tune.png")
         phone.get_by_label("More tabs").first.click()  # a phone's tab bar folds the later tabs into a menu
         phone.get_by_text("④ Explore").last.click()
         phone.locator("#mx-map-btn").click()
@@ -431,7 +442,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         phone.locator("#mx-moved-btn").click()
         expect(phone.locator("#mx-moved-md")).to_contain_text("60 strings", timeout=60_000)
         # tables read on a phone: no cell a character or two wide, no number broken over lines
-        phone.screenshot(path=ARTIFACTS / "explore_6b_phone_moved.png", full_page=True)
+        review_shot(phone, "explore_6b_phone_moved.png")
         squeezed = phone.evaluate(SQUEEZED_CELLS, ["#mx-moved-table", "#mx-health"])
         assert not squeezed, squeezed
         # the maps pan and zoom by touch: a two-finger pinch on the base map zooms it
@@ -454,7 +465,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         touch("touchEnd", [])
         phone.wait_for_function(f"{zoom} > {before} * 1.2")
         assert phone.evaluate("window.scrollX") == 0  # the pinch zoomed the map, not the page
-        phone.screenshot(path=ARTIFACTS / "explore_7_phone_explore.png", full_page=True)
+        review_shot(phone, "explore_7_phone_explore.png")
         phone_context.close()
         assert not errors, errors
 
@@ -520,7 +531,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         assert "MIRROR_" not in page.locator("#mx-result").inner_text()  # no operator names shown to visitors
         expect(page.locator("#mx-loss")).to_be_visible()
         expect(page.locator("#mx-loss")).to_contain_text("log(2B−1)")
-        page.screenshot(path=ARTIFACTS / "newcomer_1_example_tuned.png", full_page=True)
+        review_shot(page, "newcomer_1_example_tuned.png")
 
         # 2. Explore: health and what moved of the served run, without pressing anything
         page.get_by_role("tab", name="④ Explore").click()
@@ -539,7 +550,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         expect(page.locator("#mx-point-results .mx-query")).to_have_count(1)
         page.locator("#mx-export-all-btn").click()
         expect(page.locator("#mx-export-file a[href]").first).to_be_visible()
-        page.screenshot(path=ARTIFACTS / "newcomer_2_explore_before_blend.png", full_page=True)
+        review_shot(page, "newcomer_2_explore_before_blend.png")
 
         # a search on tab ②, whose hits belong to this run only
         page.get_by_role("tab", name="② Search").click()
@@ -568,7 +579,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         blend_id = blend_link.split("run=")[1]
         assert blend_id != run_id
         expect(page).to_have_url(re.compile(f"[?&]run={blend_id}"))  # the blend, not the run before it
-        page.screenshot(path=ARTIFACTS / "newcomer_3_after_blend.png", full_page=True)
+        review_shot(page, "newcomer_3_after_blend.png")
 
         # the run list names the blend as one
         page.get_by_role("tab", name="① Tune").click()
@@ -579,7 +590,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         assert sum("blend α=0.5 of 411 strings from small_words.txt" in t for t in labels) == 1, labels
         assert any(t.endswith("411 strings from small_words.txt · bundled") for t in labels), labels
         page.keyboard.press("Escape")
-        page.screenshot(path=ARTIFACTS / "newcomer_4_run_list.png", full_page=True)
+        review_shot(page, "newcomer_4_run_list.png")
 
         # 4. a reload serves the run it served: the blend
         page.reload()
@@ -589,7 +600,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         expect(page.locator("#mx-served")).to_contain_text("411 strings")
         page.get_by_role("tab", name="④ Explore").click()
         expect(page.locator("#mx-explore-caption")).to_contain_text(blend_id[:8])
-        page.screenshot(path=ARTIFACTS / "newcomer_5_reloaded.png", full_page=True)
+        review_shot(page, "newcomer_5_reloaded.png")
 
         # 5. a second browser opens the first run's link, then serves a blend of it: the address follows (issue 36:
         # a page opened with ?run=A kept A through later runs, and a reload served A), a reload serves the blend,
@@ -670,5 +681,5 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         upload_file(other, nul)
         expect(other.locator("#mx-input")).to_contain_text("nul.csv: looks like a binary file")
         assert "_nul.csv" not in other.locator("#mx-input").inner_text()
-        other.screenshot(path=ARTIFACTS / "newcomer_6_second_browser.png", full_page=True)
+        review_shot(other, "newcomer_6_second_browser.png")
         assert not errors, errors

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import WORDS
 from tests.server import free_port
+from tests.test_browser import review_shot
 from tests.twinmap_data import build_demo, synthetic_twin_map
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-SHOTS = Path("/work/notes/shots")
 DATA = synthetic_twin_map(200, 5)
 TEXTS = list(DATA["texts"])
 IDS = [int(i) for i in DATA["ids"]]
@@ -37,7 +35,7 @@ def server() -> Iterator[str]:
 
 
 @pytest.fixture
-def page(server, browser, tmp_path):
+def page(server, browser):
     page = browser.new_page(viewport={"width": 1300, "height": 1000})
     page.set_default_timeout(30_000)
     page.errors = []
@@ -46,14 +44,6 @@ def page(server, browser, tmp_path):
     page.wait_for_selector("#tm .tm[data-state=ready]")
     yield page
     page.close()
-
-
-def shot(page, tmp_path: Path, name: str) -> None:
-    path = tmp_path / f"twinmap_{name}.png"
-    page.screenshot(path=path, full_page=True)
-    if SHOTS.parent.is_dir():
-        SHOTS.mkdir(exist_ok=True)
-        shutil.copy(path, SHOTS / path.name)
 
 
 def xy(page, map_: str, k: int, root: str = "#tm") -> tuple[float, float]:
@@ -74,7 +64,7 @@ def attr(page, name: str) -> str:
     return page.locator("#tm .tm").get_attribute(f"data-{name}")
 
 
-def test_hover_highlights_the_same_string_on_the_other_map_and_click_reaches_python(page, tmp_path):
+def test_hover_highlights_the_same_string_on_the_other_map_and_click_reaches_python(page):
     from playwright.sync_api import expect
 
     root = page.locator("#tm .tm")
@@ -89,7 +79,7 @@ def test_hover_highlights_the_same_string_on_the_other_map_and_click_reaches_pyt
     assert "base cluster: base ·" in tip.inner_text()  # the cluster's name, and no coordinates
     box, root_box = tip.bounding_box(), root.bounding_box()
     assert box["x"] >= root_box["x"] and box["x"] + box["width"] <= root_box["x"] + root_box["width"]
-    shot(page, tmp_path, "1_hover_base")
+    review_shot(page, "twinmap_1_hover_base.png")
 
     j = 150  # hover from the tuned side too, near the right edge of the page: the tooltip stays on screen
     page.mouse.move(*xy(page, "tuned", j))
@@ -107,7 +97,7 @@ def test_hover_highlights_the_same_string_on_the_other_map_and_click_reaches_pyt
     page.mouse.click(*xy(page, "base", k))
     expect(page.locator("#tm-clicked textarea")).to_have_value(f"{IDS[k]}|{TEXTS[k]}|base")
     assert attr(page, "clicked") == str(k)
-    shot(page, tmp_path, "2_clicked")
+    review_shot(page, "twinmap_2_clicked.png")
     assert not page.errors, page.errors
 
 
@@ -146,7 +136,7 @@ def selection_matches(page, points: list[tuple[float, float]], poly: list[tuple[
     return got
 
 
-def test_box_and_lasso_selection_on_either_map_is_mirrored_and_python_gets_the_ids(page, tmp_path):
+def test_box_and_lasso_selection_on_either_map_is_mirrored_and_python_gets_the_ids(page):
     from playwright.sync_api import expect
 
     points = [xy(page, "base", k) for k in range(len(TEXTS))]
@@ -165,7 +155,7 @@ def test_box_and_lasso_selection_on_either_map_is_mirrored_and_python_gets_the_i
     expect(page.locator("#tm .tm")).to_have_attribute("data-selected", str(len(boxed)))
     want = f"{len(boxed)}|{','.join(str(IDS[k]) for k in boxed)}"
     expect(page.locator("#tm-selected textarea")).to_have_value(want)
-    shot(page, tmp_path, "3_box_selection")
+    review_shot(page, "twinmap_3_box_selection.png")
 
     tuned = [xy(page, "tuned", k) for k in range(len(TEXTS))]  # shift+drag lassos on the tuned map, in pan mode
     page.locator("#tm .tm-mode[data-mode=pan]").click()
@@ -186,7 +176,7 @@ def test_box_and_lasso_selection_on_either_map_is_mirrored_and_python_gets_the_i
     expect(page.locator("#tm .tm")).to_have_attribute("data-selected", str(len(lassoed)))
     want = f"{len(lassoed)}|{','.join(str(IDS[k]) for k in lassoed)}"
     expect(page.locator("#tm-selected textarea")).to_have_value(want)
-    shot(page, tmp_path, "4_lasso_tuned")
+    review_shot(page, "twinmap_4_lasso_tuned.png")
 
     page.locator("#tm .tm-clear").click()
     expect(page.locator("#tm .tm")).to_have_attribute("data-selected", "0")
@@ -195,7 +185,7 @@ def test_box_and_lasso_selection_on_either_map_is_mirrored_and_python_gets_the_i
     assert not page.errors, page.errors
 
 
-def test_colour_by_legend_locate_zoom_movement(page, tmp_path):
+def test_colour_by_legend_locate_zoom_movement(page):
     from playwright.sync_api import expect
 
     root = page.locator("#tm .tm")
@@ -217,7 +207,7 @@ def test_colour_by_legend_locate_zoom_movement(page, tmp_path):
     expect(legend).to_contain_text("moved most")
     page.locator("#tm .tm-move").check()
     expect(root).to_have_attribute("data-movement", "1")
-    shot(page, tmp_path, "5_moved_with_movement")
+    review_shot(page, "twinmap_5_moved_with_movement.png")
 
     k = TEXTS.index("moon 007")
     page.locator("#tm .tm-locate").fill("moon 007")
@@ -227,7 +217,7 @@ def test_colour_by_legend_locate_zoom_movement(page, tmp_path):
         box = page.locator(f"#tm .tm-map[data-map={map_}] canvas.tm-gl").bounding_box()
         x, y = xy(page, map_, k)
         assert abs(x - (box["x"] + box["width"] / 2)) < 2 and abs(y - (box["y"] + box["height"] / 2)) < 2
-    shot(page, tmp_path, "6_located")
+    review_shot(page, "twinmap_6_located.png")
     page.locator("#tm .tm-locate").press("Enter")  # Enter opens it, as a click would
     expect(page.locator("#tm-clicked textarea")).to_have_value(f"{IDS[k]}|moon 007|base")
     page.locator("#tm .tm-locate").fill("moon")
@@ -244,7 +234,7 @@ def test_colour_by_legend_locate_zoom_movement(page, tmp_path):
     assert not page.errors, page.errors
 
 
-def test_empty_state_then_data_from_a_python_handler_and_dark_theme(server, browser, tmp_path):
+def test_empty_state_then_data_from_a_python_handler_and_dark_theme(server, browser):
     from playwright.sync_api import expect
 
     page = browser.new_page(viewport={"width": 560, "height": 1400})
@@ -268,7 +258,7 @@ def test_empty_state_then_data_from_a_python_handler_and_dark_theme(server, brow
         page.mouse.move(*xy(page, "tuned", k, "#tm-empty"))
         expect(empty).to_have_attribute("data-hovered", str(k))
         expect(empty.locator(".tm-tip")).to_be_visible()
-        shot(page, tmp_path, "7_dark_narrow")
+        review_shot(page, "twinmap_7_dark_narrow.png")
         assert not errors, errors
     finally:
         page.close()
@@ -309,9 +299,7 @@ def test_map_endpoint_returns_every_string_of_a_large_run(big_run):
     assert {c["id"] for c in data["clusters"]["tuned"]} == set(data["tuned_cluster"])
 
 
-def test_every_string_of_a_large_run_is_drawn_and_a_lasso_on_one_map_selects_the_same_on_the_other(
-    big_run, browser, tmp_path
-):
+def test_every_string_of_a_large_run_is_drawn_and_a_lasso_on_one_map_selects_the_same_on_the_other(big_run, browser):
     from playwright.sync_api import expect
 
     url, run_id, api_map = big_run
@@ -331,7 +319,7 @@ def test_every_string_of_a_large_run_is_drawn_and_a_lasso_on_one_map_selects_the
         expect(root.locator(".tm-foot")).to_contain_text(f"all {BIG:,} strings")
         expect(page.locator("#mx-twinmap .tm-foot")).not_to_contain_text("sample")
         root.scroll_into_view_if_needed()
-        shot(page, tmp_path, "8_big_drawn")
+        review_shot(page, "twinmap_8_big_drawn.png")
 
         # lasso a region of the base map (Lasso mode): the same strings selected by the library on the tuned map
         page.locator("#mx-twinmap .tm-mode[data-mode=lasso]").click()
@@ -354,7 +342,7 @@ def test_every_string_of_a_large_run_is_drawn_and_a_lasso_on_one_map_selects_the
         assert all(inside(poly, p["x"], p["y"]) or edge_distance(poly, p["x"], p["y"]) < 12 for p in xy_sel)
         # and Python has it: the selection line, and an export of it holds exactly those strings
         expect(page.locator("#mx-selection-md")).to_contain_text(f"{len(selected):,} strings selected")
-        shot(page, tmp_path, "9_big_lasso")
+        review_shot(page, "twinmap_9_big_lasso.png")
 
         # hover and click a selected point: the other map rings it, its neighbours come from the server
         page.locator("#mx-twinmap .tm-mode[data-mode=pan]").click()
@@ -374,7 +362,7 @@ def test_every_string_of_a_large_run_is_drawn_and_a_lasso_on_one_map_selects_the
         # the page's map is the one /map returned (kept with the run, not laid out again): the same rows in order
         first = json.dumps(api_map["texts"][:5])
         assert page.evaluate(f"{first}.map((t) => {twin}.indexOf(t))") == list(range(5))
-        shot(page, tmp_path, "10_big_clicked")
+        review_shot(page, "twinmap_10_big_clicked.png")
         assert not errors, errors
     finally:
         page.close()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.server import ROOT, serve
-from tests.test_browser import ARTIFACTS, shot_on_failure
+from tests.test_browser import ARTIFACTS, review_shot, shot_on_failure
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 CHECK_ITEMS = 50
@@ -65,7 +65,7 @@ def test_the_verdict_table_and_the_one_click_remedy(server, browser, tmp_path):
         remedy = page.locator("#mx-remedy-btn")
         expect(remedy).to_be_visible()
         assert "α = 0.5" in remedy.inner_text()
-        page.screenshot(path=ARTIFACTS / "verdict_1_worse.png", full_page=True)
+        review_shot(page, "verdict_1_worse.png")
 
         trained = re.search(r"run ([0-9a-f]{8})", page.locator("#mx-result").inner_text()).group(1)
         remedy.click()
@@ -78,5 +78,5 @@ def test_the_verdict_table_and_the_one_click_remedy(server, browser, tmp_path):
         after = table.inner_text()
         assert "Long documents" in after and after != text  # the blend's own numbers
         expect(remedy).to_be_hidden()  # a blend is not offered the remedy again
-        page.screenshot(path=ARTIFACTS / "verdict_2_blended.png", full_page=True)
+        review_shot(page, "verdict_2_blended.png")
         assert not errors, errors
