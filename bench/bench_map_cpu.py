@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import time
 
 import common  # puts the project on sys.path
@@ -36,11 +35,6 @@ Object.defineProperty(window, "reglScatterplot", {
   },
 });
 """
-
-
-def chromium_pids() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "chromium"], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out]
 
 
 def use_the_maps(page) -> None:
@@ -80,12 +74,12 @@ def measure(browser, url: str, window_sized: bool) -> dict[str, float]:
     page = browser.new_page(viewport={"width": 1300, "height": 1000})
     if window_sized:
         page.add_init_script(WINDOW_SIZED)
-    before = common.cpu_seconds(*chromium_pids())
+    before = common.cpu_seconds(*common.chromium_pids())
     page.goto(url)
     page.wait_for_selector("#tm .tm[data-state=ready]")
     page.wait_for_function("Number(document.querySelector('#tm .tm').dataset.drawn) > 0")
     page.wait_for_timeout(1000)
-    pids = chromium_pids()
+    pids = common.chromium_pids()
     loaded = common.cpu_seconds(*pids) - before
     before, t = common.cpu_seconds(*pids), time.perf_counter()
     use_the_maps(page)

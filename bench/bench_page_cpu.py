@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -27,11 +26,6 @@ TWICE = "import sys, ui.runs as r; r.TrainView.REDRAW_S = 0.5; import app; sys.e
 WORDS = [f"word{i}" for i in range(300)]
 
 
-def chromium_pids() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "chromium"], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out]
-
-
 def measure(command: list[str] | None, seconds: float, work: Path) -> dict[str, float]:
     from playwright.sync_api import sync_playwright
 
@@ -42,7 +36,7 @@ def measure(command: list[str] | None, seconds: float, work: Path) -> dict[str, 
             page.goto(served.url)
             page.wait_for_selector("#mx-launch")
             time.sleep(5)
-            pids = chromium_pids()
+            pids = common.chromium_pids()
             before = common.cpu_seconds(*pids)
             time.sleep(seconds)
             idle = common.cpu_seconds(*pids) - before
@@ -59,7 +53,7 @@ def measure(command: list[str] | None, seconds: float, work: Path) -> dict[str, 
             page.locator("#mx-launch").click()
             page.wait_for_selector("#mx-status :text('Training')", timeout=120_000)
             time.sleep(5)
-            pids, server = chromium_pids(), served.proc.pid
+            pids, server = common.chromium_pids(), served.proc.pid
             before, trained = common.cpu_seconds(*pids), common.cpu_seconds(server)
             time.sleep(seconds)
             training = common.cpu_seconds(*pids) - before

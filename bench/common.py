@@ -66,6 +66,14 @@ def cpu_seconds(*pids: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def chromium_pids() -> list[int]:
+    """The process ids of every running Chromium process (pgrep)."""
+    import subprocess
+
+    out = subprocess.run(["pgrep", "-f", "chromium"], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
+
+
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     cells = [[_fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]

@@ -94,7 +94,7 @@ def pytest_runtest_logfinish(nodeid, location):
     makes a FastAPI app as it closes and again in .queue(), and FastAPI keeps each route's endpoint in lru_caches of
     4,096 entries (fastapi.dependencies.models), closures over the whole demo: a server builds one, but a test process
     builds dozens (build_demo), and kept alive they were ~25,000 objects each, ~750,000 in one process, which every
-    run's full garbage-collector pass scanned (release_memory: ~0.4 s a run, ~40 s of CPU over the suite)."""
+    run's full garbage-collector pass scanned (release_memory: ~0.4 s a run, ~58 s of CPU over the suite)."""
     import sys
 
     models = sys.modules.get("fastapi.dependencies.models")

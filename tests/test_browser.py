@@ -56,7 +56,6 @@ def server(bundled_server) -> str:
 def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
     from playwright.sync_api import expect
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     words = tmp_path / "fifty_words.txt"
     words.write_text("\n".join(WORDS) + "\n\n" + WORDS[0] + "\n")  # an empty line and a duplicate, dropped
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -138,6 +137,7 @@ def shot_on_failure(page, name: str, closing) -> Iterator[None]:
     try:
         yield
     except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=ARTIFACTS / name, full_page=True)
         raise
     finally:
@@ -178,7 +178,6 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
     (the page reattaches, the run is listed and searchable); its link opens it in a fresh browser."""
     from playwright.sync_api import expect
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
     good.write_text("\n".join(WORDS[:30]) + "\n")
     bad.write_bytes(b"\x00\x01\x02binary\xff" * 50)
@@ -328,7 +327,6 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
     Search. Screenshots: tests/artifacts/explore_*.png."""
     from playwright.sync_api import expect
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     words = tmp_path / "sixty_words.txt"
     all_words = (ROOT / "examples" / "small_words.txt").read_text().split()
     words.write_text("\n".join(all_words[::6][:60]) + "\n")  # 60 words across the themes: a UMAP layout
@@ -500,7 +498,6 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
     nothing picked and a bad upload after a good one. No page or console error anywhere."""
     from playwright.sync_api import expect
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.server import ROOT, serve
-from tests.test_browser import ARTIFACTS, review_shot, shot_on_failure
+from tests.test_browser import review_shot, shot_on_failure
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 CHECK_ITEMS = 50
@@ -33,7 +33,6 @@ def server(tmp_path_factory) -> Iterator[str]:
 def test_the_verdict_table_and_the_one_click_remedy(server, browser, tmp_path):
     from playwright.sync_api import expect
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     words = tmp_path / "words.txt"
     words.write_text("\n".join((ROOT / "examples" / "small_words.txt").read_text().split()[::4][:80]) + "\n")
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
