@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import gradio as gr
 
 from explorer import MirrorApp, Session, Settings
+from explorer.share.held import HeldRequests
 from explorer.share.uploads import UploadQuota
 from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
@@ -154,6 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # in an hour is bounded separately (UploadQuota). Gradio serves the files handlers return, nothing else of
     # the work folder (no allowed_paths).
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
+    max_request = 2 * app.settings.max_upload_bytes + 2**20
+    queue = demo._queue  # Gradio's own queue (private attributes: checked by tests/test_abuse)
+    # large request bodies held in memory (a paste sent to /train) until their handler read them: one largest request
+    # per visitor, two per address, MIRROR_REQUEST_MEMORY_MB in all; refused before they are read past it
+    total = app.settings.request_memory_bytes
+    held = HeldRequests(
+        min(max_request, total), min(2 * max_request, total), total, live=lambda e: e in queue.event_ids_to_events
+    )
     quota = Middleware(
         UploadQuota,
         quota=app.settings.upload_quota_bytes,
@@ -163,10 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_body=limit + 2**20,  # the file and its multipart framing
         # any other request (an event joining the queue, an API call): a paste of MIRROR_MAX_UPLOAD_MB as JSON (a
         # line break is two characters there), read whole and refused past this before the app sees it
-        max_request=2 * app.settings.max_upload_bytes + 2**20,
+        max_request=max_request,
         key=app.visitor_key,  # the visitor cookie's signature
-        # Gradio's own table of the sessions its queue streams to (a private attribute: checked by tests/test_abuse)
-        known_session=lambda session: session in demo._queue.pending_messages_per_session,
+        known_session=lambda session: session in queue.pending_messages_per_session,  # whom the queue streams to
+        held=held,
     )
     # uvicorn believes X-Forwarded-For from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): only from our proxies
     os.environ["FORWARDED_ALLOW_IPS"] = ",".join(app.settings.trusted_proxies)

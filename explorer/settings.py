@@ -43,6 +43,9 @@ Defaults suit a public CPU Space (see the README's table):
                             before it stops; a reload within them follows the same run (default: 20)
   MIRROR_TRAIN_QUEUE        runs, blends and model uploads waiting for a training slot, one per visitor (default: 16)
   MIRROR_QUEUE_SIZE         events waiting in Gradio's queue, all kinds (default: 64)
+  MIRROR_REQUEST_MEMORY_MB  request bodies over 256 kB held in memory at once, until their handler has read them (a
+                            paste sent to /train): past it, or past one largest request per visitor and two per
+                            address, a request is refused before it is read (default: 160)
   MIRROR_MAX_PAIRS          pairs scored in one evaluation (default: 5000; the bundled sets have at most 1,500)
   MIRROR_SEARCH_CONCURRENCY searches encoding at once, the others wait in arrival order (default: 4; on 2 cores
                             20 parallel searches ran ~1.3x faster with p99 -30% than unlimited, bench/RESULTS.md)
@@ -98,6 +101,7 @@ class Settings:
     search_concurrency: int = 4
     train_queue: int = 16  # places waiting for a training slot (one per visitor)
     queue_size: int = 64  # Gradio's queue, every kind of event
+    request_memory_bytes: int = 160 * 2**20  # large request bodies held at once (explorer.share.held)
     max_pairs: int = 5000  # pairs in one evaluation
     general_checks: bool = True  # the forgetting check after each run (explorer.compare.forgetting); off saves seconds
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
@@ -164,6 +168,9 @@ class Settings:
             search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
             train_queue=number("MIRROR_TRAIN_QUEUE", d.train_queue, 1),
             queue_size=number("MIRROR_QUEUE_SIZE", d.queue_size, 4),
+            request_memory_bytes=int(
+                number("MIRROR_REQUEST_MEMORY_MB", d.request_memory_bytes / 2**20, 1, float) * 2**20
+            ),
             max_pairs=number("MIRROR_MAX_PAIRS", d.max_pairs, 10),
             general_checks=env.get("MIRROR_GENERAL_CHECKS", "1").strip().lower() not in ("0", "false", "no", "off"),
             warm_up=env.get("MIRROR_WARM_UP", "1").strip().lower() not in ("0", "false", "no", "off"),

@@ -8,6 +8,7 @@ tests/test_explorer_exports.py (exports reused and charged), tests/test_mirror_i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -237,6 +238,7 @@ def limited(tmp_path_factory, wide_bert, fake_hub) -> Iterator[tuple[Served, Pat
         "MIRROR_DISK_MB": "100",
         "MIRROR_LOADED_MB": "64",
         "MIRROR_MAX_UPLOAD_MB": "1",  # text inputs; a request body outside the upload route: 3 MB
+        "MIRROR_REQUEST_MEMORY_MB": "8",  # large bodies held at once: 3 MB a visitor, 6 MB an address
         "MIRROR_TRUSTED_PROXIES": "127.0.0.1",
         "HF_HUB_OFFLINE": "0",
         "TRANSFORMERS_OFFLINE": "0",
@@ -383,6 +385,85 @@ def test_a_huge_request_body_is_refused_unread_and_a_visitor_queues_one_run_at_a
     client.predict(api_name="/cancel")
     with pytest.raises(Exception, match="Cancelled"):
         first.result(timeout=60)
+
+
+def partial_join(url: str, address: str, declared: int, cookie: str = "") -> tuple:
+    """A socket that declares a `declared`-byte POST to /gradio_api/queue/join and sends its first kB only: a body
+    the server holds while it arrives. (socket, the answer so far: b"" while it waits for the rest)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    sock = socket.create_connection((host, port), timeout=30)
+    head = (
+        f"POST /gradio_api/queue/join HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"X-Forwarded-For: {address}\r\n{cookie}Content-Length: {declared}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + b"[" * 1024)
+    sock.settimeout(2)
+    answer = b""
+    with contextlib.suppress(TimeoutError):
+        while chunk := sock.recv(4096):  # an answer comes whole, then the server closes: a refusal
+            answer += chunk
+    return sock, answer
+
+
+@pytest.mark.slow
+def test_large_waiting_requests_are_bounded_before_they_are_read(limited):
+    """Issue 49, High row 1: 20 MB /train bodies from fresh visitors were parsed and held while they waited: ~9x the
+    body each, 30 at once 4.1 -> 9.6 GB, 7 of 10 refused only after being parsed. Here (1 MB of text per request, 8 MB
+    of large bodies at once, one largest request per visitor and two per address): bodies still arriving are held
+    within those bounds and the next one is refused unread; 30 simultaneous 1 MB /train requests from fresh visitors
+    at 30 addresses stay within a peak the bound sets, and the server holds nothing of them afterwards."""
+    import threading
+
+    import httpx
+
+    from tests.server import Page
+
+    served, _ = limited
+    first, answer = partial_join(served.url, "10.0.7.1", int(2.5 * MB))
+    assert answer == b""  # being read
+    signed = httpx.get(served.url, headers={"X-Forwarded-For": "10.0.7.1"}).cookies["mirror_visitor"]
+    second, answer = partial_join(served.url, "10.0.7.1", int(2.5 * MB), f"Cookie: mirror_visitor={signed}\r\n")
+    assert answer == b""  # another visitor (a browser) at that address: 5 MB of the address's 6
+    third, answer = partial_join(served.url, "10.0.7.1", int(2.5 * MB))
+    assert answer.startswith(b"HTTP/1.1 429") and b"one large request at a time" in answer, answer  # the first's
+    signed = httpx.get(served.url, headers={"X-Forwarded-For": "10.0.7.1"}).cookies["mirror_visitor"]
+    third, answer = partial_join(served.url, "10.0.7.1", int(2.5 * MB), f"Cookie: mirror_visitor={signed}\r\n")
+    assert answer.startswith(b"HTTP/1.1 429") and b"your address has 5.0 MiB" in answer, answer
+    fourth, answer = partial_join(served.url, "10.0.7.2", int(2.5 * MB))
+    assert answer == b""  # 7.5 MB in all
+    fifth, answer = partial_join(served.url, "10.0.7.3", int(2.5 * MB))
+    assert answer.startswith(b"HTTP/1.1 429") and b"MIRROR_REQUEST_MEMORY_MB" in answer, answer
+    for sock in (first, second, third, fourth, fifth):
+        sock.close()  # a client that goes away gives its bytes back
+
+    line = "a real sentence of some length, with words in it and a number at its end: "
+    bodies = ["\n".join(f"{line}{k}-{i}" for i in range(MB // (len(line) + 8))) for k in range(30)]
+    pages = [Page(served.url, headers={"X-Forwarded-For": f"10.0.8.{k + 1}"}) for k in range(30)]
+    served.reset_peak()
+    before = served.rss("VmHWM")
+    answers: list = [None] * 30
+
+    def train(k: int) -> None:
+        fn_index, trigger = pages[k].fn("train")
+        data = [bodies[k], None, "", "bundled", "auto", "not a JSON object", None]  # read, then refused: no run
+        body = {"data": data, "event_data": None, "fn_index": fn_index, "trigger_id": trigger}
+        try:
+            r = pages[k].http.post(served.url + "gradio_api/queue/join", json={**body, "session_hash": pages[k].hash})
+            answers[k] = r.status_code
+        except httpx.HTTPError as exc:
+            answers[k] = repr(exc)
+
+    threads = [threading.Thread(target=train, args=(k,)) for k in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert set(answers) <= {200, 429} and answers.count(200) >= 3, answers
+    grew = served.rss("VmHWM") - before
+    assert grew < 60 * MB, (grew / MB, answers)  # 8 MB of bodies held at once: ~20 MB; before issue 49: ~128 MB
 
 
 @pytest.mark.slow

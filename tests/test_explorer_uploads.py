@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from explorer import MirrorApp, Settings
+from explorer.share.held import HeldRequests
 from explorer.share.uploads import UploadQuota, display_name, sign_visitor
 from tests.conftest import WORDS, train, tree, tuned_session
 from tests.upload_corpus import rewrite_zip
@@ -327,3 +328,41 @@ def test_every_request_body_is_bounded_and_every_request_knows_its_visitor(tmp_p
     signed = sign_visitor("a" * 32, quota.key)
     assert post(quota, [b"{}"], headers={"Cookie": f"mirror_visitor={signed}"}, path=join) == 200
     assert seen[-1]["state"]["mirror_visitor"] == "a" * 32
+
+
+def test_large_bodies_are_held_within_the_visitor_address_and_server_accounts(tmp_path):
+    """Issue 49, High row 1: 20 MB /train bodies from fresh visitors were parsed and held while they waited (30 at
+    once: 4.1 -> 9.6 GB). A body over `small` bytes is charged from its first byte (its declared length at once) until
+    its handler says it read it or its event is over; past a visitor's, an address's or the server's bytes it is
+    refused (429) before it is read."""
+    live: set[str] = set()
+    states: list[dict] = []
+
+    async def app(scope, receive, send):
+        await read_body(receive)
+        event = f"e{len(states)}"
+        live.add(event)
+        states.append(scope["state"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": json.dumps({"event_id": event}).encode()})
+
+    held = HeldRequests(per_visitor=1000, per_address=2000, total=2500, live=live.__contains__, small=100)
+    quota = UploadQuota(app, quota=10**6, max_request=2000, held=held)
+    join, big = "/gradio_api/queue/join", [b"x" * 400, b"x" * 400]
+    cookie = {"Cookie": f"mirror_visitor={sign_visitor('b' * 32, quota.key)}"}
+    assert post(quota, [b"x" * 100], path=join) == 200 and held.held() == 0  # ordinary events: never counted
+    assert post(quota, big, path=join) == 200 and held.held("@1.1.1.1") == 800  # held while its event lives
+    calls = len(states)
+    assert post(quota, big, path=join) == 429 and held.held() == 800  # the same visitor: cut off as it arrives
+    declared = {"Content-Length": "800"}
+    assert post(quota, big, headers=declared, path=join) == 429 and len(states) == calls  # declared: refused unread
+    assert post(quota, big, headers=cookie, path=join) == 200  # another visitor at the same address
+    assert post(quota, big, peer="2.2.2.2", path=join) == 200 and held.held() == 2400
+    assert post(quota, big, peer="3.3.3.3", path=join) == 429  # the server's 2,500 bytes
+    assert post(quota, big, headers={**cookie, "Content-Length": "900"}, peer="2.2.2.2", path=join) == 429
+    states[1]["mirror_release"]()  # the first one's handler read it (ui.handlers.consume_request)
+    assert held.held() == 1600
+    live.discard("e2")  # the second one's event is over (done, failed or cancelled)
+    assert held.held() == 800
+    assert post(quota, big, peer="3.3.3.3", path=join) == 200
+    assert post(quota, big, path="/gradio_api/run/predict") == 200 and held.held() == 1600  # answered: given back

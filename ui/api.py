@@ -14,7 +14,7 @@ import gradio as gr
 from explorer import MirrorApp, Session, render
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
-from ui.handlers import JOB_QUEUE
+from ui.handlers import JOB_QUEUE, consume_request
 from ui.numbers import Number, Text
 
 
@@ -83,7 +83,17 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         MirrorConfig fields (e.g. {"max_steps": 20}). Returns the run summary, the model zip and the index zip.
         The tuned model then serves /search for this client's session."""
         session = app.session(s)
-        yield from api_run(app, session, s, texts, file, column, model, mode, settings)
+        try:
+            info = app.trainer.load_for_api(session, texts, file, column, settings)
+        except MirrorError as exc:
+            if session is not s:  # a client's first call failed: its new session folder is never reused
+                app.close_session(session)
+            raise gr.Error(str(exc), print_exception=False) from None
+        finally:
+            # the strings are the session's now: no copy of the request (up to MIRROR_MAX_UPLOAD_MB) waits with the run
+            del texts
+            consume_request()
+        yield from api_run(app, session, s, info, model, mode, settings)
 
     def api_search(queries: str, k: float = 10, hide_query: bool = False, run: str = "", s: Session | None = None):
         """Top-k hits (k <= 50) per query (one per line) with the tuned and the base encoder of this client's

@@ -11,6 +11,7 @@ import gradio as gr
 
 from explorer import MirrorApp, Session, render
 from explorer.runs.accounts import Owner
+from explorer.runs.models import release_memory
 
 PRIVATE = {"api_visibility": "private"}
 ENCODE_QUEUE = {"concurrency_id": "encode", "concurrency_limit": 2}
@@ -46,6 +47,29 @@ def current_visitor() -> Owner | None:
     if not isinstance(visitor, str) or not visitor:
         return None
     return Owner(visitor=visitor, address=str(address or ""))
+
+
+def consume_request() -> None:
+    """The handler serving this request has read its inputs (a large paste is the session's strings now): drop the
+    copies Gradio keeps while the event lives (the request's raw body and parsed JSON, the event's input values) and
+    give the body's bytes back to the server's account of held requests (explorer.share.held). Without it a 20 MB
+    /train body stayed in memory, three times over, for as long as its run waited and trained."""
+    from gradio.context import LocalContext
+
+    request = getattr(LocalContext.request.get(None), "request", None)  # the Starlette request behind gr.Request
+    if request is not None:
+        request.__dict__.pop("_body", None)
+        request.__dict__.pop("_json", None)
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    event = queue.event_ids_to_events.get(event_id) if queue is not None and event_id else None
+    data = getattr(getattr(event, "data", None), "data", None)
+    if isinstance(data, list):  # later steps of a generator do not read it again (Gradio keeps the iterator)
+        data[:] = ["" if isinstance(v, str) and len(v) > 65536 else v for v in data]
+    release = ((getattr(request, "scope", None) or {}).get("state") or {}).get("mirror_release")
+    if callable(release):  # a large body (explorer.share.held): its parsing's garbage goes back to the OS too
+        release()
+        release_memory(collect=False)
 
 
 def call_service(

@@ -123,14 +123,13 @@ class Trainer:
         threading.Thread(target=self._run, args=args, name=f"mirror-run-{handle.id[:8]}", daemon=True).start()
         return handle
 
-    def train_stream(
-        self, session: Session, texts: str, file: str | None, column: str, model: str, mode: str, settings: Any
-    ) -> Iterator[tuple[dict[str, Any], RunInfo | None]]:
-        """The /train API: load `file` (or the pasted `texts`), tune, and yield (progress, None) as the run goes
-        (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
-        (summary, run). Errors raise MirrorError with the message the page would show."""
+    def load_for_api(
+        self, session: Session, texts: str, file: str | None, column: str, settings: Any
+    ) -> dict[str, Any]:
+        """The /train API's input: `file` (or the pasted `texts`) loaded as the session's strings, once this visitor
+        may queue a run (checked before 20 MB of text is read for a run refused anyway). What `set_texts` reports;
+        MirrorError with the message the page would show."""
         try:
-            # before reading 20 MB of text for a run refused anyway
             self.app.train_queue.check(queue_key(session), session.owner.address)
             info = (
                 self.app.loader.load_file(session, file, (column or "").strip() or None)
@@ -141,6 +140,14 @@ class Trainer:
                 raise MirrorError('settings must be a JSON object such as {"max_steps": 20}')
         except Exception as exc:  # MirrorError, or a bug: a message either way
             raise MirrorError(user_error(exc)) from None
+        return info
+
+    def train_stream(
+        self, session: Session, info: dict[str, Any], model: str, mode: str, settings: dict | None
+    ) -> Iterator[tuple[dict[str, Any], RunInfo | None]]:
+        """The /train API's run on the strings `load_for_api` loaded (`info`): yields (progress, None) as the run goes
+        (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
+        (summary, run). Errors raise MirrorError with the message the page would show."""
         notes, progress, last = list(info.get("notes", [])), {"status": "queued"}, 0.0
         for ev in self.train(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {})):
             if isinstance(ev, Failed | Cancelled):

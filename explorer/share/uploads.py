@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorer.share.held import Body, HeldRequests
 from mirror.data import fmt_size
 from mirror.errors import MirrorError
 
@@ -233,6 +234,7 @@ class UploadQuota:
         max_entries: int = 10_000,
         key: bytes | None = None,
         known_session: Callable[[str], bool] | None = None,
+        held: HeldRequests | None = None,
     ):
         self.app, self.quota, self.window = app, quota, window
         self.address_quota = address_quota or 4 * quota
@@ -243,6 +245,8 @@ class UploadQuota:
         # whether Gradio's queue knows a session hash: a poll of its event stream for one it does not is answered
         # 404 here (Gradio raises it after starting the stream, and the server logged a 5 kB traceback per poll)
         self.known_session = known_session
+        # large request bodies held in memory until their handler has read them (explorer.share.held)
+        self.held = held
         self.uploads: collections.deque[Upload] = collections.deque()
         self.by_visitor: collections.Counter[str] = collections.Counter()
         self.by_address: collections.Counter[str] = collections.Counter()
@@ -361,7 +365,9 @@ class UploadQuota:
 
     async def _bounded(self, scope: dict, receive: Callable, send: Callable) -> None:
         """A POST other than an upload (an event joining the queue, an API call): read whole, within max_request,
-        before the app sees it; refused unread when its declared length is over."""
+        before the app sees it; refused unread when its declared length is over. A large body is charged to the
+        held-requests account (`self.held`) from its first byte until its handler has read it or its event is over,
+        and refused (429) unread, or as it arrives, when its visitor, its address or the server holds too much."""
         limit = self.max_request
         if limit is None:
             return await self.app(scope, receive, send)
@@ -369,30 +375,64 @@ class UploadQuota:
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             return await _refuse(send, why)
-        body, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return await _refuse(send, why)
-            body.append(chunk)
-            if not message.get("more_body", False):
-                break
-        data = b"".join(body)
-        del body
-        sent = False
+        state = scope["state"]
+        body = Body(state["mirror_visitor"], state["mirror_address"])
+        held = self.held
+        if held is not None and declared:  # its declared bytes are reserved now: simultaneous ones are refused unread
+            if no := held.refusal(body, declared):
+                return await _refuse(send, no, 429)
+            held.charge(body, declared)
+        chunks, size = [], 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    return await _refuse(send, why)
+                if held is not None and size > body.size:  # past what it declared (or it declared nothing)
+                    if no := held.refusal(body, size - body.size):
+                        return await _refuse(send, no, 429)
+                    held.charge(body, size - body.size)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            data = b"".join(chunks)
+            del chunks
+            sent = False
 
-        async def replay() -> dict:
-            nonlocal sent, data
-            if sent:
-                return await receive()
-            sent, chunk, data = True, data, b""
-            return {"type": "http.request", "body": chunk, "more_body": False}
+            async def replay() -> dict:
+                nonlocal sent, data
+                if sent:
+                    return await receive()
+                sent, chunk, data = True, data, b""
+                return {"type": "http.request", "body": chunk, "more_body": False}
 
-        return await self.app(scope, replay, send)
+            if held is None:
+                return await self.app(scope, replay, send)
+            state["mirror_release"] = lambda: held.release(body)  # the handler read it (ui.handlers.consume_request)
+            return await self.app(scope, replay, self._holding(body, scope["path"].endswith("/queue/join"), send))
+        finally:
+            if held is not None and body.event_id is None:
+                held.release(body)  # refused, failed, or answered: nothing waits with it
+
+    def _holding(self, body: Body, join: bool, send: Callable) -> Callable:
+        """`send` that notes the queue event a joined body became: it stays charged while the event lives."""
+        answer = {"status": 0, "body": b""}
+
+        async def holding_send(message: dict) -> None:
+            if join and message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+            elif join and message["type"] == "http.response.body" and answer["status"] == 200:
+                answer["body"] += message.get("body", b"")[:4096]
+                if not message.get("more_body", False):
+                    with contextlib.suppress(ValueError, TypeError, AttributeError):
+                        body.event_id = str(json.loads(answer["body"])["event_id"])
+            await send(message)
+
+        return holding_send
 
     async def _receive_all(self, upload: Upload, receive: Callable, spool: Any) -> str | None:
         """Read the whole body into `spool`, charging it as it arrives; a refusal message ("" for a disconnect)
