@@ -51,6 +51,7 @@ class MirrorApp:
         self.sessions = SessionStore(self.settings, self.forget)
         self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.forget)
         self.accounts = DiskAccounts(lambda: self.settings, self.settings.work_dir, self.runs.root, self.forget)
+        self.models.hub.server_room = self.accounts.server_room  # a hub download counts on the server's disk
         # who is asking, as the web layer knows it (ui.handlers.current_visitor: the signed cookie and the address);
         # None where nobody tells (the service used directly): such sessions share one account
         self.identify: Callable[[], Owner | None] = lambda: None

@@ -29,6 +29,8 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_MODEL_ROOTS        folders (os.pathsep-separated) from which local models may be loaded (default: none)
   MIRROR_ALLOW_HUB          1/0: allow Hugging Face Hub model ids (default: 1)
   MIRROR_MAX_HUB_MB         largest hub model download, asked of the hub before downloading (default: 2048)
+  MIRROR_HUB_DISK_MB        hub models kept on this server's disk (under the work folder, in MIRROR_DISK_MB), least
+                            recently used removed for the next download (default: 4096)
   MIRROR_TRAIN_CONCURRENCY  training runs at once (default: 1, one per GPU)
   MIRROR_LOADED_RUNS        tuned models kept in memory across sessions, LRU (default: 32)
   MIRROR_LOADED_MB          ... and at most this much memory for them: weights + vectors (default: 3072)
@@ -95,6 +97,7 @@ class Settings:
     model_roots: tuple[Path, ...] = ()
     allow_hub: bool = True
     max_hub_bytes: int = 2048 * 1024 * 1024  # bert-large (1.3 GB) fits; a 7B checkpoint does not
+    hub_disk_bytes: int = 4096 * 1024 * 1024  # hub models kept, LRU (explorer.runs.hubcache)
     train_concurrency: int = 1
     loaded_runs: int = 32  # 20 active sessions on the bundled model (~95 MB each) stay loaded (bench/RESULTS.md)
     loaded_bytes: int = 3072 * 1024 * 1024  # ... but only ~6 runs of a bert-base-sized model
@@ -162,6 +165,7 @@ class Settings:
             model_roots=roots,
             allow_hub=env.get("MIRROR_ALLOW_HUB", "1").strip().lower() not in ("0", "false", "no", "off"),
             max_hub_bytes=int(number("MIRROR_MAX_HUB_MB", d.max_hub_bytes / 2**20, 1, float) * 2**20),
+            hub_disk_bytes=int(number("MIRROR_HUB_DISK_MB", d.hub_disk_bytes / 2**20, 0.1, float) * 2**20),
             train_concurrency=number("MIRROR_TRAIN_CONCURRENCY", d.train_concurrency, 1),
             loaded_runs=number("MIRROR_LOADED_RUNS", d.loaded_runs, 1),
             loaded_bytes=loaded_bytes,

@@ -67,10 +67,12 @@ def tune_and_index(
     emit: Callable[[Event], None] = lambda ev: None,
     should_stop: Callable[[], bool] = lambda: False,
     memory: int | None = None,
+    cache_dir: str | Path | None = None,
 ) -> None:
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
     and run/tuned_index. Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
-    true, Stopped(stats) with nothing saved. `roots`: where a local model may be loaded from (None: anywhere)."""
+    true, Stopped(stats) with nothing saved. `roots`: where a local model may be loaded from (None: anywhere);
+    `cache_dir`: where a hub model is (or is downloaded to; None: Hugging Face's cache)."""
     from mirror.encoder import load_encoder
     from mirror.train import mirror_tune, save_result
 
@@ -78,7 +80,12 @@ def tune_and_index(
     memory = run_memory(config, memory)
     emit(Phase("Loading the base model"))
     encoder = load_encoder(
-        config.model, pooling=config.pooling, device=config.device, dropout=config.dropout, allowed_roots=roots
+        config.model,
+        pooling=config.pooling,
+        device=config.device,
+        dropout=config.dropout,
+        allowed_roots=roots,
+        cache_dir=cache_dir,
     )
     if build_base:
         index_with(encoder, texts, run / "base_index", "Indexing your strings with the base encoder", emit)

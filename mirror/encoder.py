@@ -534,6 +534,7 @@ def load_encoder(
     dropout: float | None = None,
     allowed_roots: Sequence[Path] | None = None,
     max_weights: int | None = None,
+    cache_dir: str | Path | None = None,
 ) -> Encoder:
     """Load the bundled model, a local folder (plain HF or sentence-transformers) or a hub id.
 
@@ -542,13 +543,13 @@ def load_encoder(
     `allowed_roots` is check_model_name's `roots`: None takes local folders anywhere, a list only under
     those directories, an empty one none. Messages name a local folder by its last part, never its full path.
     `max_weights`: the bytes its fp32 weights may take, checked from its config before any weight is made (or, for
-    a hub id, downloaded): `check_weights`.
+    a hub id, downloaded): `check_weights`. `cache_dir`: where a hub id is downloaded to (None: Hugging Face's cache).
     """
     source = str(name_or_path).strip()
     if not source:
         raise MirrorError("no model given: use 'bundled', a Hugging Face model id or a local folder")
     shown = shown_model(source)
-    folder = _resolve_folder(source, allowed_roots, shown, max_weights)
+    folder = _resolve_folder(source, allowed_roots, shown, max_weights, cache_dir)
     transformer_dir, st_pooling, st_max_len = folder, None, None
     for module in _st_modules(folder, shown):
         mtype, mpath = str(module.get("type", "")), module.get("path", "")
@@ -661,7 +662,11 @@ def load_sentence_transformer(path: str | Path, device: str = "cpu"):
 
 
 def _resolve_folder(
-    source: str, allowed_roots: Sequence[Path] | None, shown: str, max_weights: int | None = None
+    source: str,
+    allowed_roots: Sequence[Path] | None,
+    shown: str,
+    max_weights: int | None = None,
+    cache_dir: str | Path | None = None,
 ) -> Path:
     """The folder to load: the bundled model's, a local one (the policy of check_model_name) or a hub download (with
     `max_weights`, its config.json first: a model too large for this machine is refused before its weights come)."""
@@ -670,10 +675,10 @@ def _resolve_folder(
         return bundled_model_path()
     if not looks_local(name):
         if max_weights is not None:
-            config_dir = _download(name, ["config.json"])
+            config_dir = _download(name, ["config.json"], cache_dir)
             if (config_dir / "config.json").is_file():  # a sentence-transformers repo may keep it in a subfolder
                 check_weights(config_dir, shown, max_weights)
-        return _download(name)
+        return _download(name, cache_dir=cache_dir)
     path = Path(name).expanduser()
     try:
         if not path.is_dir():
@@ -700,13 +705,13 @@ def hub_download_bytes(repo_id: str) -> int | None:
     return sum(int(f.size or 0) for f in files)
 
 
-def _download(repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES)) -> Path:
+def _download(repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES), cache_dir: str | Path | None = None) -> Path:
     with _HF_IMPORT_LOCK:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=list(patterns)))
+        return Path(snapshot_download(repo_id, allow_patterns=list(patterns), cache_dir=cache_dir))
     except (RepositoryNotFoundError, GatedRepoError):
         raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
     except Exception as exc:  # offline mode, DNS failure, timeouts: all mean "unreachable"

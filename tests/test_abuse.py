@@ -17,6 +17,7 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -464,6 +465,58 @@ def test_large_waiting_requests_are_bounded_before_they_are_read(limited):
     assert set(answers) <= {200, 429} and answers.count(200) >= 3, answers
     grew = served.rss("VmHWM") - before
     assert grew < 60 * MB, (grew / MB, answers)  # 8 MB of bodies held at once: ~20 MB; before issue 49: ~128 MB
+
+
+@pytest.fixture(scope="module")
+def hub_server(tmp_path_factory, tiny_bert) -> Iterator[tuple[Served, Path, Any]]:
+    """A server with 20 MB of disk, 4 MB of it for hub models, and a fake Hub of three 1.6 MB models (the tiny BERT
+    and 1.5 MB of padding each); Hugging Face's own cache (HF_HOME) in a folder of the test's."""
+    from tests.fake_hub import FakeHub
+
+    work = tmp_path_factory.mktemp("abuse_hub")
+    files = {p.name: p.read_bytes() for p in tiny_bert.iterdir() if p.is_file()}
+    with FakeHub() as hub:
+        for name in ("org/a", "org/b", "org/c"):
+            hub.models[name] = {**files, "padding.txt": name.encode() * (MB // 4)}
+        env = {
+            "MIRROR_GENERAL_CHECKS": "0",
+            "MIRROR_DISK_MB": "20",
+            "MIRROR_HUB_DISK_MB": "4",
+            "HF_HUB_OFFLINE": "0",
+            "TRANSFORMERS_OFFLINE": "0",
+            "HF_ENDPOINT": hub.url,
+            "HF_HUB_DISABLE_XET": "1",
+            "HF_HOME": str(work / "hf"),
+        }
+        with serve(work, env) as served:
+            yield served, work, hub
+
+
+@pytest.mark.slow
+def test_hub_models_are_priced_on_the_servers_disk_before_they_come(hub_server):
+    """Issue 49, High row 2: hub models were downloaded before the disk check, into Hugging Face's cache outside the
+    work folder: with the disk full, 5 refused requests grew it 0 -> 352 MiB, charged to nobody, never removed. Here
+    a download is priced first (refused with nothing downloaded when the server's disk cannot take it), lands in the
+    work folder (counted by MIRROR_DISK_MB), and the least recently used hub model goes for the next within
+    MIRROR_HUB_DISK_MB."""
+    served, work, hub = hub_server
+    sessions, hf = work / "sessions", work / "hf"
+    filler = sessions / "filler.bin"  # the server's disk, full: 19.5 of its 20 MB
+    filler.write_bytes(b"\0" * (39 * MB // 2))
+    for model in ("org/a", "org/b"):
+        message = train_at(served.url, "10.0.9.1", model)
+        assert "MIRROR_DISK_MB" in message, message
+    assert not any("/resolve/" in r["path"] for r in hub.requests), hub.requests  # not even a config came down
+    assert disk_usage(hf) == 0 if hf.exists() else True
+    assert disk_usage(sessions / ".hub") == 0 if (sessions / ".hub").exists() else True
+    filler.unlink()
+    for model in ("org/a", "org/b", "org/c"):
+        assert train_at(served.url, "10.0.9.2", model) == "done"
+        kept = {p.name for p in (sessions / ".hub").glob("models--*")}
+        assert disk_usage(sessions / ".hub") <= 4 * MB, kept
+    assert kept == {"models--org--b", "models--org--c"}  # org/a, least recently used, made room for org/c
+    assert not hf.exists() or disk_usage(hf) == 0  # nothing outside the work folder
+    assert "Traceback" not in served.log.read_text()
 
 
 @pytest.mark.slow

@@ -13,9 +13,12 @@ import time
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from explorer import MirrorApp
 from explorer.runs.accounts import Owner, disk_usage, read_owner
 from explorer.runs.training import run_bytes
+from mirror.errors import MirrorError
 from tests.conftest import WORDS, train
 
 
@@ -98,3 +101,49 @@ def test_a_model_zip_is_charged_unpacked_before_it_is_unpacked(app, tiny_bert, t
     app.settings = dataclasses.replace(app.settings, visitor_disk_bytes=held + 3 * unpacked)
     assert list(app.saved.use_saved_model(s, str(model_zip)))[-1].kind == "done"
     assert app.accounts.usage().by_visitor["mallory"] >= held + unpacked  # the unpacked model is hers
+
+
+def test_the_hub_cache_prices_each_download_and_keeps_its_budget_least_recently_used_first(tmp_path):
+    """Issue 49, High row 2 (the piece under tests/test_abuse.py's server test): a download is priced before it
+    comes; the least recently used model not in use makes room; a refusal holds nothing."""
+    from explorer.runs.hubcache import HubCache
+
+    full = {"on": False}
+
+    def server_room(n: int) -> None:
+        if full["on"]:
+            raise MirrorError("this server's disk for runs is full")
+
+    hub = HubCache(tmp_path / ".hub", budget=3000, server_room=server_room)
+    hub.sizes.update({"org/a": 1000, "org/b": 1000, "org/c": 1500, "org/huge": 4000})
+
+    def fetch(model: str) -> None:  # what snapshot_download leaves
+        snap = hub.folder(model) / "snapshots" / ("0" * 8)
+        snap.mkdir(parents=True, exist_ok=True)
+        (snap / "config.json").write_text("{}")
+        (snap / "model.safetensors").write_bytes(b"x" * hub.sizes[model])
+
+    for model in ("org/a", "org/b"):
+        with hub.use(model):
+            fetch(model)
+    with pytest.raises(MirrorError, match="MIRROR_HUB_DISK_MB"):
+        with hub.use("org/huge"):
+            fetch("org/huge")
+    full["on"] = True
+    with pytest.raises(MirrorError, match="disk for runs is full"):
+        with hub.use("org/c"):
+            fetch("org/c")
+    assert not hub.users and not hub.pending and not hub.folder("org/c").exists()
+    with hub.use("org/a"):  # here already: no price asked, no room needed, whatever the disk says
+        pass
+    full["on"] = False
+    with hub.use("org/b"):  # in use while org/c comes: org/a, the least recently used other, goes
+        with hub.use("org/c"):
+            fetch("org/c")
+    assert {p.name for p in hub.root.glob("models--*")} == {"models--org--b", "models--org--c"}
+    assert hub.usage() <= 3000
+    with pytest.raises(RuntimeError):  # a failed load leaves no partial download
+        with hub.use("org/a"):
+            (hub.folder("org/a") / "blobs").mkdir(parents=True)
+            raise RuntimeError("the hub went away")
+    assert not hub.folder("org/a").exists()

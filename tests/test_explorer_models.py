@@ -247,7 +247,9 @@ def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, lo
     hub_snapshot = remote_code_model(tmp_path / "hub" / "snapshot", tiny_bert)
     downloads = []
     # (the hub's config.json alone first, to price the model: mirror.encoder.check_weights; then the rest)
-    monkeypatch.setattr(mirror.encoder, "_download", lambda repo, patterns=None: downloads.append(repo) or hub_snapshot)
+    monkeypatch.setattr(
+        mirror.encoder, "_download", lambda repo, patterns=None, cache_dir=None: downloads.append(repo) or hub_snapshot
+    )
     roots = tmp_path / "models"
     evil = remote_code_model(roots / "evil", tiny_bert)
     unknown = remote_code_model(roots / "unknown", tiny_bert, model_type="evil-net")

@@ -158,6 +158,13 @@ class DiskAccounts:
                 f"the visitors at your address keep {fmt_size(u.by_address[owner.address])} on this server, and one "
                 f"address may keep {fmt_size(s.address_disk_bytes)} (MIRROR_ADDRESS_DISK_MB); {self._ttl()}"
             )
+        self.server_room(incoming, u)
+        return removed
+
+    def server_room(self, incoming: int, u: Usage | None = None) -> None:
+        """Room for `incoming` more bytes in the server's budget (MIRROR_DISK_MB), exports (which can be made again)
+        going first, or MirrorError: nobody's runs are removed for it."""
+        s, u = self.settings, u or self.usage()
         if u.total + incoming > s.disk_bytes:
             prune_exports([e.folder for e in u.entries], u.total + incoming, s.disk_bytes)
             total = self.usage().total
@@ -166,7 +173,6 @@ class DiskAccounts:
                     f"this server's disk for runs is full ({fmt_size(total)} of {fmt_size(s.disk_bytes)}, "
                     f"MIRROR_DISK_MB); {self._ttl()}"
                 )
-        return removed
 
     def fit(self, owner: Owner, out: Path) -> None:
         """After `owner` wrote an export `out`: its visitor back within budget, its older exports going first; when

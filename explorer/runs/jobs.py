@@ -206,7 +206,8 @@ def train_job(
     Results are files in run_dir: model/ (sentence-transformers), base_index/ (unless build_base is False) and
     tuned_index/. The job stops between steps when a file named STOP appears in run_dir (Cancel, across
     processes), when `limits["max_seconds"]` have passed, or when nobody has asked for an event for ABANDONED_S.
-    `limits["memory"]` bounds what a training step may plan for (None: the memory available).
+    `limits["memory"]` bounds what a training step may plan for (None: the memory available); `limits["hub_cache"]`:
+    where the server keeps hub models (explorer.runs.hubcache: the base was downloaded there before the job).
     """
     run = Path(run_dir)
     stop = run / STOP_FILE
@@ -235,6 +236,7 @@ def train_job(
                 emit=events.put,
                 should_stop=should_stop,
                 memory=limits.get("memory"),
+                cache_dir=limits.get("hub_cache"),
             )
         except MirrorError as exc:
             events.put(Failed(str(exc)))

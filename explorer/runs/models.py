@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from explorer.runs.hubcache import HUB_DIR, HubCache
 from explorer.settings import Settings, inference_device
 from mirror.config import BUNDLED_MODEL
-from mirror.data import fmt_size
-from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
     from explorer.runs.runinfo import RunInfo
@@ -113,7 +112,13 @@ class ModelCache:
         self.corpora: OrderedDict[str, IndexPair] = OrderedDict()
         self._run_locks: dict[str, threading.Lock] = {}
         self._runs_lock = threading.Lock()
-        self._hub_sizes: dict[str, int] = {}  # hub id -> download bytes, asked once per id
+        # hub models on this server's disk, in its accounts (MirrorApp gives it the server's room: `hub.server_room`)
+        self.hub = HubCache(
+            settings.work_dir / HUB_DIR,
+            settings.hub_disk_bytes,
+            server_room=lambda n: None,
+            max_download=settings.max_hub_bytes,
+        )
         self._touched: dict[str, float] = {}  # run folder -> when its last use was marked on disk
 
     def warm_up(self) -> None:
@@ -137,21 +142,18 @@ class ModelCache:
         from mirror.names import looks_local
 
         model = self.check_model(model)
-        if model == BUNDLED_MODEL or looks_local(model):
+        if model == BUNDLED_MODEL or looks_local(model) or self.hub.has(model):
             return model
-        size = self._hub_sizes.get(model)
-        if size is None:
-            from mirror.encoder import hub_download_bytes
-
-            size = hub_download_bytes(model)  # None offline: the load then says the hub is unreachable
-            if size is not None:
-                self._hub_sizes[model] = size
-        if size is not None and size > self.settings.max_hub_bytes:
-            raise MirrorError(
-                f"`{model}` is a {fmt_size(size)} download; this server loads hub models up to "
-                f"{fmt_size(self.settings.max_hub_bytes)} (MIRROR_MAX_HUB_MB)"
-            )
+        self.hub.size(model)  # None offline: the load then says the hub is unreachable
         return model
+
+    def using(self, model: str) -> contextlib.AbstractContextManager:
+        """Around a job that loads `model` by name (a training run): a hub model's files stay on disk meanwhile (and
+        come back, priced, if they went)."""
+        from mirror.names import looks_local
+
+        hub = model != BUNDLED_MODEL and not looks_local(model)
+        return self.hub.use(model) if hub else contextlib.nullcontext()
 
     def weights_budget(self) -> int:
         """What one model's weights may take in memory (fp32): MIRROR_LOADED_MB, and at most half the memory free
@@ -182,14 +184,16 @@ class ModelCache:
             with self._base_lock:
                 if key in self._base:
                     return self._base[key]
-            encoder = load_encoder(
-                model,
-                pooling=pooling,
-                device=inference_device(),
-                allowed_roots=list(self.settings.model_roots),
-                # the bundled model is the operator's own (86 MB): only what visitors name is priced
-                max_weights=None if model == BUNDLED_MODEL else self.weights_budget(),
-            )
+            with self.using(model):  # a hub model: priced, room made, then downloaded
+                encoder = load_encoder(
+                    model,
+                    pooling=pooling,
+                    device=inference_device(),
+                    allowed_roots=list(self.settings.model_roots),
+                    # the bundled model is the operator's own (86 MB): only what visitors name is priced
+                    max_weights=None if model == BUNDLED_MODEL else self.weights_budget(),
+                    cache_dir=self.hub.root,
+                )
             encoder.model.eval()
             with self._base_lock:
                 self._base[key] = encoder

@@ -294,10 +294,14 @@ class Trainer:
                 build_base = False
         planned = self.app.planner.planned(texts, key, config, base, build_base)  # to learn from, once the run has run
         started, started_at = time.perf_counter(), time.time()
-        limits = {"max_seconds": self.app.settings.max_run_seconds, "memory": self.app.settings.train_memory_bytes}
+        limits = {
+            "max_seconds": self.app.settings.max_run_seconds,
+            "memory": self.app.settings.train_memory_bytes,
+            "hub_cache": str(self.app.models.hub.root),
+        }
         roots = [str(run)] + [str(r) for r in self.app.settings.model_roots]
         try:
-            with self.discarded_unless_served(run) as served:
+            with self.discarded_unless_served(run) as served, self.app.models.using(config.model):
                 for ev in train_job(texts, config.to_dict(), str(run), roots, build_base, limits):
                     if isinstance(ev, Step):
                         session.touch()  # a long run keeps its session from being swept as idle
