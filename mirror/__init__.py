@@ -11,9 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from mirror.config import BUNDLED_MODEL, MirrorConfig, detect_mode
+from mirror.cores import share_cores
 from mirror.data import clean_texts, read_file, read_texts
 from mirror.errors import MirrorError
 from mirror.names import check_model_name
+
+share_cores()  # how this process shares the cores (mirror/cores.py): before torch, numba or faiss load (none above does)
 
 __version__ = "0.1.0"
 
