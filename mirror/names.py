@@ -38,7 +38,7 @@ def check_model_name(
             f"`{shown}` is not a model name: use '{BUNDLED_MODEL}' or a Hugging Face id such as "
             "`bert-base-uncased` or `org/name`"
         )
-    if looks_local(model):
+    if looks_local(model, here=roots is None):  # a server never asks its disk what exists: no oracle
         if roots is None:
             return model
         if not roots:
@@ -60,10 +60,14 @@ def check_model_name(
     return model
 
 
-def looks_local(name: str) -> bool:
-    """Whether `name` means a folder rather than a hub id: a path-like name, or one that exists here."""
+def looks_local(name: str, here: bool = True) -> bool:
+    """Whether `name` means a folder rather than a hub id: a path-like name, or (`here`: on the user's own machine,
+    the CLIs) one that exists here. A server passes here=False: `tests` and `app.py` beside it are hub ids like any
+    other name, so what it answers never says which names exist on its disk."""
     if name.startswith(("/", ".", "~", "\\")) or "\\" in name or name.count("/") > 1:
         return True
+    if not here:
+        return False
     try:
         return Path(name).expanduser().exists()
     except (OSError, ValueError):  # too long for a file name, a NUL: not an id either

@@ -29,6 +29,11 @@ class Served:
         """Start the process's peak resident memory (VmHWM) again from what it holds now (Linux clear_refs)."""
         Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
+    def cpu(self) -> float:
+        """The server process's CPU seconds so far (user + system, all its threads; Linux /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss(self, field: str = "VmRSS") -> int:
         """The server process's resident memory in bytes (Linux); field="VmHWM": its peak so far."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

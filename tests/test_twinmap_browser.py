@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -270,9 +271,9 @@ BIG = 20_000
 
 
 @pytest.fixture(scope="module")
-def big_run(tmp_path_factory, tiny_bert) -> Iterator[tuple[str, str, dict]]:
+def big_run(tmp_path_factory, tiny_bert) -> Iterator[tuple[str, str, dict, Any]]:
     """A real server with a run of 20,000 synthetic strings on the tiny random BERT (2 steps, checks off), trained
-    through /train, and its map as /map returns it: (url, run id, map)."""
+    through /train, and its map as /map returns it: (url, run id, map, the server)."""
     from gradio_client import Client
 
     from tests.server import serve
@@ -288,21 +289,41 @@ def big_run(tmp_path_factory, tiny_bert) -> Iterator[tuple[str, str, dict]]:
         run_id = summary["run_id"]
         # the named endpoint a script reads the map from: every string, both maps, clusters, moved
         data = client.predict(n=0, queries="", run=run_id, api_name="/map")
-        yield served.url, run_id, data
+        yield served.url, run_id, data, served
 
 
 def test_map_endpoint_returns_every_string_of_a_large_run(big_run):
-    _, _, data = big_run
+    _, _, data, _ = big_run
     assert data["n_total"] == data["n_shown"] == BIG and sorted(data["ids"]) == list(range(BIG))
     assert len(data["base"]) == len(data["tuned"]) == len(data["moved"]) == len(data["base_cluster"]) == BIG
     assert all(len(p) == 2 for p in data["base"][:100]) and data["method"] == "umap"
     assert {c["id"] for c in data["clusters"]["tuned"]} == set(data["tuned_cluster"])
 
 
+def test_smaller_counts_of_a_large_run_s_map_are_samples_of_its_one_layout(big_run):
+    """Issue 49, Medium row: every other "Strings on the map" count was a new layout, kept in memory (a 20k run: 53 s
+    of CPU for the first map, then 25-74 s for each of 19,999 / 19,998 / 19,997). Now a run has one layout, of every
+    string it may draw; a smaller count is a seeded sample of it, each string where the full map put it."""
+    from gradio_client import Client
+
+    url, run_id, data, served = big_run
+    where = {i: tuple(p) for i, p in zip(data["ids"], data["base"], strict=True)}
+    client = Client(url, verbose=False)
+    spent = -served.cpu()
+    for n in (BIG - 1, BIG - 2, BIG - 3, 2000):
+        part = client.predict(n=n, queries="", run=run_id, api_name="/map")
+        assert part["n_shown"] == len(set(part["ids"])) == len(part["tuned"]) == n and part["n_total"] == BIG
+        assert all(where[i] == tuple(p) for i, p in zip(part["ids"][:200], part["base"][:200], strict=True))
+        assert f"sample of {n:,} of your {BIG:,}" in part["note"]
+    spent += served.cpu()
+    # four counts together: the JSON of ~60,000 points, no layout (the first map's alone was data["seconds"] of wall)
+    assert spent < max(15.0, 0.5 * data["seconds"]), (spent, data["seconds"])
+
+
 def test_every_string_of_a_large_run_is_drawn_and_a_lasso_on_one_map_selects_the_same_on_the_other(big_run, browser):
     from playwright.sync_api import expect
 
-    url, run_id, api_map = big_run
+    url, run_id, api_map, _ = big_run
     page = browser.new_page(viewport={"width": 1300, "height": 1000})
     page.set_default_timeout(60_000)
     errors: list[str] = []

@@ -110,11 +110,11 @@ class RunExplorer:
         n = cap if n_points is None or n_points == "" else maps.check_points(n_points, cap)
         n = min(n, len(space.texts))
         moved = self._metadata(space)["moved"]  # on every string, not just the map's sample
-        data = dict(
-            space.get(
-                ("map", n), lambda: maps.twin_map(space.texts, space.base, space.tuned, max_points=n, moved=moved)
-            )
+        most = min(cap, len(space.texts))  # one layout per run, of every string it may draw: smaller counts sample it
+        full = space.get(
+            ("map", most), lambda: maps.twin_map(space.texts, space.base, space.tuned, max_points=most, moved=moved)
         )
+        data = dict(maps.sample_of(full, n))
         if n < len(space.texts) and n == cap:  # the operator's cap, not the user's choice: say so
             data["note"] += f" This server draws at most {cap:,} strings (MIRROR_MAX_MAP_POINTS)."
         qs = [q for q in (queries or "").splitlines() if q.strip()][:20]

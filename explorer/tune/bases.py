@@ -128,7 +128,7 @@ def _config_fields(model: str) -> dict[str, Any] | None:
 
     if model == BUNDLED_MODEL:
         return _read_config(bundled_model_path())
-    if looks_local(model):
+    if looks_local(model, here=False):  # the server's rule: a name is a folder only as a path (mirror.names)
         return _read_config(Path(model).expanduser())
     try:  # a hub id downloaded before: its cached config, offline
         from huggingface_hub import try_to_load_from_cache
