@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from explorer.render_pairs import pairing_md, pairs_md, pairs_row
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError, without_paths
@@ -255,6 +256,8 @@ def load_md(info: dict[str, Any]) -> str:
         f"{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, max length "
         f"{p.max_length} tokens). <small>{info['reason']}</small>",
     ]
+    pairs = pairing_md(info)
+    lines += [pairs] if pairs else []
     lines += [message(n, "warning") for n in info.get("notes", [])]
     return "\n\n".join(lines)
 
@@ -296,7 +299,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | value |\n|---|---|\n{table}\n\n"
     pending = getattr(run, "checks_pending", False)  # served before its checks: its downloads come with them
     downloads = "Downloads follow with the general checks." if pending else "Downloads below."
-    changed = change_sentence(run)
+    changed = "\n\n".join(x for x in (pairs_md(run), change_sentence(run)) if x)
     changed = f"{changed}\n\n" if changed else ""
     return (
         f"{head}{changed}Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. {downloads} "
@@ -518,9 +521,9 @@ def forgetting_md(run: RunInfo | None) -> str:
         "chapter, then its book, then books of its kind), *Short articles* the same for the Jargon File's entries "
         f"of 40-110 words (one refers to the other, then both to a third).{took}"
     )
-    changed = change_sentence(run)
+    changed = "\n\n".join(x for x in (pairs_md(run), change_sentence(run)) if x)
     changed = f"{changed}\n\n" if changed else ""
-    return f"{changed}{message(verdict, kind)}\n\n{head}\n{rows}{note}{own_long_md(check)}"
+    return f"{changed}{message(verdict, kind)}\n\n{head}\n{pairs_row(run)}{rows}{note}{own_long_md(check)}"
 
 
 def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:

@@ -8,12 +8,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from mirror.config import MirrorConfig
+from mirror.pairs import HeldOut, clean_pairs
 
 
 @dataclass(frozen=True)
@@ -68,15 +70,25 @@ def tune_and_index(
     should_stop: Callable[[], bool] = lambda: False,
     memory: int | None = None,
     cache_dir: str | Path | None = None,
+    pairs: Sequence[str | None] | None = None,
+    columns: tuple[str, str] = ("string", "partner"),
 ) -> None:
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
     and run/tuned_index. Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
     true, Stopped(stats) with nothing saved. `roots`: where a local model may be loaded from (None: anywhere);
-    `cache_dir`: where a hub model is (or is downloaded to; None: Hugging Face's cache)."""
+    `cache_dir`: where a hub model is (or is downloaded to; None: Hugging Face's cache). `pairs`: each string's
+    partner text (mirror.pairs): `config.pair_holdout` of the rows with one never trains, and Finished's stats["pairs"]
+    says how much better the tuned encoder finds their strings from their partners than the base (`columns`: the
+    names of the two sides, for the sentence that says so)."""
     from mirror.encoder import load_encoder
-    from mirror.train import mirror_tune, save_result
+    from mirror.train import add_stats, mirror_tune, save_result
 
     texts = list(texts)
+    held, pair_stats, train_texts, train_partners = None, None, texts, None
+    if pairs is not None:
+        texts, partners, _, pair_stats = clean_pairs(texts, pairs)
+        held = HeldOut.of(texts, partners, config.pair_holdout, config.seed, columns)
+        train_texts, train_partners = held.training()
     memory = run_memory(config, memory)
     emit(Phase("Loading the base model"))
     encoder = load_encoder(
@@ -89,6 +101,10 @@ def tune_and_index(
     )
     if build_base:
         index_with(encoder, texts, run / "base_index", "Indexing your strings with the base encoder", emit)
+    base_ranks = None
+    if held is not None and held.rows:  # before training: the encoder is tuned in place
+        emit(Phase(f"Measuring the base on {len(held.rows):,} held-out rows"))
+        base_ranks = held.ranks(encoder, _vectors(run / "base_index", encoder))
     if should_stop():
         emit(Stopped({"steps": 0, "total_steps": 0}))
         return
@@ -96,12 +112,13 @@ def tune_and_index(
     # optimiser's states and the kernels of new shapes (measured: a few seconds on a CPU, more under load).
     emit(Phase(f"Starting the training: tokenizing {len(texts):,} strings, planning batches, first step (warm-up)"))
     result = mirror_tune(
-        texts,
+        train_texts,
         config,
         on_step=lambda s, t, loss, batch: emit(Step(s, t, loss, batch=batch)),
         should_stop=should_stop,
         encoder=encoder,
         memory_budget=memory,
+        pairs=train_partners,
     )
     stats = {**result.stats(), "summary": result.summary(), "pooling": result.config.pooling}
     stats.update(mode=result.config.mode, losses=list(result.losses), batch_sizes=list(result.batch_sizes))
@@ -113,7 +130,22 @@ def tune_and_index(
     emit(Phase("Saving the tuned model"))
     save_result(result, run / "model")
     index_with(result.encoder, texts, run / "tuned_index", "Indexing your strings with the tuned encoder", emit)
+    if pair_stats is not None:
+        stats["pairs"] = {**dataclasses.asdict(pair_stats), "columns": list(columns), "held_out": len(held.rows)}
+        if base_ranks is not None:
+            emit(Phase(f"Measuring the tuned model on the {len(held.rows):,} held-out rows"))
+            tuned_ranks = held.ranks(result.encoder, _vectors(run / "tuned_index", result.encoder))
+            stats["pairs"]["gain"] = held.gain(base_ranks, tuned_ranks).to_dict()
+        add_stats(run / "model", pairs=stats["pairs"])  # the model folder says what it trained on, and gained
     emit(Finished(stats))
+
+
+def _vectors(folder: Path, encoder) -> Any:
+    """Every row of the index in `folder` as unit vectors (None when it keeps no exact copy: the ranks then encode)."""
+    from index.store import VectorIndex
+
+    index = VectorIndex.load(folder, encoder, gpu=False)
+    return index.stored(range(len(index)))
 
 
 def index_with(encoder, texts: list[str], folder: Path, label: str, emit: Callable[[Event], None]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mirror.cli import add_limit_flags, check_out_dir, load_input, run_cli
+from mirror.cli import add_limit_flags, check_out_dir, load_input, load_pairs_input, run_cli
 from mirror.config import (
     BUNDLED_MODEL,
     MIRROR_CONFIG_FILE,
@@ -38,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--mode", default="auto", choices=["auto", "words", "sentences"], help="preset (default: auto)")
     train.add_argument("--model", default=BUNDLED_MODEL, help="'bundled' (default), a hub id or a local folder")
     train.add_argument("--column", help="text column of a .csv/.tsv, or field of a .jsonl")
+    train.add_argument(
+        "--pair-column",
+        help="another column (or field) whose text is each string's partner (a definition, a description): tuned as "
+        "its positive, with --pair-holdout of the rows held out to measure the gain; 'auto' detects one",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument(
         "--index",
@@ -53,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_limit_flags(train)
     defaults = MirrorConfig()
     for f in dataclasses.fields(MirrorConfig):
-        if f.name in ("mode", "model"):
+        if f.name in ("mode", "model", "pairs"):  # pairs: --pair-column
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = {"float": float, "int": int}.get(type(getattr(defaults, f.name)).__name__, str)
@@ -101,22 +106,41 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.memory_mb is not None and args.memory_mb <= 0:
         raise MirrorError(f"--memory-mb must be > 0, got {args.memory_mb}")
     budget = args.memory_mb * 1024**2 if args.memory_mb else None
-    texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
+    partners, pair_stats, columns = None, None, ("string", "partner")
+    if args.pair_column:
+        texts, partners, stats, pair_stats, columns = load_pairs_input(
+            args.input, args.column, args.pair_column, args.max_mb, args.max_strings
+        )
+    else:
+        texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name != "mode"}
-    config, reason = MirrorConfig.for_texts(texts, args.mode, **overrides)
+    skip = ("mode", "pairs")
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name not in skip}
+    config, reason = MirrorConfig.for_texts(texts, args.mode, pairs=partners is not None or None, **overrides)
+    pairs_line = f"\npairs: {columns[0]} with {columns[1]}: {pair_stats.summary(len(texts))}" if pair_stats else ""
     if args.index:
-        print(f"input: {stats.summary()}\npreset: {reason}")
-        return train_and_index(args, texts, config, budget)
+        print(f"input: {stats.summary()}{pairs_line}\npreset: {reason}")
+        return train_and_index(args, texts, config, budget, partners, columns)
     from mirror import distributed
     from mirror.card import write_card
-    from mirror.train import mirror_tune, save_result
+    from mirror.train import add_stats, mirror_tune, save_result
 
     rank, world_size = distributed.init_from_env()  # torchrun: one process per GPU (or CPU, gloo)
     say = print if rank == 0 else (lambda *a, **k: None)
-    say(f"input: {stats.summary()}")
+    say(f"input: {stats.summary()}{pairs_line}")
     say(f"preset: {reason}" + (f"; {world_size} processes, global batch {config.batch_size}" if world_size > 1 else ""))
+    held, encoder, base_ranks = None, None, None
+    if partners is not None:  # the base's ranks of the held-out rows before training: the encoder is tuned in place
+        from mirror.encoder import load_encoder
+        from mirror.pairs import HeldOut
+
+        held = HeldOut.of(texts, partners, config.pair_holdout, config.seed, columns)
+        encoder = load_encoder(config.model, config.pooling, config.device, config.dropout)
+        if held.rows:
+            say(f"held out: {len(held.rows):,} rows never train; measuring the base on them")
+            base_ranks = held.ranks(encoder)
+        texts, partners = held.training()
 
     bar = None
     if not args.quiet and rank == 0:
@@ -131,13 +155,20 @@ def cmd_train(args: argparse.Namespace) -> int:
             bar.set_postfix(loss=f"{loss:.4f}")
 
     try:
-        result = mirror_tune(texts, config, on_step=on_step, memory_budget=budget)
+        result = mirror_tune(texts, config, on_step=on_step, memory_budget=budget, encoder=encoder, pairs=partners)
     finally:
         if bar is not None:
             bar.close()
     if rank == 0:  # only rank 0 writes; the others wait so the folder is complete when all exit
         try:
             out = save_result(result, args.out)
+            if held is not None:
+                pairs_stats = {**dataclasses.asdict(pair_stats), "columns": list(columns), "held_out": len(held.rows)}
+                if base_ranks is not None and not result.cancelled:
+                    gain = held.gain(base_ranks, held.ranks(result.encoder))
+                    pairs_stats["gain"] = gain.to_dict()
+                    say(gain_lines(gain))
+                add_stats(out, pairs=pairs_stats)
             write_card(out)  # the model card the app writes too (README.md), from the folder's mirror_config.json
         except OSError as exc:  # disk full, permissions: save_result wrote to a temp folder, now removed
             raise MirrorError(
@@ -152,7 +183,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorConfig, budget: int | None) -> int:
+def gain_lines(gain: Any) -> str:
+    """A pairs run's held-out gain for the terminal: its sentence and the three figures base -> tuned [CI]."""
+    rows = [
+        f"  {label:<12} {gain.base[k]:5.1f} -> {gain.tuned[k]:5.1f}  [{gain.low[k]:+.1f}, {gain.high[k]:+.1f}]"
+        for k, label in (("mrr10", "MRR@10"), ("r1", "recall@1 %"), ("r10", "recall@10 %"))
+    ]
+    return "\n".join([f"held-out pairs ({gain.verdict}): {gain.sentence()}", *rows])
+
+
+def train_and_index(
+    args: argparse.Namespace,
+    texts: list[str],
+    config: MirrorConfig,
+    budget: int | None,
+    partners: list[str | None] | None = None,
+    columns: tuple[str, str] = ("string", "partner"),
+) -> int:
     """`train --index`: the web app's job (index.pipeline) in one process: tune, save model/, and index the
     strings with the base and the tuned encoder (base_index/, tuned_index/), for `python -m index query`."""
     from index.pipeline import Finished, Phase, Step, Stopped, tune_and_index
@@ -170,11 +217,16 @@ def train_and_index(args: argparse.Namespace, texts: list[str], config: MirrorCo
         elif isinstance(ev, Finished | Stopped):
             last.append(ev)
 
-    tune_and_index(texts, config, out, emit=show, memory=budget)
+    tune_and_index(texts, config, out, emit=show, memory=budget, pairs=partners, columns=columns)
     if not last or isinstance(last[-1], Stopped):
         raise MirrorError("the run stopped before its end; nothing was saved")
     write_card(out / "model")
     print(last[-1].stats["summary"])
+    gain = (last[-1].stats.get("pairs") or {}).get("gain")
+    if gain:
+        from mirror.pairs import PairGain
+
+        print(gain_lines(PairGain.from_dict(gain)))
     for note in last[-1].stats.get("notes") or []:
         print(f"note: {note}")
     print(f"saved: {out}/model, {out}/base_index, {out}/tuned_index")

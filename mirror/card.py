@@ -45,7 +45,11 @@ SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are
     ("join_views", "strings joined per training view"),
     ("mix_general", "general text mixed into each batch (fraction)"),
     ("lora_rank", "LoRA rank (adapters merged into the weights)"),
+    ("pair_max_length", "partner max length (tokens)"),
+    ("pair_mask", "partners span-masked too"),
+    ("pair_holdout", "share of pairs held out"),
 )
+PAIR_SETTINGS = ("pair_max_length", "pair_mask", "pair_holdout")  # shown for a run on pairs only
 
 
 def hub_base_model(name: str | None) -> str | None:
@@ -113,7 +117,7 @@ def model_card(
     rows = [
         (label, _value(config[k]) if config[k] is not None else unset.get(k, ""))
         for k, label in SETTINGS
-        if k in config
+        if k in config and (config.get("pairs") or k not in PAIR_SETTINGS)
     ]
     out += _table(["setting", "value"], rows)
     data = [("strings", _value(stats.get("strings")))]
@@ -124,6 +128,7 @@ def model_card(
     if stats.get("first_loss") is not None or stats.get("final_loss") is not None:
         data.append(("loss (first → final)", f"{_value(stats.get('first_loss'))} → {_value(stats.get('final_loss'))}"))
     out += ["", *_table(["data and run", "value"], [(k, v) for k, v in data if v not in ("", "None")])]
+    out += _pairs(stats.get("pairs"))
     out += _evaluation(stats.get("eval"))
     out += _forgetting(stats.get("forgetting"))
     out += [
@@ -214,4 +219,40 @@ def _forgetting(check: Any) -> list[str]:
     out += _table(head, rows)
     if check.get("verdict"):
         out += ["", str(check["verdict"])]
+    return out
+
+
+def _pairs(pairs: Any) -> list[str]:
+    """A run on pairs (mirror.pairs): the columns paired, the counts, and the gain on the held-out rows."""
+    if not isinstance(pairs, dict) or not pairs:
+        return []
+    string_col, partner_col = (list(pairs.get("columns") or []) + ["string", "partner"])[:2]
+    out = [
+        "",
+        "## Pairs",
+        "",
+        f"Trained on pairs from the user's file: each `{string_col}` with its `{partner_col}` as its positive in the "
+        f"loss ({_value(pairs.get('paired'))} strings had one; {_value(pairs.get('held_out'))} of those rows were held "
+        "out of training to measure the gain).",
+    ]
+    gain = pairs.get("gain")
+    if isinstance(gain, dict):
+        rows = [
+            (
+                label,
+                f"{gain['base'][k]:.1f}",
+                f"{gain['tuned'][k]:.1f}",
+                f"[{gain['low'][k]:+.1f}, {gain['high'][k]:+.1f}]",
+            )
+            for k, label in (("mrr10", "MRR@10 ×100"), ("r1", "recall@1 %"), ("r10", "recall@10 %"))
+        ]
+        out += [
+            "",
+            f"Finding a held-out row's `{string_col}` among all the strings from its `{partner_col}` "
+            f"({gain['rows']} rows never trained on):",
+            "",
+            *_table(["figure", "base", "tuned", "95% CI of the change"], rows),
+            "",
+            str(gain.get("sentence", "")),
+        ]
     return out

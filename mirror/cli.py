@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mirror.data import CleanStats, clean_texts, read_texts
 from mirror.errors import MirrorError
+from mirror.pairs import PairStats
 
 
 def add_limit_flags(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,32 @@ def load_input(
     if max_strings is not None and len(texts) > max_strings:
         raise MirrorError(f"{Path(path).name}: {len(texts):,} distinct strings is over the limit of {max_strings:,}")
     return texts, stats
+
+
+def load_pairs_input(
+    path: str | Path,
+    column: str | None,
+    pair_column: str,
+    max_mb: float | None = None,
+    max_strings: int | None = None,
+) -> tuple[list[str], list[str | None], CleanStats, PairStats, tuple[str, str]]:
+    """`load_input` with each string's partner from `pair_column` ("auto": the detected one): the strings, their
+    partners (mirror.pairs.clean_pairs), both stats and the two columns' names. MirrorError for a file without
+    such a column, a partner column that is empty or the strings again, ragged rows."""
+    from mirror.data import read_file
+    from mirror.pairs import clean_pairs
+
+    if max_mb is not None and not max_mb > 0:
+        raise MirrorError(f"--max-mb must be > 0, got {max_mb}")
+    notes: list[str] = []
+    max_bytes = None if max_mb is None else max_mb * 2**20
+    read = read_file(path, column, max_bytes, name=str(path), notes=notes, pair_column=pair_column)
+    if read.partners is None:
+        raise MirrorError(f"{path}: {read.pair_note or 'no column to pair with'}; name one with --pair-column")
+    texts, partners, stats, pair_stats = clean_pairs(read.strings, read.partners, notes)
+    if max_strings is not None and len(texts) > max_strings:
+        raise MirrorError(f"{Path(path).name}: {len(texts):,} distinct strings is over the limit of {max_strings:,}")
+    return texts, partners, stats, pair_stats, (read.column or "string", read.pair_column or "partner")
 
 
 def check_out_dir(path: str | Path, markers: Sequence[str], what: str, flag: str = "--out") -> Path:

@@ -84,6 +84,16 @@ class MirrorConfig:
     # long-text anchor: λ of λ·mean(1 − cos) between the tuned and the frozen base's embedding of a few long texts
     # (the user's strings joined to 128-256 tokens) each step (0: off)
     long_anchor: float = 0.0
+    # Pairs (mirror/pairs.py): each string's partner text from the user's file (a definition, a description) is its
+    # positive. `pairs` marks a run of them (MirrorConfig.preset(..., pairs=True) takes PAIRS_ADJUSTMENTS); the partner
+    # side is tokenized up to `pair_max_length` (partners are often much longer than the strings) and span-masked as
+    # the mirror views are when `pair_mask`.
+    pairs: bool = False
+    pair_max_length: int = 128
+    pair_mask: bool = True
+    # the share of the rows with a partner held out of training, to measure the gain on (mirror.pairs.HeldOut; at most
+    # 500 rows, none under 40 pairs); 0: every row trains, and nothing measures the gain
+    pair_holdout: float = 0.1
 
     @staticmethod
     def preset(mode: Mode, **overrides: Any) -> MirrorConfig:
@@ -104,6 +114,8 @@ class MirrorConfig:
         base = PRESETS[mode]
         if is_sentence_encoder(clean.get("model", base.model)):
             base = dataclasses.replace(base, **SENTENCE_ENCODER_ADJUSTMENTS.get(mode, {}))
+        if clean.get("pairs"):
+            base = dataclasses.replace(base, **PAIRS_ADJUSTMENTS)
         return dataclasses.replace(base, **clean).validated()
 
     @staticmethod
@@ -120,7 +132,7 @@ class MirrorConfig:
         `min_steps` steps (one epoch's batches before any is split to fit memory: steps_per_epoch)."""
 
         per_epoch = max(1, steps_per_epoch(n, self.batch_size))
-        return max(self.epochs, min(MAX_EPOCHS, math.ceil(self.min_steps / per_epoch)))
+        return max(self.epochs, min(MIN_STEPS_EPOCHS, math.ceil(self.min_steps / per_epoch)))
 
     def scheduled(self, n: int) -> MirrorConfig:
         """This config with `epochs` as a run over `n` training strings trains them (`epochs_for`; idempotent)."""
@@ -183,6 +195,10 @@ REMEDY_HELP: dict[str, str] = {
 
 
 MAX_EPOCHS = 1000
+# `min_steps` repeats a small upload's epochs at most this many times: 300 strings or more (2 batches of 200) reach the
+# sentences preset's 50 steps as before (issue 40's measured gain: 979 strings, 10 epochs); fewer stop at 25 epochs (10
+# strings: 25 steps, not 50 epochs of the same 10 strings)
+MIN_STEPS_EPOCHS = 25
 # field: (label in messages, whole number?, lowest, highest allowed; None: no bound). Every one must be finite.
 NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "temperature": ("temperature", False, 1e-3, 10.0),
@@ -208,6 +224,8 @@ NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "lora_rank": ("LoRA rank", True, 0, 4096),
     "guide_margin": ("guided negatives margin", False, 0.0, 2.0),
     "long_anchor": ("long-text anchor weight", False, 0.0, 1000.0),
+    "pair_max_length": ("partner max length", True, 4, 8192),
+    "pair_holdout": ("held-out share of pairs", False, 0.0, 0.5),
 }
 
 
@@ -259,6 +277,11 @@ SENTENCE_ENCODER_ADJUSTMENTS: dict[str, dict[str, Any]] = {
     "sentences": {"temperature": 0.1, "lr": 1e-5, "blend_alpha": 0.25},
     "words": {"blend_alpha": 0.75},
 }
+
+
+# A run on (string, partner) pairs, on top of the words or sentences preset: chosen on the pairs dev halves
+# (examples/pairs, examples/domain) by bench/bench_pairs.py; see bench/RESULTS.md "Pairs".
+PAIRS_ADJUSTMENTS: dict[str, Any] = {"temperature": 0.05, "lr": 2e-5, "epochs": 1, "min_steps": 50, "blend_alpha": 1.0}
 
 
 def is_sentence_encoder(model: str) -> bool:

@@ -245,11 +245,18 @@ def _note(notes: list[str] | None, note: str) -> None:
 
 @dataclass(frozen=True)
 class FileStrings:
-    """What an uploaded file holds: its raw strings, the columns a user may pick, and the column they were read from."""
+    """What an uploaded file holds: its raw strings, the columns a user may pick, and the column they were read from;
+    with a partner column (`read_file(..., pair_column=...)`), each row's partner text too."""
 
     strings: list[str]
     columns: list[str]  # a table's header, a .jsonl file's string fields; [] for .txt
     column: str | None = None  # the column read (named, or detected: a note says why when there was a choice)
+    partners: list[str] | None = None  # row for row with `strings` ("" where a row has none)
+    pair_column: str | None = None  # the partner column read (named, or detected: `pair_note` says why)
+    pair_note: str | None = None  # what the detection saw ("two text columns: name (1.0 words a row) and ...")
+
+
+AUTO = "auto"  # read_file's pair_column: detect a partner column (the other text column of a table), if any
 
 
 def read_file(
@@ -258,11 +265,14 @@ def read_file(
     max_bytes: float | None = None,
     name: str | None = None,
     notes: list[str] | None = None,
+    pair_column: str | None = None,
 ) -> FileStrings:
     """Raw strings of an uploaded .txt/.csv/.tsv/.jsonl file, its column choices and the column read.
 
-    Every message names the file by `name` (default: its base name), never by its path on the server. A
-    MirrorError from parsing carries the choices as `.columns`, so the user can pick another column.
+    `pair_column`: a column whose text is each row's partner (mirror.pairs), AUTO to detect one (another text column
+    of the table, if it has one that fits), None or "" for none. Every message names the file by `name` (default:
+    its base name), never by its path on the server. A MirrorError from parsing carries the choices as `.columns`,
+    so the user can pick another column.
     """
     path = Path(path)
     shown = name or path.name or "upload"
@@ -270,6 +280,12 @@ def read_file(
     text = decode(_read_bytes(path, shown, shown, max_bytes), shown, notes)
     columns = column_choices(text, kind)
     try:
+        if kind == ".txt" and pair_column and pair_column != AUTO:
+            raise MirrorError(f"{shown}: a partner column applies to .csv/.tsv/.jsonl files, not .txt")
+        if kind in (".csv", ".tsv") and pair_column:
+            return _read_pairs_table(text, kind, shown, column or None, pair_column, notes, columns)
+        if kind == ".jsonl" and pair_column:
+            return _read_pairs_jsonl(text, shown, column or None, pair_column, columns)
         strings, used = _parse(text, kind, shown, column or None, notes)
     except MirrorError as exc:
         exc.columns = columns  # type: ignore[attr-defined]
@@ -362,40 +378,202 @@ def _jsonl_fields(text: str) -> list[str]:
 
 
 def _read_rows(text: str, delimiter: str, name: str) -> list[list[str]]:
-    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    """The rows of a table. A quote opened and never closed (it would swallow every line after it into one cell) is
+    a MirrorError naming the line it opened on; so is a field over csv's 131,072-character limit."""
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter, strict=True)
+    kind = "TSV" if delimiter == "\t" else "CSV"
+    rows: list[list[str]] = []
+    started = 1  # the line the row being read starts on
     try:
-        return list(reader)
-    except csv.Error as exc:  # e.g. a field over csv's 131,072-character limit
-        kind = "TSV" if delimiter == "\t" else "CSV"
+        for row in reader:
+            rows.append(row)
+            started = reader.line_num + 1
+    except csv.Error as exc:
+        if "unexpected end of data" in str(exc) or "EOF" in str(exc):
+            raise MirrorError(
+                f'{name}: line {started} opens a quote (") that is never closed, so every line after it would be one '
+                f'string; close it, or quote the whole field ("like, this") and double quotes inside it ("")'
+            ) from None
         raise MirrorError(f"{name}: not a readable {kind} file (line {reader.line_num}: {exc})") from None
+    return rows
 
 
-def _parse_table(
-    text: str, delimiter: str, name: str, column: str | None, notes: list[str] | None
-) -> tuple[list[str], str]:
+def _table(text: str, delimiter: str, name: str, column: str | None, notes: list[str] | None):
+    """(header, body rows, the line of each body row) of a table; MirrorError for an empty or header-only one."""
     rows = _read_rows(text, delimiter, name)
+    lines = _row_lines(text, delimiter, len(rows))
     if not rows:
         raise MirrorError(f"{name}: the file is empty")
     first = [cell.strip() for cell in rows[0]]
     if has_header(rows, column):
-        header, body = first, rows[1:]
+        header, body, body_lines = first, rows[1:], lines[1:]
+        if not any(any(cell.strip() for cell in row) for row in body):
+            raise MirrorError(f"{name}: has a header row ({', '.join(header)[:80]}) and no rows of data under it")
     else:
         width = max(len(row) for row in rows[: SAMPLE_ROWS + 1])
-        header, body = [f"column {i + 1}" for i in range(width)], rows
+        header, body, body_lines = [f"column {i + 1}" for i in range(width)], rows, lines
         shown = repr(rows[0][0][:40]) if len(first) == 1 else "row 1"
         _note(
             notes,
             f"{name}: no header row found, so {shown} is read as data; if it is a header, name the text column to skip it",
         )
+    return header, body, body_lines
+
+
+def _row_lines(text: str, delimiter: str, n: int) -> list[int]:
+    """The line each row of a table starts on (a quoted field may span lines)."""
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    out, started = [], 1
+    for _ in reader:
+        out.append(started)
+        started = reader.line_num + 1
+        if len(out) >= n:
+            break
+    return out
+
+
+def _check_ragged(
+    header: Sequence[str], body: Sequence[Sequence[str]], lines: Sequence[int], name: str, used: Sequence[int]
+) -> None:
+    """A row with more cells than the header (a comma inside a string that is not quoted) or without a cell of a
+    column read is a MirrorError naming its line: its strings would be cut or shifted silently."""
+    width = len(header)
+    for row, line in zip(body, lines, strict=False):
+        if not any(cell.strip() for cell in row):
+            continue  # a blank line
+        if len(row) > width and width > 1:
+            raise MirrorError(
+                f"{name}: line {line} has {len(row)} cells, the header {width} ({', '.join(header)[:60]}): a string with "
+                'the separator in it must be quoted ("like, this")'
+            )
+        missing = [header[i] for i in used if i >= len(row)]
+        if missing:
+            raise MirrorError(
+                f"{name}: line {line} has {len(row)} cell{'s' if len(row) != 1 else ''}, with no {missing[0]!r} "
+                f"(the header has {width}); every row needs one"
+            )
+
+
+def _parse_table(
+    text: str, delimiter: str, name: str, column: str | None, notes: list[str] | None
+) -> tuple[list[str], str]:
+    header, body, lines = _table(text, delimiter, name, column, notes)
+    idx = _column_index(header, body, name, column, notes)
+    _check_ragged(header, body, lines, name, [idx])
+    return [row[idx] if idx < len(row) else "" for row in body], header[idx]
+
+
+def _column_index(
+    header: Sequence[str], body: Sequence[Sequence[str]], name: str, column: str | None, notes: list[str] | None
+) -> int:
+    """The strings' column: the one named, or the detected one (a note says why when there was a choice)."""
     if column is not None:
         if column not in header:
-            raise MirrorError(f"{name}: no column {column!r}; columns are {header}")
-        idx = header.index(column)
+            raise MirrorError(f"{name}: no column {column!r}; columns are {list(header)}")
+        return list(header).index(column)
+    idx, why = _pick_text_column(header, body, name)
+    if why:
+        _note(notes, why)
+    return idx
+
+
+def _read_pairs_table(
+    text: str, kind: str, name: str, column: str | None, pair_column: str, notes: list[str] | None, columns: list[str]
+) -> FileStrings:
+    """A table's strings and each row's partner (the `pair_column`, or the detected one for AUTO)."""
+    delimiter = "\t" if kind == ".tsv" else ","
+    header, body, lines = _table(text, delimiter, name, column, notes)
+    idx = _column_index(header, body, name, column, notes)
+    note = None
+    if pair_column == AUTO:
+        pidx, note = _pick_partner_column(header, body, idx)
     else:
-        idx, why = _pick_text_column(header, body, name)
-        if why:
-            _note(notes, why)
-    return [row[idx] if idx < len(row) else "" for row in body], header[idx]
+        if pair_column not in header:
+            raise MirrorError(f"{name}: no column {pair_column!r} to pair with; columns are {header}")
+        pidx = header.index(pair_column)
+        if pidx == idx:
+            raise MirrorError(f"{name}: {pair_column!r} is the strings' own column; pair it with another one")
+    _check_ragged(header, body, lines, name, [idx] if pidx is None else [idx, pidx])
+    strings = [row[idx] if idx < len(row) else "" for row in body]
+    if pidx is None:
+        return FileStrings(strings, columns, header[idx], pair_note=note)
+    partners = [row[pidx] if pidx < len(row) else "" for row in body]
+    _check_partners(strings, partners, name, header[idx], header[pidx])
+    return FileStrings(strings, columns, header[idx], partners, header[pidx], note)
+
+
+def _check_partners(strings: Sequence[str], partners: Sequence[str], name: str, column: str, pair_column: str) -> None:
+    """MirrorError for a partner column no row can learn from: empty, or the strings again."""
+    filled = [(s.strip(), p.strip()) for s, p in zip(strings, partners, strict=True) if p.strip() and s.strip()]
+    if not filled:
+        raise MirrorError(f"{name}: the column {pair_column!r} is empty: no row has a partner to pair with")
+    if all(s.casefold() == p.casefold() for s, p in filled):
+        raise MirrorError(
+            f"{name}: the column {pair_column!r} repeats {column!r} row for row: no pair to learn from; pick a column "
+            "with another text for each row (a definition, a description)"
+        )
+
+
+def _pick_partner_column(header: Sequence[str], body: Sequence[Sequence[str]], idx: int) -> tuple[int | None, str]:
+    """The partner column to propose for strings in column `idx`: of the other text columns (mostly non-numeric) that
+    most rows fill with a text of their own (mostly distinct, not the string again), the one of the longest text.
+    (None, why not) when there is none."""
+    sample = body[:SAMPLE_ROWS]
+
+    def words(i: int) -> float:
+        values = [row[i].strip() for row in sample if i < len(row) and row[i].strip()]
+        return sum(len(v.split()) for v in values) / len(values) if values else 0.0
+
+    fits: dict[int, float] = {}
+    for i in range(len(header)):
+        if i == idx:
+            continue
+        cells = [(row[idx].strip() if idx < len(row) else "", row[i].strip() if i < len(row) else "") for row in sample]
+        values = [p for _, p in cells if p]
+        if len(values) < 0.5 * max(1, len(sample)) or sum(not is_number(v) for v in values) < 0.8 * len(values):
+            continue  # mostly empty, or numbers (an id, a score)
+        if len({v.casefold() for v in values}) < 0.8 * len(values):
+            continue  # a label many rows share (a category): not a row's own text
+        if sum(s.casefold() == p.casefold() for s, p in cells if p) > 0.5 * len(values):
+            continue
+        fits[i] = words(i)
+    if not fits:
+        return None, "no other text column to pair the strings with"
+    best = max(fits, key=lambda i: (round(fits[i], 1), -i))
+    return best, (
+        f"two text columns: {header[idx]} ({words(idx):.1f} words a row) and {header[best]} ({fits[best]:.1f} words "
+        f"a row): tuning pairs each {header[idx]} with its {header[best]}"
+    )
+
+
+def _read_pairs_jsonl(text: str, name: str, column: str | None, pair_column: str, columns: list[str]) -> FileStrings:
+    """A .jsonl file's strings (field `column`, default "text") and each line's partner (field `pair_column`, or for
+    AUTO the other string field of the first object, when it has exactly one more)."""
+    field = column or "text"
+    note = None
+    if pair_column == AUTO:
+        others = [c for c in columns if c != field]
+        if len(others) != 1:
+            return FileStrings(
+                _parse_jsonl(text, name, field), columns, field, pair_note="no other text field to pair with"
+            )
+        pair_column = others[0]
+        note = f"two text fields: {field} and {pair_column}: tuning pairs each {field} with its {pair_column}"
+    if pair_column == field:
+        raise MirrorError(f"{name}: {pair_column!r} is the strings' own field; pair it with another one")
+    strings: list[str] = []
+    partners: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        record = _json_line(line, lineno, name)
+        if not isinstance(record, dict) or not isinstance(record.get(field), str):
+            raise MirrorError(f'{name}: line {lineno} has no string field {field!r} (expected {{"{field}": "..."}})')
+        value = record.get(pair_column)
+        strings.append(record[field])
+        partners.append(value if isinstance(value, str) else "")
+    _check_partners(strings, partners, name, field, pair_column)
+    return FileStrings(strings, columns, field, partners, pair_column, note)
 
 
 def has_header(rows: Sequence[Sequence[str]], column: str | None = None) -> bool:
@@ -462,17 +640,21 @@ def is_number(value: str) -> bool:
 # ---------------------------------------------------------------- JSON lines
 
 
+def _json_line(line: str, lineno: int, name: str) -> object:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise MirrorError(f"{name}: line {lineno} is not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, [[[[...]]]] nested past the stack
+        raise MirrorError(f"{name}: line {lineno} is not usable JSON ({type(exc).__name__}: {exc})"[:300]) from None
+
+
 def _parse_jsonl(text: str, name: str, field: str) -> list[str]:
     out: list[str] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MirrorError(f"{name}: line {lineno} is not valid JSON ({exc.msg})") from None
-        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, [[[[...]]]] nested past the stack
-            raise MirrorError(f"{name}: line {lineno} is not usable JSON ({type(exc).__name__}: {exc})"[:300]) from None
+        record = _json_line(line, lineno, name)
         if isinstance(record, str):
             out.append(record)
         elif isinstance(record, dict) and isinstance(record.get(field), str):

@@ -7,8 +7,10 @@ pooling it was trained with, plus `mirror_config.json` with the run's config and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -673,7 +675,7 @@ def _resolve_folder(
     name = check_model_name(source, roots=allowed_roots, shown=shown)
     if name == BUNDLED_MODEL:
         return bundled_model_path()
-    if not looks_local(name):
+    if not looks_local(name, here=allowed_roots is None):
         if max_weights is not None:
             config_dir = _download(name, ["config.json"], cache_dir)
             if (config_dir / "config.json").is_file():  # a sentence-transformers repo may keep it in a subfolder
@@ -763,10 +765,35 @@ def check_weights(folder: Path, shown: str, max_bytes: int | None) -> int:
     floor = 4 * (vocab * hidden + layers * (4 * hidden * hidden + 2 * hidden * inter))
     if floor > max_bytes:
         raise MirrorError(_too_large(shown, floor // 4, max_bytes))
-    return _counted(config, AutoModel, shown, max_bytes)
+    return _counted(config, AutoModel, shown, max_bytes, folder)
 
 
-def _counted(config: Any, auto_model: Any, shown: str, max_bytes: int) -> int:
+def shipped_parameters(folder: Path) -> int | None:
+    """How many parameters the weight files in `folder` hold at most, read without loading them: a safetensors
+    file's header (shapes), a pickled .bin's size (2 bytes a parameter: fp16, the smallest a checkpoint stores).
+    None when it has no weight file (a config alone: a hub model's first look, or a folder that cannot load)."""
+    total, found = 0, False
+    for path in sorted(folder.glob("*.safetensors")):
+        found = True
+        try:
+            with open(path, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                if not 0 < size <= 100 * 2**20:
+                    continue  # not a safetensors header: the load says what is wrong
+                header = json.loads(f.read(size))
+        except (OSError, ValueError):
+            continue
+        for name, entry in header.items():
+            if name != "__metadata__" and isinstance(entry, dict):
+                total += math.prod(int(d) for d in entry.get("shape", []))
+    for path in sorted(folder.glob("pytorch_model*.bin")):
+        found = True
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size // 2
+    return total if found else None
+
+
+def _counted(config: Any, auto_model: Any, shown: str, max_bytes: int, folder: Path | None = None) -> int:
     try:
         with torch.device("meta"):
             skeleton = auto_model.from_config(config, trust_remote_code=False)
@@ -777,6 +804,12 @@ def _counted(config: Any, auto_model: Any, shown: str, max_bytes: int) -> int:
     n = sum(p.numel() for p in skeleton.parameters()) + sum(b.numel() for b in skeleton.buffers())
     if 4 * n > max_bytes:
         raise MirrorError(_too_large(shown, n, max_bytes))
+    shipped = shipped_parameters(folder) if folder is not None else None
+    if shipped is not None and shipped < n // 2:  # built anyway, the rest would be random numbers, and cost memory
+        raise MirrorError(
+            f"{shown}: its weights hold {shipped / 1e6:,.1f} M parameters of the {n / 1e6:,.0f} M its config declares; "
+            "a model without its weights would be random numbers: upload the model's own weights"
+        )
     return 4 * n
 
 

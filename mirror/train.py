@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from mirror import distributed, memory
-from mirror.augment import make_views
+from mirror.augment import make_views, mask_span
 from mirror.blend import mix_weights
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
@@ -37,6 +37,7 @@ from mirror.errors import MirrorError
 from mirror.general import Mixer, mixed_count
 from mirror.lora import LAYER, add_lora, lora_targets, merge_lora
 from mirror.loss import nt_xent
+from mirror.pairs import clean_pairs
 from mirror.terms import FrozenBase, Term, joined, needs_base, terms_for
 
 LOWER_LR = "lower the learning rate or raise the temperature"
@@ -217,7 +218,7 @@ class StepBudget:
 
 
 def step_budget(
-    encoder: Encoder, config: MirrorConfig, memory_budget: int | None = None, world_size: int = 1
+    encoder: Encoder, config: MirrorConfig, memory_budget: int | None = None, world_size: int = 1, paired: bool = False
 ) -> StepBudget:
     """The budget a run of `config` on `encoder` plans its batches with.
 
@@ -236,7 +237,7 @@ def step_budget(
         static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size) + anchor + adapters,
         geometry=memory.model_geometry(encoder.model),
         dtype_bytes=memory.activation_bytes(amp_dtype),
-        max_length=min(config.max_length, encoder.token_limit),
+        max_length=min(max(config.max_length, config.pair_max_length if paired else 0), encoder.token_limit),
         extra_tokens=encoder.tokenizer.num_special_tokens_to_add() + mask,
         world_size=world_size,
         explicit=memory_budget is not None,
@@ -294,20 +295,32 @@ def count_steps(
     return min(total, max_steps) if max_steps else total
 
 
-def plan_steps(texts: Sequence[str], config: MirrorConfig, encoder: Encoder, memory_budget: int | None = None) -> int:
+def plan_steps(
+    texts: Sequence[str],
+    config: MirrorConfig,
+    encoder: Encoder,
+    memory_budget: int | None = None,
+    pairs: Sequence[str | None] | None = None,
+) -> int:
     """The optimiser steps `mirror_tune(texts, config, encoder=encoder, memory_budget=...)` will run.
 
     Exact for the same budget (an explicit one, or the machine's when its free memory has not moved) on one
-    process; it tokenizes every string, like the run does.
+    process; it tokenizes every string (and partner: `pairs`), like the run does.
     """
     config = config.validated()
-    texts, _ = clean_texts(texts)
+    partners: list[str | None] | None = None
+    if pairs is None:
+        texts, _ = clean_texts(texts)
+    else:
+        texts, partners, _, _ = clean_pairs(texts, pairs)
     texts = joined(texts, config.join_views, config.seed)
     if len(texts) < 2:
         return 0
     config = config.scheduled(len(texts))
-    budget = step_budget(encoder, config, memory_budget)
+    budget = step_budget(encoder, config, memory_budget, paired=partners is not None)
     lengths = encoder.token_lengths(texts)
+    if partners is not None:
+        lengths = _pair_lengths(encoder, lengths, partners, config)
     plan_rng = random.Random(config.seed)
     return count_steps(
         lengths, config.batch_size, plan_rng, budget, config.epochs, 2, config.bucket_by_length, config.max_steps
@@ -321,8 +334,13 @@ def mirror_tune(
     should_stop: StopFn | None = None,
     encoder: Encoder | None = None,
     memory_budget: int | None = None,
+    pairs: Sequence[str | None] | None = None,
 ) -> MirrorResult:
     """Mirror-fine-tune an encoder on `texts` (cleaned and de-duplicated here too).
+
+    `pairs`: each string's partner text (None or "" for none), row for row with `texts`: a string's positive is its
+    partner where it has one (the other strings' views in the batch its negatives, both ways), its own mirror view
+    where it has none (mirror.pairs: what cleaning keeps). Without `pairs` a run is exactly as it always was.
 
     `on_step(step, total, loss[, batch])` is called after every optimiser step; `should_stop()` is polled
     between steps and ends the run cleanly (result.cancelled). `encoder` skips loading `config.model`.
@@ -335,7 +353,13 @@ def mirror_tune(
     blend toward the base happen before and after it (`_trained`).
     """
     config = (config or MirrorConfig.preset("words")).validated()
-    texts, _ = clean_texts(texts)
+    partners: list[str | None] | None = None
+    if pairs is None:
+        texts, _ = clean_texts(texts)
+    else:
+        texts, partners, _, _ = clean_pairs(texts, pairs)
+        if config.join_views > 1:
+            raise MirrorError("joined views (join_views) and pairs do not go together: a pair is one string's")
     if len(texts) < 2:
         raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
     user, texts = texts, joined(texts, config.join_views, config.seed)
@@ -357,7 +381,9 @@ def mirror_tune(
         raise MirrorError(f"need at least {min_batch} distinct strings for {world_size} processes (got {len(texts)})")
 
     lengths = encoder.token_lengths(texts)  # the memory plan needs them, length bucketing too
-    budget = step_budget(encoder, config, memory_budget, world_size)
+    if partners is not None:  # a row costs what its longer side costs: both sides are padded to it at most
+        lengths = _pair_lengths(encoder, lengths, partners, config)
+    budget = step_budget(encoder, config, memory_budget, world_size, paired=partners is not None)
     budget = dataclasses.replace(budget, total=_smallest_over_ranks(budget.total, device))
     plan = Schedule(lengths, budget, random.Random(config.seed), min_batch, config)
     rng = random.Random(config.seed + 1)  # views draw from their own stream, so plan_steps can replay the plan's
@@ -382,7 +408,10 @@ def mirror_tune(
 
     def prepare(batch_ids: list[int]) -> StepInputs:
         strings = [texts[i] for i in batch_ids] + _mixed_in(mixer, batch_ids, lengths, budget, mix_rng)
-        inputs = _prepare_step(encoder, strings, config, rng, device)
+        sides = (
+            None if partners is None else [partners[i] for i in batch_ids] + [None] * (len(strings) - len(batch_ids))
+        )
+        inputs = _prepare_step(encoder, strings, config, rng, device, sides)
         inputs.extra = [term.prepare(batch_ids) for term in terms]
         return inputs
 
@@ -649,21 +678,69 @@ class StepInputs:
     strings: int  # the step's strings, all ranks together
     padded: bool  # whether any row has padding (known here, on the host: the GPU is never asked)
     extra: list[dict[str, torch.Tensor] | None] = field(default_factory=list)  # each term's own inputs (terms' order)
+    # pairs: the second views (partners, or a string's own second view) tokenized apart, padded to their own length;
+    # `batch` then holds the first views only
+    second: dict[str, torch.Tensor] | None = None
+    second_padded: bool = False
 
 
 def _prepare_step(
-    encoder: Encoder, strings: list[str], config: MirrorConfig, rng: random.Random, device: torch.device
+    encoder: Encoder,
+    strings: list[str],
+    config: MirrorConfig,
+    rng: random.Random,
+    device: torch.device,
+    partners: list[str | None] | None = None,
 ) -> StepInputs:
-    """The two views of `strings`, tokenized (this rank's share under torchrun)."""
+    """The two views of `strings`, tokenized (this rank's share under torchrun). With `partners`, a string's second
+    view is its partner (span-masked as a mirror view is, when `config.pair_mask`) where it has one, and the second
+    views are tokenized on their own, up to `config.pair_max_length`."""
     view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
     n = len(strings)
     rank, world_size = distributed.world()
     lo, hi = distributed.shard_bounds(n, world_size, rank)  # the whole batch in a single process
+    if partners is not None:
+        view2 = [_partner_view(p, v, encoder, config, rng) for p, v in zip(partners, view2, strict=True)]
+        first = encoder.tokenize(view1[lo:hi], config.max_length)
+        second = encoder.tokenize(view2[lo:hi], max(config.max_length, config.pair_max_length))
+        if device.type == "cuda":
+            first, second = ({k: v.pin_memory() for k, v in b.items()} for b in (first, second))
+        return StepInputs(
+            first,
+            hi - lo,
+            n,
+            not bool(first["attention_mask"].all()),
+            second=second,
+            second_padded=not bool(second["attention_mask"].all()),
+        )
     batch = encoder.tokenize(view1[lo:hi] + view2[lo:hi], config.max_length)
     padded = not bool(batch["attention_mask"].all())
     if device.type == "cuda":  # pinned host memory makes the copy to the GPU truly asynchronous
         batch = {k: v.pin_memory() for k, v in batch.items()}
     return StepInputs(batch, hi - lo, n, padded)
+
+
+def _partner_view(partner: str | None, own: str, encoder: Encoder, config: MirrorConfig, rng: random.Random) -> str:
+    """A string's second view in a pairs run: its partner (span-masked when `pair_mask`), or its own mirror view."""
+    if partner is None:
+        return own
+    if not config.pair_mask or not encoder.mask_token:
+        return partner
+    return mask_span(partner, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
+
+
+def _pair_lengths(
+    encoder: Encoder, lengths: Sequence[int], partners: Sequence[str | None], config: MirrorConfig
+) -> list[int]:
+    """Each row's planning length in a pairs run: its string's tokens, or its partner's (up to the partner side's
+    max length) when longer."""
+    rows = [i for i, p in enumerate(partners) if p is not None]
+    theirs = encoder.token_lengths([partners[i] for i in rows]) if rows else []
+    out = list(lengths)
+    most = max(config.max_length, config.pair_max_length)
+    for i, n in zip(rows, theirs, strict=True):
+        out[i] = max(out[i], min(n, most))
+    return out
 
 
 class Ahead:
@@ -716,8 +793,13 @@ def _train_step(
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     b, n = inputs.views, inputs.strings
     extra = inputs.extra or [None] * len(terms)
+    second = inputs.second
+    if second is not None and device.type == "cuda":
+        second = {k: v.to(device, non_blocking=True) for k, v in second.items()}
     with autocast(device, config.precision):
         emb = encoder.embed(batch, padded=inputs.padded)
+        if second is not None:  # pairs: the second views, padded to their own length
+            emb = torch.cat([emb, encoder.embed(second, padded=inputs.second_padded)])
         masks = [m for term in terms if (m := term.mask(batch, b)) is not None]
         penalties = [
             p
@@ -761,6 +843,20 @@ def save_result(result: MirrorResult, out_dir: str | Path) -> Path:
         out_dir,
         extra={"config": result.config.to_dict(), "stats": result.stats(), "versions": versions()},
     )
+
+
+def add_stats(folder: str | Path, **stats: Any) -> None:
+    """Add `stats` to the run stats in a saved model's mirror_config.json (what was measured after the save: a pairs
+    run's held-out gain), atomically."""
+    import json
+    import os
+
+    path = Path(folder) / "mirror_config.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["stats"] = {**data.get("stats", {}), **stats}
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def versions() -> dict[str, str]:

@@ -152,7 +152,7 @@ def test_numbers_that_are_not_numbers_get_a_message_and_no_traceback(trained):
 @pytest.mark.slow
 def test_strings_of_invisible_characters_are_refused_as_empty(trained, tiny_bert):
     served, _, _ = trained
-    text = call(served.url, "train", ["\u200b\n\u202e\n\ufeff\n\u200b\u200b", None, "", str(tiny_bert), "auto", {}])
+    text = call(served.url, "train", ["\u200b\n\u202e\n\ufeff\n\u200b\u200b", None, "", str(tiny_bert), "auto", {}, ""])
     assert "event: error" in text and "found 0 usable strings" in text and "4 empty" in text, text
 
 
@@ -348,6 +348,39 @@ def test_a_config_bomb_zip_and_a_tiny_hub_id_are_refused_before_memory_grows(lim
     assert fetched == {"config.json"}, fetched  # nothing but the config came down
 
 
+def weightless_zip(tiny_bert: Path, out: Path) -> Path:
+    """A model zip whose config declares a model under the server's 64 MB price (~14 M parameters, 56 MB in fp32) and
+    whose weights file holds one small tensor: what from_pretrained would fill with random numbers."""
+    from transformers import BertConfig
+
+    config = BertConfig(vocab_size=30522, hidden_size=256, num_hidden_layers=8, num_attention_heads=4,
+                        intermediate_size=1024).to_dict()  # fmt: skip
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("mirror-model/config.json", json.dumps(config))
+        zf.writestr("mirror-model/model.safetensors", one_weight())
+        for name in ("vocab.txt", "tokenizer_config.json"):
+            zf.write(tiny_bert / name, f"mirror-model/{name}")
+    return out
+
+
+@pytest.mark.slow
+def test_a_zip_without_its_weights_is_refused_before_the_model_is_built(limited, tiny_bert, tmp_path):
+    """Issue 49, Medium row: a zip whose config declares a model under the price but ships no weights was built with
+    random weights (331 M parameters: peak +3.6 GB, 2.7x the price) and refused only at the index step. Now the
+    weights file's own header is counted against the config before anything is built."""
+    from tests.server import Page
+
+    served, _ = limited
+    page = Page(served.url, headers={"X-Forwarded-For": "10.0.3.3"})
+    assert page.event("on_paste", {0: "\n".join(WORDS)})["success"]
+    empty = weightless_zip(tiny_bert, tmp_path / "weightless.zip")
+    served.reset_peak()
+    peak = served.rss("VmHWM")
+    text = json.dumps(page.event("on_saved_zip", {0: page.upload(empty)}).get("output"))
+    assert re.search(r"its weights hold 0\.0 M parameters of the 1\d M its config declares", text), text[:2000]
+    assert served.rss("VmHWM") - peak < 40 * MB, (served.rss("VmHWM") - peak) / MB
+
+
 @pytest.mark.slow
 def test_a_huge_request_body_is_refused_unread_and_a_visitor_queues_one_run_at_a_time(limited, wide_bert):
     """Issue 37, High row 7: a 400 MB POST to /gradio_api/queue/join was read (+1.83 GB peak RSS), and six 20 MB
@@ -449,7 +482,7 @@ def test_large_waiting_requests_are_bounded_before_they_are_read(limited):
 
     def train(k: int) -> None:
         fn_index, trigger = pages[k].fn("train")
-        data = [bodies[k], None, "", "bundled", "auto", "not a JSON object", None]  # read, then refused: no run
+        data = [bodies[k], None, "", "bundled", "auto", "not a JSON object", "", None]  # read, then refused: no run
         body = {"data": data, "event_data": None, "fn_index": fn_index, "trigger_id": trigger}
         try:
             r = pages[k].http.post(served.url + "gradio_api/queue/join", json={**body, "session_hash": pages[k].hash})
@@ -527,7 +560,7 @@ def test_a_link_opens_a_run_to_read_not_to_write(limited, wide_bert, tmp_path):
 
     served, runs = limited
     owner = Page(served.url, headers={"X-Forwarded-For": "10.0.5.1"})
-    out = owner.event("train", ["\n".join(WORDS), None, "", str(wide_bert), "auto", wide_settings(), None])
+    out = owner.event("train", ["\n".join(WORDS), None, "", str(wide_bert), "auto", wide_settings(), "", None])
     run_id = out["output"]["data"][0]["run_id"]
     mine, theirs = tmp_path / "mine.txt", tmp_path / "theirs.txt"
     mine.write_text("apple\npear\nplum\n")

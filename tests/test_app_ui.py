@@ -120,9 +120,10 @@ def test_demo_wires_named_api_endpoints_and_every_config_field(app):
     explore = {"/export", "/moved", "/neighbours", "/health", "/push", "/map"}
     assert set(info["named_endpoints"]) == {"/train", "/search", "/cancel"} | explore  # UI events are private
     params = {p["parameter_name"]: p for p in info["named_endpoints"]["/train"]["parameters"]}
-    assert list(params) == ["texts", "file", "column", "model", "mode", "settings"]
+    assert list(params) == ["texts", "file", "column", "model", "mode", "settings", "pair_column"]
+    assert params["pair_column"]["parameter_default"] == ""  # issue 50: no partner unless asked
     assert params["model"]["parameter_default"] == "bundled"
-    fields = {f.name for f in dataclasses.fields(MirrorConfig)} - {"mode", "model"}
+    fields = {f.name for f in dataclasses.fields(MirrorConfig)} - {"mode", "model", "pairs"}  # pairs: the file says
     assert set(ADVANCED) == fields  # the Advanced accordion shows every engine setting
     by_fn = {fn.name: fn for fn in demo.fns.values()}
     # runs, blends and model uploads wait in the app's own training queue (one place per visitor), not Gradio's
@@ -259,10 +260,11 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
     assert "3 strings" in summary and "words preset" in summary
     assert column["visible"] and [c[1] for c in column["choices"]] == ["", "id", "term"]
     assert column["value"] == "term" and session.texts == ["cat", "dog", "kitten"]  # the column read is the one shown
-    out = fns["on_column"].fn(str(csv), "id", [], "auto", "bundled", session, *defaults)
+    assert out[2]["visible"] and out[2]["value"] == ""  # paired with: (none), the other column being numbers
+    out = fns["on_column"].fn(str(csv), "id", "", [], "auto", "bundled", session, *defaults)
     assert "3 strings" in out[0] and session.texts == ["1", "2", "3"]
     with pytest.warns(UserWarning, match="no column 'nope'"):
-        out = fns["on_column"].fn(str(csv), "nope", [], "auto", "bundled", session, *defaults)
+        out = fns["on_column"].fn(str(csv), "nope", "", [], "auto", "bundled", session, *defaults)
     assert "Error" in out[0] and session.texts == ["1", "2", "3"]  # a failed load keeps what was loaded...
     assert "Still loaded: **3 strings** from `terms.csv`" in out[0]  # ...and says so
 
@@ -602,7 +604,7 @@ def test_downloads_are_files_of_the_sessions_own_run(ui, tiny_bert):  # was ..._
         assert is_under(Path(f), app.runs.root / session.run_ids[-1]) and Path(f).is_file()
     fns_api = fns["api_train"].fn
     summary, model_zip, index_zip, same = list(
-        fns_api("\n".join(WORDS), None, "", str(tiny_bert), "auto", TINY, session)
+        fns_api("\n".join(WORDS), None, "", str(tiny_bert), "auto", TINY, "", session)
     )[-1]
     run_folder = app.runs.root / session.run_ids[-1]
     assert same is session and all(is_under(Path(p), run_folder) for p in (model_zip, index_zip))
@@ -748,7 +750,9 @@ def test_server_side_limits_hold_when_the_ui_is_bypassed(server, tiny_bert, tmp_
     # files the client did not upload are refused before the app sees them: a server path, a URL to the server
     before = sorted(p.name for p in sessions.iterdir())
     for path in [str(ROOT / "examples" / "small_words.txt"), f"{url}gradio_api/info"]:
-        event, _ = call_raw(url, "train", ["", {"path": path, "meta": {"_type": "gradio.FileData"}}, "", "", "", {}])
+        event, _ = call_raw(
+            url, "train", ["", {"path": path, "meta": {"_type": "gradio.FileData"}}, "", "", "", {}, ""]
+        )
         assert event == "error", path
     assert sorted(p.name for p in sessions.iterdir()) == before
 
@@ -760,7 +764,7 @@ def test_the_server_serves_only_the_files_it_made_for_a_session(server, tiny_ber
 
     url, sessions = server
     event, (summary, model_zip, index_zip, _) = call_raw(
-        url, "train", ["cat\ndog\ncar\nbus", None, "", str(tiny_bert), "auto", API_TINY]
+        url, "train", ["cat\ndog\ncar\nbus", None, "", str(tiny_bert), "auto", API_TINY, ""]
     )
     assert event == "complete" and summary["strings"] == 4
     for served in (model_zip, index_zip):  # a copy in Gradio's cache: the session folder's path is never sent

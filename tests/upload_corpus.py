@@ -34,7 +34,15 @@ BAD_UPLOADS = {  # id: (file name, content, what the app says, what the CLI says
     "same-line": ("same.txt", b"cat\n" * 50, "49 duplicates", "need at least 2 distinct"),
     "csv-no-text-column": ("nums.csv", b"id,score\n1,0.5\n2,0.7\n3,0.1\n", "no text column found", "no text column"),
     "tsv-no-text-column": ("nums.tsv", b"id\tscore\n1\t0.5\n2\t0.7\n", "no text column found", "no text column"),
-    "csv-header-only": ("head.csv", b"id,score\n", "no text column found", "no text column found"),
+    "csv-header-only": ("head.csv", b"id,score\n", "no rows of data", "no rows of data"),
+    # issue 52: a quote never closed merged the rest of the file into one string, silently; an unquoted comma shifted
+    "csv-unterminated-quote": (
+        "quote.csv",
+        b'text,n\nfine,1\n"unterminated quote, here,1\nnext,2\nlast,3\n',
+        "line 3 opens a quote",
+        "opens a quote",
+    ),
+    "csv-ragged": ("ragged.csv", b"text,n\nfine,1\nhello, world,2\n", "line 3 has 3 cells", "has 3 cells"),
     "csv-giant-field": (
         "giant.csv",
         b'text\n"' + b"a" * 200_000 + b'"\nb\n',

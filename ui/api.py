@@ -28,6 +28,7 @@ def api_components() -> SimpleNamespace:
             model=gr.Textbox(value=BUNDLED_MODEL, label="model"),
             mode=gr.Textbox(value="auto", label="mode"),
             settings=gr.JSON(value={}, label="settings"),
+            pair_column=gr.Textbox(value="", label="pair_column"),
             train_out=gr.JSON(label="run"),
             model_zip=gr.File(label="model zip"),
             index_zip=gr.File(label="index zip"),
@@ -76,15 +77,18 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         model: str = BUNDLED_MODEL,
         mode: str = "auto",
         settings: dict | None = None,
+        pair_column: str = "",
         s: Session | None = None,
     ):
         """Mirror-tune on `texts` (one string per line) or an uploaded `file` (.txt/.csv/.tsv/.jsonl, text
         `column` optional); `model` is 'bundled' or a hub id, `mode` auto|words|sentences, `settings` any
-        MirrorConfig fields (e.g. {"max_steps": 20}). Returns the run summary, the model zip and the index zip.
+        MirrorConfig fields (e.g. {"max_steps": 20}); `pair_column`: a column of the file whose text is each
+        string's partner ("auto": the detected one; "": none), tuned as its positive, some rows held out to
+        measure the gain (the summary's `pairs`). Returns the run summary, the model zip and the index zip.
         The tuned model then serves /search for this client's session."""
         session = app.session(s)
         try:
-            info = app.trainer.load_for_api(session, texts, file, column, settings)
+            info = app.trainer.load_for_api(session, texts, file, column, settings, pair_column)
         except MirrorError as exc:
             if session is not s:  # a client's first call failed: its new session folder is never reused
                 app.close_session(session)
@@ -115,7 +119,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
             return "Nothing is running.", s
         return app.trainer.cancel(s), s
 
-    train_inputs = [api.texts, api.file, api.column, api.model, api.mode, api.settings, state]
+    train_inputs = [api.texts, api.file, api.column, api.model, api.mode, api.settings, api.pair_column, state]
     train_outputs = [api.train_out, api.model_zip, api.index_zip, state]
     api.train_btn.click(api_train, train_inputs, train_outputs, api_name="train", **train_queue)
     search_io = ([api.queries, api.k, api.hide_query, api.run, state], [api.search_out, state])

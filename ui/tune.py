@@ -11,6 +11,7 @@ import gradio as gr
 from explorer import MirrorApp, Session, render
 from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, HUB_MODELS, MODES, label
 from mirror.config import BUNDLED_MODEL, MirrorConfig
+from mirror.data import AUTO
 from ui.handlers import PRIVATE
 from ui.numbers import Number
 from ui.uploads import NamedFile, given_name
@@ -39,7 +40,16 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
                         type="filepath",
                         elem_id="mx-upload",
                     )
-                    ui.column = gr.Dropdown(label="Text column", choices=[], visible=False, elem_id="mx-column")
+                    with gr.Row():
+                        ui.column = gr.Dropdown(label="Text column", choices=[], visible=False, elem_id="mx-column")
+                        ui.pair_column = gr.Dropdown(
+                            label="Paired with",
+                            info="another text column: each string's partner (a definition, a description) is "
+                            "tuned as its positive, and some rows are held out to measure the gain",
+                            choices=[],
+                            visible=False,
+                            elem_id="mx-pair-column",
+                        )
                 with gr.Tab("Paste"):
                     ui.pasted = gr.Textbox(
                         label="One string per line",
@@ -164,13 +174,14 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     # the settings this page's user changed by hand: a load keeps them (a preset chosen on purpose sets them all)
     ui.touched = gr.State([])
 
-    def preset_values(resolved: str) -> dict[str, Any]:
-        p = MirrorConfig.preset(resolved)
+    def preset_values(resolved: str, pairs: bool = False) -> dict[str, Any]:
+        p = MirrorConfig.preset(resolved, pairs=pairs or None)
         return {name: getattr(p, name) for name in fields}
 
     def after_load(session: Session, load: Callable[[], dict], mode_value: str, touched, vals) -> tuple:
         """Outputs after a load: its summary, the preset's values for the settings the user did not change (mode
-        Auto), the plan; or the error. Also the file's column choices and the column it was read from."""
+        Auto), the plan; or the error. Also what the load read: the file's column choices, the column of the strings
+        and the partner column (or None)."""
         try:
             info = load()
         except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
@@ -178,16 +189,16 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             gr.Warning(render.toast_text(error))
             if not session.texts:
                 failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
-                return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", []), None
+                return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", []), None, None
             # the strings loaded before stay loaded (and armed), and the page says so plainly
             kept = f"Still loaded: **{len(session.texts):,} strings** from `{session.source}`; Launch tunes those."
             can_launch = gr.update(interactive=session.active is None or session.active.finished)
             shown = render.message(error) + "\n\n" + render.message(kept, "info")
-            return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", []), None
+            return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", []), None, None
         overrides, updates, kept = dict(zip(fields, vals, strict=True)), keep_fields, []
         if mode_value == "auto":
             mine = set(touched or [])
-            preset = preset_values(info["mode"])
+            preset = preset_values(info["mode"], info.get("pairing") is not None)
             kept = [label(n).split(" (")[0] for n in fields if n in mine and overrides[n] != preset[n]]
             updates = [gr.update() if n in mine else gr.update(value=v) for n, v in preset.items()]
         # the plan and its time come in a second step (`then_estimate`): the first estimate of a model times it on
@@ -199,26 +210,44 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             shown += "\n\n" + render.message(
                 f"Kept your own settings: {', '.join(kept)}; the rest follow the {info['mode']} preset.", "info"
             )
-        return [shown, *updates, estimate, can_launch, session], info.get("columns", []), info.get("column")
+        info_cols = (info.get("columns", []), info.get("column"), info.get("pair_column"))
+        return [shown, *updates, estimate, can_launch, session], *info_cols
+
+    def pickers(cols: list[str], used: str | None, paired: str | None) -> list[Any]:
+        """The two column pickers after a load: the strings' column (the one read: its note says why) and the
+        partner column (the one read, or (none)), each offering the other columns."""
+        column = [("(detect)", "")] + [(c, c) for c in cols]
+        partner = [("(none)", "")] + [(c, c) for c in cols if c != used]
+        return [
+            gr.update(choices=column, value=used if used in cols else "", visible=bool(cols)),
+            gr.update(choices=partner, value=paired if paired in cols else "", visible=len(cols) > 1),
+        ]
 
     def on_upload(path, col, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
         if not path:
             hidden = gr.update(choices=[], value=None, visible=False)
-            return [gr.update(), hidden, *keep_fields, gr.update(), gr.update(), session]
-        out, cols, used = after_load(
-            session, lambda: app.loader.load_file(session, path, None, given_name(path)), mode_value, touched, vals
-        )
-        # the column the strings were read from is the one shown (its note says why); picking another reads that
-        shown = used if used in cols else ""
-        column = gr.update(choices=[("(detect)", "")] + [(c, c) for c in cols], value=shown, visible=bool(cols))
-        return [out[0], column, *out[1:]]
+            return [gr.update(), hidden, hidden, *keep_fields, gr.update(), gr.update(), session]
+        load = lambda: app.loader.load_file(session, path, None, given_name(path), AUTO)  # noqa: E731
+        out, cols, used, paired = after_load(session, load, mode_value, touched, vals)
+        return [out[0], *pickers(cols, used, paired), *out[1:]]
 
-    def on_column(path, col, touched, mode_value, model_value, s, *vals):
+    def on_column(path, col, pair, touched, mode_value, model_value, s, *vals):
+        """Another column of strings: its partner stays the one picked (detected again when it is that column)."""
+        session = app.session(s)
+        if not path:
+            return [gr.update(), gr.update(), *keep_fields, gr.update(), gr.update(), session]
+        pair = AUTO if pair and pair == col else pair
+        load = lambda: app.loader.load_file(session, path, col or None, given_name(path), pair or "")  # noqa: E731
+        out, cols, used, paired = after_load(session, load, mode_value, touched, vals)
+        return [out[0], pickers(cols, used, paired)[1] if cols else gr.update(), *out[1:]]
+
+    def on_pair(path, col, pair, touched, mode_value, model_value, s, *vals):
+        """Another partner column, or (none): the same strings, paired with it."""
         session = app.session(s)
         if not path:
             return [gr.update(), *keep_fields, gr.update(), gr.update(), session]
-        load = lambda: app.loader.load_file(session, path, col or None, given_name(path))  # noqa: E731
+        load = lambda: app.loader.load_file(session, path, col or None, given_name(path), pair or "")  # noqa: E731
         return after_load(session, load, mode_value, touched, vals)[0]
 
     def on_paste(text, touched, mode_value, model_value, s, *vals):
@@ -237,7 +266,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     def on_mode(mode_value, model_value, s, *vals):
         session = app.session(s)
         resolved = mode_value if mode_value != "auto" else (session.detected_mode if session.texts else "words")
-        values = preset_values(resolved)
+        values = preset_values(resolved, session.partners is not None)
         updates = [gr.update(value=v) for v in values.values()]
         # a preset chosen on purpose: every setting is the preset's again
         return [*updates, app.planner.estimate(session, model_value, mode_value, values), session, []]
@@ -252,10 +281,13 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     # file is cleared and again as it lands, and the first one's plan must not land after the second's)
     plan = lambda *a: estimate_only(app, ui, *a)  # noqa: E731
     estimated = {"fn": plan, "inputs": inputs, "outputs": [ui.estimate_md, state], **PRIVATE}
-    upload_out = [ui.input_md, ui.column, *loaded[1:]]
+    upload_out = [ui.input_md, ui.column, ui.pair_column, *loaded[1:]]
     mine = [ui.touched, *inputs]  # a load's inputs: the settings changed by hand, then the plan's
     ui.upload.change(on_upload, [ui.upload, ui.column, *mine], upload_out, **PRIVATE).then(**estimated)
-    ui.column.input(on_column, [ui.upload, ui.column, *mine], loaded, **PRIVATE).then(**estimated)
+    columns_in = [ui.upload, ui.column, ui.pair_column, *mine]
+    column_out = [ui.input_md, ui.pair_column, *loaded[1:]]
+    ui.column.input(on_column, columns_in, column_out, **PRIVATE).then(**estimated)
+    ui.pair_column.input(on_pair, columns_in, loaded, **PRIVATE).then(**estimated)
     ui.paste_btn.click(on_paste, [ui.pasted, *mine], loaded, **PRIVATE).then(**estimated)
     ui.example_btn.click(on_example, [ui.example, *mine], loaded, **PRIVATE).then(**estimated)
     hub_in = [ui.hub_dataset, ui.hub_column, ui.hub_split, *mine]

@@ -182,7 +182,14 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def job_duration(
-    texts: list[str], config: dict[str, Any], run_dir: str, roots: list[str], build_base: bool, limits: dict
+    texts: list[str],
+    config: dict[str, Any],
+    run_dir: str,
+    roots: list[str],
+    build_base: bool,
+    limits: dict,
+    partners: list[str | None] | None = None,
+    columns: list[str] | None = None,
 ) -> int:
     """ZeroGPU reservation in seconds for a training job: its GPU estimate plus loading, with a margin."""
     cfg = MirrorConfig.from_dict(config)
@@ -199,7 +206,14 @@ def _gpu(fn: Callable) -> Callable:
 
 @_gpu
 def train_job(
-    texts: list[str], config: dict[str, Any], run_dir: str, roots: list[str], build_base: bool, limits: dict
+    texts: list[str],
+    config: dict[str, Any],
+    run_dir: str,
+    roots: list[str],
+    build_base: bool,
+    limits: dict,
+    partners: list[str | None] | None = None,
+    columns: list[str] | None = None,
 ) -> Iterator[Event]:
     """Tune and index in `run_dir`, yielding Phase, Step, Note and Tick, then Finished, Stopped or Failed.
 
@@ -208,6 +222,8 @@ def train_job(
     processes), when `limits["max_seconds"]` have passed, or when nobody has asked for an event for ABANDONED_S.
     `limits["memory"]` bounds what a training step may plan for (None: the memory available); `limits["hub_cache"]`:
     where the server keeps hub models (explorer.runs.hubcache: the base was downloaded there before the job).
+    `partners`: each string's partner text (pairs, from the file's `columns` [strings, partners]): some held out,
+    the gain on them in Finished's stats["pairs"] (index.pipeline.tune_and_index).
     """
     run = Path(run_dir)
     stop = run / STOP_FILE
@@ -237,6 +253,8 @@ def train_job(
                 should_stop=should_stop,
                 memory=limits.get("memory"),
                 cache_dir=limits.get("hub_cache"),
+                pairs=partners,
+                columns=tuple(columns or ("string", "partner")),
             )
         except MirrorError as exc:
             events.put(Failed(str(exc)))

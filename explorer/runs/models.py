@@ -142,7 +142,7 @@ class ModelCache:
         from mirror.names import looks_local
 
         model = self.check_model(model)
-        if model == BUNDLED_MODEL or looks_local(model) or self.hub.has(model):
+        if model == BUNDLED_MODEL or looks_local(model, here=False) or self.hub.has(model):
             return model
         self.hub.size(model)  # None offline: the load then says the hub is unreachable
         return model
@@ -152,7 +152,7 @@ class ModelCache:
         come back, priced, if they went)."""
         from mirror.names import looks_local
 
-        hub = model != BUNDLED_MODEL and not looks_local(model)
+        hub = model != BUNDLED_MODEL and not looks_local(model, here=False)
         return self.hub.use(model) if hub else contextlib.nullcontext()
 
     def weights_budget(self) -> int:

@@ -23,6 +23,7 @@ from explorer.runs.accounts import Owner, write_owner
 from explorer.runs.runinfo import RunInfo
 from explorer.settings import Settings
 from mirror.data import CleanStats
+from mirror.pairs import PairStats
 
 STOP_FILE = "STOP"
 RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs.store), not a session
@@ -107,6 +108,9 @@ class Session:
     id: str
     folder: Path
     texts: list[str] = field(default_factory=list)
+    # each string's partner text (pairs: mirror.pairs), row for row with `texts`, or None when the strings have none
+    partners: list[str | None] | None = None
+    pairing: Pairing | None = None  # where the partners came from and what cleaning kept of them
     source: str = ""
     stats: CleanStats | None = None
     detected_mode: str = "words"
@@ -126,6 +130,19 @@ class Session:
     def touch(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / ".last_used").touch()
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """The partners of a session's strings: the columns they pair, why (a detected pairing's note), and the counts."""
+
+    column: str  # the strings' column
+    partner_column: str
+    stats: PairStats
+    note: str | None = None
+
+    def columns(self) -> tuple[str, str]:
+        return self.column, self.partner_column
 
 
 @dataclass(frozen=True)

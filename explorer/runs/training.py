@@ -124,15 +124,18 @@ class Trainer:
         return handle
 
     def load_for_api(
-        self, session: Session, texts: str, file: str | None, column: str, settings: Any
+        self, session: Session, texts: str, file: str | None, column: str, settings: Any, pair_column: str = ""
     ) -> dict[str, Any]:
-        """The /train API's input: `file` (or the pasted `texts`) loaded as the session's strings, once this visitor
-        may queue a run (checked before 20 MB of text is read for a run refused anyway). What `set_texts` reports;
-        MirrorError with the message the page would show."""
+        """The /train API's input: `file` (or the pasted `texts`) loaded as the session's strings, with each one's
+        partner from `pair_column` when given, once this visitor may queue a run (checked before 20 MB of text is
+        read for a run refused anyway). What `set_texts` reports; MirrorError with the message the page would show."""
         try:
             self.app.train_queue.check(queue_key(session), session.owner.address)
+            pair = str(pair_column or "").strip()
+            if pair and not file:
+                raise MirrorError("a partner column (pair_column) is a column of an uploaded .csv/.tsv/.jsonl file")
             info = (
-                self.app.loader.load_file(session, file, (column or "").strip() or None)
+                self.app.loader.load_file(session, file, (column or "").strip() or None, pair_column=pair or None)
                 if file
                 else self.app.loader.load_pasted(session, texts)
             )
@@ -274,9 +277,15 @@ class Trainer:
         self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
     ) -> Iterator[Event]:
         texts, source = list(session.texts), session.source
+        partners, pairing = session.partners, session.pairing
         try:
             config, notes = build_config(
-                texts, self.app.models.check_download(model), mode, overrides, self.app.settings.max_steps
+                texts,
+                self.app.models.check_download(model),
+                mode,
+                overrides,
+                self.app.settings.max_steps,
+                pairs=partners is not None,
             )
             yield Phase(f"Checking the base model {config.model}")
             base = self.app.models.base_encoder(config.model, config.pooling)
@@ -302,7 +311,9 @@ class Trainer:
         roots = [str(run)] + [str(r) for r in self.app.settings.model_roots]
         try:
             with self.discarded_unless_served(run) as served, self.app.models.using(config.model):
-                for ev in train_job(texts, config.to_dict(), str(run), roots, build_base, limits):
+                columns = list(pairing.columns()) if pairing is not None else None
+                job = train_job(texts, config.to_dict(), str(run), roots, build_base, limits, partners, columns)
+                for ev in job:
                     if isinstance(ev, Step):
                         session.touch()  # a long run keeps its session from being swept as idle
                     if isinstance(ev, Stopped) or (isinstance(ev, Finished) and read_stop(run)):

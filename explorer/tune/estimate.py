@@ -396,13 +396,15 @@ def price(
     tokenize_s: float = 0.0,
     observed: Observed | None = None,
     check_encoders: int = FORGETTING_ENCODERS,
+    train_lengths: Sequence[int] | None = None,
 ) -> Estimate:
     """The job's phases (PHASES) priced with `cal`: what a run of `config` on `texts` (of these token lengths)
     costs here. `tokenize_s`: what tokenizing the strings took (the run does it again before its first step).
     `observed`: what the last run of this key measured (its checks replace the priced ones, its training ratio
-    scales the training); `check_encoders`: 1 when the base's scores on the checks are kept already."""
+    scales the training); `check_encoders`: 1 when the base's scores on the checks are kept already.
+    `train_lengths`: a pairs run's planning length of each row (its longer side: mirror.train plans with it)."""
     observed = observed or Observed()
-    steps = train_plan(texts, lengths, config, encoder, memory_budget)
+    steps = train_plan(texts, train_lengths or lengths, config, encoder, memory_budget)
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
     per_encoder = observed.check_s if observed.check_s is not None else checks_price(encoder, cal)
     check_s = check_encoders * per_encoder
@@ -525,20 +527,29 @@ class Estimator:
         may_calibrate: bool = True,
         check_encoders: int = FORGETTING_ENCODERS,
         probe: bool = False,
+        train_texts: Sequence[str] | None = None,
     ) -> Estimate | None:
         """The job's estimate, calibrating first when its key has no calibration yet (None: there is none and it
         cannot be made now, see `calibration`), corrected by what the last run of its key measured (`observe`).
         `base`: the base encoder (only read); `check_encoders`: 1 when the base's general-check scores are kept;
         `probe`: an earlier calibration's compute phases are scaled by what the machine gives now (speed_probe:
-        other work on the machine, or work that stopped since)."""
+        other work on the machine, or work that stopped since). `train_texts`: a pairs run's longer side of each
+        row (string or partner), whose lengths plan its steps."""
         lengths, tokenize_s = self.lengths(texts, base, texts_key)
-        padded = [p for _, p in train_plan(texts, lengths, config, base, memory_budget)]
+        train_lengths = None
+        if train_texts is not None:
+            train_lengths, more_s = self.lengths(train_texts, base, texts_key + "-pairs")
+            tokenize_s += more_s
+        padded = [p for _, p in train_plan(texts, train_lengths or lengths, config, base, memory_budget)]
         key = self.key(config, device, threads, length_class(padded))
         cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
         if cal is None:
             return None
         observed = self.observed.get(key[:-1])
-        est = price(texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders)
+        est = price(
+            texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders,
+            train_lengths,
+        )  # fmt: skip
         est = dataclasses.replace(est, fresh=fresh, key=key)
         if probe and not fresh and cal.probe_s >= PROBE_MIN_S:
             est = at_speed(est, in_fresh_thread(lambda: speed_probe(base, self.clock), "mirror-probe") / cal.probe_s)

@@ -69,6 +69,9 @@ LABELS: dict[str, str] = {
     "lora_rank": "LoRA: adapter rank on attention, merged at the end (0 = off)",
     "guide_margin": "Guided negatives: mask those the base finds within this margin (0 = off)",
     "long_anchor": "Keep long texts near the base: λ (0 = off)",
+    "pair_max_length": "Pairs: partner max length (tokens)",
+    "pair_mask": "Pairs: span-mask the partners too",
+    "pair_holdout": "Pairs: share of rows held out to measure the gain (0 = all train)",
 }
 CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS}
 _DEFAULTS = MirrorConfig()
@@ -82,7 +85,7 @@ ADVANCED: dict[str, str] = {
         else {bool: "bool", int: "int", float: "float"}.get(type(getattr(_DEFAULTS, f.name)), "str")
     )
     for f in dataclasses.fields(MirrorConfig)
-    if f.name not in ("mode", "model")
+    if f.name not in ("mode", "model", "pairs")  # pairs: the strings have partners or not (the file says)
 }
 
 
@@ -133,10 +136,18 @@ def coerce_overrides(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_config(
-    texts: Sequence[str], model: str, mode: str, overrides: dict[str, Any], max_steps_cap: int | None = None
+    texts: Sequence[str],
+    model: str,
+    mode: str,
+    overrides: dict[str, Any],
+    max_steps_cap: int | None = None,
+    pairs: bool = False,
 ) -> tuple[MirrorConfig, list[str]]:
-    """The validated run config for these strings, plus notes for the user (e.g. the server's step cap)."""
-    config, _ = MirrorConfig.for_texts(texts, mode or "auto", model=model, **coerce_overrides(overrides))
+    """The validated run config for these strings (with `pairs`, the pairs preset on top: mirror.config), plus
+    notes for the user (e.g. the server's step cap)."""
+    config, _ = MirrorConfig.for_texts(
+        texts, mode or "auto", model=model, pairs=pairs or None, **coerce_overrides(overrides)
+    )
     config = config.scheduled(-(-len(texts) // config.join_views))  # the epochs it runs: the plan shows them
     notes: list[str] = []
     if max_steps_cap:

@@ -5,16 +5,18 @@ cleaned and capped (`set_texts`); a run's own strings loaded again (`restore_tex
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from explorer.runs.sessions import Session
+from explorer.runs.sessions import Pairing, Session
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR
 from mirror.config import detect_mode
 from mirror.data import clean_texts, fmt_size, read_file
 from mirror.errors import MirrorError
+from mirror.pairs import clean_pairs
 
 log = logging.getLogger("mirror.app")
 
@@ -26,16 +28,33 @@ class TextLoader:
     def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
         self.app = app
 
-    def set_texts(self, session: Session, raw: Sequence[str], source: str, notes: Sequence[str] = ()) -> dict[str, Any]:
-        """Clean, cap and keep the strings; returns what the UI and the API report about them (with `notes`
-        from reading them: an encoding guessed, a header row)."""
-        texts, stats = clean_texts(raw)
+    def set_texts(
+        self,
+        session: Session,
+        raw: Sequence[str],
+        source: str,
+        notes: Sequence[str] = (),
+        partners: Sequence[str] | None = None,
+        columns: tuple[str, str] | None = None,
+        pair_note: str | None = None,
+    ) -> dict[str, Any]:
+        """Clean, cap and keep the strings (with each one's partner, when `partners` are given: mirror.pairs, from
+        the `columns` (strings, partners)); returns what the UI and the API report about them (with `notes` from
+        reading them: an encoding guessed, a header row)."""
+        kept: list[str | None] | None = None
+        if partners is not None:
+            texts, kept, stats, pair_stats = clean_pairs(raw, partners)
+        else:
+            texts, stats = clean_texts(raw)
         notes = list(notes)
         if len(texts) > self.app.settings.max_strings:
             notes.append(
                 f"kept the first {self.app.settings.max_strings:,} of {len(texts):,} strings (this server's limit, MIRROR_MAX_STRINGS)"
             )
             texts = texts[: self.app.settings.max_strings]
+            if kept is not None:
+                kept = kept[: self.app.settings.max_strings]
+                pair_stats = dataclasses.replace(pair_stats, paired=sum(p is not None for p in kept))
         if len(texts) < 2:
             raise MirrorError(
                 f"`{source}`: found {len(texts)} usable string{'s' if len(texts) != 1 else ''} "
@@ -44,7 +63,13 @@ class TextLoader:
         mode, reason = detect_mode(texts)
         session.texts, session.source, session.stats = texts, source, stats
         session.detected_mode, session.mode_reason = mode, reason
-        return {"strings": len(texts), "stats": stats, "mode": mode, "reason": reason, "notes": notes, "source": source}
+        session.partners, session.pairing = None, None
+        if kept is not None and pair_stats.paired >= 2:  # fewer: no pair to learn from, a plain run
+            session.partners = kept
+            session.pairing = Pairing(*(columns or ("string", "partner")), pair_stats, pair_note)
+        info = {"strings": len(texts), "stats": stats, "mode": mode, "reason": reason, "notes": notes, "source": source}
+        info["pairing"] = session.pairing
+        return info
 
     @contextlib.contextmanager
     def _replacing_texts(self, session: Session) -> Iterator[None]:
@@ -53,20 +78,32 @@ class TextLoader:
         yield
 
     def load_file(
-        self, session: Session, path: str | None, column: str | None = None, name: str | None = None
+        self,
+        session: Session,
+        path: str | None,
+        column: str | None = None,
+        name: str | None = None,
+        pair_column: str | None = None,
     ) -> dict[str, Any]:
         """The strings of an uploaded file; `name`: the one the user gave it, where the path's own differs (the UI's
-        upload cache renames a few), else the path's."""
+        upload cache renames a few), else the path's. `pair_column`: a column of partner texts (mirror.data.AUTO:
+        the detected one, if any; None or "": none)."""
         with self._replacing_texts(session):
             if not path:
                 raise MirrorError("no file uploaded")
             notes: list[str] = []
             name = display_name(name or path)
-            read = read_file(path, column, self.app.settings.max_upload_bytes, name=name, notes=notes)
+            read = read_file(
+                path, column, self.app.settings.max_upload_bytes, name=name, notes=notes, pair_column=pair_column
+            )
+            columns = (read.column or "string", read.pair_column or "partner")
+            info = self.set_texts(session, read.strings, name, notes, read.partners, columns, read.pair_note)
             return {
-                **self.set_texts(session, read.strings, name, notes),
+                **info,
                 "columns": read.columns,
                 "column": read.column,
+                "pair_column": read.pair_column if session.pairing is not None else None,
+                "pair_note": read.pair_note,
             }
 
     def load_pasted(self, session: Session, text: str) -> dict[str, Any]:

@@ -48,7 +48,9 @@ class Planner:
                 mode,
                 overrides,
                 self.app.settings.max_steps,
+                pairs=session.partners is not None,
             )
+            notes = [*pairs_notes(session, config), *notes]
             est, why = self.estimate_of(session, config)
         except MirrorError as exc:
             return message(str(exc), "warning")
@@ -71,7 +73,9 @@ class Planner:
         if zero_gpu():
             return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
         base = self.app.models.cached_base(model, config.pooling)
-        if base is None and model != BUNDLED_MODEL and not looks_local(model):  # never a download for an estimate
+        if (
+            base is None and model != BUNDLED_MODEL and not looks_local(model, here=False)
+        ):  # never a download for an estimate
             return rough, "calibrates on this machine once this model is loaded (by a run)"
         base = base or self.app.models.base_encoder(model, config.pooling)
         key, prev = texts_key(texts), session.run
@@ -95,6 +99,7 @@ class Planner:
             check_encoders=self.check_encoders(base),
             # what the machine gives now (a tenth of a second): not while a run here trains, which a new run waits for
             probe=may_calibrate and not self.app.in_progress,
+            train_texts=longer_sides(texts, session.partners),
         )
         if est is None and not may_calibrate:
             return rough, "calibrates on this machine when a plan for the bundled model is shown"
@@ -184,6 +189,9 @@ class Planner:
                 texts, key, config, device, threads, base, self.memory_budget(config), build_base,
                 wait=False, may_calibrate=False,
             )  # fmt: skip
+        except MirrorError as exc:  # a plan the run itself refuses (memory, length): said to the user, no traceback
+            log.info("could not price the run for the estimator: %s", exc)
+            return None
         except Exception:  # an estimate must never stop a run
             log.exception("could not price the run for the estimator")
             return None
@@ -205,3 +213,35 @@ class Planner:
         )  # fmt: skip
         if est is not None and checks_s is not None and not self.app.estimator.checks_timed(est, base, checks_s):
             log.info("the general checks' warm-up took %.1f s, far over their price: not used to price them", checks_s)
+
+
+def pairs_notes(session: Session, config) -> list[str]:
+    """What the plan says of a pairs run: how many strings train with their partner, how many are held out to
+    measure the gain (or that none are, and why)."""
+    from mirror.pairs import holdout
+
+    pairing, partners = session.pairing, session.partners
+    if pairing is None or partners is None:
+        return []
+    held = len(holdout(partners, config.pair_holdout, seed=config.seed))
+    string_col, partner_col = pairing.columns()
+    trained = pairing.stats.paired - held
+    alone = len(session.texts) - pairing.stats.paired
+    line = f"Pairs: {trained:,} {string_col} train with their {partner_col} (its positive in the loss)" + (
+        f", {alone:,} alone on their mirror views" if alone else ""
+    )
+    if held:
+        line += f"; {held:,} rows held out of training, to measure on them what tuning gained"
+    elif config.pair_holdout <= 0:
+        line += "; none held out (held-out share 0): no measure of the gain on your rows"
+    else:
+        line += "; too few pairs to hold some out (40 needed): no measure of the gain on your rows"
+    return [line]
+
+
+def longer_sides(texts: list[str], partners: list[str | None] | None) -> list[str] | None:
+    """A pairs run's longer side of each row (its string, or its partner when longer): what its steps are planned
+    with (mirror.train); None without partners."""
+    if partners is None:
+        return None
+    return [p if p is not None and len(p) > len(t) else t for t, p in zip(texts, partners, strict=True)]

@@ -1,0 +1,58 @@
+"""Pairs in words: what the load found (the columns paired and why), and what a pairs run gained on its held-out
+rows (mirror.pairs), for tab ① and the verdict."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from explorer.runs.runinfo import RunInfo
+
+
+def pairing_md(info: dict[str, Any]) -> str:
+    """The load's pairing (or why there is none), under the strings' summary; "" for a file without a choice."""
+    pairing = info.get("pairing")
+    if pairing is None:
+        note = info.get("pair_note")
+        return f"**Pairs:** none ({note})." if note and info.get("columns") else ""
+    string_col, partner_col = pairing.columns()
+    why = f" — {pairing.note}" if pairing.note else ""
+    return (
+        f"**Pairs:** each `{string_col}` is tuned with its `{partner_col}` as its positive{why}. "
+        f"{pairing.stats.summary(info['strings'])}. Pick *(none)* under *Paired with* to tune on the strings alone."
+    )
+
+
+def gain_of(run: RunInfo | None) -> dict[str, Any] | None:
+    """A pairs run's held-out gain (mirror.pairs.PairGain.to_dict), or None."""
+    pairs = (run.stats.get("pairs") if run is not None else None) or {}
+    return pairs.get("gain")
+
+
+def pairs_md(run: RunInfo | None) -> str:
+    """What a pairs run gained on its own held-out rows, in one sentence and a verdict word; or why nothing measured
+    it (nothing held out); "" for a run without pairs."""
+    pairs = (run.stats.get("pairs") if run is not None else None) or {}
+    if not pairs:
+        return ""
+    string_col, partner_col = (pairs.get("columns") or ["string", "partner"])[:2]
+    gain = pairs.get("gain")
+    if gain is None:
+        return (
+            f"**Your pairs:** {pairs.get('paired', 0):,} `{string_col}` trained with their `{partner_col}`; none were "
+            "held out (held-out share 0, or under 40 pairs), so nothing measures the gain on your rows."
+        )
+    word = {"better": "better", "worse": "**worse**", "same": "no better than the base (within the interval)"}
+    return f"**Your held-out pairs — {word.get(gain['verdict'], gain['verdict'])}.** {gain['sentence']}"
+
+
+def pairs_row(run: RunInfo | None) -> str:
+    """The held-out pairs as a row of the general checks' table (base and tuned MRR@10, the change and its interval)."""
+    gain = gain_of(run)
+    if gain is None:
+        return ""
+    base, tuned, low, high = gain["base"]["mrr10"], gain["tuned"]["mrr10"], gain["low"]["mrr10"], gain["high"]["mrr10"]
+    return (
+        f"| **your held-out pairs** | MRR@10 ×100 | {gain['rows']:,} | {base:.1f} | {tuned:.1f} | {tuned - base:+.1f} | "
+        f"{low:+.1f} to {high:+.1f} | {gain['verdict']} |\n"
+    )

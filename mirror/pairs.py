@@ -1,0 +1,241 @@
+"""Pairs from the user's own file: each string with a partner text (a term and its definition, a name and its
+description, a question and its answer) as a positive in training, and a held-out measure of what tuning gained.
+
+Cleaning (`clean_pairs`) keeps the strings as `mirror.data.clean_texts` keeps them (so the index, the maps and the
+exports hold the same strings with or without a partner column) and gives each its partner, or None:
+- a row whose string is empty, or a duplicate of an earlier one (case-insensitively), is dropped, as without
+  partners: the first row of a string keeps its partner;
+- an empty partner, or one equal to its string (no signal), leaves its string without a partner: it trains on its
+  mirror views alone;
+- a partner an earlier row already has leaves the later strings without it: two copies of one text in a batch would
+  be each other's false negatives.
+
+The held-out rows (`holdout`) are a seeded slice of the rows with a partner that never train; after the run,
+`retrieval` ranks each one's string among all the strings for its partner as the query, under the base and under
+the tuned encoder (what Search does with a description typed in), and `gain` gives MRR@10 and recall@1/@10 with
+bootstrap intervals.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mirror.data import CONTROL, SURROGATE, CleanStats, clean_texts, is_invisible
+
+HOLDOUT_FRACTION = 0.1  # of the rows with a partner
+HOLDOUT_MOST = 500  # rows held out at most: enough for an interval of a few points, little taken from training
+HOLDOUT_LEAST = 20  # fewer rows with a partner than 2x this: nothing is held out (an interval would say nothing)
+TOP_K = 10
+BOOTSTRAP = 1000
+
+
+@dataclass(frozen=True)
+class PairStats:
+    """What cleaning did to the partners: how many strings train with one, and why the others do not."""
+
+    paired: int  # strings with a partner
+    empty: int  # rows whose partner was empty (or only invisible characters)
+    same: int  # partners equal to their string (case aside)
+    shared: int  # partners an earlier row already had
+
+    def summary(self, strings: int) -> str:
+        why = [
+            f"{n:,} {what}"
+            for n, what in (
+                (self.empty, "empty"),
+                (self.same, "equal to their string"),
+                (self.shared, "shared with an earlier row"),
+            )
+            if n
+        ]
+        alone = strings - self.paired
+        tail = (
+            f"; {alone:,} train alone ({', '.join(why)})"
+            if alone and why
+            else (f"; {alone:,} train alone" if alone else "")
+        )
+        return f"{self.paired:,} of {strings:,} strings have a partner{tail}"
+
+
+def clean_text(raw: Any) -> str:
+    """One cell as `clean_texts` cleans a string: control characters and runs of spaces made one space."""
+    text = " ".join(CONTROL.sub(" ", SURROGATE.sub("\ufffd", str(raw if raw is not None else ""))).split())
+    return "" if is_invisible(text) else text
+
+
+def clean_pairs(
+    texts: Sequence[str], partners: Sequence[str | None], notes: Sequence[str] = ()
+) -> tuple[list[str], list[str | None], CleanStats, PairStats]:
+    """The strings `clean_texts(texts)` keeps, each with its partner (or None); see the module's docstring."""
+    if len(partners) != len(texts):
+        raise ValueError(f"{len(texts)} strings but {len(partners)} partners")
+    kept, stats = clean_texts(texts, notes)
+    first: dict[str, int] = {}  # cleaned string -> its first row
+    for row, raw in enumerate(texts):
+        first.setdefault(clean_text(raw), row)
+    seen: set[str] = set()
+    out: list[str | None] = []
+    empty = same = shared = 0
+    for text in kept:
+        partner = clean_text(partners[first[text]])
+        if not partner:
+            empty += 1
+            partner = None
+        elif partner.casefold() == text.casefold():
+            same += 1
+            partner = None
+        elif partner.casefold() in seen:
+            shared += 1
+            partner = None
+        else:
+            seen.add(partner.casefold())
+        out.append(partner)
+    paired = sum(p is not None for p in out)
+    return kept, out, stats, PairStats(paired, empty, same, shared)
+
+
+def holdout(
+    partners: Sequence[str | None], fraction: float = HOLDOUT_FRACTION, most: int = HOLDOUT_MOST, seed: int = 42
+) -> list[int]:
+    """The rows held out of training: a seeded `fraction` of those with a partner, at most `most` (none when fewer
+    than 2 * HOLDOUT_LEAST rows have one, or `fraction` is 0). Sorted."""
+    rows = [i for i, p in enumerate(partners) if p is not None]
+    if fraction <= 0 or len(rows) < 2 * HOLDOUT_LEAST:
+        return []
+    n = min(most, max(HOLDOUT_LEAST, round(fraction * len(rows))))
+    return sorted(random.Random(seed).sample(rows, n))
+
+
+def retrieval(
+    string_vectors: np.ndarray, query_vectors: np.ndarray, targets: Sequence[int], k: int = TOP_K
+) -> np.ndarray:
+    """For each query (a held-out row's partner, as unit vectors) the rank (1-based) of its target string among all
+    the strings (`string_vectors`, unit rows) by cosine, or 0 when it is not in the top `k`. Exact, in blocks."""
+    ranks = np.zeros(len(targets), dtype=np.int64)
+    for start in range(0, len(targets), 256):
+        scores = query_vectors[start : start + 256] @ string_vectors.T
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        for j, row in enumerate(top):
+            hit = np.nonzero(row == targets[start + j])[0]
+            ranks[start + j] = int(hit[0]) + 1 if hit.size else 0
+    return ranks
+
+
+def figures(ranks: np.ndarray) -> dict[str, float]:
+    """MRR@10, recall@1 and recall@10 (in %) of `retrieval`'s ranks."""
+    found = ranks > 0
+    mrr = np.where(found, 1.0 / np.maximum(ranks, 1), 0.0)
+    return {"mrr10": 100 * float(mrr.mean()), "r1": 100 * float((ranks == 1).mean()), "r10": 100 * float(found.mean())}
+
+
+@dataclass(frozen=True)
+class PairGain:
+    """The held-out measure of a pairs run: base and tuned figures with 95% bootstrap intervals, and the verdict."""
+
+    rows: int
+    string_column: str
+    partner_column: str
+    base: dict[str, float]
+    tuned: dict[str, float]
+    low: dict[str, float] = field(default_factory=dict)  # the interval of tuned - base, per figure
+    high: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """better / same / worse: whether the interval of the MRR@10 difference is above, around or below 0."""
+        if self.low["mrr10"] > 0:
+            return "better"
+        if self.high["mrr10"] < 0:
+            return "worse"
+        return "same"
+
+    def sentence(self) -> str:
+        """The gain in one sentence a user reads."""
+        return (
+            f"On {self.rows:,} rows it never trained on, the tuned model finds a row's {self.string_column} from its "
+            f"{self.partner_column} at rank 1 for {self.tuned['r1']:.0f}% (base {self.base['r1']:.0f}%), in its top 10 "
+            f"for {self.tuned['r10']:.0f}% (base {self.base['r10']:.0f}%); MRR@10 {self.base['mrr10']:.1f} → "
+            f"{self.tuned['mrr10']:.1f} ({self.low['mrr10']:+.1f} to {self.high['mrr10']:+.1f}, 95%)."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "string_column": self.string_column,
+            "partner_column": self.partner_column,
+            "base": self.base,
+            "tuned": self.tuned,
+            "low": self.low,
+            "high": self.high,
+            "verdict": self.verdict,
+            "sentence": self.sentence(),
+        }
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> PairGain:
+        keys = ("rows", "string_column", "partner_column", "base", "tuned", "low", "high")
+        return PairGain(**{k: data[k] for k in keys})
+
+
+def gain(
+    base_ranks: np.ndarray,
+    tuned_ranks: np.ndarray,
+    string_column: str = "string",
+    partner_column: str = "partner",
+    seed: int = 0,
+) -> PairGain:
+    """Base and tuned figures of the same held-out rows, and the 95% paired bootstrap interval of each difference."""
+    rng = np.random.default_rng(seed)
+    n = len(base_ranks)
+    picks = rng.integers(0, n, size=(BOOTSTRAP, n))
+    diffs: dict[str, list[float]] = {"mrr10": [], "r1": [], "r10": []}
+    for pick in picks:
+        b, t = figures(base_ranks[pick]), figures(tuned_ranks[pick])
+        for key in diffs:
+            diffs[key].append(t[key] - b[key])
+    low = {k: float(np.percentile(v, 2.5)) for k, v in diffs.items()}
+    high = {k: float(np.percentile(v, 97.5)) for k, v in diffs.items()}
+    return PairGain(n, string_column, partner_column, figures(base_ranks), figures(tuned_ranks), low, high)
+
+
+@dataclass
+class HeldOut:
+    """A pairs run's held-out rows: what trains (every other row) and how well an encoder finds each held-out row's
+    string from its partner. Take the base's ranks before training: the encoder is tuned in place."""
+
+    texts: list[str]
+    partners: list[str | None]
+    rows: list[int]  # held out, sorted
+    columns: tuple[str, str] = ("string", "partner")
+
+    @staticmethod
+    def of(
+        texts: Sequence[str],
+        partners: Sequence[str | None],
+        fraction: float = HOLDOUT_FRACTION,
+        seed: int = 42,
+        columns: tuple[str, str] = ("string", "partner"),
+    ) -> HeldOut:
+        return HeldOut(list(texts), list(partners), holdout(partners, fraction, seed=seed), columns)
+
+    def training(self) -> tuple[list[str], list[str | None]]:
+        """The rows that train: all but the held-out ones."""
+        held = set(self.rows)
+        keep = [i for i in range(len(self.texts)) if i not in held]
+        return [self.texts[i] for i in keep], [self.partners[i] for i in keep]
+
+    def ranks(self, encoder: Any, string_vectors: np.ndarray | None = None) -> np.ndarray:
+        """Each held-out row's string's rank (1-10, 0 past 10) among all the strings for its partner as the query,
+        under `encoder` (its vectors of all the strings: `string_vectors`, or encoded here)."""
+        if string_vectors is None:
+            string_vectors = encoder.encode(self.texts, normalize=True)
+        queries = encoder.encode([self.partners[i] for i in self.rows], normalize=True)
+        return retrieval(np.asarray(string_vectors, dtype=np.float32), np.asarray(queries, dtype=np.float32), self.rows)
+
+    def gain(self, base_ranks: np.ndarray, tuned_ranks: np.ndarray) -> PairGain:
+        return gain(base_ranks, tuned_ranks, *self.columns)

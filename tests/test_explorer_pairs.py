@@ -1,0 +1,73 @@
+"""Pairs through the service (issue 50): a file's partner column detected and explained, the plan counting the pairs
+and the held-out rows, the run's held-out gain in its summary, its verdict table and its card; a bad partner column
+keeps the strings loaded before. (The engine: tests/test_mirror_pairs.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from explorer import render
+from mirror.data import AUTO
+from mirror.errors import MirrorError
+from tests.conftest import TINY, VOCAB_WORDS, WORDS
+
+ROWS = [f"{a} {b} {c}" for a in VOCAB_WORDS[:8] for b in VOCAB_WORDS[4:10] for c in ("cat", "dog")]
+
+
+def glossary(tmp_path: Path, name: str = "glossary.csv") -> Path:
+    path = tmp_path / name
+    body = "\n".join(f"{' '.join(r.split()[:2])}-{i},{r} here and {VOCAB_WORDS[i % 14]}" for i, r in enumerate(ROWS))
+    path.write_text("name,summary\n" + body + "\n", encoding="utf-8")
+    return path
+
+
+def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measured(app, tiny_bert, tmp_path):
+    s = app.session()
+    info = app.loader.load_file(s, str(glossary(tmp_path)), None, "glossary.csv", AUTO)
+    assert info["column"] == "summary" and info["pair_column"] == "name"  # the longer text is the strings, as before
+    assert s.pairing is not None and s.pairing.columns() == ("summary", "name") and len(s.partners) == len(s.texts)
+    shown = render.load_md(info)
+    assert "**Pairs:** each `summary` is tuned with its `name` as its positive — two text columns" in shown
+    assert f"{len(ROWS)} of {len(ROWS)} strings have a partner" in shown
+    plan = app.planner.estimate(s, str(tiny_bert), "auto", dict(TINY))
+    assert f"Pairs: {len(ROWS) - 20} summary train with their name" in plan and "20 rows held out" in plan
+    events = list(app.trainer.train(s, str(tiny_bert), "auto", dict(TINY)))
+    assert events[-1].kind == "done", events[-1]
+    run = s.run
+    gain = run.stats["pairs"]["gain"]
+    assert gain["rows"] == 20 and run.stats["pairs"]["columns"] == ["summary", "name"]
+    summary = render.run_md(run)
+    assert "**Your held-out pairs — " in summary and "finds a row's summary from its name at rank 1 for" in summary
+    card = (run.folder / "model" / "README.md").read_text()
+    assert "## Pairs" in card and "20 rows never trained on" in card
+    # the run as kept on disk says the same (a reload, a link)
+    assert app.runs.load(run.folder.name).stats["pairs"] == run.stats["pairs"]
+    # (none): the same file, the strings alone
+    plain = app.loader.load_file(s, str(glossary(tmp_path)), "summary", "glossary.csv", "")
+    assert plain["pair_column"] is None and s.partners is None and s.pairing is None
+    assert "Pairs" not in app.planner.estimate(s, str(tiny_bert), "auto", dict(TINY))
+
+
+@pytest.mark.checks
+def test_the_held_out_pairs_lead_the_verdict_table(app, tiny_bert, tmp_path):
+    s = app.session()
+    app.loader.load_file(s, str(glossary(tmp_path)), None, "glossary.csv", AUTO)
+    assert list(app.trainer.train(s, str(tiny_bert), "auto", dict(TINY)))[-1].kind == "done"
+    table = render.forgetting_md(s.run)
+    assert table.index("**Your held-out pairs") < table.index("| general check |")  # the sentence, then the table
+    assert "|---|---|---:|---:|---:|---:|---:|---|\n| **your held-out pairs** | MRR@10 ×100 | 20 |" in table
+
+
+def test_a_bad_partner_column_keeps_the_strings_loaded_before(app, tmp_path):
+    s = app.session()
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    broken = tmp_path / "same.csv"
+    broken.write_text("term,copy\n" + "\n".join(f"{w},{w.upper()}" for w in WORDS) + "\n", encoding="utf-8")
+    with pytest.raises(MirrorError, match="repeats 'term' row for row"):
+        app.loader.load_file(s, str(broken), "term", "same.csv", "copy")
+    assert s.texts == WORDS and s.partners is None
+    # detected: no column fits (the copy is the strings again): the strings alone, and the page says why
+    info = app.loader.load_file(s, str(broken), "term", "same.csv", AUTO)
+    assert s.partners is None and "Pairs:** none (no other text column" in render.load_md(info)
