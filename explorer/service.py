@@ -21,6 +21,7 @@ from explorer.compare.explore import RunExplorer
 from explorer.compare.search import BaseIndexes
 from explorer.compare.searching import Searcher
 from explorer.runs.accounts import DiskAccounts, Owner, last_used
+from explorer.runs.cpu import CpuAccounts
 from explorer.runs.jobs import FairSlots, TrainQueue
 from explorer.runs.models import Loaded, ModelCache
 from explorer.runs.saved import SavedRuns
@@ -52,6 +53,8 @@ class MirrorApp:
         self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.forget)
         self.accounts = DiskAccounts(lambda: self.settings, self.settings.work_dir, self.runs.root, self.forget)
         self.models.hub.server_room = self.accounts.server_room  # a hub download counts on the server's disk
+        # the compute each visitor and address spent in the last hour (training, maps, exports, evaluations)
+        self.cpu = CpuAccounts(self.settings.visitor_cpu_s, self.settings.address_cpu_s)
         # who is asking, as the web layer knows it (ui.handlers.current_visitor: the signed cookie and the address);
         # None where nobody tells (the service used directly): such sessions share one account
         self.identify: Callable[[], Owner | None] = lambda: None

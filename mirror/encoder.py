@@ -27,6 +27,7 @@ import torch
 from mirror import memory
 from mirror.cli import check_out_dir
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER
+from mirror.cores import TURNS
 from mirror.data import SURROGATE
 from mirror.errors import MirrorError, without_paths
 from mirror.names import check_model_name, is_under, looks_local, shown_model
@@ -261,6 +262,7 @@ class Encoder:
                             fits = fits or _rows_that_fit(self.model, device, precision, memory_budget)
                             n = fits(n, width)
                         rows = order[start : start + n]
+                        TURNS.pause()  # a run's index build yields to interactive work (mirror.cores)
                         batch_ids = [ids[i] for i in rows]  # longest first: padded unless the last is as long
                         emb = self.embed(self._padded(batch_ids, width, device), len(batch_ids[-1]) < width).float()
                         if normalize:
@@ -677,10 +679,10 @@ def _resolve_folder(
         return bundled_model_path()
     if not looks_local(name, here=allowed_roots is None):
         if max_weights is not None:
-            config_dir = _download(name, ["config.json"], cache_dir)
+            config_dir = _download(name, ["config.json"], cache_dir, server=allowed_roots is not None)
             if (config_dir / "config.json").is_file():  # a sentence-transformers repo may keep it in a subfolder
                 check_weights(config_dir, shown, max_weights)
-        return _download(name, cache_dir=cache_dir)
+        return _download(name, cache_dir=cache_dir, server=allowed_roots is not None)
     path = Path(name).expanduser()
     try:
         if not path.is_dir():
@@ -693,21 +695,26 @@ def _resolve_folder(
 
 
 def hub_download_bytes(repo_id: str) -> int | None:
-    """Bytes that loading this hub id downloads (the files `load_encoder` fetches), or None when the hub
-    cannot say (offline, unknown or gated id: loading then gives the clear error)."""
+    """Bytes that loading this hub id downloads (the files `load_encoder` fetches), or None when the hub cannot say
+    (offline, unreachable); MirrorError for an id the hub says it does not have (or that is private or gated)."""
     with _HF_IMPORT_LOCK:
         from huggingface_hub import HfApi
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
         from huggingface_hub.utils import filter_repo_objects
 
     try:
         info = HfApi().model_info(repo_id, files_metadata=True, timeout=10)
-    except Exception:  # offline mode, DNS failure, timeouts, no such repo
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
+    except Exception:  # offline mode, DNS failure, timeouts
         return None
     files = filter_repo_objects(info.siblings or [], allow_patterns=HUB_FILES, key=lambda f: f.rfilename)
     return sum(int(f.size or 0) for f in files)
 
 
-def _download(repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES), cache_dir: str | Path | None = None) -> Path:
+def _download(
+    repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES), cache_dir: str | Path | None = None, server: bool = False
+) -> Path:
     with _HF_IMPORT_LOCK:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
@@ -717,11 +724,22 @@ def _download(repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES), cache_di
     except (RepositoryNotFoundError, GatedRepoError):
         raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
     except Exception as exc:  # offline mode, DNS failure, timeouts: all mean "unreachable"
-        raise MirrorError(
-            f"could not download {repo_id!r} from the Hugging Face Hub: this machine looks offline or the hub is "
-            f"unreachable ({type(exc).__name__}). Use the bundled model, or download the model on a machine with "
-            f"internet (`hf download {repo_id} --local-dir DIR`) and pass that folder instead."
-        ) from None
+        raise MirrorError(offline_message(repo_id, f" ({type(exc).__name__})", server)) from None
+
+
+def offline_message(repo_id: str, why: str = "", server: bool = False) -> str:
+    """What to do when a hub model cannot be downloaded: on your own machine, fetch it elsewhere and pass its folder;
+    on a server, the folders it takes are its operator's (MIRROR_MODEL_ROOTS), so the bundled model."""
+    head = f"could not download {repo_id!r} from the Hugging Face Hub: this machine looks offline or the hub is unreachable{why}."
+    if server:
+        return (
+            f"{head} Use the bundled model; this server loads other models only from the Hub or from the folders its "
+            "operator put under MIRROR_MODEL_ROOTS."
+        )
+    return (
+        f"{head} Use the bundled model, or download the model on a machine with internet (`hf download {repo_id} "
+        "--local-dir DIR`) and pass that folder instead."
+    )
 
 
 # A config naming more layers than this is no encoder this app can tune (the largest BERT-family models have 48);

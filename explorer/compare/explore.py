@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.render import blend_of, run_caption
+from explorer.render_pairs import pairs_about
 from explorer.runs.sessions import RunInfo, Session
+from mirror.cores import TURNS
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -53,12 +55,20 @@ class RunSpace:
     tuned: np.ndarray
     cache: dict[Any, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    locks: dict[Any, threading.Lock] = field(default_factory=dict)  # one per key
 
     def get(self, key: Any, make: Any) -> Any:
-        """`make()` once per key (two clicks at once compute it once)."""
+        """`make()` once per key (two clicks at once compute it once). One key's work never waits for another's: an
+        export waited 78 s for a map's layout to finish (bench/bench_concurrency.py: one lock for the run held both)."""
         with self.lock:
+            if key in self.cache:
+                return self.cache[key]
+            key_lock = self.locks.setdefault(key, threading.Lock())
+        with key_lock:
             if key not in self.cache:
-                self.cache[key] = make()
+                value = make()
+                with self.lock:
+                    self.cache[key] = value
             return self.cache[key]
 
 
@@ -111,9 +121,12 @@ class RunExplorer:
         n = min(n, len(space.texts))
         moved = self._metadata(space)["moved"]  # on every string, not just the map's sample
         most = min(cap, len(space.texts))  # one layout per run, of every string it may draw: smaller counts sample it
-        full = space.get(
-            ("map", most), lambda: maps.twin_map(space.texts, space.base, space.tuned, max_points=most, moved=moved)
-        )
+
+        def layout() -> dict[str, Any]:
+            with self.app.cpu.metered(session.owner, "a map", interactive=True):
+                return maps.twin_map(space.texts, space.base, space.tuned, max_points=most, moved=moved)
+
+        full = space.get(("map", most), layout)
         data = dict(maps.sample_of(full, n))
         if n < len(space.texts) and n == cap:  # the operator's cap, not the user's choice: say so
             data["note"] += f" This server draws at most {cap:,} strings (MIRROR_MAX_MAP_POINTS)."
@@ -147,7 +160,7 @@ class RunExplorer:
         from mirror import moved
 
         space = self.space(session)
-        rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
+        rows = space.get("moved", lambda: self._moved_rows(space))
         return moved.filter_rows(rows, text_filter)[:limit]
 
     def moved_csv(self, session: Session, text_filter: str = "") -> Path:
@@ -228,17 +241,19 @@ class RunExplorer:
                 out.touch()  # recently used: the last of the run's exports to go
                 return done
             self.app.check_disk(session)
-            path = exports.export_bundle(
-                space.texts,
-                space.base,
-                space.tuned,
-                out,
-                fmt=fmt,
-                rows=picked,
-                metadata=self._metadata(space),
-                coords=coords,
-                prefix=prefix,
-            )
+            with self.app.cpu.metered(session.owner, "an export", interactive=True):
+                path = exports.export_bundle(
+                    space.texts,
+                    space.base,
+                    space.tuned,
+                    out,
+                    fmt=fmt,
+                    rows=picked,
+                    metadata=self._metadata(space),
+                    coords=coords,
+                    prefix=prefix,
+                    about=pairs_about(space.run),
+                )
             # Charged to the visitor who asked: within its disk budget, its older exports going first; an export that
             # alone does not fit is refused (and removed).
             self.app.accounts.fit(session.owner, out)
@@ -246,17 +261,25 @@ class RunExplorer:
 
     def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:
         """Per string: how much its neighbourhood moved (always known once asked for; computed here if not)."""
-        from mirror import moved
 
-        rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
+        rows = space.get("moved", lambda: self._moved_rows(space))
         score = {r["i"]: r["moved"] for r in rows}
         return {"moved": [round(float(score.get(i, 0.0)), 4) for i in range(len(space.texts))]}
+
+    @staticmethod
+    def _moved_rows(space: RunSpace) -> list[dict[str, Any]]:
+        """Every string's neighbourhood change (mirror.moved): a page waits for it, so a training run yields."""
+        from mirror import moved
+
+        with TURNS.interactive():
+            return moved.neighbour_changes(space.texts, space.base, space.tuned)
 
     def _coords(self, space: RunSpace) -> dict[str, list[float]] | None:
         """Map coordinates of every string when the last map drawn showed them all, else None."""
         import numpy as np
 
-        drawn = [v for k, v in space.cache.items() if isinstance(k, tuple) and k[0] == "map"]
+        with space.lock:  # another key may land meanwhile
+            drawn = [v for k, v in space.cache.items() if isinstance(k, tuple) and k[0] == "map"]
         full = [d for d in drawn if d["n_shown"] == len(space.texts)]
         if not full:
             return None

@@ -160,6 +160,7 @@ class Searcher:
         else:
             encoders = [("base", self.app.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
-        report = evaluate_sets(sets, encoders, progress, served_label(run))
+        with self.app.cpu.metered(session.owner, "an evaluation", interactive=True):
+            report = evaluate_sets(sets, encoders, progress, served_label(run))
         caption, header = run_caption(run), moved_header(run)
         return dataclasses.replace(report, notes=notes + report.notes, caption=caption, moved_header=header)

@@ -31,7 +31,7 @@ from explorer.events import (
 )
 from explorer.render import fmt_seconds, user_error
 from explorer.runs.accounts import write_owner
-from explorer.runs.jobs import train_job
+from explorer.runs.jobs import time_left, train_job
 from explorer.runs.models import release_memory
 from explorer.runs.sessions import (
     RunHandle,
@@ -194,15 +194,17 @@ class Trainer:
     def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
         """The run's thread: its events into the handle; a stop when nobody follows it any more."""
         import explorer.runs.jobs as jobs
+        from mirror.cores import TURNS
 
         try:
-            for ev in self._run_events(session, handle, model, mode, overrides):
-                handle.publish(ev)
-                if time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
-                    if handle.folder is not None:
-                        write_stop(handle.folder, "abandoned")
-                    else:  # still waiting for a training slot: it gives its place up
-                        handle.stop.set()
+            with TURNS.background():  # its checks and packaging yield to interactive work too (mirror.cores)
+                for ev in self._run_events(session, handle, model, mode, overrides):
+                    handle.publish(ev)
+                    if time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
+                        if handle.folder is not None:
+                            write_stop(handle.folder, "abandoned")
+                        else:  # still waiting for a training slot: it gives its place up
+                            handle.stop.set()
         except Exception as exc:  # a bug: the followers get a message, the server goes on
             log.exception("run thread failed")
             handle.publish(Failed(user_error(exc)))
@@ -220,6 +222,11 @@ class Trainer:
             return
         if len(session.texts) < 2:
             yield Failed("Load at least 2 strings first (step 1 above).")
+            return
+        try:  # a model this server cannot load (refused, over its size, the hub out of reach): now, not after a wait
+            self.app.models.check_download(model)
+        except Exception as exc:  # MirrorError, or a bug: a message either way
+            yield Failed(user_error(exc))
             return
         yield from self.exclusive(session, self._train(session, handle, model, mode, overrides), handle.stop)
 
@@ -316,6 +323,7 @@ class Trainer:
                 for ev in job:
                     if isinstance(ev, Step):
                         session.touch()  # a long run keeps its session from being swept as idle
+                        ev = time_left(ev, planned)  # its ETA: the steps left, and what follows them
                     if isinstance(ev, Stopped) or (isinstance(ev, Finished) and read_stop(run)):
                         text = stopped_text(ev.stats, read_stop(run), self.app.settings)
                         yield Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
