@@ -92,7 +92,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         # this browser's runs (ids) and the run it has going, kept across reloads and tabs (localStorage)
         browser = gr.BrowserState({"runs": [], "active": None}, storage_key="mirror-explorer", secret=app.secret)
         gr.Markdown(INTRO, elem_id="mx-header")
-        with gr.Tabs():
+        with gr.Tabs(overflow_behavior="wrap"):  # a phone shows all four tabs, not two and a "•••" menu
             with gr.Tab("① Tune", id="tune"):
                 tune = tune_tab(hub)
             with gr.Tab("② Search", id="search"):

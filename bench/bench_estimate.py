@@ -11,6 +11,12 @@ measured per phase and in total, with the load average (2 cores shared with othe
 with it).
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_estimate.py [--sizes 400,1500,10000] [--cold] [--warm-up] [--fp32]
+        [--hogs 0,1,2]
+
+`--hogs`: for each number N given, N other training processes run the whole time (each `mirror_tune` of the words
+preset on 2,000 words, again and again: another visitor's run, a CLI job beside the server), so the run measured is
+one of N + 1 concurrent jobs; its estimate is made with them running (a fresh calibration with `--cold`, or the
+probe's speed now against an earlier one).
 
 "searchable after s": from Launch to the run served (the Served event: search and Explore use it), before its general
 checks and downloads; "measured s" runs to Done. `--fp32` runs everything as a CPU without native bf16 does.
@@ -123,6 +129,28 @@ def visit(app: MirrorApp, size: int, row: dict) -> dict:
     return row
 
 
+HOG = """
+import sys
+from mirror.config import MirrorConfig
+from mirror.train import mirror_tune
+words = [w for w in open(sys.argv[1], encoding="utf-8").read().splitlines() if w.strip()][3000:5000]
+while True:
+    mirror_tune(words, MirrorConfig.preset("words", model="bundled", device="cpu", max_steps=20))
+"""
+
+
+def hogs(n: int):
+    """`n` training processes running until stopped (the other jobs sharing the machine)."""
+    import subprocess
+    import sys
+
+    from common import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-c", HOG, str(EXAMPLES / "en_top10k.txt")]
+    return [subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="400,1500,10000", help="comma-separated: 400, 1500 and/or 10000")
@@ -131,22 +159,35 @@ def main() -> None:
     parser.add_argument(
         "--fp32", action="store_true", help="as a CPU without native bf16 runs it (precision auto = fp32 everywhere)"
     )
+    parser.add_argument("--hogs", default="0", help="comma-separated: other training processes running meanwhile")
     args = parser.parse_args()
     if args.fp32:
         import mirror.encoder
 
         mirror.encoder.cpu_has_native_bf16 = lambda: False
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    levels = [int(h) for h in args.hogs.split(",") if h.strip()]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-estimate-") as tmp:
-        for size in sizes:
-            row = run_size(size, Path(tmp), args.cold, args.warm_up)
-            rows.append(row)
-            print(f"\n{size}: {row['markdown']}")
-            print(f"   estimated {row['estimated']}")
-            print(f"   measured  {row['measured']}")
+        for n_hogs in levels:
+            others = hogs(n_hogs)
+            try:
+                if others:
+                    time.sleep(20)  # the other jobs past their start (loading, tokenizing): training
+                for size in sizes:
+                    row = run_size(size, Path(tmp) / f"hogs-{n_hogs}", args.cold, args.warm_up)
+                    row["jobs"] = n_hogs + 1
+                    rows.append(row)
+                    print(f"\n{size}, {n_hogs + 1} job(s) at once: {row['markdown']}")
+                    print(f"   estimated {row['estimated']}")
+                    print(f"   measured  {row['measured']}", flush=True)
+            finally:
+                for proc in others:
+                    proc.kill()
+                    proc.wait()
     table = [
         {
+            "jobs at once": r.get("jobs", 1),
             "strings": r["strings"],
             "steps": r["steps"],
             "warm-up s": r.get("warm_up_s", "-"),
