@@ -12,6 +12,7 @@ import pytest
 from explorer import render
 from explorer.compare import forgetting
 from explorer.compare.forgetting import CHECKS, Check, forgetting_check, verdict
+from explorer.runs.record import record_of
 from explorer.settings import Settings
 from mirror import checks as engine
 from mirror.checks import check_items
@@ -252,7 +253,7 @@ def test_forgetting_md_marks_the_worse_checks():
             "worse": True,
         },
     ]
-    run = SimpleNamespace(stats={"forgetting": {"checks": rows, "verdict": verdict(rows)}})
+    run = SimpleNamespace(record=record_of({"forgetting": {"checks": rows, "verdict": verdict(rows)}}))
     shown = render.forgetting_md(run)
     assert shown.startswith("> **Note:** Tuning made the model worse on 1 general check: Long documents")
     assert "| Long documents | graded nDCG@10 ×100 | 206 | 48.3 | 46.6 | **-1.7** ⚠ | -3.4 to -0.3 | worse |" in shown
@@ -282,7 +283,7 @@ def test_the_blend_slider_starts_at_the_suggestion_only_when_a_check_is_worse():
     from types import SimpleNamespace
 
     def run(stats):
-        return SimpleNamespace(stats=stats)
+        return SimpleNamespace(record=record_of(stats))
 
     worse = {"checks": [{"worse": True}, {"worse": False}]}
     fine = {"checks": [{"worse": False}]}
@@ -371,20 +372,29 @@ def test_the_own_long_texts_figures_are_shown_as_information_not_a_score():
 
     own = {"strings": 30, "min_tokens": 100, "overlap_at_10": 0.42, "halves_mrr_base": 80.0, "halves_mrr_tuned": 75.5}
     rows = [{"name": "X", "what": "x", "items": 9, "base": 1.0, "tuned": 1.0, "delta": 0.0, "worse": False}]
-    shown = render.forgetting_md(SimpleNamespace(stats={"forgetting": {"checks": rows, "own_long_texts": own}}))
+    shown = render.forgetting_md(
+        SimpleNamespace(record=record_of({"forgetting": {"checks": rows, "own_long_texts": own}}))
+    )
     assert "Your own long texts — information, not a quality score." in shown
     assert "your 30 longest strings (≥ 100 tokens)" in shown and "keeps 42%" in shown and "80.0 (base) → 75.5" in shown
-    assert "Your own long texts" not in render.forgetting_md(SimpleNamespace(stats={"forgetting": {"checks": rows}}))
+    assert "Your own long texts" not in render.forgetting_md(
+        SimpleNamespace(record=record_of({"forgetting": {"checks": rows}}))
+    )
 
 
 def test_the_remedy_is_offered_only_for_a_run_as_trained_with_a_worse_check():
     from types import SimpleNamespace
 
     worse = {"checks": [{"worse": True}]}
-    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": worse})) is True
-    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": worse, "blend_alpha": 0.5})) is False
-    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": {"checks": [{"worse": False}]}})) is False
-    assert render.remedy_offered(SimpleNamespace(stats={})) is False and render.remedy_offered(None) is False
+    assert render.remedy_offered(SimpleNamespace(record=record_of({"forgetting": worse}))) is True
+    assert render.remedy_offered(SimpleNamespace(record=record_of({"forgetting": worse, "blend_alpha": 0.5}))) is False
+    assert (
+        render.remedy_offered(SimpleNamespace(record=record_of({"forgetting": {"checks": [{"worse": False}]}})))
+        is False
+    )
+    assert (
+        render.remedy_offered(SimpleNamespace(record=record_of({}))) is False and render.remedy_offered(None) is False
+    )
 
 
 @pytest.mark.checks

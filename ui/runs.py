@@ -110,12 +110,12 @@ class RunView:
     def served(self, run: RunInfo, session: Session, memory: dict | None, active: str | None = None) -> dict:
         """Every panel switched to `run`: summary, downloads, loss curve, search header, run list. `active`: the run
         the browser still follows (a run served before its checks: a reload reattaches to it until it is Done)."""
-        ui, words = self.ui, run.stats.get("mode") != "sentences"
+        ui, words = self.ui, run.record.training.mode != "sentences"
         memory = remember(memory, run.folder.name, active)
         return {
             ui.result_md: render.run_md(run),
             **self.downloads(run),
-            ui.loss_plot: TrainView.plot(run.losses, run.stats.get("batch_sizes")),
+            ui.loss_plot: TrainView.plot(run.losses, run.record.training.batch_sizes),
             self.search.served_md: render.served_md(session),
             # the last search's hits were the previous run's: gone, with what to do for this run's
             self.search.results: render.status_box("A new run is served: press **Search** to see its neighbours."),

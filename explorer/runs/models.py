@@ -21,7 +21,7 @@ from explorer.settings import Settings, inference_device
 from mirror.config import BUNDLED_MODEL
 
 if TYPE_CHECKING:
-    from explorer.runs.runinfo import RunInfo
+    from explorer.runs.record import RunInfo
     from index.store import VectorIndex
     from mirror.encoder import Encoder
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from explorer.events import Done, Event, Failed, Note, Phase, Served
 from explorer.runs.models import REBUILT_NOTE
+from explorer.runs.record import Checks, Made, Origin, RunRecord, Timing, training_of
 from explorer.runs.sessions import RunHandle, RunInfo, Session
 from explorer.runs.training import new_run_info, package_run, run_bytes
 from explorer.settings import inference_device
@@ -43,10 +44,10 @@ class SavedRuns:
         if info.checks_pending and info.folder.name not in self.app.checking:  # its server stopped during its checks
             info.checks_pending = False
             # its card (and a push of it) says the checks did not run, rather than nothing at all
-            info.stats["forgetting"] = {"skipped": "the server restarted while they ran"}
+            info.record.checks = Checks(skipped="the server restarted while they ran")
             package_run(info, zip_model=not info.model_zip.exists())
             self.app.runs.save(info)
-        if loaded.rebuilt and REBUILT_NOTE not in info.stats.get("notes", []):
+        if loaded.rebuilt and REBUILT_NOTE not in info.record.notes:
             self._after_rebuild(info)
         with session.lock:
             session.run = info
@@ -55,7 +56,7 @@ class SavedRuns:
     def _after_rebuild(self, info: RunInfo) -> None:
         """A kept run whose tuned index was rebuilt on load (made by a version with the stale bf16 copy): its index
         download made again, its old exports dropped (they hold the old vectors), and a note on its page."""
-        info.stats["notes"] = [*info.stats.get("notes", []), REBUILT_NOTE]
+        info.record.notes.append(REBUILT_NOTE)
         shutil.rmtree(info.folder / "exports", ignore_errors=True)
         self.app.explore.forget(info.folder)  # figures computed from the old index
         # the rebuilt index under a name of its own: a link to the old zip handed out before never serves other bytes
@@ -91,7 +92,6 @@ class SavedRuns:
                 session.active = None
 
     def _use_saved(self, session: Session, zip_path: str, handle: RunHandle) -> Iterator[Event]:
-        from mirror.blend import recorded_blend
         from mirror.encoder import load_encoder
 
         started = time.perf_counter()  # this upload's own seconds (its stats carry the training's, done earlier)
@@ -125,20 +125,12 @@ class SavedRuns:
                     )
                     yield from events
                     events.clear()
-                stats = dict(tuned.info.get("stats") or {})
-                stats.update(pooling=tuned.pooling, mode=(tuned.info.get("config") or {}).get("mode", "?"))
-                stats.update(uploaded=display_name(zip_path), notes=base_notes)
-                blended = recorded_blend(tuned.info)  # a zip of a blend reads as that blend, not as a tuned model
-                if blended is not None:
-                    stats.update(blend_alpha=blended[0], blended_from=blended[1])
-                stats["summary"] = f"uploaded model {display_name(zip_path)}" + (
-                    f" ({stats['summary']})" if stats.get("summary") else ""
-                )
+                made = uploaded_made(tuned, display_name(zip_path), base_notes)
                 # served as uploaded, not re-zipped
                 kept = link_or_copy(Path(zip_path), run / download_name(base_model, run.name, "model"))
-                stats["load_seconds"] = round(time.perf_counter() - started, 1)  # unpacked, loaded, indexed now
+                made.record.timing.load_seconds = round(time.perf_counter() - started, 1)  # unpacked, loaded, indexed
                 info = self.app.trainer.serve(
-                    session, new_run_info(run, base_model, texts, source, stats, model_zip=kept)
+                    session, new_run_info(run, base_model, texts, source, made, model_zip=kept)
                 )
                 served.append(info)
                 self.app.trainer.measure_change(info)
@@ -191,8 +183,8 @@ class SavedRuns:
 
         started = time.perf_counter()  # the blend's own seconds (its stats copy the parent's training time)
         # a blend of a blend blends the tuned weights of the run they both come from: named as that run's blend
-        origin = parent.stats.get("blended_from") if parent.stats.get("blend_alpha") is not None else None
-        origin = str(origin or parent.folder.name)
+        of = parent.record.origin
+        origin = str((of.parent if of.alpha is not None else None) or parent.folder.name)
         of_summary = re.sub(r"^blend α=\S+ of ", "", parent.summary)
         run = self.app.trainer.new_run_folder(session, handle)
         try:
@@ -213,21 +205,16 @@ class SavedRuns:
                 events: list[Event] = []
                 index_with(blended, texts, run / "tuned_index", "Indexing your strings with the blend", events.append)
                 yield from events
-                stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
-                # the parent's checks and times are not the blend's
-                for key in (
-                    "forgetting",
-                    "served_seconds",
-                    "wall_seconds",
-                    "started_at",
-                    "finished_at",
-                    "neighbours_changed",
-                ):
-                    stats.pop(key, None)
-                stats.update(blended_from=origin, summary=f"blend α={alpha:g} of {of_summary}")
-                stats["blend_seconds"] = round(time.perf_counter() - started, 1)  # its own, not the parent's
+                # the parent's training, notes and zip; its checks, times and neighbours are not the blend's
+                record = RunRecord(
+                    training=parent.record.training,
+                    origin=Origin("blend", alpha, origin, zip=of.zip),
+                    timing=Timing(blend_seconds=round(time.perf_counter() - started, 1)),  # its own seconds
+                    notes=list(parent.record.notes),
+                )
+                made = Made(record, parent.pooling, f"blend α={alpha:g} of {of_summary}", list(parent.losses))
                 checks = self.app.settings.general_checks
-                info = new_run_info(run, parent.base_model, texts, parent.corpus, stats, package=not checks)
+                info = new_run_info(run, parent.base_model, texts, parent.corpus, made, package=not checks)
                 if not checks:
                     served.append(self.app.trainer.serve(session, info))
                     self.app.trainer.measure_change(info)
@@ -245,6 +232,21 @@ class SavedRuns:
         except Exception as exc:
             log.exception("blend failed")
             yield Failed(f"the blend failed ({type(exc).__name__}); the previous model stays served")
+
+
+def uploaded_made(tuned: Any, name: str, notes: list[str]) -> Made:
+    """What an uploaded model zip makes: the training its folder records (mirror_config.json), its blend when it is
+    a zip of one (it reads as that blend, not as a tuned model), the zip's name, and `notes` (its base's)."""
+    from mirror.blend import recorded_blend
+
+    saved = dict(tuned.info.get("stats") or {})
+    training = training_of(saved)
+    training.mode = (tuned.info.get("config") or {}).get("mode", "?")
+    blended = recorded_blend(tuned.info)
+    alpha, parent = blended if blended is not None else (None, None)
+    origin = Origin("uploaded", alpha, parent, zip=name)
+    summary = f"uploaded model {name}" + (f" ({saved['summary']})" if saved.get("summary") else "")
+    return Made(RunRecord(training=training, origin=origin, notes=list(notes)), tuned.pooling, summary)
 
 
 def tuned_weights(run: Path) -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.runs.accounts import Owner, write_owner
-from explorer.runs.runinfo import RunInfo
+from explorer.runs.record import RunInfo
 from explorer.settings import Settings
 from mirror.data import CleanStats
 from mirror.pairs import PairStats

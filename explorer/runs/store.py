@@ -11,7 +11,6 @@ own session's folder, a blend is their own new run).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.runs.accounts import LAST_USED, RUN_FILE, last_used, stale_unfinished
-from explorer.runs.sessions import RunInfo
+from explorer.runs.record import RunInfo, from_json, to_json
 from mirror.errors import MirrorError
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -43,11 +42,10 @@ def run_label(info: RunInfo) -> str:
     """What a run is, in a few words: "411 strings from small_words.txt · bundled", and for a blend
     "blend α=0.5 of 411 strings from … (run 1a2b3c4d)" (otherwise it reads exactly like its parent)."""
     label = f"{info.n_texts:,} strings from {info.corpus} · {info.base_model}"
-    alpha = info.stats.get("blend_alpha")
+    alpha, parent = info.record.origin.alpha, info.record.origin.parent or ""
     if alpha is None:
         return label
-    parent = str(info.stats.get("blended_from") or "")
-    return f"blend α={float(alpha):g} of {label}" + (f" (run {parent[:8]})" if parent else "")
+    return f"blend α={alpha:g} of {label}" + (f" (run {parent[:8]})" if parent else "")
 
 
 class RunStore:
@@ -64,12 +62,9 @@ class RunStore:
         return self.root / run_id.strip()
 
     def save(self, info: RunInfo) -> None:
-        """Write run.json (atomically) next to the run's files."""
-        data = dataclasses.asdict(info)
-        for key in ("folder", "model_zip", "index_zip"):
-            data[key] = os.path.relpath(data[key], info.folder) if key != "folder" else "."
+        """Write run.json (atomically) next to the run's files (explorer.runs.record.to_json)."""
         tmp = info.folder / (RUN_FILE + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        tmp.write_text(json.dumps(to_json(info), indent=1, default=str), encoding="utf-8")
         os.replace(tmp, info.folder / RUN_FILE)
         self.touch(info.folder)
 
@@ -81,12 +76,9 @@ class RunStore:
             data: dict[str, Any] = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             raise MirrorError(f"no run {run_id.strip()[:8]}… on this server (it may have expired)") from None
-        fields = {f.name for f in dataclasses.fields(RunInfo)}
-        data = {k: v for k, v in data.items() if k in fields}
-        data.update(folder=folder, model_zip=folder / data["model_zip"], index_zip=folder / data["index_zip"])
         if use:
             self.touch(folder)
-        return RunInfo(**data)
+        return from_json(data, folder)
 
     def describe(self, run_ids: Iterable[str]) -> list[dict[str, Any]]:
         """Short descriptions of the runs among `run_ids` that still exist, newest first (for a run list)."""

@@ -33,6 +33,7 @@ from explorer.render import fmt_seconds, user_error
 from explorer.runs.accounts import write_owner
 from explorer.runs.jobs import train_job
 from explorer.runs.models import release_memory
+from explorer.runs.record import Checks, Made, training_of
 from explorer.runs.sessions import (
     RunHandle,
     RunInfo,
@@ -157,8 +158,9 @@ class Trainer:
                 raise MirrorError(ev.text)
             if isinstance(ev, Done):
                 run = ev.run
+                # the run's record as the API has always said it (explorer.runs.record.flat), and what it was made of
                 summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
-                summary.update(notes=notes + list(run.stats.get("notes") or []), run_id=run.folder.name)
+                summary.update(notes=notes + list(run.record.notes), run_id=run.folder.name)
                 yield summary, run
                 return
             if isinstance(ev, Note):
@@ -321,10 +323,10 @@ class Trainer:
                         yield Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
                         return
                     if isinstance(ev, Finished):
-                        info = new_run_info(run, config.model, texts, source, ev.stats, package=False)
+                        info = new_run_info(run, config.model, texts, source, Made.of_training(ev.stats), package=False)
+                        train_s = info.record.training.seconds
                         if not self.app.settings.general_checks:
                             if planned is not None:
-                                train_s = ev.stats.get("seconds")
                                 self.app.estimator.observe(planned.key, planned.phase("training"), train_s, None)
                             yield Phase("Preparing downloads")
                             served.append(self.serve(session, package_run(info)))
@@ -336,11 +338,11 @@ class Trainer:
                         # CPU without bf16 or a larger base), then its card and downloads carry them
                         finished(info, started, started_at)  # provisional: a server stopped mid-check keeps these
                         served.append(self.serve_first(session, info))  # a broken model fails here, before the swap
-                        info.stats["served_seconds"] = round(time.perf_counter() - started, 1)
+                        info.record.timing.served_seconds = round(time.perf_counter() - started, 1)
                         handle.served = True
                         yield Served(info)
                         clock = (started, started_at)
-                        yield from self.check_and_package(info, texts, planned, ev.stats.get("seconds"), clock)
+                        yield from self.check_and_package(info, texts, planned, train_s, clock)
                         yield Done(info)
                         return
                     yield ev
@@ -383,21 +385,21 @@ class Trainer:
             try:
                 loaded = self.app.models.loaded(info)  # loaded by `serve` just before
                 encoders = 1 if base_scored(loaded.base) else 2
-                info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
-                check_s = (info.stats["forgetting"] or {}).get("seconds")
+                info.record.checks = self.forgetting(loaded.base, loaded.tuned, texts)
+                check_s = info.record.checks.seconds
                 if planned is not None:
                     check_s = check_s / encoders if check_s is not None else None
                     self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
             except Exception:  # a bug: the served run stays served, without its checks
                 log.exception("the general checks of a served run failed")
-                info.stats["forgetting"] = None
+                info.record.checks = Checks(failed=True)
             self.measure_change(info)
             yield Phase("Preparing downloads")
             try:
                 package_run(info)  # its card has the checks' results
             except Exception as exc:
                 log.exception("could not package the run's downloads")
-                info.stats["notes"] = [*info.stats.get("notes", []), f"The downloads could not be made ({exc})."]
+                info.record.notes.append(f"The downloads could not be made ({exc}).")
             info.checks_pending = False
             self.app.runs.save(finished(info, *clock) if clock else info)
         finally:  # also when its consumer went away (a blend's page closed): a later open repairs what is left
@@ -408,7 +410,7 @@ class Trainer:
         its two indexes; left out (logged) when it cannot be measured: a run is never failed for it."""
         try:
             with self.app.search_slots:
-                info.stats["neighbours_changed"] = neighbours_changed(self.app.models.loaded(info))
+                info.record.neighbours_changed = neighbours_changed(self.app.models.loaded(info))
         except Exception:
             log.exception("could not measure how much the neighbours changed")
 
@@ -443,10 +445,10 @@ class Trainer:
             session.run_ids.append(info.folder.name)
         return info
 
-    def forgetting(self, base, tuned, texts: Sequence[str] = ()) -> dict[str, Any] | None:
+    def forgetting(self, base, tuned, texts: Sequence[str] = ()) -> Checks:
         """The general checks (explorer.compare.forgetting) of a tuned encoder against its base, and beside them, when the
         run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in the
-        seconds the estimate learns from); None (logged) when they cannot run here: a run is never failed for its
+        seconds the estimate learns from); failed (logged) when they cannot run here: a run is never failed for its
         checks. Seconds on a CPU (the base's scores are kept)."""
         from explorer.compare.forgetting import CHECKS, forgetting_check, own_long_texts, verdict
 
@@ -455,15 +457,13 @@ class Trainer:
             for check in CHECKS:  # a search slot per check: a served run's searches wait for one check at most
                 with self.app.search_slots:
                     rows += forgetting_check(base, tuned, checks=[check])["checks"]
-            out = {"checks": rows, "verdict": verdict(rows), "seconds": round(time.perf_counter() - started, 1)}
+            seconds = round(time.perf_counter() - started, 1)
             with self.app.search_slots:
                 own = own_long_texts(base, tuned, texts)
-            if own is not None:
-                out["own_long_texts"] = own
-            return out
+            return Checks(rows, verdict(rows), seconds, own)
         except Exception:
             log.exception("forgetting check failed; the run goes on without it")
-            return None
+            return Checks(failed=True)
 
 
 def neighbours_changed(loaded: Any, k: int = 10) -> float:
@@ -492,23 +492,24 @@ def new_run_info(
     base_model: str,
     texts: list[str],
     source: str,
-    stats: dict[str, Any],
+    made: Made,
     model_zip: Path | None = None,
     package: bool = True,
 ) -> RunInfo:
-    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), its downloads named for the base
-    model and the run (`mirror-<base>-<run id>-model.zip`) and, with `package`, made (`package_run`).
-    `model_zip`: serve this zip (an uploaded one) instead of zipping model/."""
+    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/) and what made it (its record, pooling,
+    summary and losses), its downloads named for the base model and the run (`mirror-<base>-<run id>-model.zip`)
+    and, with `package`, made (`package_run`). `model_zip`: serve this zip (an uploaded one) instead of zipping
+    model/."""
     info = RunInfo(
         folder=folder,
         base_model=base_model,
-        pooling=stats["pooling"],
+        pooling=made.pooling,
         corpus=source,
         n_texts=len(texts),
         texts_key=texts_key(texts),
-        stats={k: v for k, v in stats.items() if k != "losses"},
-        losses=list(stats.get("losses", [])),
-        summary=stats.get("summary", ""),
+        record=made.record,
+        losses=list(made.losses),
+        summary=made.summary,
         model_zip=model_zip or folder / download_name(base_model, folder.name, "model"),
         index_zip=folder / download_name(base_model, folder.name, "index"),
     )
@@ -517,11 +518,9 @@ def new_run_info(
 
 def finished(info: RunInfo, started: float, started_at: float) -> RunInfo:
     """`info` with the run's wall time (from Launch to served with its checks and downloads) and its clock times."""
-    info.stats.update(
-        wall_seconds=round(time.perf_counter() - started, 1),
-        started_at=round(started_at, 3),
-        finished_at=round(time.time(), 3),
-    )
+    timing = info.record.timing
+    timing.wall_seconds = round(time.perf_counter() - started, 1)
+    timing.started_at, timing.finished_at = round(started_at, 3), round(time.time(), 3)
     return info
 
 
@@ -547,7 +546,8 @@ def package_run(info: RunInfo, zip_model: bool = True) -> RunInfo:
 
 def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:
     """What the user reads when a run stopped before its end."""
-    done = f"after {stats.get('steps', 0)} of {stats.get('total_steps', 0)} steps"
+    t = training_of(stats)
+    done = f"after {t.steps or 0} of {t.total_steps or 0} steps"
     if why == "time":
         limit = fmt_seconds(settings.max_run_seconds or 0)
         return (
