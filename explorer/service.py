@@ -22,9 +22,10 @@ from explorer.compare.search import BaseIndexes
 from explorer.compare.searching import Searcher
 from explorer.runs.accounts import DiskAccounts, Owner, last_used
 from explorer.runs.jobs import FairSlots, TrainQueue
+from explorer.runs.live import RunRegistry
 from explorer.runs.models import Loaded, ModelCache
 from explorer.runs.saved import SavedRuns
-from explorer.runs.sessions import EVICT_MIN_IDLE_S, RUNS_DIR, RunHandle, RunInfo, Session, SessionStore
+from explorer.runs.sessions import EVICT_MIN_IDLE_S, RUNS_DIR, RunInfo, Session, SessionStore
 from explorer.runs.store import RunStore
 from explorer.runs.training import Trainer
 from explorer.settings import Settings
@@ -48,17 +49,14 @@ class MirrorApp:
         self.settings.work_dir.mkdir(parents=True, exist_ok=True)
         self.models = ModelCache(self.settings)
         self.explore = RunExplorer(self)  # the Explore tab: maps, what moved, health, exports, the Hub
-        self.sessions = SessionStore(self.settings, self.forget)
+        self.registry = RunRegistry()  # the live runs, each with its one status (explorer.runs.live)
+        self.sessions = SessionStore(self.settings, self.forget, self.registry)
         self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.forget)
         self.accounts = DiskAccounts(lambda: self.settings, self.settings.work_dir, self.runs.root, self.forget)
         self.models.hub.server_room = self.accounts.server_room  # a hub download counts on the server's disk
         # who is asking, as the web layer knows it (ui.handlers.current_visitor: the signed cookie and the address);
         # None where nobody tells (the service used directly): such sessions share one account
         self.identify: Callable[[], Owner | None] = lambda: None
-        self.in_progress: dict[str, RunHandle] = {}  # run id -> its handle, while it runs (a reload reattaches)
-        # run id -> the RunInfo of a run (or blend) served before its general checks, while they run: whoever opens
-        # it meanwhile gets this one, which the checks then complete (explorer.runs.training.check_and_package)
-        self.checking: dict[str, RunInfo] = {}
         # Training slots and the places waiting for one (runs, blends, model uploads): one place per visitor, in
         # arrival order; Gradio's own queue does not hold these events (they wait here, cancellable, holding no worker)
         self.train_queue = TrainQueue(self.settings.train_concurrency, self.settings.train_queue)
@@ -121,7 +119,7 @@ class MirrorApp:
         and run folders a restart cut short; never anything for disk space (check_disk refuses the writer)."""
         removed = self.sessions.sweep(force)
         if force or removed:
-            keep = {h.folder for h in self.in_progress.values() if h.folder is not None}
+            keep = self.registry.folders()
             s = self.settings
             unfinished = max(s.max_run_seconds or 0.0, 3600.0) + 600.0  # longer than any run takes to be made
             removed += self.runs.sweep(s.run_ttl, keep, unfinished)
@@ -132,8 +130,7 @@ class MirrorApp:
         disk accounts of its visitor, its address and the server (explorer.runs.accounts), or MirrorError. The
         visitor's own least recently used runs may make room in its own budget: the notes say which went."""
         self.sweep(force=True)
-        busy = {h.folder for h in self.in_progress.values() if h.folder is not None}
-        busy |= {self.runs.folder(run_id) for run_id in self.checking}
+        busy = self.registry.folders()  # live runs, those served before their checks included
         if session.run is not None:
             busy.add(session.run.folder)
 

@@ -457,7 +457,7 @@ def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):
     status = shown(last, "mx-status")
     assert "mx-status-error" in status and "epochs must be &gt;= 1" in status
     assert shown(last, "mx-launch")["interactive"] is True  # the Launch button comes back
-    assert session.run is None and session.active is None
+    assert session.run is None and app.registry.of(session) is None
 
 
 def test_the_search_adapter_shows_bad_queries_as_a_message(ui, tiny_bert):
@@ -481,7 +481,7 @@ def test_out_of_memory_at_every_batch_size_ends_with_a_message_not_a_hang(ui, ti
     assert not worker.is_alive(), "the UI handler hung"
     status = shown(result[-1], "mx-status")
     assert "mx-status-error" in status and "out of memory even at batch size 2" in status, status
-    assert session.active is None and session.run is None
+    assert app.registry.of(session) is None and session.run is None
     assert app.train_queue.free == app.settings.train_concurrency  # the slot was given back
 
 
@@ -565,7 +565,7 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
     removed = app.sweep(force=True)
     assert sorted(removed) == sorted(orphans)
     assert (
-        busy.folder.is_dir() and app.settings.work_dir / busy.folder.name in app.sessions.running
+        busy.folder.is_dir() and app.settings.work_dir / busy.folder.name in app.registry.session_folders()
     )  # not while it runs
     app.trainer.cancel(busy)
     assert list(running)[-1].kind == "cancelled"  # the run ends ...
@@ -647,11 +647,11 @@ def test_an_api_run_is_cancellable_from_its_first_event(app, tiny_bert):
     stream = fns["api_train"]("\n".join(WORDS), None, "", str(tiny_bert), "auto", ENDLESS, None)
     progress, model_zip, _, session = next(stream)
     assert progress["status"] == "running" and len(progress["run_id"]) == 32 and model_zip is None
-    assert session.active is not None and session.active.id == progress["run_id"]
+    assert app.registry.of(session) is not None and app.registry.of(session).id == progress["run_id"]
     assert "Stopping" in fns["api_cancel"](session)[0]
     with pytest.raises(gr.Error, match="Cancelled after"):
         list(stream)
-    assert session.active is None and session.run is None
+    assert app.registry.of(session) is None and session.run is None
 
 
 # ---------------------------------------------------------------------------------------------- the real server

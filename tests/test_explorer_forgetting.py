@@ -188,16 +188,15 @@ def test_a_blend_opened_during_its_checks_is_the_one_they_complete(app, tuned, m
     monkeypatch.setattr(forgetting, "forgetting_check", while_checking)
     events = list(app.saved.blend_run(tuned, 0.5))
     assert events[-1].kind == "done" and seen and all(s == (True, True, False) for s in seen), seen
-    assert not app.checking and not tuned.run.checks_pending and tuned.run.model_zip.is_file()
+    assert not app.registry.runs() and not tuned.run.checks_pending and tuned.run.model_zip.is_file()
 
 
 def test_a_run_whose_server_stopped_during_its_checks_opens_with_its_downloads(app, tuned):
     """run.json says its checks were pending and no run of that id is in progress (the server restarted): it opens
     as a run without checks, its downloads made then."""
     run = tuned.run
-    run.checks_pending = True
     run.model_zip.unlink()
-    app.runs.save(run)
+    app.runs.save(run, checks_pending=True)
     opened = app.saved.open_run(app.session(), run.folder.name)
     assert not opened.checks_pending and opened.model_zip.is_file()
     assert not app.runs.load(run.folder.name).checks_pending

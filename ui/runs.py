@@ -258,7 +258,7 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         session, memory = app.session(s), remember(memory, active=(memory or {}).get("active"))
         asked = (request.query_params.get("run") if request else None) or None
         active = memory["active"]
-        handle = app.in_progress.get(active) if active else None  # once: the run may end (and go) meanwhile
+        handle = app.registry.get(active)  # once: the run may end (and leave the registry) meanwhile
         if handle is not None:
             running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}

@@ -261,8 +261,16 @@ class RunInfo:
     model_zip: Path
     index_zip: Path
     created: float = field(default_factory=time.time)
-    # served before its general checks ran (explorer.runs.training): they, its card and its downloads follow
-    checks_pending: bool = False
+    # run.json was written while its general checks ran and no live run finished them: its server stopped meanwhile
+    checks_unfinished: bool = False
+    # the live run (explorer.runs.live.Run) that serves it before its checks, while it lives; never saved
+    live: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def checks_pending(self) -> bool:
+        """Served before its general checks, which still run (its live run's status says): its card and downloads
+        follow with them."""
+        return bool(getattr(self.live, "checking", False))
 
     @property
     def stats(self) -> Mapping[str, Any]:
@@ -271,8 +279,10 @@ class RunInfo:
         return MappingProxyType(flat(self.record, self.summary, self.pooling))
 
 
-def to_json(info: RunInfo) -> dict[str, Any]:
-    """run.json: the run's fields, its record flat (`stats`), its paths relative to its folder."""
+def to_json(info: RunInfo, checks_pending: bool = False) -> dict[str, Any]:
+    """run.json: the run's fields, its record flat (`stats`), its paths relative to its folder, and whether its
+    general checks were still to come when it was written (`checks_pending`: a server that stops before they are in
+    leaves it so, and the run's next opening repairs it)."""
     return {
         "folder": ".",
         "base_model": info.base_model,
@@ -286,7 +296,7 @@ def to_json(info: RunInfo) -> dict[str, Any]:
         "model_zip": os.path.relpath(info.model_zip, info.folder),
         "index_zip": os.path.relpath(info.index_zip, info.folder),
         "created": info.created,
-        "checks_pending": info.checks_pending,
+        "checks_pending": checks_pending,
     }
 
 
@@ -306,5 +316,5 @@ def from_json(data: Mapping[str, Any], folder: Path) -> RunInfo:
         model_zip=folder / data["model_zip"],
         index_zip=folder / data["index_zip"],
         created=float(data.get("created") or os.path.getmtime(folder)),
-        checks_pending=bool(data.get("checks_pending")),
+        checks_unfinished=bool(data.get("checks_pending")),
     )

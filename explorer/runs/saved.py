@@ -4,6 +4,7 @@ run's weights with its base.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -14,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from explorer.events import Done, Event, Failed, Note, Phase, Served
+from explorer.runs.live import Run
 from explorer.runs.models import REBUILT_NOTE
 from explorer.runs.record import Checks, Made, Origin, RunRecord, Timing, training_of
-from explorer.runs.sessions import RunHandle, RunInfo, Session
-from explorer.runs.training import new_run_info, package_run, run_bytes
+from explorer.runs.sessions import RunInfo, Session
+from explorer.runs.training import BUSY, new_run_info, package_run, run_bytes
 from explorer.settings import inference_device
 from explorer.share.uploads import display_name, extract_model_zip, model_zip_bytes
 from mirror.config import BUNDLED_MODEL
@@ -38,11 +40,11 @@ class SavedRuns:
         """Serve a kept run (by its id: a link, the browser's run list, an API call) to this session."""
         info = self.app.runs.load(run_id)
         # served before its checks, which still run: the RunInfo they complete, so this session sees them land
-        info = self.app.checking.get(info.folder.name, info)
+        info = self.app.registry.served(info.folder.name) or info
         # a run whose files went bad fails here, and the session keeps what it had
         loaded = self.app.models.loaded(info)
-        if info.checks_pending and info.folder.name not in self.app.checking:  # its server stopped during its checks
-            info.checks_pending = False
+        if info.checks_unfinished and not info.checks_pending:  # its server stopped during its checks
+            info.checks_unfinished = False
             # its card (and a push of it) says the checks did not run, rather than nothing at all
             info.record.checks = Checks(skipped="the server restarted while they ran")
             package_run(info, zip_model=not info.model_zip.exists())
@@ -76,22 +78,25 @@ class SavedRuns:
         if len(session.texts) < 2:
             yield Failed("Load the strings to search first (step 1), then upload the model zip.")
             return
-        if session.active is not None and session.active.started:
-            yield Failed("A run is in progress in this session; wait for it or cancel it.")
+        yield from self._as_job(session, "upload", lambda run: self._use_saved(session, zip_path, run))
+
+    def _as_job(self, session: Session, kind: str, job: Any) -> Iterator[Event]:
+        """`job(run)`'s events as the session's live run: cancellable (the Tune tab's Cancel) from the moment it
+        waits for its place in the training queue."""
+        run = Run(session, kind)
+        if not self.app.registry.begin(run):
+            yield Failed(BUSY)
             return
-        yield from self._as_job(session, lambda handle: self._use_saved(session, zip_path, handle))
-
-    def _as_job(self, session: Session, job: Any) -> Iterator[Event]:
-        """`job(handle)`'s events as the session's job: cancellable (the Tune tab's Cancel) from the moment it waits
-        for its place in the training queue."""
-        handle = session.active = RunHandle(started=True)
         try:
-            yield from self.app.trainer.exclusive(session, job(handle), handle.stop)
+            with contextlib.closing(self.app.trainer.exclusive(run, job(run))) as events:
+                for ev in events:
+                    run.publish(ev)
+                    yield ev
         finally:
-            if session.active is handle:
-                session.active = None
+            self.app.registry.end(run)
+            run.end()
 
-    def _use_saved(self, session: Session, zip_path: str, handle: RunHandle) -> Iterator[Event]:
+    def _use_saved(self, session: Session, zip_path: str, handle: Run) -> Iterator[Event]:
         from mirror.encoder import load_encoder
 
         started = time.perf_counter()  # this upload's own seconds (its stats carry the training's, done earlier)
@@ -171,12 +176,9 @@ class SavedRuns:
         if parent is None:
             yield Failed("Nothing to blend yet: tune a model in tab ① (or open one of your runs) first.")
             return
-        if session.active is not None and session.active.started:
-            yield Failed("A run is in progress in this session; wait for it or cancel it.")
-            return
-        yield from self._as_job(session, lambda handle: self._blend(session, parent, alpha, handle))
+        yield from self._as_job(session, "blend", lambda run: self._blend(session, parent, alpha, run))
 
-    def _blend(self, session: Session, parent: RunInfo, alpha: float, handle: RunHandle) -> Iterator[Event]:
+    def _blend(self, session: Session, parent: RunInfo, alpha: float, handle: Run) -> Iterator[Event]:
         from index.pipeline import index_with
         from mirror.blend import blend_folder
         from mirror.encoder import load_encoder
@@ -222,8 +224,7 @@ class SavedRuns:
                     yield Done(info)
                     return
                 # served before its checks, as a run (explorer.runs.training): they, its card and downloads follow
-                served.append(self.app.trainer.serve_first(session, info))
-                handle.served = True
+                served.append(self.app.trainer.serve_first(handle, info))
                 yield Served(info)
                 yield from self.app.trainer.check_and_package(info, texts)
                 yield Done(info)

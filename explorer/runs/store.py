@@ -61,10 +61,11 @@ class RunStore:
             raise MirrorError("that is not a run id (32 letters a-f and digits, as in a run's link)")
         return self.root / run_id.strip()
 
-    def save(self, info: RunInfo) -> None:
-        """Write run.json (atomically) next to the run's files (explorer.runs.record.to_json)."""
+    def save(self, info: RunInfo, checks_pending: bool = False) -> None:
+        """Write run.json (atomically) next to the run's files (explorer.runs.record.to_json); `checks_pending`: it is
+        served before its general checks, which are still to come."""
         tmp = info.folder / (RUN_FILE + ".tmp")
-        tmp.write_text(json.dumps(to_json(info), indent=1, default=str), encoding="utf-8")
+        tmp.write_text(json.dumps(to_json(info, checks_pending), indent=1, default=str), encoding="utf-8")
         os.replace(tmp, info.folder / RUN_FILE)
         self.touch(info.folder)
 

@@ -32,16 +32,10 @@ from explorer.events import (
 from explorer.render import fmt_seconds, user_error
 from explorer.runs.accounts import write_owner
 from explorer.runs.jobs import train_job
+from explorer.runs.live import Run, Status, queue_key
 from explorer.runs.models import release_memory
 from explorer.runs.record import Checks, Made, training_of
-from explorer.runs.sessions import (
-    RunHandle,
-    RunInfo,
-    Session,
-    read_stop,
-    texts_key,
-    write_stop,
-)
+from explorer.runs.sessions import RunInfo, Session, texts_key
 from explorer.settings import Settings
 from explorer.share.card import write_card
 from explorer.share.uploads import model_folder_in_zip, zip_folder
@@ -51,6 +45,7 @@ from mirror.errors import MirrorError
 from mirror.exports import download_name
 
 log = logging.getLogger("mirror.app")
+BUSY = "A run is already in progress in this session; wait for it or cancel it."
 INDEX_README = """\
 A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.
 Unzip the model zip beside it (this folder and mirror-model/ side by side), then search it:
@@ -76,21 +71,18 @@ class Trainer:
     def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
         self.app = app
 
-    def request_run(self, session: Session) -> RunHandle:
+    def request_run(self, session: Session) -> Run:
         """Launch was clicked: the run exists (and can be cancelled) while it still waits in the queue."""
-        if session.active is None or not session.active.started or session.active.finished:
-            session.active = RunHandle()
-        return session.active
+        return self.app.registry.ask(session)
 
     def cancel(self, session: Session) -> str:
         """Stop the session's run between two steps, or before it starts (while it waits in the queue)."""
-        handle = session.active  # read once: the run may end (and reset it) at any moment
-        if handle is None or handle.finished:
+        run = self.app.registry.of(session)  # read once: the run may end at any moment
+        if run is None:
             return "Nothing is running. Your model and index (if any) stay served."
-        if handle.served:
+        if not run.stop("cancel"):
             return "This run is served already: its general checks and downloads follow in a few seconds."
-        handle.request_stop("cancel")
-        if handle.started:
+        if self.app.registry.get(run.id) is run:
             return "Stopping after the current step… the previous model and index stay served."
         return "Cancelled before it started. The previous model and index stay served."
 
@@ -105,24 +97,17 @@ class Trainer:
         """
         yield from self.start(session, model, mode, overrides).follow()
 
-    def start(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> RunHandle:
-        """Start the session's run in its own thread; returns its handle (id, stop flag, events)."""
-        handle = session.active
-        if handle is not None and handle.finished:  # a run this session followed (a reattached page) ended
-            handle = None
-        if handle is not None and handle.started:
-            busy = RunHandle(started=True)
-            busy.publish(Failed("A run is already in progress in this session; wait for it or cancel it."))
-            busy.finish()
-            return busy
-        handle = handle or RunHandle()  # an API call: no Launch click made one
-        session.active, handle.started = handle, True
-        handle.strings = (len(session.texts), session.source)  # what a page reattached to it says it tunes
-        handle.texts = tuple(session.texts)
-        self.app.in_progress[handle.id] = handle
-        args = (session, handle, model, mode, overrides)
-        threading.Thread(target=self._run, args=args, name=f"mirror-run-{handle.id[:8]}", daemon=True).start()
-        return handle
+    def start(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Run:
+        """Start the session's run in its own thread; returns it (id, status, events)."""
+        registry = self.app.registry
+        run = registry.asked(session) or Run(session)  # an API call: no Launch click made one
+        run.strings = (len(session.texts), session.source)  # what a page reattached to it says it tunes
+        run.texts = tuple(session.texts)
+        if not registry.begin(run):
+            return Run.refused(BUSY)
+        args = (session, run, model, mode, overrides)
+        threading.Thread(target=self._run, args=args, name=f"mirror-run-{run.id[:8]}", daemon=True).start()
+        return run
 
     def load_for_api(
         self, session: Session, texts: str, file: str | None, column: str, settings: Any, pair_column: str = ""
@@ -153,7 +138,8 @@ class Trainer:
         (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
         (summary, run). Errors raise MirrorError with the message the page would show."""
         notes, progress, last = list(info.get("notes", [])), {"status": "queued"}, 0.0
-        for ev in self.train(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {})):
+        run = self.start(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {}))
+        for ev in run.follow():
             if isinstance(ev, Failed | Cancelled):
                 raise MirrorError(ev.text)
             if isinstance(ev, Done):
@@ -167,98 +153,89 @@ class Trainer:
                 notes.append(ev.text)
             if isinstance(ev, Step):
                 progress.update(step=ev.step, total_steps=ev.total, loss=ev.loss)
-            if "run_id" not in progress and session.active is not None:
-                progress.update(status="running", run_id=session.active.id)
+            if "run_id" not in progress and run.status.live:
+                progress.update(status="running", run_id=run.id)
                 last = 0.0
             if time.monotonic() - last >= 1.0:
                 last = time.monotonic()
                 yield dict(progress), None
         raise MirrorError("the run ended without a result")
 
-    def follow(self, run: str | RunHandle, since: int = 0, session: Session | None = None) -> Iterator[Event]:
+    def follow(self, run: str | Run, since: int = 0, session: Session | None = None) -> Iterator[Event]:
         """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run; with
-        `session`, that session can cancel it, and is served the run once it is served (Served, then Done). `run`:
-        its id, or its handle as read from `in_progress` before (it replays its events to the end even when the run
-        has ended since, and left `in_progress`)."""
-        handle = run if isinstance(run, RunHandle) else self.app.in_progress.get(run)
-        if handle is None:
+        `session`, that session shows it (it can cancel it), and is served the run once it is served (Served, then
+        Done). `run`: its id, or the Run as read from the registry before (it replays its events to the end even
+        when the run has ended since, and left the registry)."""
+        live = run if isinstance(run, Run) else self.app.registry.get(run)
+        if live is None:
             raise MirrorError("that run is not in progress on this server (finished, or the server restarted)")
-        run_id = handle.id
         if session is not None:
-            session.active = handle
-        for ev in handle.follow(since):
-            if session is not None and isinstance(ev, TERMINAL) and session.active is handle:
-                session.active = None  # before the consumer sees the end (it may stop pulling there)
+            self.app.registry.attach(live, session)
+        for ev in live.follow(since):
             if session is not None and isinstance(ev, Served | Done) and session.run is not ev.run:
-                self.app.saved.open_run(session, run_id)
+                self.app.saved.open_run(session, live.id)
             yield ev
 
-    def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
-        """The run's thread: its events into the handle; a stop when nobody follows it any more."""
+    def _run(self, session: Session, run: Run, model: str, mode: str, overrides: dict[str, Any]) -> None:
+        """The run's thread: its events into the run; a stop when nobody follows it any more, or past its time."""
         import explorer.runs.jobs as jobs
 
         try:
-            for ev in self._run_events(session, handle, model, mode, overrides):
-                handle.publish(ev)
-                if time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
-                    if handle.folder is not None:
-                        write_stop(handle.folder, "abandoned")
-                    else:  # still waiting for a training slot: it gives its place up
-                        handle.stop.set()
+            for ev in self._run_events(session, run, model, mode, overrides):
+                run.publish(ev)
+                if run.unwatched_for() > jobs.ABANDONED_S:
+                    run.stop("abandoned")  # still waiting for a training slot: it gives its place up
+                elif run.overdue(self.app.settings.max_run_seconds):
+                    run.stop("time")
         except Exception as exc:  # a bug: the followers get a message, the server goes on
             log.exception("run thread failed")
-            handle.publish(Failed(user_error(exc)))
+            run.publish(Failed(user_error(exc)))
         finally:
-            if session.active is handle:
-                session.active = None
-            self.app.in_progress.pop(handle.id, None)
-            handle.finish()
+            self.app.registry.end(run)
+            run.end()
 
     def _run_events(
-        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
+        self, session: Session, run: Run, model: str, mode: str, overrides: dict[str, Any]
     ) -> Iterator[Event]:
-        if handle.stop.is_set():
+        if run.stopping:
             yield Cancelled("Cancelled before it started.")
             return
         if len(session.texts) < 2:
             yield Failed("Load at least 2 strings first (step 1 above).")
             return
-        yield from self.exclusive(session, self._train(session, handle, model, mode, overrides), handle.stop)
+        yield from self.exclusive(run, self._train(session, run, model, mode, overrides))
 
-    def exclusive(
-        self, session: Session, events: Iterator[Event], stop: threading.Event | None = None
-    ) -> Iterator[Event]:
+    def exclusive(self, run: Run, events: Iterator[Event]) -> Iterator[Event]:
         """Run a job's events holding a training slot; its final event is yielded after the job cleaned up.
 
-        The job takes the visitor's one place in the training queue (app.train_queue: refused at once when the
-        visitor has another job going or waiting, or the line is full), says how many are ahead while it waits
-        (cancellable: `stop`), then runs."""
+        The run takes its visitor's one place in the training queue (app.train_queue: refused at once when the
+        visitor has another run going or waiting, or the line is full), says how many are ahead while it waits
+        (cancellable), then runs."""
         queue = self.app.train_queue
         try:
-            place = queue.join(queue_key(session), session.owner.address)
+            queue.join(run)
         except MirrorError as exc:
             events.close()
             yield Failed(str(exc))
             return
         try:
             shown = None
-            for ahead in queue.wait(place, stop):
+            for ahead in queue.wait(run):
                 if ahead != shown:
                     shown = ahead
                     yield Phase(f"Waiting for a training slot ({ahead} job{'s' if ahead != 1 else ''} ahead of yours)")
                 else:
                     yield Tick()
-            if not place.running:
+            if run.status is Status.QUEUED:
                 events.close()
                 yield Cancelled("Cancelled before it started.")
                 return
-            yield from self._holding_slot(session, events, place)
+            yield from self._holding_slot(run, events)
         finally:
-            queue.leave(place)
+            queue.leave(run)
 
-    def _holding_slot(self, session: Session, events: Iterator[Event], place: Any) -> Iterator[Event]:
+    def _holding_slot(self, run: Run, events: Iterator[Event]) -> Iterator[Event]:
         terminal = None
-        self.app.sessions.running.add(session.folder)
         try:
             with contextlib.closing(events) as job:
                 for ev in job:
@@ -267,17 +244,12 @@ class Trainer:
                         break
                     yield ev
         finally:
-            self.app.sessions.running.discard(session.folder)
-            self.app.train_queue.leave(place)
+            self.app.train_queue.leave(run)
             release_memory()
-            if session.closed:  # the tab went away during the run: nobody will use its folder again
-                self.app.sessions.discard(session)
         if terminal is not None:
             yield terminal
 
-    def _train(
-        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
-    ) -> Iterator[Event]:
+    def _train(self, session: Session, live: Run, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[Event]:
         texts, source = list(session.texts), session.source
         partners, pairing = session.partners, session.pairing
         try:
@@ -296,7 +268,7 @@ class Trainer:
             yield Failed(user_error(exc))
             return
         yield from (Note(n) for n in notes)
-        run = self.new_run_folder(session, handle)
+        run = self.new_run_folder(session, live)
         key, prev = texts_key(texts), session.run
         build_base = True
         if prev and (prev.base_model, prev.pooling, prev.texts_key) == (config.model, base.pooling, key):
@@ -306,7 +278,6 @@ class Trainer:
         planned = self.app.planner.planned(texts, key, config, base, build_base)  # to learn from, once the run has run
         started, started_at = time.perf_counter(), time.time()
         limits = {
-            "max_seconds": self.app.settings.max_run_seconds,
             "memory": self.app.settings.train_memory_bytes,
             "hub_cache": str(self.app.models.hub.root),
         }
@@ -314,12 +285,13 @@ class Trainer:
         try:
             with self.discarded_unless_served(run) as served, self.app.models.using(config.model):
                 columns = list(pairing.columns()) if pairing is not None else None
+                live.carry_stop(run)  # the job may be in another process (ZeroGPU): a stop reaches it as a file
                 job = train_job(texts, config.to_dict(), str(run), roots, build_base, limits, partners, columns)
                 for ev in job:
                     if isinstance(ev, Step):
                         session.touch()  # a long run keeps its session from being swept as idle
-                    if isinstance(ev, Stopped) or (isinstance(ev, Finished) and read_stop(run)):
-                        text = stopped_text(ev.stats, read_stop(run), self.app.settings)
+                    if isinstance(ev, Stopped) or (isinstance(ev, Finished) and live.stopping):
+                        text = stopped_text(ev.stats, live.stop_reason, self.app.settings)
                         yield Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
                         return
                     if isinstance(ev, Finished):
@@ -337,9 +309,8 @@ class Trainer:
                         # served before its checks: search and Explore use the run while they run (seconds, more on a
                         # CPU without bf16 or a larger base), then its card and downloads carry them
                         finished(info, started, started_at)  # provisional: a server stopped mid-check keeps these
-                        served.append(self.serve_first(session, info))  # a broken model fails here, before the swap
+                        served.append(self.serve_first(live, info))  # a broken model fails here, before the swap
                         info.record.timing.served_seconds = round(time.perf_counter() - started, 1)
-                        handle.served = True
                         yield Served(info)
                         clock = (started, started_at)
                         yield from self.check_and_package(info, texts, planned, train_s, clock)
@@ -355,16 +326,11 @@ class Trainer:
             log.exception("run failed")
             yield Failed(f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served")
 
-    def serve_first(self, session: Session, info: RunInfo) -> RunInfo:
-        """Serve `info` before its general checks (`check_and_package` next): pending, and the one RunInfo whoever
-        opens the run meanwhile gets (app.checking), so the checks complete it for every session."""
-        info.checks_pending = True
-        self.app.checking[info.folder.name] = info
-        try:
-            return self.serve(session, info)
-        except BaseException:
-            self.app.checking.pop(info.folder.name, None)
-            raise
+    def serve_first(self, run: Run, info: RunInfo) -> RunInfo:
+        """Serve `info` before its general checks (`check_and_package` next): its run is checking, and `info` the one
+        RunInfo whoever opens the run meanwhile gets (the registry's), so the checks complete it for every session."""
+        run.serving(info)
+        return self.serve(run.session, info, checks_pending=True)
 
     def check_and_package(
         self,
@@ -375,35 +341,31 @@ class Trainer:
         clock: tuple[float, float] | None = None,
     ) -> Iterator[Event]:
         """A served run's (or blend's) general checks, then its card and downloads (which carry them), then run.json
-        without `checks_pending`. `planned`: the estimate's plan of a training run, which learns what they cost;
+        without `checks_pending` (a server stopped before that leaves it: the run's next opening repairs it). `planned`: the estimate's plan of a training run, which learns what they cost;
         `clock`: its (perf_counter, time) at Launch, for its wall time. Nothing here fails the run: it is served
         already; a check that cannot run is left out (logged), downloads that cannot be made are said."""
         from explorer.compare.forgetting import base_scored
 
+        yield Phase("Checking general similarity (the forgetting check)")
         try:
-            yield Phase("Checking general similarity (the forgetting check)")
-            try:
-                loaded = self.app.models.loaded(info)  # loaded by `serve` just before
-                encoders = 1 if base_scored(loaded.base) else 2
-                info.record.checks = self.forgetting(loaded.base, loaded.tuned, texts)
-                check_s = info.record.checks.seconds
-                if planned is not None:
-                    check_s = check_s / encoders if check_s is not None else None
-                    self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
-            except Exception:  # a bug: the served run stays served, without its checks
-                log.exception("the general checks of a served run failed")
-                info.record.checks = Checks(failed=True)
-            self.measure_change(info)
-            yield Phase("Preparing downloads")
-            try:
-                package_run(info)  # its card has the checks' results
-            except Exception as exc:
-                log.exception("could not package the run's downloads")
-                info.record.notes.append(f"The downloads could not be made ({exc}).")
-            info.checks_pending = False
-            self.app.runs.save(finished(info, *clock) if clock else info)
-        finally:  # also when its consumer went away (a blend's page closed): a later open repairs what is left
-            self.app.checking.pop(info.folder.name, None)
+            loaded = self.app.models.loaded(info)  # loaded by `serve` just before
+            encoders = 1 if base_scored(loaded.base) else 2
+            info.record.checks = self.forgetting(loaded.base, loaded.tuned, texts)
+            check_s = info.record.checks.seconds
+            if planned is not None:
+                check_s = check_s / encoders if check_s is not None else None
+                self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
+        except Exception:  # a bug: the served run stays served, without its checks
+            log.exception("the general checks of a served run failed")
+            info.record.checks = Checks(failed=True)
+        self.measure_change(info)
+        yield Phase("Preparing downloads")
+        try:
+            package_run(info)  # its card has the checks' results
+        except Exception as exc:
+            log.exception("could not package the run's downloads")
+            info.record.notes.append(f"The downloads could not be made ({exc}).")
+        self.app.runs.save(finished(info, *clock) if clock else info)
 
     def measure_change(self, info: RunInfo) -> None:
         """What the page says in one sentence: how much the served run's strings' neighbours changed (stats), from
@@ -414,15 +376,13 @@ class Trainer:
         except Exception:
             log.exception("could not measure how much the neighbours changed")
 
-    def new_run_folder(self, session: Session, handle: RunHandle) -> Path:
-        """The job's run folder, charged to the session's visitor from its first byte."""
-        run = self.app.runs.folder(handle.id)
-        run.mkdir(parents=True)
-        write_owner(run, session.owner)
-        handle.folder = run
-        if handle.stop.is_set():  # cancelled while the base model loaded
-            write_stop(run, "cancel")
-        return run
+    def new_run_folder(self, session: Session, run: Run) -> Path:
+        """The run's folder, charged to the session's visitor from its first byte."""
+        folder = self.app.runs.folder(run.id)
+        folder.mkdir(parents=True)
+        write_owner(folder, session.owner)
+        run.folder = folder
+        return folder
 
     @contextlib.contextmanager
     def discarded_unless_served(self, run: Path) -> Iterator[list[RunInfo]]:
@@ -435,11 +395,11 @@ class Trainer:
             if not served:
                 shutil.rmtree(run, ignore_errors=True)
 
-    def serve(self, session: Session, info: RunInfo) -> RunInfo:
+    def serve(self, session: Session, info: RunInfo, checks_pending: bool = False) -> RunInfo:
         """Check the new run loads, keep it (run.json: from now on its id reaches it), then serve it. The run it
         replaces stays in the store (the session's history, others' links) until the run budget removes it."""
         self.app.models.loaded(info)  # load now: a broken artifact fails here, before the swap
-        self.app.runs.save(info)
+        self.app.runs.save(info, checks_pending)
         with session.lock:
             session.run = info
             session.run_ids.append(info.folder.name)
@@ -473,11 +433,6 @@ def neighbours_changed(loaded: Any, k: int = 10) -> float:
     from mirror.moved import changed_share
 
     return round(changed_share(vectors_of(loaded.main.base), vectors_of(loaded.main.tuned), k), 4)
-
-
-def queue_key(session: Session) -> str:
-    """Who holds a place in the training queue: the session's visitor, or the session itself when nobody said."""
-    return session.owner.visitor or f"session:{session.id}"
 
 
 def run_bytes(encoder: Any, n_texts: int) -> int:

@@ -95,15 +95,15 @@ class Planner:
             # its answer is the one the page keeps
             wait=self.CALIBRATION_WAIT_S,
             # a calibration would slow a training run, and be slowed by it
-            may_calibrate=may_calibrate and not self.app.in_progress,
+            may_calibrate=may_calibrate and not self.app.registry.runs(),
             check_encoders=self.check_encoders(base),
             # what the machine gives now (a tenth of a second): not while a run here trains, which a new run waits for
-            probe=may_calibrate and not self.app.in_progress,
+            probe=may_calibrate and not self.app.registry.runs(),
             train_texts=longer_sides(texts, session.partners),
         )
         if est is None and not may_calibrate:
             return rough, "calibrates on this machine when a plan for the bundled model is shown"
-        if est is None and self.app.in_progress:
+        if est is None and self.app.registry.runs():
             return rough, "calibrates on this machine when no run is training"
         if est is None:
             return rough, "calibrating on this machine (another request started it)…"
@@ -209,7 +209,7 @@ class Planner:
         base = self.app.models.base_encoder(BUNDLED_MODEL, config.pooling)
         est = self.app.estimator.estimate(
             texts, texts_key(texts), config, device, threads, base, self.memory_budget(config),
-            may_calibrate=not self.app.in_progress, check_encoders=self.check_encoders(base),
+            may_calibrate=not self.app.registry.runs(), check_encoders=self.check_encoders(base),
         )  # fmt: skip
         if est is not None and checks_s is not None and not self.app.estimator.checks_timed(est, base, checks_s):
             log.info("the general checks' warm-up took %.1f s, far over their price: not used to price them", checks_s)
