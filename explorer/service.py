@@ -3,7 +3,9 @@
 It owns no Gradio and little code: the shared state (settings, sessions, the model cache, the run store, the
 training and search slots, the estimator) and one object per concern over it, which app.py and ui/ call:
 `app.loader` (explorer.tune.loading: tab 1's strings), `app.planner` (explorer.tune.planning: the plan and estimate),
-`app.trainer` (explorer.runs.training: runs), `app.saved` (explorer.runs.saved: kept runs, model zips, blends),
+`app.registry` (explorer.runs.live: the live runs, each with its one status), `app.runner` (explorer.runs.execute:
+every kind of run, one path), `app.trainer` (explorer.runs.training: training runs), `app.saved`
+(explorer.runs.saved: kept runs, model zips, blends),
 `app.searcher` (explorer.compare.searching: search and evaluate), `app.explore` (explorer.compare.explore: the Explore tab).
 """
 
@@ -21,6 +23,7 @@ from explorer.compare.explore import RunExplorer
 from explorer.compare.search import BaseIndexes
 from explorer.compare.searching import Searcher
 from explorer.runs.accounts import DiskAccounts, Owner, last_used
+from explorer.runs.execute import Runner
 from explorer.runs.jobs import FairSlots, TrainQueue
 from explorer.runs.live import RunRegistry
 from explorer.runs.models import Loaded, ModelCache
@@ -67,12 +70,43 @@ class MirrorApp:
         # one object per concern, each over the state above (`app.<part>.<method>`)
         self.loader = TextLoader(self)  # tab 1's strings: files, pasted text, examples, Hub datasets
         self.planner = Planner(self)  # the plan and time estimate before a run
-        self.trainer = Trainer(self)  # runs: start, follow, cancel, serve
-        self.saved = SavedRuns(self)  # kept runs opened by id, uploaded model zips, blends
+        # every kind of run, one path: the slot, the disk, the folder, serving, the checks, packaging, failure
+        s, models, registry = self.settings, self.models, self.registry
+        self.runner = Runner(registry, self.train_queue, models, self.runs, self.check_disk, s, self.search_slots)
+        # kept runs opened by id, uploaded model zips, blends
+        self.saved = SavedRuns(registry, self.runner, self.runs, models, self.explore.forget, s)
+        # training runs: start, follow, cancel
+        self.trainer = Trainer(
+            registry, self.runner, self.train_queue, self.loader, self.saved, models, self.planner, self.estimator, s
+        )
         self.searcher = Searcher(self)  # search both encoders, another corpus, gold pair sets
 
     def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
         return self
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        """Settings changed while it runs (tests do; the disk accounts read them per call) reach the parts that read
+        them per call; the model cache and the session store keep the ones they were made with."""
+        self._settings = value
+        for part in ("runner", "saved", "trainer"):
+            if hasattr(self, part):
+                getattr(self, part).settings = value
+
+    @property
+    def estimator(self) -> Estimator:
+        return self._estimator
+
+    @estimator.setter
+    def estimator(self, value: Estimator) -> None:
+        """Another estimator (a test's, with no calibrations) reaches the parts that price and learn."""
+        self._estimator = value
+        if hasattr(self, "trainer"):
+            self.trainer.estimator = value
 
     @functools.cached_property
     def secret(self) -> str:

@@ -34,6 +34,7 @@ import app as mx
 from explorer import MirrorApp, Session, Settings, render
 from explorer.tune.inputs import ADVANCED, label
 from mirror import MirrorConfig
+from mirror.errors import MirrorError
 from mirror.names import is_under
 from tests.conftest import ENDLESS, ROOT, TINY, WORDS, inject_oom, train, tuned_session
 from tests.server import Served, serve
@@ -636,6 +637,83 @@ def test_an_api_clients_failed_first_call_leaves_no_folder(app):
         with pytest.raises(gr.Error, match="paste some strings first"):
             list(fns["api_train"]("", None, "", "bundled", "auto", {}, None))
     assert [p.name for p in app.settings.work_dir.iterdir() if p.is_dir()] == []  # (a key file: .browser-secret)
+
+
+def test_every_status_the_page_shows_comes_from_the_registry(ui, tiny_bert, tmp_path):
+    """Issue 51: a run's status lives on its Run, in the app's one registry. Moved through its life by the registry's
+    own calls and nothing else (no thread, no job), every status the page and the API show follows it: a reloaded
+    tab reattaching, Launch armed or not, Cancel's and /cancel's answer, the pending checks and downloads in the
+    run's summary and its checks panel, the push refused while they run."""
+    from explorer.events import Done
+    from explorer.runs.live import Run
+
+    app, fns = ui
+    served = tuned_session(app, tiny_bert).run  # a run's files and record, to serve
+    session = app.session()
+    app.loader.load_pasted(session, "\n".join(WORDS))
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(WORDS))
+    run = Run(session)
+    pending = render.message(render.CHECKS_PENDING, "info")
+
+    def page(memory_run: str) -> dict:
+        """What the page shows at this moment: a reloaded tab, Launch after a load, Cancel, the run's panels."""
+        reloaded = quiet(lambda: next(fns["on_load"].fn({"runs": [], "active": memory_run}, app.session(), None)))
+        armed = upload_with_launch(ui, session, words)[1]["interactive"]
+        return {
+            "reattached": "Reattached to your run" in str(shown(reloaded, "mx-status")),
+            "launch": armed,
+            "cancel": fns["api_cancel"].fn(session)[0],
+            "pending": render.forgetting_md(served) == pending,
+            "downloads later": "Downloads follow with the general checks." in render.run_md(served),
+        }
+
+    def cancel_says(text: str) -> str:
+        return next(
+            k for k in ("Nothing is running", "Cancelled before it started", "Stopping", "served already") if k in text
+        )
+
+    idle = page(run.id)
+    assert not idle["reattached"] and idle["launch"] and cancel_says(idle["cancel"]) == "Nothing is running"
+    assert not idle["pending"] and not idle["downloads later"]
+
+    assert app.trainer.request_run(session) is not run  # Launch clicked: asked for, not begun
+    asked = app.registry.of(session)
+    assert asked.status == "queued" and not app.registry.get(asked.id)
+    assert not page(asked.id)["launch"]  # Launch waits for the run it asked for
+    app.registry.asked(session)  # (taken, as a start would)
+
+    assert app.registry.begin(run) and run.status == "queued"  # waiting for a slot
+    shown_queued = page(run.id)
+    assert shown_queued["reattached"] and not shown_queued["launch"]
+    assert cancel_says(shown_queued["cancel"]) == "Stopping" and run.stop_reason == "cancel"
+
+    run.admit()
+    shown_running = page(run.id)
+    assert run.status == "running" and shown_running["reattached"] and not shown_running["launch"]
+    assert cancel_says(shown_running["cancel"]) == "Stopping" and not shown_running["pending"]
+
+    run.serving(served)
+    shown_checking = page(run.id)
+    assert run.status == "checking" and shown_checking["reattached"] and not shown_checking["launch"]
+    assert cancel_says(shown_checking["cancel"]) == "served already"
+    assert shown_checking["pending"] and shown_checking["downloads later"]
+    with pytest.raises(MirrorError, match="still running"):
+        app.explore.push(served_session(app, served), "me/run", "hf_x")
+
+    run.publish(Done(served))
+    app.registry.end(run)
+    run.end()
+    done = page(run.id)
+    assert run.status == "done" and not done["reattached"] and done["launch"]
+    assert cancel_says(done["cancel"]) == "Nothing is running" and not done["pending"] and not done["downloads later"]
+
+
+def served_session(app: MirrorApp, run) -> Session:
+    """A session that serves `run`."""
+    s = app.session()
+    s.run = run
+    return s
 
 
 # Attack review, runs that never end: an API client's run can be stopped from its first event.

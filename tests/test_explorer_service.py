@@ -362,7 +362,7 @@ def test_searches_encode_at_most_search_concurrency_at_once(app, tiny_bert, monk
 def test_memory_is_handed_back_after_each_run(app, tiny_bert, monkeypatch):
     """glibc keeps freed heap; the app trims it after every training (bench_load: RSS flat across rounds)."""
     calls = []
-    monkeypatch.setattr("explorer.runs.training.release_memory", lambda collect=True: calls.append(collect))
+    monkeypatch.setattr("explorer.runs.execute.release_memory", lambda collect=True: calls.append(collect))
     s = tuned_session(app, tiny_bert)
     assert calls == [True]
     train(app, s, tiny_bert, lr=-1)  # a failed run too

@@ -82,7 +82,7 @@ class Run:
     texts: tuple[str, ...] = ()  # the strings themselves: a page reattached to the run gets them back at its end
     sessions: set[str] = field(default_factory=set)  # the sessions showing it (each can cancel it)
     last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
-    slot_since: float | None = None  # when it got its training slot (MIRROR_MAX_RUN_SECONDS counts from there)
+    job_since: float | None = None  # when its job started (MIRROR_MAX_RUN_SECONDS counts from there)
     ended: bool = False  # its last event is out and its thread is done
     _stop_file: Path | None = field(default=None, repr=False)
     _ending: bool = field(default=False, repr=False)
@@ -126,11 +126,12 @@ class Run:
             self._cond.notify_all()
             return True
 
-    def carry_stop(self, folder: Path) -> None:
-        """A job that reads its stop from a STOP file in `folder` starts (explorer.runs.jobs.train_job, perhaps in
-        another process): a stop asked before is written there now, a later one when it is asked."""
+    def job_starts(self, folder: Path) -> None:
+        """Its job starts (explorer.runs.jobs.train_job, perhaps in another process), reading its stop from a STOP
+        file in `folder`: a stop asked before is written there now, a later one when it is asked; the wall-clock cap
+        counts from now."""
         with self._cond:
-            self._stop_file = folder / STOP_FILE
+            self._stop_file, self.job_since = folder / STOP_FILE, time.monotonic()
             if self.stop_reason:
                 write_stop(folder, self.stop_reason)
 
@@ -138,7 +139,7 @@ class Run:
         """It holds a training slot now (explorer.runs.jobs.TrainQueue)."""
         with self._cond:
             if self.status is Status.QUEUED:
-                self.status, self.slot_since = Status.RUNNING, time.monotonic()
+                self.status = Status.RUNNING
                 self._cond.notify_all()
 
     def serving(self, info: RunInfo) -> None:
@@ -210,8 +211,8 @@ class Run:
         return time.monotonic() - self.last_seen
 
     def overdue(self, limit: float | None) -> bool:
-        """It has held its training slot for more than `limit` seconds (None or 0: no limit)."""
-        return bool(limit) and self.slot_since is not None and time.monotonic() - self.slot_since > limit
+        """Its job has run for more than `limit` seconds (None or 0: no limit)."""
+        return bool(limit) and self.job_since is not None and time.monotonic() - self.job_since > limit
 
     @staticmethod
     def refused(text: str) -> Run:
