@@ -43,11 +43,15 @@ class SavedRuns:
         self.registry, self.runner, self.store, self.models = registry, runner, store, models
         self.forget_figures, self.settings = forget_figures, settings  # the Explore tab's figures of a run
 
+    def kept(self, run_id: str) -> RunInfo:
+        """A kept run by its id (MirrorError for none): while it is served before its checks, the RunInfo they
+        complete (its live run's), so whoever opens or searches it meanwhile sees them land."""
+        info = self.store.load(run_id)
+        return self.registry.served(info.folder.name) or info
+
     def open_run(self, session: Session, run_id: str) -> RunInfo:
         """Serve a kept run (by its id: a link, the browser's run list, an API call) to this session."""
-        info = self.store.load(run_id)
-        # served before its checks, which still run: the RunInfo they complete, so this session sees them land
-        info = self.registry.served(info.folder.name) or info
+        info = self.kept(run_id)
         # a run whose files went bad fails here, and the session keeps what it had
         loaded = self.models.loaded(info)
         if info.checks_unfinished and not info.checks_pending:  # its server stopped during its checks
