@@ -133,9 +133,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.fp32:
-        import mirror.encoder
+        import mirror.precision
 
-        mirror.encoder.cpu_has_native_bf16 = lambda: False
+        mirror.precision.cpu_has_native_bf16 = lambda: False
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-estimate-") as tmp:

@@ -101,7 +101,7 @@ class Searcher:
         file's name as the user gave it, where the path's own differs. It is the session's own (in its folder,
         charged to its visitor), never written into the run's folder: a run opened by its link is read only."""
         from index.store import VectorIndex
-        from mirror.encoder import replace_dir
+        from mirror.folders import replace_dir
 
         run = session.run
         if run is None:

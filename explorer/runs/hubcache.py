@@ -49,7 +49,7 @@ class HubCache:
         then says the hub is unreachable); MirrorError past `max_download` (MIRROR_MAX_HUB_MB)."""
         size = self.sizes.get(model)
         if size is None:
-            from mirror.encoder import hub_download_bytes
+            from mirror.hub import hub_download_bytes
 
             size = hub_download_bytes(model)
             if size is not None:
