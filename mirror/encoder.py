@@ -215,14 +215,7 @@ class Encoder:
         long string is truncated, never an index error; strings are cut before tokenizing (CHARS_PER_TOKEN).
         """
         limit = min(max_length or self.max_seq_length, self.token_limit)
-        return tokenized(
-            self.tokenizer,
-            _cut(texts, limit),
-            padding=True,
-            truncation=True,
-            max_length=limit,
-            return_tensors="pt",
-        )
+        return self._tokenized(texts, limit, padding=True, return_tensors="pt")
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         """Number of tokens of each string (without special tokens, up to the length of its cut): the key for
@@ -300,14 +293,11 @@ class Encoder:
 
     def _token_ids(self, texts: Sequence[str], limit: int) -> list[list[int]]:
         """Token ids of each string with its special tokens, truncated to `limit` (unpadded)."""
-        return tokenized(
-            self.tokenizer,
-            _cut(texts, limit),
-            truncation=True,
-            max_length=limit,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
+        return self._tokenized(texts, limit, return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+
+    def _tokenized(self, texts: Sequence[str], limit: int, **kwargs: Any) -> Any:
+        """The tokenizer's output for `texts`, each cut (CHARS_PER_TOKEN) and truncated to `limit` tokens."""
+        return tokenized(self.tokenizer, _cut(texts, limit), truncation=True, max_length=limit, **kwargs)
 
     def _padded(self, rows: list[list[int]], width: int, device: torch.device) -> dict[str, torch.Tensor]:
         """A batch of token id lists padded on the right to `width`, with its attention mask, on `device`."""

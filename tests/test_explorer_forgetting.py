@@ -17,7 +17,7 @@ from explorer.settings import Settings
 from mirror import checks as engine
 from mirror.checks import check_items
 from mirror.errors import MirrorError
-from tests.conftest import train
+from tests.conftest import blend, train
 
 TOY = Check("Toy pairs", "toy.tsv", "toy similarity", 200)
 
@@ -263,10 +263,7 @@ def test_forgetting_md_marks_the_worse_checks():
 
 @pytest.mark.checks
 def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
-    parent = tuned.run
-    events = list(app.saved.blend_run(tuned, 0.5))
-    assert events[-1].kind == "done", events[-1]
-    run = tuned.run
+    parent, events, run = blend(app, tuned, 0.5)
     assert run.folder != parent.folder and run.stats["blend_alpha"] == 0.5
     kinds = [e.text if e.kind == "phase" else e.kind for e in events]
     assert kinds.index("served") < kinds.index("Checking general similarity (the forgetting check)")  # served first

@@ -19,7 +19,7 @@ from explorer.render import blend_of, run_caption
 from explorer.runs.accounts import DiskAccounts
 from explorer.runs.disk import Disk
 from explorer.runs.jobs import FairSlots
-from explorer.runs.models import ModelCache
+from explorer.runs.models import ModelCache, kept
 from explorer.runs.sessions import RunInfo, Session
 from explorer.settings import Settings
 from mirror.errors import MirrorError
@@ -102,9 +102,7 @@ class RunExplorer:
             run, list(loaded.main.tuned.texts), vectors_of(loaded.main.base), vectors_of(loaded.main.tuned)
         )
         with self._lock:
-            self._spaces[key] = space
-            while len(self._spaces) > SPACES_KEPT:
-                self._spaces.popitem(last=False)
+            kept(self._spaces, key, space, SPACES_KEPT)
         return space
 
     def forget(self, folder: Path) -> None:

@@ -170,17 +170,9 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-def job_duration(
-    texts: list[str],
-    config: dict[str, Any],
-    run_dir: str,
-    roots: list[str],
-    build_base: bool,
-    limits: dict,
-    partners: list[str | None] | None = None,
-    columns: list[str] | None = None,
-) -> int:
-    """ZeroGPU reservation in seconds for a training job: its GPU estimate plus loading, with a margin."""
+def job_duration(texts: list[str], config: dict[str, Any], *job: Any, **named: Any) -> int:
+    """ZeroGPU reservation in seconds for a training job (`spaces.GPU` calls it with `train_job`'s arguments): its
+    GPU estimate plus loading, with a margin."""
     cfg = MirrorConfig.from_dict(config)
     _, train_s, index_s = estimate_seconds(texts, cfg, "cuda")
     return int(min(600, max(60, 1.5 * (train_s + index_s) + 30)))

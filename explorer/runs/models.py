@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from explorer.runs.hubcache import HUB_DIR, HubCache
 from explorer.settings import Settings, inference_device
@@ -95,6 +95,13 @@ def release_memory(collect: bool = True) -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def kept(table: OrderedDict, key: Any, value: Any, most: int) -> None:
+    """`table[key] = value`, then its least recently used entries past `most` dropped (the caller holds its lock)."""
+    table[key] = value
+    while len(table) > most:
+        table.popitem(last=False)
 
 
 class ModelCache:
@@ -196,9 +203,7 @@ class ModelCache:
                 )
             encoder.model.eval()
             with self._base_lock:
-                self._base[key] = encoder
-                while len(self._base) > BASE_MODELS_KEPT:
-                    self._base.popitem(last=False)
+                kept(self._base, key, encoder, BASE_MODELS_KEPT)
             return encoder
 
     def loaded(self, run: RunInfo) -> Loaded:

@@ -45,8 +45,8 @@ class Training:
 
     steps: int | None = None
     total_steps: int | None = None
-    seconds: float | None = None
-    device: str | None = None
+    seconds: float | None = None  # the training's own (a run's wall time is its Timing's)
+    device: str | None = None  # and its precision: "cpu (2 threads), bf16"
     first_loss: float | None = None
     final_loss: float | None = None
     cancelled: bool | None = None
@@ -97,12 +97,12 @@ class Timing:
     checks and downloads (`wall_seconds`, between the clock times `started_at` and `finished_at`); an uploaded zip
     loaded and indexed (`load_seconds`); a blend made and indexed (`blend_seconds`)."""
 
-    wall_seconds: float | None = None
-    started_at: float | None = None
+    wall_seconds: float | None = None  # a training: from its folder to served with its checks and downloads
+    started_at: float | None = None  # (time.time)
     finished_at: float | None = None
-    served_seconds: float | None = None
-    load_seconds: float | None = None
-    blend_seconds: float | None = None
+    served_seconds: float | None = None  # a training: from its folder to searchable
+    load_seconds: float | None = None  # an uploaded zip
+    blend_seconds: float | None = None  # a blend
 
 
 @dataclass
