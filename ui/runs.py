@@ -216,7 +216,7 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
 
     def on_request(memory, s):
         session = app.session(s)
-        handle = app.trainer.request_run(session)
+        asked = app.trainer.request_run(session)  # the run exists now: its id for the browser, Cancel reaches it
         busy = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
         shown = render.status_box("Waiting for a free training slot…")
         # the last run's summary is not this run's: a line saying what stays served until this one is done
@@ -225,7 +225,7 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
             ui.status_md: shown,
             ui.result_md: kept,
             **busy,
-            browser: remember(memory, active=handle.id),
+            browser: remember(memory, active=asked.id),
             state: session,
         }
 
@@ -258,16 +258,18 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         session, memory = app.session(s), remember(memory, active=(memory or {}).get("active"))
         asked = (request.query_params.get("run") if request else None) or None
         active = memory["active"]
-        handle = app.registry.get(active)  # once: the run may end (and leave the registry) meanwhile
-        if handle is not None:
+        # the browser keeps the id of the run it follows; whether it is live, and how, only the registry says (read
+        # once: the run may end, and leave the registry, meanwhile)
+        live = app.registry.get(active)
+        if live is not None:
             running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
-            shown[ui.input_md] = render.reattached_md(handle.strings)
+            shown[ui.input_md] = render.reattached_md(live.strings)
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
-            yield from view.draw(app.trainer.follow(handle, session=session), session, memory)
-            if not session.texts and handle.texts:  # cancelled or failed: no run of them served to load them from
+            yield from view.draw(app.trainer.follow(live, session=session), session, memory)
+            if not session.texts and live.texts:  # cancelled or failed: no run of them served to load them from
                 again = ["the strings of the run this page followed, loaded again: Launch tunes them"]
-                info = app.loader.set_texts(session, list(handle.texts), handle.strings[1], again)
+                info = app.loader.set_texts(session, list(live.texts), live.strings[1], again)
                 yield {ui.input_md: render.load_md(info), ui.launch: gr.update(interactive=True), state: session}
             return
         # the run asked for by a link, else the one that was going, else the one this page served before a reload

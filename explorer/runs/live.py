@@ -169,6 +169,8 @@ class Run:
                 self.status = Status.FAILED
             self._ending = True
             waiting, self._on_end = self._on_end, []
+            if self.info is not None and self.info.live is self:
+                self.info.live = None  # a served run outlives its Run (and the session and strings it holds)
         for fn in waiting:
             try:
                 fn()

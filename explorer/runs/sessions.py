@@ -96,6 +96,8 @@ class LiveRuns(Protocol):
 
     def when_idle(self, session: Session, fn: Callable[[], None]) -> None: ...
 
+    def asked(self, session: Session) -> object | None: ...
+
 
 class SessionStore:
     """Session folders under `settings.work_dir`: made on first use (charged to their owner), removed when closed or
@@ -136,6 +138,7 @@ class SessionStore:
         from explorer.runs.models import release_memory
 
         self.forget(session.folder)
+        self.registry.asked(session)  # a Launch click whose run never started: it never will now
         shutil.rmtree(session.folder, ignore_errors=True)
         release_memory(collect=False)  # no gc pass: Gradio calls this on its event loop, once per expired session
 

@@ -30,7 +30,8 @@ RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 def remember(memory: dict | None, run_id: str | None = None, active: str | None = None) -> dict:
     """What a browser keeps of its runs (gr.BrowserState): the ids of its last 50 runs, plus `run_id`, the run it
     has going (`active`) and the run it serves (`served`: `run_id` when given, else the one it served before), so a
-    reloaded page serves it again."""
+    reloaded page serves it again. Ids only: whether the `active` run is still live, and in which status, the
+    registry of live runs says (explorer.runs.live), never this copy."""
     memory = memory or {}
     runs = [r for r in memory.get("runs", []) if isinstance(r, str)]
     runs = [*runs, run_id] if run_id and run_id not in runs else runs
