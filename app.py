@@ -54,6 +54,8 @@ CSS = """
 #mx-moved-table .body-cell .text {word-break: normal !important; overflow-wrap: normal !important}
 #mx-moved-table .body-cell:nth-child(2) .text, #mx-moved-table th .text {white-space: nowrap}
 #mx-moved-table th .text {word-break: normal !important; overflow-wrap: normal !important}
+/* the bases box's table: its headers (and the time column) never break inside a word ("ti/me" at 1400 px) */
+#mx-bases th, #mx-bases td:last-child {white-space: nowrap; word-break: normal; overflow-wrap: normal}
 """
 
 # The address bar names the run the page serves (?run=<id>), so a reload, a bookmark or a shared address gives that

@@ -47,12 +47,9 @@ SWEEP: list[tuple[str, dict[str, Any]]] = [
     ("τ 0.1", {"temperature": 0.1}),
     ("τ 0.02", {"temperature": 0.02}),
     ("lr 5e-5", {"lr": 5e-5}),
-    ("lr 1e-5", {"lr": 1e-5}),
     ("min steps 100", {"min_steps": 100}),
-    ("min steps 0 (1 epoch)", {"min_steps": 0}),
     ("partners unmasked", {"pair_mask": False}),
     ("blend α 0.5", {"blend_alpha": 0.5}),
-    ("partner max length 64", {"pair_max_length": 64}),
 ]
 
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from explorer.render_pairs import pairing_md, pairs_md, pairs_row
+from explorer.render_pairs import pairing_md, pairs_md, pairs_row, search_by_partner
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError, without_paths
@@ -462,6 +462,7 @@ def served_md(session: Session | None) -> str:
     return (
         f"Run `{run.folder.name[:8]}`: searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
         f"({run.pooling} pooling){blend_part(run)} at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
+        f"{search_by_partner(run)}"
     )
 
 
@@ -574,6 +575,18 @@ def remedy_offered(run: RunInfo | None) -> bool:
         return False
     checks = run.record.checks
     return checks is not None and checks.worse
+
+
+def blend_info(run: RunInfo) -> str:
+    """What a blend costs, said before it is asked for: the weights mix at once, but every string is encoded again
+    (14,257 strings took 81 s on a busy 2-core machine, where the README said "seconds"), as long as the run's tuned
+    index took, and the general checks run again."""
+    took = run.record.timing.tuned_index_seconds
+    here = f", about {fmt_seconds(float(took))} here as this run's took" if took is not None else ""
+    return (
+        f"Interpolates the weights at once, then re-encodes your {run.n_texts:,} strings with them{here} "
+        "(no retraining), then the general checks"
+    )
 
 
 def blend_text(run: RunInfo) -> str:

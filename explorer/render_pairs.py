@@ -62,3 +62,35 @@ def pairs_row(run: RunInfo | None) -> str:
         f"| **your held-out pairs** | MRR@10 ×100 | {gain.rows:,} | {base:.1f} | {tuned:.1f} | {tuned - base:+.1f} | "
         f"{low:+.1f} to {high:+.1f} | {gain.verdict} |\n"
     )
+
+
+def search_by_partner(run: RunInfo | None) -> str:
+    """Under a pairs run's Search header: search by the partner side (type a description, find the name), with a
+    held-out row's partner to try (one the run never trained on)."""
+    pairs = pairs_of(run)
+    if pairs is None:
+        return ""
+    string_col, partner_col = pairs.columns
+    line = f"\n\nTuned on pairs: type a `{partner_col}` to find its `{string_col}`"
+    if pairs.examples:
+        partner, string = pairs.examples[0]
+        line += f", e.g. a row it never trained on: *{_cut(partner)}* (its `{string_col}`: *{_cut(string)}*)"
+    return line + "."
+
+
+def _cut(text: str, n: int = 120) -> str:
+    text = " ".join(str(text).split()).replace("*", "")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def pairs_about(run: RunInfo | None) -> str:
+    """A pairs run in plain text, for an export's README: the columns paired, the counts, the held-out gain."""
+    pairs = pairs_of(run)
+    if pairs is None:
+        return ""
+    string_col, partner_col = pairs.columns
+    measured = f" {pairs.gain.sentence()}" if pairs.gain else " None were held out: nothing measured the gain."
+    return (
+        f"Tuned on pairs: each {string_col} with its {partner_col} as its positive ({pairs.stats.paired:,} strings "
+        f"had one, {pairs.held_out:,} rows held out of training).{measured}"
+    )

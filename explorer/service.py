@@ -1,7 +1,7 @@
 """MirrorApp: the service the web UI (and its API) calls. Plain values in, plain values or events out.
 
 It owns no Gradio and little code: the shared state (settings, sessions, the model cache, the run store, the
-training and search slots, the estimator) and one object per concern over it, which app.py and ui/ call:
+training and search slots, the disk and CPU accounts, the estimator) and one object per concern over it, which app.py and ui/ call:
 `app.loader` (explorer.tune.loading: tab 1's strings), `app.planner` (explorer.tune.planning: the plan and estimate),
 `app.registry` (explorer.runs.live: the live runs, each with its one status), `app.runner` (explorer.runs.execute:
 every kind of run, one path), `app.trainer` (explorer.runs.training: training runs), `app.saved`
@@ -22,6 +22,7 @@ from explorer.compare.explore import RunExplorer
 from explorer.compare.search import BaseIndexes
 from explorer.compare.searching import Searcher
 from explorer.runs.accounts import DiskAccounts, Owner
+from explorer.runs.cpu import CpuAccounts
 from explorer.runs.disk import Disk
 from explorer.runs.execute import Runner
 from explorer.runs.jobs import FairSlots, TrainQueue
@@ -58,6 +59,8 @@ class MirrorApp:
         self.accounts = DiskAccounts(lambda: self.settings, s.work_dir, self.runs.root, self.forget)
         models.hub.server_room = self.accounts.server_room  # a hub download counts on the server's disk
         self.disk = Disk(s, self.sessions, self.runs, self.accounts, registry)  # sweeps, then room, before a write
+        # the compute each visitor and address spent in the last hour (runs of every kind, maps, exports, evaluations)
+        self.cpu = cpu = CpuAccounts(s.visitor_cpu_s, s.address_cpu_s)
         # who is asking, as the web layer knows it (ui.handlers.current_visitor: the signed cookie and the address);
         # None where nobody tells (the service used directly): such sessions share one account
         self.identify: Callable[[], Owner | None] = lambda: None
@@ -72,7 +75,7 @@ class MirrorApp:
         self.loader = TextLoader(s, models)  # tab 1's strings: files, pasted text, examples, Hub datasets
         self.planner = Planner(s, models, self.estimator, registry)  # the plan and time estimate before a run
         # every kind of run, one path: the slot, the disk, the folder, serving, the checks, packaging, failure
-        self.runner = Runner(registry, self.train_queue, models, self.runs, self.disk.check, s, slots)
+        self.runner = Runner(registry, self.train_queue, models, self.runs, self.disk.check, s, slots, cpu)
         # kept runs opened by id, uploaded model zips, blends
         self.saved = SavedRuns(registry, self.runner, self.runs, models, lambda folder: self.explore.forget(folder), s)
         # training runs: start, follow, cancel
@@ -80,9 +83,9 @@ class MirrorApp:
             registry, self.runner, self.train_queue, self.loader, self.saved, models, self.planner, self.estimator, s
         )
         # search both encoders, another corpus, gold pair sets
-        self.searcher = Searcher(s, models, self.saved.kept, self.disk, slots, self.base_indexes)
+        self.searcher = Searcher(s, models, self.saved.kept, self.disk, slots, self.base_indexes, cpu)
         # the Explore tab: maps, what moved, health, exports, the Hub
-        self.explore = RunExplorer(s, models, self.searcher.search, self.disk, self.accounts, slots)
+        self.explore = RunExplorer(s, models, self.searcher.search, self.disk, self.accounts, slots, cpu)
 
     def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
         return self
@@ -94,8 +97,11 @@ class MirrorApp:
     @settings.setter
     def settings(self, value: Settings) -> None:
         """Settings changed while it runs (tests do; the disk accounts read them per call) reach the parts that read
-        them per call; the model cache and the session store keep the ones they were made with."""
+        them per call, and the CPU accounts their budgets; the model cache and the session store keep the ones they
+        were made with."""
         self._settings = value
+        if hasattr(self, "cpu"):
+            self.cpu.visitor_s, self.cpu.address_s = value.visitor_cpu_s, value.address_cpu_s
         for part in ("disk", "loader", "planner", "runner", "saved", "trainer", "searcher", "explore"):
             if hasattr(self, part):
                 getattr(self, part).settings = value

@@ -45,6 +45,10 @@ Defaults suit a public CPU Space (see the README's table):
                             before it stops; a reload within them follows the same run (default: 20)
   MIRROR_TRAIN_QUEUE        runs, blends and model uploads waiting for a training slot, one per visitor (default: 16)
   MIRROR_QUEUE_SIZE         events waiting in Gradio's queue, all kinds (default: 64)
+  MIRROR_VISITOR_CPU_S      CPU seconds one visitor's jobs (runs with their checks, blends, model uploads, map layouts,
+                            exports, evaluations) may spend in an hour; past it new ones are refused until the oldest
+                            spending is an hour old (default: 1800, a quarter of a 2-core machine's hour; 0 = none)
+  MIRROR_ADDRESS_CPU_S      ... one client address, all its visitors together (default: 3600; 0 = none)
   MIRROR_REQUEST_MEMORY_MB  request bodies over 256 kB held in memory at once, until their handler has read them (a
                             paste sent to /train): past it, or past one largest request per visitor and two per
                             address, a request is refused before it is read (default: 160)
@@ -105,6 +109,8 @@ class Settings:
     train_queue: int = 16  # places waiting for a training slot (one per visitor)
     queue_size: int = 64  # Gradio's queue, every kind of event
     request_memory_bytes: int = 160 * 2**20  # large request bodies held at once (explorer.share.held)
+    visitor_cpu_s: float = 1800.0  # CPU seconds a visitor's jobs may spend in an hour (explorer.runs.cpu), 0 = none
+    address_cpu_s: float = 3600.0  # ... an address's
     max_pairs: int = 5000  # pairs in one evaluation
     general_checks: bool = True  # the forgetting check after each run (explorer.compare.forgetting); off saves seconds
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
@@ -172,6 +178,8 @@ class Settings:
             search_concurrency=number("MIRROR_SEARCH_CONCURRENCY", d.search_concurrency, 1),
             train_queue=number("MIRROR_TRAIN_QUEUE", d.train_queue, 1),
             queue_size=number("MIRROR_QUEUE_SIZE", d.queue_size, 4),
+            visitor_cpu_s=number("MIRROR_VISITOR_CPU_S", d.visitor_cpu_s, 0, float),
+            address_cpu_s=number("MIRROR_ADDRESS_CPU_S", d.address_cpu_s, 0, float),
             request_memory_bytes=int(
                 number("MIRROR_REQUEST_MEMORY_MB", d.request_memory_bytes / 2**20, 1, float) * 2**20
             ),

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ class Step:
     loss: float
     eta: float | None = None
     batch: int = 0  # the step's strings (0: not known); its loss starts at mirror.loss.chance_loss(batch)
+    after: float | None = None  # of `eta`, the seconds of what follows the training (save, tuned index, checks...)
     kind: ClassVar[str] = "step"
 
 
@@ -129,9 +131,13 @@ def tune_and_index(
         return
     emit(Phase("Saving the tuned model"))
     save_result(result, run / "model")
+    started = time.perf_counter()
     index_with(result.encoder, texts, run / "tuned_index", "Indexing your strings with the tuned encoder", emit)
+    stats["tuned_index_seconds"] = round(time.perf_counter() - started, 1)  # what a blend of it re-encodes, timed
     if pair_stats is not None:
         stats["pairs"] = {**dataclasses.asdict(pair_stats), "columns": list(columns), "held_out": len(held.rows)}
+        # a few held-out rows (partner, string): what the Search tab offers to try, never trained on
+        stats["pairs"]["examples"] = [[held.partners[i], held.texts[i]] for i in held.rows[:5]]
         if base_ranks is not None:
             emit(Phase(f"Measuring the tuned model on the {len(held.rows):,} held-out rows"))
             tuned_ranks = held.ranks(result.encoder, _vectors(run / "tuned_index", result.encoder))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mirror.cli import add_limit_flags, check_out_dir, load_input, load_pairs_input, run_cli
+from mirror.cli import add_limit_flags, check_out_dir, load_input, load_pairs_input, model_arg, run_cli
 from mirror.config import (
     BUNDLED_MODEL,
     MIRROR_CONFIG_FILE,
@@ -102,7 +102,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_out_dir(args.out, (f"model/{MIRROR_CONFIG_FILE}",), "a run folder written by mirror (model/, indexes)")
     else:
         check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)  # before the input and the training, not after
-    args.model = check_model_name(args.model)
+    args.model = model_arg(args.model)
     if args.memory_mb is not None and args.memory_mb <= 0:
         raise MirrorError(f"--memory-mb must be > 0, got {args.memory_mb}")
     budget = args.memory_mb * 1024**2 if args.memory_mb else None
@@ -239,7 +239,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mirror.evaluate import evaluate_pairs, read_pairs
 
     pair_sets = [(Path(p).name, read_pairs(p)) for p in args.pairs]
-    encoder = load_encoder(args.model, pooling=args.pooling, device=args.device)
+    encoder = load_encoder(model_arg(args.model), pooling=args.pooling, device=args.device)
     results = [evaluate_pairs(encoder, pairs, name) for name, pairs in pair_sets]
     if args.json:
         print(json.dumps([dataclasses.asdict(r) | {"model": args.model, "pooling": encoder.pooling} for r in results]))
@@ -271,7 +271,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from mirror.blend import recorded_blend
     from mirror.encoder import load_encoder
 
-    tuned = load_encoder(args.tuned, device=args.device)
+    tuned = load_encoder(model_arg(args.tuned), device=args.device)
     base_name = args.base or tuned.base_model
     if not base_name:
         raise MirrorError(f"{Path(args.tuned).name}: the folder does not name its base model; give --base")
@@ -323,7 +323,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if len(texts) < 2:
         raise MirrorError(f"{args.input}: need at least 2 distinct non-empty strings, found {len(texts)}")
-    tuned = load_encoder(args.model, device=args.device)
+    tuned = load_encoder(model_arg(args.model), device=args.device)
     base_name = args.base or tuned.base_model
     if not base_name:
         raise MirrorError(f"{Path(args.model).name}: the folder does not name its base model; give --base")

@@ -45,7 +45,7 @@ SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are
     ("join_views", "strings joined per training view"),
     ("mix_general", "general text mixed into each batch (fraction)"),
     ("lora_rank", "LoRA rank (adapters merged into the weights)"),
-    ("pair_max_length", "partner max length (tokens)"),
+    ("pair_max_length", "pairs: max length of either side (tokens)"),
     ("pair_mask", "partners span-masked too"),
     ("pair_holdout", "share of pairs held out"),
 )

@@ -63,6 +63,22 @@ def load_pairs_input(
     return texts, partners, stats, pair_stats, (read.column or "string", read.pair_column or "partner")
 
 
+def model_arg(name: str) -> str:
+    """A model named on the command line: the bundled model, a hub id, or a folder that exists (MirrorError naming it
+    as given: on the user's own machine the path is theirs, `/data/models/x: no such model folder`, where a server
+    shows only its last part)."""
+    from mirror.names import check_model_name, looks_local
+
+    name = check_model_name(name)
+    try:
+        missing = looks_local(name) and not Path(name).expanduser().is_dir()
+    except OSError:  # a name too long for a file name: the load says what is wrong with it
+        return name
+    if missing:
+        raise MirrorError(f"{name}: no such model folder")
+    return name
+
+
 def check_out_dir(path: str | Path, markers: Sequence[str], what: str, flag: str = "--out") -> Path:
     """mirror.folders.check_out_dir, its messages naming the command line's `flag` (default --out)."""
     return folders.check_out_dir(path, markers, what, flag)

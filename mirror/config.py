@@ -85,9 +85,9 @@ class MirrorConfig:
     # (the user's strings joined to 128-256 tokens) each step (0: off)
     long_anchor: float = 0.0
     # Pairs (mirror/pairs.py): each string's partner text from the user's file (a definition, a description) is its
-    # positive. `pairs` marks a run of them (MirrorConfig.preset(..., pairs=True) takes PAIRS_ADJUSTMENTS); the partner
-    # side is tokenized up to `pair_max_length` (partners are often much longer than the strings) and span-masked as
-    # the mirror views are when `pair_mask`.
+    # positive. `pairs` marks a run of them (MirrorConfig.preset(..., pairs=True) takes PAIRS_ADJUSTMENTS); both sides
+    # are tokenized up to `pair_max_length` (one of them is often much longer: a definition, a description), each
+    # padded to its own longest, and partners are span-masked as the mirror views are when `pair_mask`.
     pairs: bool = False
     pair_max_length: int = 128
     pair_mask: bool = True

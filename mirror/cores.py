@@ -11,15 +11,28 @@ shares as well but costs a job alone ~13%.
 
 `share_cores()` sets that policy in the environment, where the OpenMP runtimes read it once, as they load: so before
 torch, numba or faiss is imported. `import mirror` calls it (every entry point imports mirror first: the app, the
-CLIs, the tests and the benches); a variable the user set is never changed. Inside one process the training slot
-(one run at a time) and the search and encode slots (explorer.settings) decide what overlaps; each job uses every
-core (measured: two jobs in one process with 1 thread each or 2 each take the same time).
+CLIs, the tests and the benches); a variable the user set is never changed.
+
+Inside one process (the app's server) long background work and short interactive work take turns: `TURNS`. A
+run of any kind (a training's steps, index builds and checks; a blend's or an upload's encoding and checks: its
+thread, explorer.runs.execute) is background; a map's layout, an export, an evaluation are
+interactive, asked for by someone waiting at the page. While interactive work runs, background work pauses at its
+next step or encode batch (`TURNS.pause()`, a few seconds at most away), so the interactive job has the cores to
+itself and the run goes on after it: measured on 2 cores, a run and a 20k-string map at once took 3.2x and 2.4x their
+times alone when they overlapped (torch's, numba's and FAISS's thread teams on two cores wait on each other at every
+parallel region), against 1.0x for the map and ~1.6x for the run taking turns (bench/RESULTS.md "Shared cores").
+Searches are neither: short, bounded by their own slots, they overlap with anything (their p50 during a run: ~1x
+idle). Each job uses every core; dividing the threads between jobs was slower (a training and a layout at 1 thread
+each: 1.15x the time of 2 threads each).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import MutableMapping
+import threading
+import time
+from collections.abc import Iterator, MutableMapping
 
 # GNU OpenMP (torch on Linux, numba's omp layer, faiss): spin this many iterations (a few microseconds), then sleep
 SPIN_COUNT = "1000"
@@ -41,3 +54,53 @@ def share_cores(env: MutableMapping[str, str] | None = None) -> dict[str, str]:
         chosen["KMP_BLOCKTIME"] = BLOCK_TIME_MS
     env.update(chosen)
     return chosen
+
+
+class Turns:
+    """Interactive work first: background threads (`background()`) pause at their `pause()` points while any
+    interactive work (`interactive()`) runs, each pause at most `most` seconds (a run is never held forever: a
+    stream of maps cannot starve it)."""
+
+    def __init__(self, most: float = 300.0):
+        self.most = most
+        self._cond = threading.Condition()
+        self._interactive = 0
+        self._local = threading.local()
+        self.paused_s = 0.0  # what background work spent paused, in all (benches, tests)
+
+    @contextlib.contextmanager
+    def background(self) -> Iterator[None]:
+        """This thread's work until the end of the block is background: it pauses for interactive work."""
+        before = getattr(self._local, "background", False)
+        self._local.background = True
+        try:
+            yield
+        finally:
+            self._local.background = before
+
+    @contextlib.contextmanager
+    def interactive(self) -> Iterator[None]:
+        """Interactive work (someone waits for it): background work pauses until it is done."""
+        if getattr(self._local, "background", False):  # called from within a run (its own checks): no turn to take
+            yield
+            return
+        with self._cond:
+            self._interactive += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._interactive -= 1
+                self._cond.notify_all()
+
+    def pause(self) -> None:
+        """In background work, between two steps or batches: wait while interactive work runs (at most `most` s)."""
+        if not getattr(self._local, "background", False) or not self._interactive:
+            return
+        started = time.monotonic()
+        with self._cond:
+            self._cond.wait_for(lambda: not self._interactive, timeout=self.most)
+        self.paused_s += time.monotonic() - started
+
+
+TURNS = Turns()  # this process's one

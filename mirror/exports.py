@@ -74,8 +74,10 @@ def export_bundle(
     metadata: Mapping[str, Sequence[Any]] | None = None,
     coords: Mapping[str, Sequence[float]] | None = None,
     prefix: str = "mirror",
+    about: str = "",
 ) -> Path:
     """Write one export of `texts` (all, or the `rows` picked) into `out_dir`; returns the file to hand out.
+    `about`: a paragraph on how the tuned model was trained, for the README (a pairs run: its columns and gain).
 
     `fmt`: "projector" (a zip of the base and tuned vector TSVs and the metadata TSV), "parquet" (one file),
     "neighbours" (one CSV: each string's top 10 under both encoders, searched among all the strings), "all" (a zip
@@ -109,7 +111,7 @@ def export_bundle(
         atlas=(ATLAS_WITH_MAP if coords else ATLAS_WITHOUT_MAP).format(prefix=prefix),
         files="".join(f"  {p.name}\n" for p in files),
         coord_note=", base_x, base_y, tuned_x, tuned_y, x, y" if coords else "",
-    )
+    ) + (f"\n{about.strip()}\n" if about.strip() else "")
     path = zip_files(export_path(out, fmt, prefix), prefix, files, {"README.txt": readme})
     for loose in files:  # they are in the zip: the folder holds one copy, not two
         loose.unlink(missing_ok=True)

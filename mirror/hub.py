@@ -1,6 +1,6 @@
 """Where a model's files are: the bundled model's package, a local folder (the policy of mirror.names), or a download
-from the Hugging Face Hub, priced from its config before its weights come (`resolve_folder`); and what a hub id
-would download (`hub_download_bytes`).
+from the Hugging Face Hub, priced from its config before its weights come (`resolve_folder`); what a hub id
+would download (`hub_download_bytes`); what to do when the hub is out of reach (`offline_message`).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ def resolve_folder(
         return bundled_model_path()
     if not looks_local(name, here=allowed_roots is None):
         if max_weights is not None:
-            config_dir = download(name, ["config.json"], cache_dir)
+            config_dir = download(name, ["config.json"], cache_dir, server=allowed_roots is not None)
             if (config_dir / "config.json").is_file():  # a sentence-transformers repo may keep it in a subfolder
                 check_weights(config_dir, shown, max_weights)
-        return download(name, cache_dir=cache_dir)
+        return download(name, cache_dir=cache_dir, server=allowed_roots is not None)
     path = Path(name).expanduser()
     try:
         if not path.is_dir():
@@ -55,22 +55,28 @@ def resolve_folder(
 
 
 def hub_download_bytes(repo_id: str) -> int | None:
-    """Bytes that loading this hub id downloads (the files `load_encoder` fetches), or None when the hub
-    cannot say (offline, unknown or gated id: loading then gives the clear error)."""
+    """Bytes that loading this hub id downloads (the files `load_encoder` fetches), or None when the hub cannot say
+    (offline, unreachable); MirrorError for an id the hub says it does not have (or that is private or gated)."""
     with HF_IMPORT_LOCK:
         from huggingface_hub import HfApi
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
         from huggingface_hub.utils import filter_repo_objects
 
     try:
         info = HfApi().model_info(repo_id, files_metadata=True, timeout=10)
-    except Exception:  # offline mode, DNS failure, timeouts, no such repo
+    except (RepositoryNotFoundError, GatedRepoError):
+        raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
+    except Exception:  # offline mode, DNS failure, timeouts
         return None
     files = filter_repo_objects(info.siblings or [], allow_patterns=HUB_FILES, key=lambda f: f.rfilename)
     return sum(int(f.size or 0) for f in files)
 
 
-def download(repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES), cache_dir: str | Path | None = None) -> Path:
-    """The folder of `repo_id`'s files matching `patterns`, downloaded (or found in `cache_dir`)."""
+def download(
+    repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES), cache_dir: str | Path | None = None, server: bool = False
+) -> Path:
+    """The folder of `repo_id`'s files matching `patterns`, downloaded (or found in `cache_dir`); `server`: a server
+    asked (what a failure advises: `offline_message`)."""
     with HF_IMPORT_LOCK:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
@@ -80,8 +86,19 @@ def download(repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES), cache_dir
     except (RepositoryNotFoundError, GatedRepoError):
         raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
     except Exception as exc:  # offline mode, DNS failure, timeouts: all mean "unreachable"
-        raise MirrorError(
-            f"could not download {repo_id!r} from the Hugging Face Hub: this machine looks offline or the hub is "
-            f"unreachable ({type(exc).__name__}). Use the bundled model, or download the model on a machine with "
-            f"internet (`hf download {repo_id} --local-dir DIR`) and pass that folder instead."
-        ) from None
+        raise MirrorError(offline_message(repo_id, f" ({type(exc).__name__})", server)) from None
+
+
+def offline_message(repo_id: str, why: str = "", server: bool = False) -> str:
+    """What to do when a hub model cannot be downloaded: on your own machine, fetch it elsewhere and pass its folder;
+    on a server, the folders it takes are its operator's (MIRROR_MODEL_ROOTS), so the bundled model."""
+    head = f"could not download {repo_id!r} from the Hugging Face Hub: this machine looks offline or the hub is unreachable{why}."
+    if server:
+        return (
+            f"{head} Use the bundled model; this server loads other models only from the Hub or from the folders its "
+            "operator put under MIRROR_MODEL_ROOTS."
+        )
+    return (
+        f"{head} Use the bundled model, or download the model on a machine with internet (`hf download {repo_id} "
+        "--local-dir DIR`) and pass that folder instead."
+    )

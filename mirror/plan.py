@@ -250,12 +250,12 @@ def plan_steps(
 def pair_lengths(
     encoder: Encoder, lengths: Sequence[int], partners: Sequence[str | None], config: MirrorConfig
 ) -> list[int]:
-    """Each row's planning length in a pairs run: its string's tokens, or its partner's (up to the partner side's
-    max length) when longer."""
+    """Each row's planning length in a pairs run: the longer of its string's and its partner's tokens, up to the
+    pairs' max length."""
     rows = [i for i, p in enumerate(partners) if p is not None]
     theirs = encoder.token_lengths([partners[i] for i in rows]) if rows else []
-    out = list(lengths)
     most = max(config.max_length, config.pair_max_length)
+    out = [min(n, most) for n in lengths]
     for i, n in zip(rows, theirs, strict=True):
         out[i] = max(out[i], min(n, most))
     return out

@@ -23,6 +23,7 @@ from mirror import distributed, memory
 from mirror.augment import make_views, mask_span
 from mirror.blend import mix_weights
 from mirror.config import MirrorConfig
+from mirror.cores import TURNS
 from mirror.data import clean_texts
 from mirror.encoder import Encoder, attention_note, autocast, load_encoder, resolve_device, resolve_precision
 from mirror.errors import MirrorError
@@ -186,6 +187,7 @@ def mirror_tune(
                 if distributed.any_rank(should_stop is not None and should_stop()):
                     cancelled = True
                     break
+                TURNS.pause()  # in a server, interactive work (a map, an export) goes first: mirror.cores
                 batch_ids = queue.pop(0)
                 inputs = ahead.take(batch_ids, queue[0] if queue else None)
                 try:
@@ -364,16 +366,18 @@ def _prepare_step(
     partners: list[str | None] | None = None,
 ) -> StepInputs:
     """The two views of `strings`, tokenized (this rank's share under torchrun). With `partners`, a string's second
-    view is its partner (span-masked as a mirror view is, when `config.pair_mask`) where it has one, and the second
-    views are tokenized on their own, up to `config.pair_max_length`."""
+    view is its partner (span-masked as a mirror view is, when `config.pair_mask`) where it has one, and each side is
+    tokenized on its own (padded to its own longest), up to `config.pair_max_length` (either side may be the long
+    one: the app reads the longer text column as the strings)."""
     view1, view2 = make_views(strings, encoder.mask_token, config.mask_span, rng, config.mask_min_chars)
     n = len(strings)
     rank, world_size = distributed.world()
     lo, hi = distributed.shard_bounds(n, world_size, rank)  # the whole batch in a single process
     if partners is not None:
         view2 = [_partner_view(p, v, encoder, config, rng) for p, v in zip(partners, view2, strict=True)]
-        first = encoder.tokenize(view1[lo:hi], config.max_length)
-        second = encoder.tokenize(view2[lo:hi], max(config.max_length, config.pair_max_length))
+        most = max(config.max_length, config.pair_max_length)  # either side may be the long one (a definition)
+        first = encoder.tokenize(view1[lo:hi], most)
+        second = encoder.tokenize(view2[lo:hi], most)
         if device.type == "cuda":
             first, second = ({k: v.pin_memory() for k, v in b.items()} for b in (first, second))
         return StepInputs(

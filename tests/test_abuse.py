@@ -415,7 +415,7 @@ def test_a_huge_request_body_is_refused_unread_and_a_visitor_queues_one_run_at_a
     started = time.monotonic()
     with pytest.raises(Exception, match="one at a time per visitor"):
         client.predict(texts="\n".join(WORDS), model=str(wide_bert), settings=wide_settings(), api_name="/train")
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 300  # refused, not queued behind an endless run (which never ends)
     client.predict(api_name="/cancel")
     with pytest.raises(Exception, match="Cancelled"):
         first.result(timeout=60)

@@ -886,15 +886,32 @@ def test_config_requests_cost_the_same_with_models_loaded(served):
         with ThreadPoolExecutor(20) as pool:
             return list(pool.map(one, range(20)))
 
-    idle = flood()  # the tiny models of the tests before, at most: nothing of the bundled model's
     client = Client(served.url, verbose=False)
     client.predict(texts="\n".join(WORDS), settings={"max_steps": 1, "device": "cpu"}, api_name="/train")
     client.predict(queries="cat", k=3, api_name="/search")  # base + tuned bundled models are now in memory
     before = served.rss()
-    loaded = flood()
+    flood()
     grown = served.rss() - before
-    assert sorted(loaded)[10] < max(0.5, 3 * sorted(idle)[10]), (idle, loaded)
+    # behaviour, not time (issue 49: a latency ratio here failed on a busy machine): the copies hold no model
     assert grown < 150 * 2**20, f"RSS grew {grown / 2**20:.0f} MB over 20 /config requests"
+
+
+def test_the_config_gradio_copies_reaches_no_loaded_model(app, tuned, monkeypatch):
+    """What /config deep-copies (utils.safe_deepcopy of the Blocks config) never walks into a session, the app or a
+    loaded encoder: a copy of one is refused here, as it would cost 0.7 s and +100 MB a request."""
+    from gradio import utils
+
+    from mirror.encoder import Encoder
+
+    demo = mx.build_demo(app)
+    app.models.loaded(tuned.run)  # a tuned run and its base in memory
+
+    def refuse(self, memo):
+        raise AssertionError(f"{type(self).__name__} deep-copied by /config")
+
+    monkeypatch.setattr(Encoder, "__deepcopy__", refuse, raising=False)
+    copied = utils.safe_deepcopy(demo.config)
+    assert copied["components"] and copied is not demo.config
 
 
 # Attack review, runs that never end: an endless run is stopped by its client's /cancel, and by a disconnect.
@@ -936,7 +953,7 @@ def test_api_runs_stop_on_cancel_and_on_disconnect(tmp_path, tiny_bert):
             texts="\n".join(WORDS), model=str(tiny_bert), settings={**ENDLESS, "max_steps": 2}, api_name="/train"
         )[0]
         # one training slot: this run could only start once the killed client's endless run had stopped
-        assert summary["steps"] == 2 and time.monotonic() - t < 90
+        assert summary["steps"] == 2 and time.monotonic() - t < 300  # it ran at all: the endless one stopped
 
 
 # Attack review, disk: the upload quota over HTTP (chunked, spoofed, a NAT's visitors): tests/test_abuse.py.

@@ -364,7 +364,8 @@ def test_an_estimate_timed_on_a_busy_machine_says_so(base, tiny_bert, tmp_path, 
     texts = three_token_words(50)
     monkeypatch.setattr(est_mod, "load_per_core", lambda: 4.2)
     busy = Estimator(tmp_path, clock).estimate(texts, "k", config, "cpu", 1, base)
-    assert busy.calibration.load == 4.2 and "while it was busy (load 4.2 per core)" in estimate_md(busy, config)
+    assert busy.calibration.load == 4.2 and busy.busy
+    assert "the machine is busy (other work shares its cores)" in estimate_md(busy, config)
     # one other 2-thread job beside the warm-up (1.35 per core; that run took 3.1x its price) is busy; the warm-up
     # alone on a quiet machine (0.25-0.6) is not
     for load, said in ((1.35, True), (0.6, False), (0.3, False)):
@@ -375,30 +376,41 @@ def test_an_estimate_timed_on_a_busy_machine_says_so(base, tiny_bert, tmp_path, 
 
 def test_an_estimate_follows_what_the_machine_gives_now_and_shows_the_range(base, tiny_bert, tmp_path, monkeypatch):
     """Issue 36: on a busy machine estimates were 2-6x off in both directions, calibrated once and priced as if the
-    machine's speed never moved. Each later estimate now times a small encode (speed_probe) against the same probe
-    right after calibrating: the compute phases follow the machine's speed now, disk and zip do not, and the page
-    gives the range between the two speeds."""
+    machine's speed never moved; each later estimate times a small encode (speed_probe) against the one taken right
+    after calibrating, and the compute phases follow (disk and zip do not). Issue 52: the same strings read "~28 min"
+    then "56 min" 20 s apart, and an estimate rose as the machine got quieter. Now one probe answers for a quarter
+    minute (plans asked seconds apart agree), the range is from the machine's quickest probe here to now, and a
+    quieter machine only lowers the estimate."""
     clock = VirtualClock(monkeypatch)
     config = words_config(tiny_bert)
     texts = three_token_words(50)
     estimator = Estimator(tmp_path, clock)
     first = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
     assert first.fresh and first.slower == 1.0 and first.calibration.probe_s > 0  # just timed: nothing to scale
+    clock.now += est_mod.PROBE_FRESH_S + 1
     same = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
-    assert same.slower == pytest.approx(1.0) and "slower now" not in estimate_md(same, config)
+    assert same.slower == pytest.approx(1.0) and same.quiet == pytest.approx(1.0)
+    assert "slower now" not in estimate_md(same, config)
     clock.speed = 3.0  # other work on the machine: everything it computes takes 3x
+    again = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
+    assert again.total == pytest.approx(same.total)  # seconds later: the same probe, the same answer
+    clock.now += est_mod.PROBE_FRESH_S + 1
     busy = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
-    assert busy.slower == pytest.approx(3.0)
+    assert busy.slower == pytest.approx(3.0) and busy.quiet == pytest.approx(3.0)
     for name in PHASES:
         factor = 1.0 if name in est_mod.IO_PHASES else 3.0
         assert busy.phase(name) == pytest.approx(factor * same.phase(name)), name
-    assert busy.at_calibration == pytest.approx(same.total)
-    shown = estimate_md(busy, config)
-    assert "3.0x slower now" in shown and f"–{fmt_seconds(busy.total)})" in shown.replace("**", ""), shown
+    assert busy.at_quietest == pytest.approx(same.total)
+    shown = estimate_md(busy, config).replace("**", "")
+    assert "3.0x slower now than at its quickest here" in shown, shown
+    assert f"~{fmt_seconds(busy.total)} (~{fmt_seconds(same.total)}–{fmt_seconds(busy.total)})" in shown, shown
     assert estimator.estimate(texts, "k", config, "cpu", 1, base).slower == 1.0  # probe=False: the run's own price
-    clock.speed = 0.5  # the work that ran during calibration stopped
+    clock.speed = 0.5  # the work that ran during calibration stopped: quicker than ever here
+    clock.now += est_mod.PROBE_FRESH_S + 1
     quiet = estimator.estimate(texts, "k", config, "cpu", 1, base, probe=True)
-    assert quiet.slower == pytest.approx(0.5) and "2.0x faster now" in estimate_md(quiet, config)
+    assert quiet.slower == pytest.approx(0.5) and quiet.quiet == pytest.approx(1.0)
+    assert quiet.total < same.total < busy.total  # quieter is never dearer
+    assert "slower now" not in estimate_md(quiet, config)
 
 
 def test_another_length_of_the_same_model_times_only_its_steps(base, tiny_bert, tmp_path, monkeypatch):

@@ -67,7 +67,7 @@ def test_twin_map_on_a_few_strings_uses_pca_and_returns_the_documented_dict():
     assert np.abs(out["base"]).max() == pytest.approx(1.0, abs=1e-3)  # normalised to about [-1, 1]
     for side in ("base", "tuned"):
         for c in out["clusters"][side]:
-            assert set(c) == {"id", "name", "colour", "size"}
+            assert set(c) == {"id", "name", "examples", "colour", "size"}
         assert sum(c["size"] for c in out["clusters"][side]) == 20
     as_json = maps.map_json(out)  # the /map endpoint's value: plain lists, the same numbers
     assert as_json["ids"] == list(range(20)) and as_json["base"][3] == pytest.approx(out["base"][3], abs=1e-4)

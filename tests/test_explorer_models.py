@@ -109,7 +109,11 @@ def test_hub_models_over_the_download_limit_are_refused_before_downloading(app, 
     def model_info(self, repo_id, files_metadata=False, timeout=None):
         asked.append(repo_id)
         if repo_id not in repos:
-            raise huggingface_hub.errors.RepositoryNotFoundError("no such repo")
+            import httpx
+            from huggingface_hub.errors import RepositoryNotFoundError
+
+            response = httpx.Response(404, request=httpx.Request("GET", f"https://huggingface.co/api/models/{repo_id}"))
+            raise RepositoryNotFoundError("no such repo", response=response)
         return SimpleNamespace(siblings=[RepoSibling(rfilename=n, size=b) for n, b in repos[repo_id]])
 
     def no_download(*args, **kwargs):
@@ -119,7 +123,8 @@ def test_hub_models_over_the_download_limit_are_refused_before_downloading(app, 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
     assert hub_download_bytes("org/huge") == 3 * GB + 230_700
     assert hub_download_bytes("org/fits") == GB  # only the files a load fetches: not .bin, .onnx or README
-    assert hub_download_bytes("org/missing") is None  # unknown or offline: loading gives the clear error
+    with pytest.raises(MirrorError, match="'org/missing': no such model on the Hugging Face Hub"):
+        hub_download_bytes("org/missing")  # said before anything queues (issue 52: it failed after the slot's wait)
 
     with pytest.raises(
         MirrorError,
@@ -248,8 +253,11 @@ def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, lo
     downloads = []
     # (the hub's config.json alone first, to price the model: mirror.hf.check_weights; then the rest)
     monkeypatch.setattr(
-        mirror.hub, "download", lambda repo, patterns=None, cache_dir=None: downloads.append(repo) or hub_snapshot
+        mirror.hub,
+        "download",
+        lambda repo, patterns=None, cache_dir=None, server=False: downloads.append(repo) or hub_snapshot,
     )
+    monkeypatch.setattr(mirror.hub, "hub_download_bytes", lambda repo: 1000)  # the hub answers: priced, small
     roots = tmp_path / "models"
     evil = remote_code_model(roots / "evil", tiny_bert)
     unknown = remote_code_model(roots / "unknown", tiny_bert, model_type="evil-net")

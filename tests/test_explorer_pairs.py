@@ -44,6 +44,15 @@ def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measu
     assert "## Pairs" in card and "20 rows never trained on" in card
     # the run as kept on disk says the same (a reload, a link)
     assert app.runs.load(run.folder.name).stats["pairs"] == run.stats["pairs"]
+    # Search offers the partner side, with a row it never trained on; the exports' README names the pairs
+    partner, string = run.stats["pairs"]["examples"][0]
+    assert string in s.texts and s.texts.index(string) in held_rows(s)
+    assert "Tuned on pairs: type a `name` to find its `summary`, e.g. a row it never trained on" in render.served_md(s)
+    import zipfile
+
+    with zipfile.ZipFile(app.explore.export(s, "all")) as zf:
+        readme = zf.read(next(n for n in zf.namelist() if n.endswith("README.txt"))).decode()
+    assert "Tuned on pairs: each summary with its name as its positive" in readme and "it never trained on" in readme
     # (none): the same file, the strings alone
     plain = app.loader.load_file(s, str(glossary(tmp_path)), "summary", "glossary.csv", "")
     assert plain["pair_column"] is None and s.partners is None and s.pairing is None
@@ -71,3 +80,11 @@ def test_a_bad_partner_column_keeps_the_strings_loaded_before(app, tmp_path):
     # detected: no column fits (the copy is the strings again): the strings alone, and the page says why
     info = app.loader.load_file(s, str(broken), "term", "same.csv", AUTO)
     assert s.partners is None and "Pairs:** none (no other text column" in render.load_md(info)
+
+
+def held_rows(session) -> list[int]:
+    """The rows a pairs run of this session's strings holds out (the same seeded choice the run made)."""
+    from mirror.config import MirrorConfig
+    from mirror.pairs import holdout
+
+    return holdout(session.partners, MirrorConfig().pair_holdout, seed=MirrorConfig().seed)

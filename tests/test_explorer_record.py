@@ -148,3 +148,27 @@ def test_nothing_in_the_app_reads_a_record_by_string_keys():
         if reads.search(line) and "ev.stats" not in line  # the engine's events carry its own dict
     ]
     assert found == []
+
+
+def test_a_runs_tuned_index_time_and_held_out_examples_are_typed_kept_and_said(tmp_path):
+    """Issue 52 (main's 40d7943): index.pipeline times the tuned index (what a blend of the run re-encodes: the
+    Explore tab's blend slider says it) and keeps the first held-out rows of a pairs run (the Search tab offers one
+    to try); typed fields of the record, in run.json's stats as the pipeline wrote them."""
+    from explorer import render
+    from explorer.render_pairs import pairs_about, search_by_partner
+
+    examples = [["a name it never trained on", "its summary"], ["another", "one"]]
+    stats = {**OLD_STATS, "tuned_index_seconds": 81.0, "pairs": {**OLD_STATS["pairs"], "examples": examples}}
+    data = {"base_model": "bundled", "n_texts": 200, "stats": stats, "model_zip": "m.zip", "index_zip": "i.zip"}
+    info = from_json({**data, "created": 1.0}, tmp_path)
+    assert info.record.timing.tuned_index_seconds == 81.0
+    assert info.record.training.pairs.examples == (("a name it never trained on", "its summary"), ("another", "one"))
+    assert dict(info.stats) == stats  # written back as read
+    assert f"re-encodes your 200 strings with them, about {render.fmt_seconds(81.0)} here" in render.blend_info(info)
+    assert "type a `name` to find its `summary`, e.g. a row it never trained on: *a name it never trained on*" in (
+        search_by_partner(info)
+    )
+    assert pairs_about(info).startswith("Tuned on pairs: each summary with its name as its positive (200 strings")
+    old = from_json({**data, "stats": OLD_STATS, "created": 1.0}, tmp_path)  # an older run: neither, and said so
+    assert old.record.timing.tuned_index_seconds is None and old.record.training.pairs.examples == ()
+    assert "here as this run's took" not in render.blend_info(old) and "e.g." not in search_by_partner(old)

@@ -65,6 +65,21 @@ def test_eval_prints_spearman(tiny_bert, tmp_path, capsys):
     assert result["n"] == 4 and -1 <= result["spearman"] <= 1 and result["pooling"] == "cls"
 
 
+def test_a_missing_model_folder_is_named_by_the_path_given(tmp_path, capsys):
+    """Issue 52, Low row: `mirror eval /some/nonexist ...` named only `nonexist` (the server's rule, which never shows
+    its paths); on the user's own machine the path is theirs."""
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("cat dog 7\ncar bus 6\nred blue 5\n")
+    missing = tmp_path / "some" / "nonexist"
+    for argv in (
+        ["eval", str(missing), str(pairs)],
+        ["check", str(missing)],
+        ["export", str(missing), "--input", str(pairs), "--out", str(tmp_path / "x")],
+    ):
+        assert main(argv) == 2
+        assert f"error: {missing}: no such model folder" in capsys.readouterr().err, argv
+
+
 @pytest.mark.parametrize(
     "make,args,needle",
     [

@@ -36,12 +36,13 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
     ui.caption = gr.Markdown(
         "Tune a model in tab ① (or open one of your runs) to explore what changed.", elem_id="mx-explore-caption"
     )
+    ui.max_points = max_points  # the operator's cap (MIRROR_MAX_MAP_POINTS): a served run's slider stops at its strings
     with gr.Row():
         ui.n_points = Slider(
             10,
             max_points,
             value=max_points,
-            step=10,
+            step=1,
             label="Strings on the map",
             info="All of them by default; fewer: a seeded random sample",
             scale=2,
@@ -97,7 +98,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
                 value=1,
                 step=0.05,
                 label="Blend with the base model (α: 0 = base, 1 = tuned)",
-                info="Interpolates the weights: a new served model in seconds, no retraining",
+                info="Interpolates the weights, then re-encodes your strings with them (no retraining)",
                 scale=3,
             )
             ui.blend_btn = gr.Button("Blend", elem_id="mx-blend-btn", scale=1)
@@ -123,11 +124,13 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
     """The Explore tab switched to a newly served run: its name, its general checks and blend, and nothing of the
     run before (neighbours shown, what moved, exports, the selection); its health and what moved follow at once
     (`on_served`, on the caption's change), the maps on request."""
+    most = max(10, min(ui.max_points, run.n_texts))  # a run of 14,257 strings: the slider's end is 14,257
     return {
         ui.caption: render.run_caption(run),
+        ui.n_points: gr.update(maximum=most, value=most),
         ui.forget_md: render.forgetting_md(run),
         ui.remedy_btn: gr.update(visible=render.remedy_offered(run)),
-        ui.alpha: gr.update(value=render.default_alpha(run)),
+        ui.alpha: gr.update(value=render.default_alpha(run), info=render.blend_info(run)),
         # a blend's line under the Blend slider belongs to the blend: gone when another run is served
         ui.blend_md: render.message(render.blend_text(run), "ok") if render.blend_of(run) is not None else "",
         ui.map: {"texts": [], "note": NO_MAP_YET},  # the empty map, worded for a served run
@@ -149,6 +152,7 @@ def explore_outputs(ui: SimpleNamespace) -> list[Any]:
     """The components `explore_panels` sets (outputs of every handler that serves a run)."""
     names = [
         "caption",
+        "n_points",
         "forget_md",
         "remedy_btn",
         "alpha",

@@ -51,6 +51,8 @@ class TrainView:
             self.losses.append(ev.loss)
             self.batches.append(ev.batch)
             eta = f"ETA {render.fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
+            if ev.eta is not None and getattr(ev, "after", None):  # the ETA covers the phases after training too
+                eta += f" (with the tuned index and checks, ~{render.fmt_seconds(ev.after)})"
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
             self.tell((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")
@@ -77,7 +79,9 @@ class TrainView:
         (a blend's redraws, a new run's first step) made Vega-Lite warn "Infinite extent for field" in the console."""
         if len(values) < 2:
             return gr.update(visible=False)
-        return gr.update(value=render.loss_frame(values, batches), visible=True)
+        # under 10 steps the axis spans 1-10: whole-number ticks (Vega put ticks at halves, printed "1, 2, 2, 3, 3")
+        x_lim = [1, 10] if len(values) < 10 else None
+        return gr.update(value=render.loss_frame(values, batches), visible=True, x_lim=x_lim)
 
 
 class RunView:
@@ -265,6 +269,12 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
             shown[ui.input_md] = render.reattached_md(live.strings)
+            # not "Load some strings to see the plan…": the run's own strings are training (issue 52, a reload)
+            shown[ui.estimate_md] = render.message(
+                "A run of these strings is going on: its plan and time estimate were made when it was launched; the "
+                "status line below follows it (steps, the time left).",
+                "info",
+            )
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
             yield from view.draw(app.trainer.follow(live, session=session), session, memory)
             if not session.texts and live.texts:  # cancelled or failed: no run of them served to load them from

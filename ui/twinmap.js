@@ -529,7 +529,7 @@ function legend() {
     const b = document.createElement("button"), sw = document.createElement("span"), name = document.createElement("span");
     b.type = "button";
     b.className = "tm-chip";
-    b.title = `select the ${c.size} strings of this ${by} cluster`;
+    b.title = `${(c.examples || []).join("\n")}${c.examples ? "\n\n" : ""}select the ${c.size} strings of this ${by} cluster`;
     sw.className = "tm-swatch";
     sw.style.background = D.colours[by][c.id];
     name.textContent = `${c.name} (${c.size})`;

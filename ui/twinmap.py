@@ -81,6 +81,7 @@ def _clusters(items: Any, side: str, used: set[int]) -> list[dict[str, Any]]:
             {
                 "id": cid,
                 "name": str(c.get("name") or f"cluster {cid}"),
+                "examples": [str(x) for x in (c.get("examples") or [])][:3],
                 "colour": colour if _COLOUR.match(colour) else PALETTE[j % len(PALETTE)],
                 "size": int(c.get("size", 0)),
             }

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.render import blend_of, run_caption
+from explorer.render_pairs import pairs_about
 from explorer.runs.accounts import DiskAccounts
+from explorer.runs.cpu import CpuAccounts
 from explorer.runs.disk import Disk
 from explorer.runs.jobs import FairSlots
 from explorer.runs.models import ModelCache, kept
 from explorer.runs.sessions import RunInfo, Session
 from explorer.settings import Settings
+from mirror.cores import TURNS
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -58,19 +61,28 @@ class RunSpace:
     tuned: np.ndarray
     cache: dict[Any, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    locks: dict[Any, threading.Lock] = field(default_factory=dict)  # one per key
 
     def get(self, key: Any, make: Any) -> Any:
-        """`make()` once per key (two clicks at once compute it once)."""
+        """`make()` once per key (two clicks at once compute it once). One key's work never waits for another's: an
+        export waited 78 s for a map's layout to finish (bench/bench_concurrency.py: one lock for the run held both)."""
         with self.lock:
+            if key in self.cache:
+                return self.cache[key]
+            key_lock = self.locks.setdefault(key, threading.Lock())
+        with key_lock:
             if key not in self.cache:
-                self.cache[key] = make()
+                value = make()
+                with self.lock:
+                    self.cache[key] = value
             return self.cache[key]
 
 
 class RunExplorer:
     """The Explore tab's service over a session's served run: it reads the run's encoders and indexes from `models`,
     finds a string's neighbours with `search` (tab 2's), encodes in `search_slots`, and asks `disk` before it
-    writes an export (fitted to its visitor's account: `accounts`). One per MirrorApp (`app.explore`)."""
+    writes an export (fitted to its visitor's account: `accounts`); a map's layout and an export are metered in
+    `cpu`, and a training run yields to them (mirror.cores.TURNS). One per MirrorApp (`app.explore`)."""
 
     def __init__(
         self,
@@ -80,9 +92,10 @@ class RunExplorer:
         disk: Disk,
         accounts: DiskAccounts,
         search_slots: FairSlots,
+        cpu: CpuAccounts,
     ):
         self.settings, self.models, self.search, self.disk = settings, models, search, disk
-        self.accounts, self.search_slots = accounts, search_slots
+        self.accounts, self.search_slots, self.cpu = accounts, search_slots, cpu  # cpu: layouts and exports metered
         self._spaces: OrderedDict[str, RunSpace] = OrderedDict()
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()  # one export written at a time: a repeated one reuses the first
@@ -125,9 +138,12 @@ class RunExplorer:
         n = min(n, len(space.texts))
         moved = self._metadata(space)["moved"]  # on every string, not just the map's sample
         most = min(cap, len(space.texts))  # one layout per run, of every string it may draw: smaller counts sample it
-        full = space.get(
-            ("map", most), lambda: maps.twin_map(space.texts, space.base, space.tuned, max_points=most, moved=moved)
-        )
+
+        def layout() -> dict[str, Any]:
+            with self.cpu.metered(session.owner, "a map", interactive=True):
+                return maps.twin_map(space.texts, space.base, space.tuned, max_points=most, moved=moved)
+
+        full = space.get(("map", most), layout)
         data = dict(maps.sample_of(full, n))
         if n < len(space.texts) and n == cap:  # the operator's cap, not the user's choice: say so
             data["note"] += f" This server draws at most {cap:,} strings (MIRROR_MAX_MAP_POINTS)."
@@ -161,7 +177,7 @@ class RunExplorer:
         from mirror import moved
 
         space = self.space(session)
-        rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
+        rows = space.get("moved", lambda: self._moved_rows(space))
         return moved.filter_rows(rows, text_filter)[:limit]
 
     def moved_csv(self, session: Session, text_filter: str = "") -> Path:
@@ -242,17 +258,19 @@ class RunExplorer:
                 out.touch()  # recently used: the last of the run's exports to go
                 return done
             self.disk.check(session)
-            path = exports.export_bundle(
-                space.texts,
-                space.base,
-                space.tuned,
-                out,
-                fmt=fmt,
-                rows=picked,
-                metadata=self._metadata(space),
-                coords=coords,
-                prefix=prefix,
-            )
+            with self.cpu.metered(session.owner, "an export", interactive=True):
+                path = exports.export_bundle(
+                    space.texts,
+                    space.base,
+                    space.tuned,
+                    out,
+                    fmt=fmt,
+                    rows=picked,
+                    metadata=self._metadata(space),
+                    coords=coords,
+                    prefix=prefix,
+                    about=pairs_about(space.run),
+                )
             # Charged to the visitor who asked: within its disk budget, its older exports going first; an export that
             # alone does not fit is refused (and removed).
             self.accounts.fit(session.owner, out)
@@ -260,17 +278,25 @@ class RunExplorer:
 
     def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:
         """Per string: how much its neighbourhood moved (always known once asked for; computed here if not)."""
-        from mirror import moved
 
-        rows = space.get("moved", lambda: moved.neighbour_changes(space.texts, space.base, space.tuned))
+        rows = space.get("moved", lambda: self._moved_rows(space))
         score = {r["i"]: r["moved"] for r in rows}
         return {"moved": [round(float(score.get(i, 0.0)), 4) for i in range(len(space.texts))]}
+
+    @staticmethod
+    def _moved_rows(space: RunSpace) -> list[dict[str, Any]]:
+        """Every string's neighbourhood change (mirror.moved): a page waits for it, so a training run yields."""
+        from mirror import moved
+
+        with TURNS.interactive():
+            return moved.neighbour_changes(space.texts, space.base, space.tuned)
 
     def _coords(self, space: RunSpace) -> dict[str, list[float]] | None:
         """Map coordinates of every string when the last map drawn showed them all, else None."""
         import numpy as np
 
-        drawn = [v for k, v in space.cache.items() if isinstance(k, tuple) and k[0] == "map"]
+        with space.lock:  # another key may land meanwhile
+            drawn = [v for k, v in space.cache.items() if isinstance(k, tuple) and k[0] == "map"]
         full = [d for d in drawn if d["n_shown"] == len(space.texts)]
         if not full:
             return None

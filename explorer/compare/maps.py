@@ -227,10 +227,26 @@ def clusters(vecs: np.ndarray, texts: list[str], k: int, seed: int = 0) -> tuple
     for new, old in enumerate(used):
         members = np.flatnonzero(labels == new)
         sims = vecs[members] @ km.centroids[old]
-        central = members[np.argsort(-sims)[:3]]
-        name = " · ".join(_short(texts[j]) for j in central)
-        out.append({"id": new, "name": name, "colour": PALETTE[new % len(PALETTE)], "size": int(len(members))})
+        central = [texts[j] for j in members[np.argsort(-sims)[:3]]]
+        out.append(
+            {
+                "id": new,
+                "name": cluster_name(central),
+                "examples": [_short(t, 160) for t in central],  # the legend's tooltip: each whole, or nearly
+                "colour": PALETTE[new % len(PALETTE)],
+                "size": int(len(members)),
+            }
+        )
     return labels, out
+
+
+def cluster_name(central: Sequence[str]) -> str:
+    """A cluster's name in the legend: its three most central strings when they are words or short terms; its most
+    central string alone, up to 60 characters, when they are sentences (three cut to 24 characters each were
+    unreadable: "a man is riding a hors… · …")."""
+    if sum(len(t) for t in central) <= 24 * len(central):
+        return " · ".join(_short(t) for t in central)
+    return _short(central[0], 60)
 
 
 def _match_colours(base_labels, tuned_labels, base_clusters: list[dict], tuned_clusters: list[dict]) -> None:

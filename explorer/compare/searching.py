@@ -12,6 +12,7 @@ from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.compare.search import BaseIndexes, search_both
 from explorer.events import Phase
 from explorer.render import moved_header, run_caption, served_label
+from explorer.runs.cpu import CpuAccounts
 from explorer.runs.disk import Disk
 from explorer.runs.jobs import FairSlots
 from explorer.runs.models import ModelCache
@@ -30,7 +31,7 @@ log = logging.getLogger("mirror.app")
 class Searcher:
     """Tab 2 and tab 3 on the served run: search both encoders, index another corpus, score gold pair sets. It
     encodes in `search_slots` (a few at a time), reads the encoders and indexes `models` holds (a kept run by id:
-    `kept`), asks `disk` before it writes. One per MirrorApp (`app.searcher`)."""
+    `kept`), asks `disk` before it writes, meters an evaluation's CPU in `cpu`. One per MirrorApp (`app.searcher`)."""
 
     def __init__(
         self,
@@ -40,9 +41,10 @@ class Searcher:
         disk: Disk,
         search_slots: FairSlots,
         base_indexes: BaseIndexes,
+        cpu: CpuAccounts,
     ):
         self.settings, self.models, self.kept, self.disk = settings, models, kept, disk
-        self.search_slots, self.base_indexes = search_slots, base_indexes
+        self.search_slots, self.base_indexes, self.cpu = search_slots, base_indexes, cpu  # cpu: evaluations metered
 
     def search(
         self,
@@ -171,6 +173,7 @@ class Searcher:
         else:
             encoders = [("base", self.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
-        report = evaluate_sets(sets, encoders, progress, served_label(run))
+        with self.cpu.metered(session.owner, "an evaluation", interactive=True):
+            report = evaluate_sets(sets, encoders, progress, served_label(run))
         caption, header = run_caption(run), moved_header(run)
         return dataclasses.replace(report, notes=notes + report.notes, caption=caption, moved_header=header)

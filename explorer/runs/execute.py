@@ -23,6 +23,7 @@ from typing import Any
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Tick
 from explorer.render import user_error
 from explorer.runs.accounts import write_owner
+from explorer.runs.cpu import CpuAccounts
 from explorer.runs.jobs import FairSlots, TrainQueue
 from explorer.runs.live import Run, RunRegistry, Status
 from explorer.runs.models import ModelCache, release_memory
@@ -32,6 +33,7 @@ from explorer.runs.store import RunStore
 from explorer.settings import Settings
 from explorer.share.card import write_card
 from explorer.share.uploads import model_folder_in_zip, zip_folder
+from mirror.cores import TURNS
 from mirror.errors import MirrorError
 from mirror.exports import download_name
 
@@ -69,6 +71,7 @@ class Producer:
     the checks, packaging, failure), the same for every kind. Subclasses write `prepare` and `produce`."""
 
     kind = "run"  # what the run is called in its thread's name and its log lines
+    what = "a run"  # what the user reads it called when its CPU account refuses it ("... so a run cannot start now")
     checked = True  # its general checks follow its serving (when the server runs them: MIRROR_GENERAL_CHECKS)
     timed = False  # its record keeps its wall time from its folder to served (a training's page says it)
 
@@ -98,7 +101,8 @@ class Producer:
 
 
 class Runner:
-    """Runs of every kind, each in a thread of its own, through one path (`execute`). One per MirrorApp
+    """Runs of every kind, each in a thread of its own, through one path (`execute`): background work that yields
+    to interactive work (mirror.cores.TURNS), its CPU charged to its visitor (`cpu`). One per MirrorApp
     (`app.runner`)."""
 
     def __init__(
@@ -110,9 +114,10 @@ class Runner:
         check_disk: Callable[[Session, int], list[str]],
         settings: Settings,
         search_slots: FairSlots,
+        cpu: CpuAccounts,
     ):
         self.registry, self.queue, self.models, self.store = registry, queue, models, store
-        self.check_disk, self.settings, self.search_slots = check_disk, settings, search_slots
+        self.check_disk, self.settings, self.search_slots, self.cpu = check_disk, settings, search_slots, cpu
 
     def launch(self, session: Session, producer: Producer, run: Run | None = None) -> Run:
         """Start `producer` as the session's run (`run`: the one its Launch click asked for) in a thread of its own,
@@ -127,11 +132,13 @@ class Runner:
         return run
 
     def _drive(self, run: Run, producer: Producer) -> None:
-        """The run's thread: its events into the run, watched after each."""
+        """The run's thread: its events into the run, watched after each. All of it is background work: its steps,
+        its index builds and its checks pause while a map, an export or an evaluation runs (mirror.cores.TURNS)."""
         try:
-            for ev in self.execute(run, producer):
-                run.publish(ev)
-                self.watch(run)
+            with TURNS.background():
+                for ev in self.execute(run, producer):
+                    run.publish(ev)
+                    self.watch(run)
         except Exception as exc:  # a bug: the followers get a message, the server goes on
             log.exception("run thread failed")
             run.publish(Failed(user_error(exc)))
@@ -153,13 +160,21 @@ class Runner:
     def execute(self, run: Run, producer: Producer) -> Iterator[Event]:
         """A run from its first event to its last: it waits for a training slot (one place per visitor; how many
         are ahead, cancellable), holds it while it is made, served, checked and packaged, and gives it back before
-        its last event (Done, Cancelled or Failed). Never raises for bad input: it ends Failed."""
+        its last event (Done, Cancelled or Failed). Its CPU is charged to its visitor while it holds the slot (a
+        visitor or address past its hour's budget is refused before it waits, and again when its slot comes). Never
+        raises for bad input: it ends Failed."""
         if run.stopping:
             yield Cancelled("Cancelled before it started.")
             return
         refusal = producer.refusal()
         if refusal:
             yield Failed(refusal)
+            return
+        owner = run.session.owner
+        try:
+            self.cpu.check(owner, producer.what)  # before it waits for a slot it would be refused at
+        except MirrorError as exc:
+            yield Failed(str(exc))
             return
         try:
             self.queue.join(run)  # refused at once when its visitor has another run in line, or the line is full
@@ -177,7 +192,10 @@ class Runner:
                     yield Tick()
             if run.status is not Status.QUEUED:  # it holds a slot (else it was asked to stop while it waited)
                 try:
-                    end = yield from self._make(run, producer)
+                    with self.cpu.metered(owner, producer.what):  # its work, checks included: its visitor's CPU
+                        end = yield from self._make(run, producer)
+                except MirrorError as exc:  # its visitor's CPU budget ran out while it waited
+                    end = Failed(str(exc))
                 finally:
                     release_memory()
         finally:

@@ -24,6 +24,7 @@ from typing import Any
 from explorer.events import Event, Failed, Step, Tick
 from explorer.runs.live import STOP_FILE, Run, Status
 from explorer.settings import spaces
+from explorer.tune.estimate import IO_PHASES, Estimate
 from explorer.tune.guess import estimate_seconds
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
@@ -216,21 +217,23 @@ def train_job(
 
     def work() -> None:
         from index.pipeline import tune_and_index
+        from mirror.cores import TURNS
 
         try:
-            tune_and_index(
-                texts,
-                MirrorConfig.from_dict(config),
-                run,
-                roots=[Path(r) for r in roots],
-                build_base=build_base,
-                emit=events.put,
-                should_stop=should_stop,
-                memory=limits.get("memory"),
-                cache_dir=limits.get("hub_cache"),
-                pairs=partners,
-                columns=tuple(columns or ("string", "partner")),
-            )
+            with TURNS.background():  # yields to interactive work at its steps and encode batches (mirror.cores)
+                tune_and_index(
+                    texts,
+                    MirrorConfig.from_dict(config),
+                    run,
+                    roots=[Path(r) for r in roots],
+                    build_base=build_base,
+                    emit=events.put,
+                    should_stop=should_stop,
+                    memory=limits.get("memory"),
+                    cache_dir=limits.get("hub_cache"),
+                    pairs=partners,
+                    columns=tuple(columns or ("string", "partner")),
+                )
         except MirrorError as exc:
             events.put(Failed(str(exc)))
         except Exception as exc:  # a bug or an OOM: report it, keep the server alive
@@ -281,3 +284,19 @@ class StepClock:
             return ev
         rate = (now - self.t1) / (ev.step - self.first) if ev.step > self.first else None
         return dataclasses.replace(ev, eta=rate * (ev.total - ev.step) if rate is not None else None)
+
+
+AFTER_TRAINING = ("save", "tuned index", "downloads", "general checks")
+
+
+def time_left(step: Step, planned: Estimate | None) -> Step:
+    """A training Step whose ETA (the steps left at the pace of the steps so far) also covers what follows the
+    training (AFTER_TRAINING, as the run's plan priced them, at the pace the steps ran against that plan): the time
+    until the run is done, re-timed at every step. `step` as it is without a plan or a pace yet."""
+    if planned is None or step.eta is None or step.step >= step.total or not planned.steps:
+        return step
+    planned_rate = planned.phase("training") / planned.steps
+    rate = step.eta / max(1, step.total - step.step)
+    pace = min(8.0, max(0.25, rate / planned_rate)) if planned_rate > 0 else 1.0
+    after = sum(planned.phase(p) * (1.0 if p in IO_PHASES else pace) for p in AFTER_TRAINING)
+    return dataclasses.replace(step, eta=step.eta + after, after=after)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from explorer.runs.hubcache import HUB_DIR, HubCache
 from explorer.settings import Settings, inference_device
 from mirror.config import BUNDLED_MODEL
+from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
     from explorer.runs.record import RunInfo
@@ -151,7 +152,10 @@ class ModelCache:
         model = self.check_model(model)
         if model == BUNDLED_MODEL or looks_local(model, here=False) or self.hub.has(model):
             return model
-        self.hub.size(model)  # None offline: the load then says the hub is unreachable
+        if self.hub.size(model) is None:  # the hub cannot say: offline, or no such model; said now, not after a wait
+            from mirror.hub import offline_message
+
+            raise MirrorError(offline_message(model, server=True))
         return model
 
     def using(self, model: str) -> contextlib.AbstractContextManager:

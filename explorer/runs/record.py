@@ -30,12 +30,14 @@ Kind = Literal["trained", "uploaded", "blend"]
 @dataclass(frozen=True)
 class Pairs:
     """A run on pairs (issue 50, mirror.pairs): what cleaning kept of the partners, the two columns, the rows held
-    out of training and, when any were, the gain measured on them."""
+    out of training, the first few of them (partner, string: what the Search tab offers to try, never trained on)
+    and, when any were held out, the gain measured on them."""
 
     stats: PairStats
     columns: tuple[str, str] = ("string", "partner")
     held_out: int = 0
     gain: PairGain | None = None
+    examples: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -95,7 +97,8 @@ class Origin:
 class Timing:
     """Seconds a run took, each kind its own: a training from its folder to served (`served_seconds`) and with its
     checks and downloads (`wall_seconds`, between the clock times `started_at` and `finished_at`); an uploaded zip
-    loaded and indexed (`load_seconds`); a blend made and indexed (`blend_seconds`)."""
+    loaded and indexed (`load_seconds`); a blend made and indexed (`blend_seconds`); and, of every kind, its strings
+    encoded with its tuned model (`tuned_index_seconds`: what a blend of it re-encodes, said before it is asked for)."""
 
     wall_seconds: float | None = None  # a training: from its folder to served with its checks and downloads
     started_at: float | None = None  # (time.time)
@@ -103,6 +106,7 @@ class Timing:
     served_seconds: float | None = None  # a training: from its folder to searchable
     load_seconds: float | None = None  # an uploaded zip
     blend_seconds: float | None = None  # a blend
+    tuned_index_seconds: float | None = None  # its tuned index built (index.pipeline times a training's)
 
 
 @dataclass
@@ -123,6 +127,7 @@ TRAINING = ("base_model", "strings", "steps", "total_steps", "seconds", "device"
 TRAINING += ("final_loss",)
 TRAINED_MORE = ("mode", "batch_sizes", "epochs", "min_steps", "run_alpha")  # after summary, pooling: index.pipeline
 TIMING = ("load_seconds", "blend_seconds", "served_seconds", "wall_seconds", "started_at", "finished_at")
+TIMING += ("tuned_index_seconds",)
 
 
 def training_of(stats: Mapping[str, Any]) -> Training:
@@ -133,14 +138,17 @@ def training_of(stats: Mapping[str, Any]) -> Training:
 
 
 def pairs_of(data: Any) -> Pairs | None:
-    """A run's pairs from their flat form ({paired, empty, same, shared, columns, held_out, gain}), or None."""
+    """A run's pairs from their flat form ({paired, empty, same, shared, columns, held_out, gain, examples}), or
+    None."""
     if not isinstance(data, Mapping) or not data:
         return None
     counts = PairStats(**{k: int(data.get(k) or 0) for k in ("paired", "empty", "same", "shared")})
     columns = (list(data.get("columns") or []) + ["string", "partner"])[:2]
     gain = data.get("gain")
     gain = PairGain.from_dict(gain) if isinstance(gain, Mapping) else None
-    return Pairs(counts, (str(columns[0]), str(columns[1])), int(data.get("held_out") or 0), gain)
+    rows = [row for row in data.get("examples") or [] if isinstance(row, list | tuple) and len(row) == 2]
+    examples = tuple((str(partner), str(string)) for partner, string in rows)
+    return Pairs(counts, (str(columns[0]), str(columns[1])), int(data.get("held_out") or 0), gain, examples)
 
 
 def checks_of(data: Any) -> Checks | None:
@@ -216,6 +224,8 @@ def flat(record: RunRecord, summary: str = "", pooling: str | None = None) -> di
         out["pairs"] = {**dataclasses.asdict(p.stats), "columns": list(p.columns), "held_out": p.held_out}
         if p.gain is not None:
             out["pairs"]["gain"] = p.gain.to_dict()
+        if p.examples:
+            out["pairs"]["examples"] = [list(row) for row in p.examples]
     out.update(uploaded=o.zip, blend_alpha=o.alpha, blended_from=o.parent)
     out.update({k: getattr(record.timing, k) for k in TIMING})
     out = {k: v for k, v in out.items() if v is not None}

@@ -113,7 +113,7 @@ class Upload(Producer):
     before a byte is written), its base model found, the session's strings indexed with both. No general checks:
     its zip is served as it came."""
 
-    kind, checked = "upload", False
+    kind, what, checked = "upload", "a model upload", False
 
     def __init__(self, session: Session, zip_path: str, models: ModelCache, settings: Settings):
         self.session, self.models, self.settings = session, models, settings
@@ -141,12 +141,15 @@ class Upload(Producer):
         base_model, base, base_notes = self._base_of(tuned)
         events: list[Event] = []
         for name, enc in (("base", base), ("tuned", tuned)):
+            indexed = time.perf_counter()
             index_with(
                 enc, texts, folder / f"{name}_index", f"Indexing your strings with the {name} encoder", events.append
             )
             yield from events
             events.clear()
+        tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of it re-encodes
         made = uploaded_made(tuned, self.name, base_notes)
+        made.record.timing.tuned_index_seconds = tuned_index_s
         # served as uploaded, not re-zipped
         kept = link_or_copy(self.zip_path, folder / download_name(base_model, folder.name, "model"))
         made.record.timing.load_seconds = round(time.perf_counter() - started, 1)  # unpacked, loaded, indexed now
@@ -171,7 +174,7 @@ class Blend(Producer):
     """A blend of a run's tuned weights with its base (α of the tuned, 1 - α of the base), served as a new run of
     its own: no retraining, its parent's files linked (not copied), the strings re-indexed with the blend."""
 
-    kind = "blend"
+    kind, what = "blend", "a blend"
 
     def __init__(self, parent: RunInfo, alpha: float, models: ModelCache):
         self.parent, self.alpha, self.models = parent, alpha, models
@@ -203,13 +206,15 @@ class Blend(Producer):
         blended = load_encoder(folder / "model", device=inference_device(), allowed_roots=[folder])
         link_tree(parent.folder / "base_index", folder / "base_index")
         events: list[Event] = []
+        indexed = time.perf_counter()
         index_with(blended, texts, folder / "tuned_index", "Indexing your strings with the blend", events.append)
+        tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of this blend re-encodes
         yield from events
         # the parent's training, notes and zip; its checks, times and neighbours are not the blend's
         record = RunRecord(
             training=parent.record.training,
             origin=Origin("blend", alpha, origin, zip=of.zip),
-            timing=Timing(blend_seconds=round(time.perf_counter() - started, 1)),  # its own seconds
+            timing=Timing(blend_seconds=round(time.perf_counter() - started, 1), tuned_index_seconds=tuned_index_s),
             notes=list(parent.record.notes),
         )
         made = Made(record, parent.pooling, f"blend α={alpha:g} of {of_summary}", list(parent.losses))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from explorer.events import Cancelled, Done, Event, Failed, Finished, Note, Phase, Served, Step, Stopped
 from explorer.render import fmt_seconds, user_error
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes
-from explorer.runs.jobs import TrainQueue, train_job
+from explorer.runs.jobs import TrainQueue, time_left, train_job
 from explorer.runs.live import Run, RunRegistry, queue_key
 from explorer.runs.models import ModelCache
 from explorer.runs.record import Made, RunInfo, training_of
@@ -177,7 +177,13 @@ class Training(Producer):
         self.train_s: float | None = None
 
     def refusal(self) -> str | None:
-        return "Load at least 2 strings first (step 1 above)." if len(self.session.texts) < 2 else None
+        if len(self.session.texts) < 2:
+            return "Load at least 2 strings first (step 1 above)."
+        try:  # a model this server cannot load (refused, over its size, the hub out of reach): now, not after a wait
+            self.models.check_download(self.model)
+        except Exception as exc:  # MirrorError, or a bug: a message either way
+            return user_error(exc)
+        return None
 
     def prepare(self, run: Run) -> Generator[Event, None, Plan]:
         s = self.session  # its strings as they are when it gets its slot
@@ -211,6 +217,7 @@ class Training(Producer):
             for ev in job:
                 if isinstance(ev, Step):
                     self.session.touch()  # a long run keeps its session from being swept as idle
+                    ev = time_left(ev, self.planned)  # its ETA: the steps left, and what follows them
                 if isinstance(ev, Stopped) or (isinstance(ev, Finished) and run.stopping):
                     text = stopped_text(ev.stats, run.stop_reason, self.settings)
                     return Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)

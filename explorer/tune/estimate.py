@@ -63,8 +63,12 @@ BUSY_LOAD = 1.0
 # ~0.02 s a batch on 2 quiet AVX2 cores, 0.1-0.6 s at a load average of 5: oversubscribed threads wait on each other).
 # On a 2-core machine shared with other work the same run took 2-6x its price in both directions (issue 36): the
 # ratio scales the compute phases, and the page shows the range between the two speeds.
-PROBE_SHAPE = (8, 4)
-PROBE_REPEATS = 3
+PROBE_SHAPE = (16, 12)
+PROBE_REPEATS = 5
+# A probe taken this recently answers for the same model again: the plans a page asks for seconds apart (a file as
+# .csv then .txt, a setting changed, a capped plan) are priced at one speed, not at each probe's own noise (the same
+# strings read "~28 min" then "56 min" 20 s apart, and "25 min" then "~42 min" 5 s apart, on a busy machine).
+PROBE_FRESH_S = 15.0
 SPEED_SHOWN = 1.3  # a speed this far from the calibration's (either way) is shown, with the range it spans
 PROBE_MIN_S = 0.005  # a probe quicker than this (a tiny model) is timer noise: not used
 CHECKS_TIMED_MAX = 2.0  # Estimator.checks_timed: quiet, the warm-up's timing of the checks is ~1.3-1.7x the fit
@@ -128,11 +132,19 @@ class Estimate:
     fresh: bool = False  # calibrated by this very call
     key: tuple = ()  # the Estimator key it was priced under (for `observe` once the run has run)
     slower: float = 1.0  # how many times slower the machine is now than when calibrated (its compute phases scaled)
+    quiet: float = 1.0  # how many times slower the machine is now than at its quickest probe here (>= 1)
+    busy: bool = False  # other work shares the machine now (load average per core >= BUSY_LOAD)
 
     @property
     def at_calibration(self) -> float:
-        """The total at the calibration's speed: one end of the range shown when the machine's speed moved."""
+        """The total at the calibration's speed."""
         return sum(s if name in IO_PHASES else s / self.slower for name, s in self.phases)
+
+    @property
+    def at_quietest(self) -> float:
+        """The total at the quickest speed this process measured here: the low end of the range a busy machine
+        shows (the run takes that if the other work stops)."""
+        return sum(s if name in IO_PHASES else s / self.quiet for name, s in self.phases)
 
     @property
     def total(self) -> float:
@@ -319,7 +331,7 @@ def train_plan(
     if len(lengths) < 2:
         return []
     config = config.scheduled(len(lengths))  # a small upload's extra epochs, as mirror_tune runs them
-    budget = step_budget(encoder, config, memory_budget)
+    budget = step_budget(encoder, config, memory_budget, paired=config.pairs)
     extra = encoder.tokenizer.num_special_tokens_to_add()
     maskable = bool(encoder.mask_token) and config.mask_span > 0
     padded = [n + extra + (maskable and len(t) >= config.mask_min_chars) for n, t in zip(lengths, texts, strict=True)]
@@ -442,8 +454,27 @@ class Estimator:
             self.calibrations, self._locks, self._lock = {}, {}, threading.Lock()
         self._lengths: OrderedDict[tuple, tuple[list[int], float]] = OrderedDict()
         self.observed: dict[tuple, Observed] = Estimator._observed if shared else {}
+        self.probes: dict[tuple, tuple[float, float]] = Estimator._probes if shared else {}  # model key: (when, s)
+        self.quickest: dict[tuple, float] = Estimator._quickest if shared else {}  # model key: quickest probe seen
 
     _observed: ClassVar[dict[tuple, Observed]] = {}
+    _probes: ClassVar[dict[tuple, tuple[float, float]]] = {}
+    _quickest: ClassVar[dict[tuple, float]] = {}
+
+    def speed_now(self, key: tuple, base: Encoder) -> float:
+        """speed_probe's seconds now for the model of `key` (any length class): the last probe when it is under
+        PROBE_FRESH_S old, else a new one (in a fresh thread, as a run's encodes run). Keeps the quickest."""
+        model = key[:-1]
+        when, seconds = self.probes.get(model, (-math.inf, 0.0))
+        if self.clock() - when > PROBE_FRESH_S:
+            seconds = in_fresh_thread(lambda: speed_probe(base, self.clock), "mirror-probe")
+            self.probes[model] = (self.clock(), seconds)
+        self.note_probe(model, seconds)
+        return seconds
+
+    def note_probe(self, model: tuple, seconds: float) -> None:
+        if seconds >= PROBE_MIN_S:
+            self.quickest[model] = min(seconds, self.quickest.get(model, math.inf))
 
     def observe(self, key: tuple, estimated_train_s: float, train_s: float | None, check_s: float | None) -> None:
         """A finished run of `key` (Estimator.key, any length class) measured `train_s` of training where
@@ -550,10 +581,13 @@ class Estimator:
             texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders,
             train_lengths,
         )  # fmt: skip
-        est = dataclasses.replace(est, fresh=fresh, key=key)
-        if probe and not fresh and cal.probe_s >= PROBE_MIN_S:
-            est = at_speed(est, in_fresh_thread(lambda: speed_probe(base, self.clock), "mirror-probe") / cal.probe_s)
-        return est
+        est = dataclasses.replace(est, fresh=fresh, key=key, busy=load_per_core() >= BUSY_LOAD)
+        self.note_probe(key[:-1], cal.probe_s)
+        if cal.probe_s < PROBE_MIN_S:
+            return est
+        now = self.speed_now(key, base) if probe and not fresh else cal.probe_s
+        est = at_speed(est, now / cal.probe_s)
+        return dataclasses.replace(est, quiet=max(1.0, now / self.quickest.get(key[:-1], now)))
 
 
 def at_speed(est: Estimate, slower: float) -> Estimate:

@@ -50,19 +50,16 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
     total = f"~{fmt_seconds(est.total)}"
-    if est.slower >= SPEED_SHOWN or est.slower <= 1 / SPEED_SHOWN:
-        # the machine's speed moved since it was calibrated: priced at today's speed, and the range to the other
-        low, high = sorted((est.total, est.at_calibration))
-        total = f"~{fmt_seconds(est.total)} (~{fmt_seconds(low)}–{fmt_seconds(high)})"
-        if est.slower > 1:
-            how += (
-                f"; the machine is {est.slower:.1f}x slower now (other work is running): priced at this speed, "
-                "less if that work stops"
-            )
-        else:
-            how += f"; the machine is {1 / est.slower:.1f}x faster now than then: priced at this speed"
-    elif cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
-        how += f" while it was busy (load {cal.load:.1f} per core): the run may take much less, or more"
+    if est.quiet >= SPEED_SHOWN:
+        # other work shares the machine: priced at the speed it gives now (one probe a quarter minute), and the range
+        # down to its quickest here (what the run takes if that work stops); a quieter machine only lowers both
+        total = f"~{fmt_seconds(est.total)} (~{fmt_seconds(est.at_quietest)}–{fmt_seconds(est.total)})"
+        how += (
+            f"; the machine is {est.quiet:.1f}x slower now than at its quickest here (other work is running): priced "
+            "at this speed, less if that work stops"
+        )
+    elif est.busy or cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
+        how += "; the machine is busy (other work shares its cores): the run may take less, or more"
     after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
     ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
     return f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"

@@ -77,9 +77,13 @@ class Planner:
         if zero_gpu():
             return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
         base = self.models.cached_base(model, config.pooling)
-        if (
-            base is None and model != BUNDLED_MODEL and not looks_local(model, here=False)
-        ):  # never a download for an estimate
+        if base is None and model != BUNDLED_MODEL and not looks_local(model, here=False):  # never downloads for a plan
+            scaled = self.scaled_from_bundled(session, config, device, threads)
+            if scaled is not None:  # ordered by size: the bundled model's price here, times this one's compute
+                return scaled, (
+                    "the bundled model's price here, scaled by this model's compute per token; calibrates once it is "
+                    "loaded (by a run)"
+                )
             return rough, "calibrates on this machine once this model is loaded (by a run)"
         base = base or self.models.base_encoder(model, config.pooling)
         key, prev = texts_key(texts), session.run
@@ -112,6 +116,30 @@ class Planner:
         if est is None:
             return rough, "calibrating on this machine (another request started it)…"
         return est, ""
+
+    def scaled_from_bundled(self, session: Session, config, device: str, threads: int) -> Any:
+        """A rough Estimate of a run of another model (not loaded: nothing is downloaded for a plan): the bundled
+        model's calibrated estimate of the same run here, its compute phases times the model's compute per token
+        (explorer.tune.guess.model_cost_factor); None when the bundled model has no calibration here yet."""
+        import dataclasses
+
+        from explorer.tune.guess import model_cost_factor
+
+        bundled = self.models.cached_base(BUNDLED_MODEL, config.pooling)
+        if bundled is None:
+            return None
+        like = dataclasses.replace(config, model=BUNDLED_MODEL)
+        texts = list(session.texts)
+        est = self.estimator.estimate(
+            texts, texts_key(texts), like, device, threads, bundled, self.memory_budget(like),
+            wait=False, may_calibrate=False, check_encoders=self.check_encoders(bundled), probe=True,
+            train_texts=longer_sides(texts, session.partners),
+        )  # fmt: skip
+        if est is None:
+            return None
+        factor = model_cost_factor(config.model)
+        phases = tuple((name, s if name in UNSCALED_PHASES else s * factor) for name, s in est.phases)
+        return dataclasses.replace(est, phases=phases, calibration=None)
 
     def bases_md(self, session: Session | None, mode: str, overrides: dict[str, Any]) -> str:
         """Markdown: the bases the box suggests by need, each with its size and what a run of the session's strings
