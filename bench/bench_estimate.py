@@ -162,9 +162,9 @@ def main() -> None:
     parser.add_argument("--hogs", default="0", help="comma-separated: other training processes running meanwhile")
     args = parser.parse_args()
     if args.fp32:
-        import mirror.encoder
+        import mirror.precision
 
-        mirror.encoder.cpu_has_native_bf16 = lambda: False
+        mirror.precision.cpu_has_native_bf16 = lambda: False
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     levels = [int(h) for h in args.hogs.split(",") if h.strip()]
     rows = []

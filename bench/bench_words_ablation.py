@@ -230,7 +230,9 @@ def main() -> None:
 
         train.load_encoder = load_frozen
     if args.batches:
-        train.plan_batches = cluster_plan(words, config.model, args.batches, config.seed)
+        import mirror.plan  # where the epochs' batches are planned
+
+        mirror.plan.plan_batches = cluster_plan(words, config.model, args.batches, config.seed)
     if args.prompt and args.prompt_views == "both":
         base = load_encoder(config.model, pooling="mean")
         print(json.dumps({"model": "base", "prompt": args.prompt, **scores(base)}))

@@ -4,8 +4,10 @@ the shared state, and one object per concern over it (`app.loader`, `app.planner
 
     service.py, settings.py, events.py, render.py   the facade, Settings.from_env, progress events, user text
     tune/      before a run: strings loaded (loading), inputs checked (inputs), the plan and its estimate
-    runs/      sessions and kept runs, the training thread (jobs), runs started and served (training), runs not
-               trained here (saved), encoders in memory (models), RunInfo
+    runs/      a run's life: the live runs and their one status (live), one path for every kind of run
+               (execute: slot, disk, folder, serving, checks, packaging), the kinds (training; saved: a model zip,
+               a blend), the training job and queue (jobs), a run's typed record (record), sessions, kept runs
+               (store), encoders in memory (models)
     compare/   the tuned encoder beside its base: search, evaluation, the Explore tab (maps, health, forgetting)
     share/     files in and out: model zips and upload quotas (uploads), the model card, the Hugging Face Hub
 
@@ -13,7 +15,8 @@ Imports go down only: explorer/ uses mirror/ and index/, never ui/ or app.py (te
 """
 
 from explorer.events import Cancelled, Done, Failed, Note, Phase, Served, Step, Tick
-from explorer.runs.sessions import RunHandle, RunInfo, Session
+from explorer.runs.live import Run, RunRegistry, Status
+from explorer.runs.sessions import RunInfo, Session
 from explorer.service import MirrorApp
 from explorer.settings import Settings
 
@@ -24,11 +27,13 @@ __all__ = [
     "MirrorApp",
     "Note",
     "Phase",
-    "RunHandle",
+    "Run",
     "RunInfo",
+    "RunRegistry",
     "Served",
     "Session",
     "Settings",
+    "Status",
     "Step",
     "Tick",
 ]

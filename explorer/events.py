@@ -17,7 +17,7 @@ from index.pipeline import Finished, Phase, Step, Stopped
 from mirror.errors import without_paths
 
 if TYPE_CHECKING:
-    from explorer.runs.runinfo import RunInfo
+    from explorer.runs.record import RunInfo
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError, without_paths
 
 if TYPE_CHECKING:
-    from explorer.runs.sessions import RunInfo, Session
+    from explorer.runs.record import Checks, RunInfo, Training
+    from explorer.runs.sessions import Session
     from mirror.data import CleanStats
 
 log = logging.getLogger("mirror.app")
@@ -228,15 +229,20 @@ def loss_summary(losses: Sequence[float], n: int = 10) -> str:
     return f"{last:.4f} (mean of the last {k} steps; first {k}: {first:.4f}, {change})"
 
 
+def or_na(value: Any) -> Any:
+    """A figure of a run's record, or "n/a" where the record does not have it."""
+    return "n/a" if value is None else value
+
+
 def count(n: int, noun: str) -> str:
     """`n` and its noun, singular for 1: "1 string", "1,204 strings"."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
-def end_losses(stats: dict[str, Any]) -> str:
+def end_losses(training: Training) -> str:
     """The loss of a run whose steps are not kept (a model zip reused: its folder keeps the first and last step's
     loss only), or "n/a"."""
-    first, last = stats.get("first_loss"), stats.get("final_loss")
+    first, last = training.first_loss, training.final_loss
     if not isinstance(last, int | float):
         return "n/a"
     if not isinstance(first, int | float) or not first:
@@ -263,21 +269,20 @@ def load_md(info: dict[str, Any]) -> str:
 
 
 def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
-    s = run.stats
-    seconds = s.get("seconds")
+    t = run.record.training
     rows = [
-        ("Device", s.get("device", "n/a")),
-        ("Training time", f"{seconds:.1f} s" if isinstance(seconds, (int, float)) else "n/a"),
-        ("Steps", f"{s.get('steps', 'n/a')} / {s.get('total_steps', 'n/a')}"),
+        ("Device", or_na(t.device)),
+        ("Training time", f"{t.seconds:.1f} s" if isinstance(t.seconds, (int, float)) else "n/a"),
+        ("Steps", f"{or_na(t.steps)} / {or_na(t.total_steps)}"),
         (
             "Loss (raw InfoNCE)",
-            loss_summary(run.losses) if run.losses else end_losses(s),
+            loss_summary(run.losses) if run.losses else end_losses(t),
         ),
         ("Strings", f"{run.n_texts:,} from `{run.corpus}`"),
-        ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {s.get('mode', '?')} preset"),
+        ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {t.mode or '?'} preset"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(s.get("notes") or []))
+    extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(run.record.notes))
     run_id = run.folder.name
     blend, zipped = blend_of(run), uploaded_zip(run)
     if blend is not None:  # the training in the table is the parent's; the blend itself trained nothing
@@ -314,16 +319,15 @@ def change_sentence(run: RunInfo | None) -> str:
     "" for a run that does not know (made before the figure was kept)."""
     if run is None:
         return ""
-    s = run.stats
-    share = s.get("neighbours_changed")
+    t, share = run.record.training, run.record.neighbours_changed
     if not isinstance(share, int | float):
         return ""
     pct = 100 * float(share)
     shown = f"{pct:.0f}%" if pct >= 1 or pct == 0 else "under 1%"
     what = f"**{shown} of your strings' nearest neighbours changed** (of each string's 10 nearest, base vs "
     what += f"{served_label(run)})"
-    blend, alpha = blend_of(run), s.get("run_alpha")
-    steps, epochs = s.get("steps"), s.get("epochs")
+    blend, alpha = blend_of(run), t.run_alpha
+    steps, epochs = t.steps, t.epochs
     trained = f"{steps} steps" if isinstance(steps, int) else "training"
     if isinstance(epochs, int) and epochs > 1:
         trained += f" ({epochs} epochs)"
@@ -349,23 +353,23 @@ def done_status(run: RunInfo) -> str:
     """Tab ①'s status line once a run is served: how long it took (a blend: its own seconds, not its parent's; an
     uploaded model: the seconds it took to load and index now, its training named as done earlier). A load or a
     blend often takes under a second: said so, not "0 s"."""
-    s = run.stats
+    timing, checks = run.record.timing, run.record.checks
     blend, zipped = blend_of(run), uploaded_zip(run)
     if blend is not None and zipped is None:
-        took = s.get("blend_seconds")
+        took = timing.blend_seconds
         return "Blended and indexed" + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
     if zipped is not None:
-        took, trained = s.get("load_seconds"), s.get("seconds")
+        took, trained = timing.load_seconds, run.record.training.seconds
         now = "Loaded and indexed" if blend is None else f"Loaded a blend ({blend_words(blend)}) and indexed"
         now += f" in {fmt_seconds(float(took))}" if took is not None else ""
         return now + (
             f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."
         )
-    done = f"Tuned and indexed in {fmt_seconds(float(s.get('wall_seconds', 0)))}"
-    served, checks = s.get("served_seconds"), (s.get("forgetting") or {}).get("seconds")
-    if served is not None and checks is not None:  # served before its checks: searchable then, and what they took
+    done = f"Tuned and indexed in {fmt_seconds(float(timing.wall_seconds or 0))}"
+    served, checked = timing.served_seconds, checks.seconds if checks is not None else None
+    if served is not None and checked is not None:  # served before its checks: searchable then, and what they took
         return (
-            f"{done}: searchable after {fmt_seconds(float(served))}, then its general checks ({fmt_seconds(checks)})."
+            f"{done}: searchable after {fmt_seconds(float(served))}, then its general checks ({fmt_seconds(checked)})."
         )
     return done + "."
 
@@ -395,7 +399,8 @@ def opened_status(run: RunInfo) -> str:
 def served_status(run: RunInfo) -> str:
     """Tab ①'s status line when a run is served before its general checks (the Served event)."""
     blend = blend_of(run)
-    took = run.stats.get("blend_seconds" if blend is not None else "served_seconds")
+    timing = run.record.timing
+    took = timing.blend_seconds if blend is not None else timing.served_seconds
     when = f" in {fmt_seconds(float(took))}" if took is not None else ""
     what = "Blended and indexed" if blend is not None else "Tuned and indexed"
     return (
@@ -416,17 +421,16 @@ def run_caption(run: RunInfo | None) -> str:
 
 def blend_of(run: RunInfo | None) -> tuple[float, str] | None:
     """A blend's α and the id of the run it blends ("" when not known); None for a run as trained, or no run."""
-    alpha = run.stats.get("blend_alpha") if run is not None else None
-    return None if alpha is None else (float(alpha), str(run.stats.get("blended_from") or ""))
+    origin = run.record.origin if run is not None else None
+    return None if origin is None or origin.alpha is None else (float(origin.alpha), origin.parent or "")
 
 
 def uploaded_zip(run: RunInfo) -> str | None:
     """The name of the model zip the served model itself was loaded from, None when it was made here: trained, or
     blended (a blend made here of an uploaded run copies its parent's stats, "uploaded" included, beside its own
     blend_seconds)."""
-    s = run.stats
-    made_here = blend_of(run) is not None and s.get("blend_seconds") is not None
-    return None if s.get("uploaded") is None or made_here else str(s["uploaded"])
+    origin = run.record.origin
+    return origin.zip if origin.kind == "uploaded" else None
 
 
 def blend_words(blend: tuple[float, str]) -> str:
@@ -496,25 +500,25 @@ def forgetting_md(run: RunInfo | None) -> str:
 
     if run is not None and getattr(run, "checks_pending", False):
         return message(CHECKS_PENDING, "info")
-    check = (run.stats.get("forgetting") if run is not None else None) or {}
-    if check.get("skipped"):
-        return f"**General checks:** not run for this run ({check['skipped']})."
-    if not check.get("checks"):
+    check = run.record.checks if run is not None else None
+    if check is not None and check.skipped:
+        return f"**General checks:** not run for this run ({check.skipped})."
+    if check is None or not check.rows:
         return "**General checks:** not run for this run." if run is not None else ""
     rows = "\n".join(
         f"| {c['name']} | {c.get('metric', 'Spearman ×100')} | {c.get('items', c.get('pairs', ''))} | "
         f"{c['base']:.1f} | {c['tuned']:.1f} | {'**' if c.get('worse') else ''}{c['delta']:+.1f}"
         f"{'** ⚠' if c.get('worse') else ''} | {_interval(c.get('ci'))} | {word_of(c)} |"
-        for c in check["checks"]
+        for c in check.rows
     )
     head = (
         f"| general check | score | items | base | {served_label(run)} | change | 95% interval of the change | verdict |\n"
         "|---|---|---:|---:|---:|---:|---:|---|"
     )
-    kind = "warning" if any(c.get("worse") for c in check["checks"]) else "ok"
+    kind = "warning" if check.worse else "ok"
     blend = blend_of(run)
-    verdict = check.get("verdict", "") if blend is None else blend_verdict(check["checks"], blend[0])
-    took = f" The checks took {check['seconds']:g} s." if check.get("seconds") is not None else ""
+    verdict = check.verdict if blend is None else blend_verdict(check.rows, blend[0])
+    took = f" The checks took {check.seconds:g} s." if check.seconds is not None else ""
     note = (
         "\n\nThe check half of each bundled set (its dev half chose the defaults). *Worse* means a drop of more than "
         f"{MARGIN:g} point with its whole interval below zero, *better* the same upwards; *Long documents* asks "
@@ -533,9 +537,9 @@ def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:
     return f"The served model is a blend: α = {alpha:g} of the tuned weights. {blend_summary(rows)}"
 
 
-def own_long_md(check: dict[str, Any]) -> str:
+def own_long_md(check: Checks) -> str:
     """The label-free self-check on the run's own long strings (explorer.compare.forgetting.own_long_texts), if it ran."""
-    own = check.get("own_long_texts")
+    own = check.own_long_texts
     if not own:
         return ""
     return (
@@ -560,8 +564,8 @@ def default_alpha(run: RunInfo | None) -> float:
     blend = blend_of(run)
     if blend is not None:
         return blend[0]
-    checks = (run.stats.get("forgetting") or {}).get("checks") or []
-    return float(SUGGESTED_ALPHA) if any(c.get("worse") for c in checks) else 1.0
+    checks = run.record.checks
+    return float(SUGGESTED_ALPHA) if checks is not None and checks.worse else 1.0
 
 
 def remedy_offered(run: RunInfo | None) -> bool:
@@ -569,15 +573,16 @@ def remedy_offered(run: RunInfo | None) -> bool:
     general check worse than the base."""
     if run is None or blend_of(run) is not None:
         return False
-    return any(c.get("worse") for c in (run.stats.get("forgetting") or {}).get("checks") or [])
+    checks = run.record.checks
+    return checks is not None and checks.worse
 
 
 def blend_info(run: RunInfo) -> str:
     """What a blend costs, said before it is asked for: the weights mix at once, but every string is encoded again
     (14,257 strings took 81 s on a busy 2-core machine, where the README said "seconds"), as long as the run's tuned
     index took, and the general checks run again."""
-    took = run.stats.get("tuned_index_seconds")
-    here = f", about {fmt_seconds(float(took))} here as this run's took" if isinstance(took, int | float) else ""
+    took = run.record.timing.tuned_index_seconds
+    here = f", about {fmt_seconds(float(took))} here as this run's took" if took is not None else ""
     return (
         f"Interpolates the weights at once, then re-encodes your {run.n_texts:,} strings with them{here} "
         "(no retraining), then the general checks"

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from explorer.runs.runinfo import RunInfo
+    from explorer.runs.record import Pairs, RunInfo
+    from mirror.pairs import PairGain
 
 
 def pairing_md(info: dict[str, Any]) -> str:
@@ -23,27 +24,32 @@ def pairing_md(info: dict[str, Any]) -> str:
     )
 
 
-def gain_of(run: RunInfo | None) -> dict[str, Any] | None:
-    """A pairs run's held-out gain (mirror.pairs.PairGain.to_dict), or None."""
-    pairs = (run.stats.get("pairs") if run is not None else None) or {}
-    return pairs.get("gain")
+def pairs_of(run: RunInfo | None) -> Pairs | None:
+    """A pairs run's pairs (explorer.runs.record.Pairs), or None."""
+    return run.record.training.pairs if run is not None else None
+
+
+def gain_of(run: RunInfo | None) -> PairGain | None:
+    """A pairs run's held-out gain (mirror.pairs.PairGain), or None."""
+    pairs = pairs_of(run)
+    return pairs.gain if pairs is not None else None
 
 
 def pairs_md(run: RunInfo | None) -> str:
     """What a pairs run gained on its own held-out rows, in one sentence and a verdict word; or why nothing measured
     it (nothing held out); "" for a run without pairs."""
-    pairs = (run.stats.get("pairs") if run is not None else None) or {}
-    if not pairs:
+    pairs = pairs_of(run)
+    if pairs is None:
         return ""
-    string_col, partner_col = (pairs.get("columns") or ["string", "partner"])[:2]
-    gain = pairs.get("gain")
+    string_col, partner_col = pairs.columns
+    gain = pairs.gain
     if gain is None:
         return (
-            f"**Your pairs:** {pairs.get('paired', 0):,} `{string_col}` trained with their `{partner_col}`; none were "
+            f"**Your pairs:** {pairs.stats.paired:,} `{string_col}` trained with their `{partner_col}`; none were "
             "held out (held-out share 0, or under 40 pairs), so nothing measures the gain on your rows."
         )
     word = {"better": "better", "worse": "**worse**", "same": "no better than the base (within the interval)"}
-    return f"**Your held-out pairs — {word.get(gain['verdict'], gain['verdict'])}.** {gain['sentence']}"
+    return f"**Your held-out pairs — {word.get(gain.verdict, gain.verdict)}.** {gain.sentence()}"
 
 
 def pairs_row(run: RunInfo | None) -> str:
@@ -51,24 +57,23 @@ def pairs_row(run: RunInfo | None) -> str:
     gain = gain_of(run)
     if gain is None:
         return ""
-    base, tuned, low, high = gain["base"]["mrr10"], gain["tuned"]["mrr10"], gain["low"]["mrr10"], gain["high"]["mrr10"]
+    base, tuned, low, high = gain.base["mrr10"], gain.tuned["mrr10"], gain.low["mrr10"], gain.high["mrr10"]
     return (
-        f"| **your held-out pairs** | MRR@10 ×100 | {gain['rows']:,} | {base:.1f} | {tuned:.1f} | {tuned - base:+.1f} | "
-        f"{low:+.1f} to {high:+.1f} | {gain['verdict']} |\n"
+        f"| **your held-out pairs** | MRR@10 ×100 | {gain.rows:,} | {base:.1f} | {tuned:.1f} | {tuned - base:+.1f} | "
+        f"{low:+.1f} to {high:+.1f} | {gain.verdict} |\n"
     )
 
 
 def search_by_partner(run: RunInfo | None) -> str:
     """Under a pairs run's Search header: search by the partner side (type a description, find the name), with a
     held-out row's partner to try (one the run never trained on)."""
-    pairs = (run.stats.get("pairs") if run is not None else None) or {}
-    if not pairs:
+    pairs = pairs_of(run)
+    if pairs is None:
         return ""
-    string_col, partner_col = (pairs.get("columns") or ["string", "partner"])[:2]
+    string_col, partner_col = pairs.columns
     line = f"\n\nTuned on pairs: type a `{partner_col}` to find its `{string_col}`"
-    examples = pairs.get("examples") or []
-    if examples:
-        partner, string = examples[0]
+    if pairs.examples:
+        partner, string = pairs.examples[0]
         line += f", e.g. a row it never trained on: *{_cut(partner)}* (its `{string_col}`: *{_cut(string)}*)"
     return line + "."
 
@@ -80,13 +85,12 @@ def _cut(text: str, n: int = 120) -> str:
 
 def pairs_about(run: RunInfo | None) -> str:
     """A pairs run in plain text, for an export's README: the columns paired, the counts, the held-out gain."""
-    pairs = (run.stats.get("pairs") if run is not None else None) or {}
-    if not pairs:
+    pairs = pairs_of(run)
+    if pairs is None:
         return ""
-    string_col, partner_col = (pairs.get("columns") or ["string", "partner"])[:2]
-    gain = pairs.get("gain")
-    measured = f" {gain['sentence']}" if gain else " None were held out: nothing measured the gain."
+    string_col, partner_col = pairs.columns
+    measured = f" {pairs.gain.sentence()}" if pairs.gain else " None were held out: nothing measured the gain."
     return (
-        f"Tuned on pairs: each {string_col} with its {partner_col} as its positive ({pairs.get('paired', 0):,} strings "
-        f"had one, {pairs.get('held_out', 0):,} rows held out of training).{measured}"
+        f"Tuned on pairs: each {string_col} with its {partner_col} as its positive ({pairs.stats.paired:,} strings "
+        f"had one, {pairs.held_out:,} rows held out of training).{measured}"
     )

@@ -1,9 +1,11 @@
 """MirrorApp: the service the web UI (and its API) calls. Plain values in, plain values or events out.
 
 It owns no Gradio and little code: the shared state (settings, sessions, the model cache, the run store, the
-training and search slots, the estimator) and one object per concern over it, which app.py and ui/ call:
+training and search slots, the disk and CPU accounts, the estimator) and one object per concern over it, which app.py and ui/ call:
 `app.loader` (explorer.tune.loading: tab 1's strings), `app.planner` (explorer.tune.planning: the plan and estimate),
-`app.trainer` (explorer.runs.training: runs), `app.saved` (explorer.runs.saved: kept runs, model zips, blends),
+`app.registry` (explorer.runs.live: the live runs, each with its one status), `app.runner` (explorer.runs.execute:
+every kind of run, one path), `app.trainer` (explorer.runs.training: training runs), `app.saved`
+(explorer.runs.saved: kept runs, model zips, blends),
 `app.searcher` (explorer.compare.searching: search and evaluate), `app.explore` (explorer.compare.explore: the Explore tab).
 """
 
@@ -13,19 +15,21 @@ import functools
 import logging
 import os
 import secrets
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from explorer.compare.explore import RunExplorer
 from explorer.compare.search import BaseIndexes
 from explorer.compare.searching import Searcher
-from explorer.runs.accounts import DiskAccounts, Owner, last_used
+from explorer.runs.accounts import DiskAccounts, Owner
 from explorer.runs.cpu import CpuAccounts
+from explorer.runs.disk import Disk
+from explorer.runs.execute import Runner
 from explorer.runs.jobs import FairSlots, TrainQueue
+from explorer.runs.live import RunRegistry
 from explorer.runs.models import Loaded, ModelCache
 from explorer.runs.saved import SavedRuns
-from explorer.runs.sessions import EVICT_MIN_IDLE_S, RUNS_DIR, RunHandle, RunInfo, Session, SessionStore
+from explorer.runs.sessions import RUNS_DIR, RunInfo, Session, SessionStore
 from explorer.runs.store import RunStore
 from explorer.runs.training import Trainer
 from explorer.settings import Settings
@@ -45,39 +49,74 @@ class MirrorApp:
     """
 
     def __init__(self, settings: Settings | None = None):
-        self.settings = settings or Settings.from_env()
-        self.settings.work_dir.mkdir(parents=True, exist_ok=True)
-        self.models = ModelCache(self.settings)
-        self.explore = RunExplorer(self)  # the Explore tab: maps, what moved, health, exports, the Hub
-        self.sessions = SessionStore(self.settings, self.forget)
-        self.runs = RunStore(self.settings.work_dir / RUNS_DIR, self.forget)
-        self.accounts = DiskAccounts(lambda: self.settings, self.settings.work_dir, self.runs.root, self.forget)
-        self.models.hub.server_room = self.accounts.server_room  # a hub download counts on the server's disk
-        # the compute each visitor and address spent in the last hour (training, maps, exports, evaluations)
-        self.cpu = CpuAccounts(self.settings.visitor_cpu_s, self.settings.address_cpu_s)
+        s = self._settings = settings or Settings.from_env()
+        s.work_dir.mkdir(parents=True, exist_ok=True)
+        # the shared state: the model cache, the live runs, sessions, kept runs, disk accounts, slots, the estimator
+        self.models = models = ModelCache(s)
+        self.registry = registry = RunRegistry()  # the live runs, each with its one status (explorer.runs.live)
+        self.sessions = SessionStore(s, self.forget, registry)
+        self.runs = RunStore(s.work_dir / RUNS_DIR, self.forget)
+        self.accounts = DiskAccounts(lambda: self.settings, s.work_dir, self.runs.root, self.forget)
+        models.hub.server_room = self.accounts.server_room  # a hub download counts on the server's disk
+        self.disk = Disk(s, self.sessions, self.runs, self.accounts, registry)  # sweeps, then room, before a write
+        # the compute each visitor and address spent in the last hour (runs of every kind, maps, exports, evaluations)
+        self.cpu = cpu = CpuAccounts(s.visitor_cpu_s, s.address_cpu_s)
         # who is asking, as the web layer knows it (ui.handlers.current_visitor: the signed cookie and the address);
         # None where nobody tells (the service used directly): such sessions share one account
         self.identify: Callable[[], Owner | None] = lambda: None
-        self.in_progress: dict[str, RunHandle] = {}  # run id -> its handle, while it runs (a reload reattaches)
-        # run id -> the RunInfo of a run (or blend) served before its general checks, while they run: whoever opens
-        # it meanwhile gets this one, which the checks then complete (explorer.runs.training.check_and_package)
-        self.checking: dict[str, RunInfo] = {}
-        # Training slots and the places waiting for one (runs, blends, model uploads): one place per visitor, in
+        # Training slots and the runs waiting for one (runs, blends, model uploads): one place per visitor, in
         # arrival order; Gradio's own queue does not hold these events (they wait here, cancellable, holding no worker)
-        self.train_queue = TrainQueue(self.settings.train_concurrency, self.settings.train_queue)
-        self.search_slots = FairSlots(self.settings.search_concurrency)
+        self.train_queue = TrainQueue(s.train_concurrency, s.train_queue)
+        self.search_slots = slots = FairSlots(s.search_concurrency)
         self.base_indexes = BaseIndexes()  # the loaded strings under a base model, searched before any tuning
         # time costs calibrated on this machine: once per process and model, whichever app asks
-        self.estimator = Estimator(self.settings.work_dir / ".estimate", shared=True)
-        # one object per concern, each over the state above (`app.<part>.<method>`)
-        self.loader = TextLoader(self)  # tab 1's strings: files, pasted text, examples, Hub datasets
-        self.planner = Planner(self)  # the plan and time estimate before a run
-        self.trainer = Trainer(self)  # runs: start, follow, cancel, serve
-        self.saved = SavedRuns(self)  # kept runs opened by id, uploaded model zips, blends
-        self.searcher = Searcher(self)  # search both encoders, another corpus, gold pair sets
+        self._estimator = Estimator(s.work_dir / ".estimate", shared=True)
+        # one object per concern, each given what it touches (`app.<part>.<method>`); MirrorApp only wires them
+        self.loader = TextLoader(s, models)  # tab 1's strings: files, pasted text, examples, Hub datasets
+        self.planner = Planner(s, models, self.estimator, registry)  # the plan and time estimate before a run
+        # every kind of run, one path: the slot, the disk, the folder, serving, the checks, packaging, failure
+        self.runner = Runner(registry, self.train_queue, models, self.runs, self.disk.check, s, slots, cpu)
+        # kept runs opened by id, uploaded model zips, blends
+        self.saved = SavedRuns(registry, self.runner, self.runs, models, lambda folder: self.explore.forget(folder), s)
+        # training runs: start, follow, cancel
+        self.trainer = Trainer(
+            registry, self.runner, self.train_queue, self.loader, self.saved, models, self.planner, self.estimator, s
+        )
+        # search both encoders, another corpus, gold pair sets
+        self.searcher = Searcher(s, models, self.saved.kept, self.disk, slots, self.base_indexes, cpu)
+        # the Explore tab: maps, what moved, health, exports, the Hub
+        self.explore = RunExplorer(s, models, self.searcher.search, self.disk, self.accounts, slots, cpu)
 
     def __deepcopy__(self, memo: dict) -> MirrorApp:  # never cloned, whatever holds a reference to it
         return self
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        """Settings changed while it runs (tests do; the disk accounts read them per call) reach the parts that read
+        them per call, and the CPU accounts their budgets; the model cache and the session store keep the ones they
+        were made with."""
+        self._settings = value
+        if hasattr(self, "cpu"):
+            self.cpu.visitor_s, self.cpu.address_s = value.visitor_cpu_s, value.address_cpu_s
+        for part in ("disk", "loader", "planner", "runner", "saved", "trainer", "searcher", "explore"):
+            if hasattr(self, part):
+                getattr(self, part).settings = value
+
+    @property
+    def estimator(self) -> Estimator:
+        return self._estimator
+
+    @estimator.setter
+    def estimator(self, value: Estimator) -> None:
+        """Another estimator (a test's, with no calibrations) reaches the parts that price and learn."""
+        self._estimator = value
+        for part in ("planner", "trainer"):
+            if hasattr(self, part):
+                getattr(self, part).estimator = value
 
     @functools.cached_property
     def secret(self) -> str:
@@ -120,38 +159,12 @@ class MirrorApp:
         self.sessions.close(state)
 
     def sweep(self, force: bool = False) -> list[Path]:
-        """Remove sessions idle past MIRROR_SESSION_TTL and runs unused for MIRROR_RUN_TTL (never one being made),
-        and run folders a restart cut short; never anything for disk space (check_disk refuses the writer)."""
-        removed = self.sessions.sweep(force)
-        if force or removed:
-            keep = {h.folder for h in self.in_progress.values() if h.folder is not None}
-            s = self.settings
-            unfinished = max(s.max_run_seconds or 0.0, 3600.0) + 600.0  # longer than any run takes to be made
-            removed += self.runs.sweep(s.run_ttl, keep, unfinished)
-        return removed
+        """Remove sessions idle past MIRROR_SESSION_TTL and runs unused for MIRROR_RUN_TTL (explorer.runs.disk)."""
+        return self.disk.sweep(force)
 
     def check_disk(self, session: Session, incoming: int = 0) -> list[str]:
-        """Before a job writes about `incoming` bytes for `session`: old sessions and runs swept, then room in the
-        disk accounts of its visitor, its address and the server (explorer.runs.accounts), or MirrorError. The
-        visitor's own least recently used runs may make room in its own budget: the notes say which went."""
-        self.sweep(force=True)
-        busy = {h.folder for h in self.in_progress.values() if h.folder is not None}
-        busy |= {self.runs.folder(run_id) for run_id in self.checking}
-        if session.run is not None:
-            busy.add(session.run.folder)
-
-        def may_go(folder: Path) -> bool:
-            idle = time.time() - last_used(folder) > EVICT_MIN_IDLE_S
-            return folder not in busy and idle and (folder / "run.json").is_file()
-
-        removed = self.accounts.make_room(session.owner, incoming, may_go)
-        if not removed:
-            return []
-        names = ", ".join(f.name[:8] for f in removed)
-        return [
-            f"To make room within your disk on this server (MIRROR_VISITOR_DISK_MB), your least recently used "
-            f"run{'s' if len(removed) > 1 else ''} {names} {'were' if len(removed) > 1 else 'was'} removed."
-        ]
+        """Room for a job that writes about `incoming` bytes for `session`, or MirrorError (explorer.runs.disk)."""
+        return self.disk.check(session, incoming)
 
     def warm_up(self) -> None:
         """Ahead of the first request (a thread at server start): the bundled model, the base side of the forgetting

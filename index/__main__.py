@@ -95,7 +95,7 @@ def _build(args: argparse.Namespace, rank: int, world_size: int) -> int:
         pq_m=args.pq_m,
         rerank=args.rerank,
     )  # checked here: before reading the input and encoding it
-    check_target(args.out)  # fail before a long encoding, not after: an index folder (or new or empty), writable
+    check_target(args.out, "--out")  # fail before a long encoding, not after: an index folder (or new or empty)
     texts, stats = load_input(args.input, args.column, args.max_mb, args.max_strings)
     if not texts:
         raise MirrorError(f"{args.input}: no non-empty strings to index")

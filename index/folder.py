@@ -18,9 +18,9 @@ import numpy as np
 from index.calibrate import TARGET_RECALL
 from index.options import IndexOptions
 from index.rows import Rows
-from mirror.cli import check_out_dir
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
+from mirror.folders import check_out_dir
 from mirror.names import looks_local
 
 if TYPE_CHECKING:
@@ -31,9 +31,10 @@ INDEX_FILE, TEXTS_FILE, META_FILE = "index.faiss", "texts.json", "meta.json"
 VECTORS_FILE = "vectors.f16.npy"  # ivfpq: the float16 rows re-ranking reads, memory-mapped after save/load
 
 
-def check_target(folder: str | Path) -> Path:
-    """The absolute save path; an existing folder is only replaced if it is an index (or empty)."""
-    return check_out_dir(folder, (META_FILE,), "an index folder").resolve()
+def check_target(folder: str | Path, flag: str | None = None) -> Path:
+    """The absolute save path; an existing folder is only replaced if it is an index (or empty). `flag`: the command
+    line's option that named it (its messages say it)."""
+    return check_out_dir(folder, (META_FILE,), "an index folder", flag).resolve()
 
 
 def new_meta(dim: int, encoder: Encoder | None, options: IndexOptions) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def write_folder(
     folder: str | Path, cpu: faiss.Index, texts: list[str], meta: dict[str, Any], rows: Rows | None
 ) -> Path:
     """Write index.faiss, texts.json, meta.json (and an ivfpq index's float16 rows) to `folder` atomically."""
-    from mirror.encoder import replace_dir
+    from mirror.folders import replace_dir
 
     out = check_target(folder)
     out.parent.mkdir(parents=True, exist_ok=True)

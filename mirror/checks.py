@@ -40,11 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from mirror.bundled import bundled
 from mirror.data import decode
 from mirror.errors import MirrorError
 from mirror.evaluate import Pair, bootstrap_spearman, interval, pair_cosines, read_pairs, spearman
 
-GOLD = Path(__file__).resolve().parent.parent / "examples" / "gold"
+GOLD = bundled("gold")  # the bundled data (mirror.bundled)
 # The blend suggested when a check is worse (and where the app's blend slider then starts): chosen on the dev half by
 # bench/bench_forgetting.py, see bench/RESULTS.md "Forgetting check and blend". Never applied without the user.
 SUGGESTED_ALPHA = 0.5

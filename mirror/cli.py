@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from mirror import folders
 from mirror.data import CleanStats, clean_texts, read_texts
 from mirror.errors import MirrorError
 from mirror.pairs import PairStats
@@ -81,32 +80,8 @@ def model_arg(name: str) -> str:
 
 
 def check_out_dir(path: str | Path, markers: Sequence[str], what: str, flag: str = "--out") -> Path:
-    """Fail before the work, not after it: `path` (the user's `flag`) must be a missing path, an empty folder
-    or a folder holding one of `markers` (a folder this tool wrote, which a save replaces), in a writable place.
-
-    Anything else (notes, the input file, another tool's folder) is refused and left untouched; `what` names
-    the folders we do replace, e.g. "a model folder written by mirror". Returns the path, user-expanded.
-    """
-    out = Path(path).expanduser()
-    refuse = f"{flag} {path}: exists and is not"
-    try:
-        if out.exists() or out.is_symlink():
-            if not out.is_dir():
-                raise MirrorError(f"{refuse} a folder; choose a new or empty folder")
-            if any(out.iterdir()) and not any((out / marker).is_file() for marker in markers):
-                raise MirrorError(f"{refuse} {what}; choose a new or empty folder")
-    except OSError as exc:
-        raise MirrorError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
-    parent = out if out.exists() else out.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    try:  # really try: permission bits do not tell (root, read-only mounts, /proc)
-        if not parent.is_dir():
-            raise OSError(f"{parent} is not a folder")
-        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=parent))
-    except OSError:
-        raise MirrorError(f"{flag} {path}: cannot create or write there ({parent} is not a writable folder)") from None
-    return out
+    """mirror.folders.check_out_dir, its messages naming the command line's `flag` (default --out)."""
+    return folders.check_out_dir(path, markers, what, flag)
 
 
 def run_cli(

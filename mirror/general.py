@@ -8,12 +8,12 @@ import bisect
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from mirror.bundled import bundled
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
 
-GENERAL = Path(__file__).resolve().parent.parent / "examples" / "general"
+GENERAL = bundled("general")  # the bundled data (mirror.bundled)
 # A words run mixes in words: sentences would change what a word batch is (long, span-masked views among
 # dropout-only single words); Wikipedia's frequent words keep it a batch of words.
 FILES = {"sentences": "wiki-sentences.txt", "words": "wiki-words.txt"}

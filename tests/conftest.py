@@ -280,6 +280,14 @@ def train(app: MirrorApp, session: Session, model: str | Path, **overrides: Any)
     return list(app.trainer.train(session, str(model), "auto", {**TINY, **overrides}))
 
 
+def blend(app: MirrorApp, session: Session, alpha: float) -> tuple[Any, list[Event], Any]:
+    """A blend of the session's run at `alpha`, run to its end, which must serve it: (its parent, its events, it)."""
+    parent = session.run
+    events = list(app.saved.blend_run(session, alpha))
+    assert events[-1].kind == "done", events[-1]
+    return parent, events, session.run
+
+
 def tuned_session(app: MirrorApp, model: str | Path) -> Session:
     """A new session with WORDS loaded, tuned (TINY) and indexed: it serves a run."""
     s = app.session()

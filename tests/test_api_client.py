@@ -31,7 +31,7 @@ def test_api_lists_the_named_endpoints(client):
     info = client.view_api(return_format="dict", print_info=False)
     assert {"/train", "/search"} <= set(info["named_endpoints"])
     params = [p["parameter_name"] for p in info["named_endpoints"]["/train"]["parameters"]]
-    assert params == ["texts", "file", "column", "model", "mode", "settings"]
+    assert params == ["texts", "file", "column", "model", "mode", "settings", "pair_column"]  # pair_column: issue 50
 
 
 def test_train_then_search_then_a_failed_run_keeps_the_model(client, server, tmp_path):

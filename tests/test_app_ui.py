@@ -34,6 +34,7 @@ import app as mx
 from explorer import MirrorApp, Session, Settings, render
 from explorer.tune.inputs import ADVANCED, label
 from mirror import MirrorConfig
+from mirror.errors import MirrorError
 from mirror.names import is_under
 from tests.conftest import ENDLESS, ROOT, TINY, WORDS, inject_oom, train, tuned_session
 from tests.server import Served, serve
@@ -457,7 +458,7 @@ def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):
     status = shown(last, "mx-status")
     assert "mx-status-error" in status and "epochs must be &gt;= 1" in status
     assert shown(last, "mx-launch")["interactive"] is True  # the Launch button comes back
-    assert session.run is None and session.active is None
+    assert session.run is None and app.registry.of(session) is None
 
 
 def test_the_search_adapter_shows_bad_queries_as_a_message(ui, tiny_bert):
@@ -481,7 +482,7 @@ def test_out_of_memory_at_every_batch_size_ends_with_a_message_not_a_hang(ui, ti
     assert not worker.is_alive(), "the UI handler hung"
     status = shown(result[-1], "mx-status")
     assert "mx-status-error" in status and "out of memory even at batch size 2" in status, status
-    assert session.active is None and session.run is None
+    assert app.registry.of(session) is None and session.run is None
     assert app.train_queue.free == app.settings.train_concurrency  # the slot was given back
 
 
@@ -565,7 +566,7 @@ def test_many_short_sessions_leave_only_the_live_ones_on_disk(tmp_path, tiny_ber
     removed = app.sweep(force=True)
     assert sorted(removed) == sorted(orphans)
     assert (
-        busy.folder.is_dir() and app.settings.work_dir / busy.folder.name in app.sessions.running
+        busy.folder.is_dir() and app.settings.work_dir / busy.folder.name in app.registry.session_folders()
     )  # not while it runs
     app.trainer.cancel(busy)
     assert list(running)[-1].kind == "cancelled"  # the run ends ...
@@ -638,6 +639,83 @@ def test_an_api_clients_failed_first_call_leaves_no_folder(app):
     assert [p.name for p in app.settings.work_dir.iterdir() if p.is_dir()] == []  # (a key file: .browser-secret)
 
 
+def test_every_status_the_page_shows_comes_from_the_registry(ui, tiny_bert, tmp_path):
+    """Issue 51: a run's status lives on its Run, in the app's one registry. Moved through its life by the registry's
+    own calls and nothing else (no thread, no job), every status the page and the API show follows it: a reloaded
+    tab reattaching, Launch armed or not, Cancel's and /cancel's answer, the pending checks and downloads in the
+    run's summary and its checks panel, the push refused while they run."""
+    from explorer.events import Done
+    from explorer.runs.live import Run
+
+    app, fns = ui
+    served = tuned_session(app, tiny_bert).run  # a run's files and record, to serve
+    session = app.session()
+    app.loader.load_pasted(session, "\n".join(WORDS))
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(WORDS))
+    run = Run(session)
+    pending = render.message(render.CHECKS_PENDING, "info")
+
+    def page(memory_run: str) -> dict:
+        """What the page shows at this moment: a reloaded tab, Launch after a load, Cancel, the run's panels."""
+        reloaded = quiet(lambda: next(fns["on_load"].fn({"runs": [], "active": memory_run}, app.session(), None)))
+        armed = upload_with_launch(ui, session, words)[1]["interactive"]
+        return {
+            "reattached": "Reattached to your run" in str(shown(reloaded, "mx-status")),
+            "launch": armed,
+            "cancel": fns["api_cancel"].fn(session)[0],
+            "pending": render.forgetting_md(served) == pending,
+            "downloads later": "Downloads follow with the general checks." in render.run_md(served),
+        }
+
+    def cancel_says(text: str) -> str:
+        return next(
+            k for k in ("Nothing is running", "Cancelled before it started", "Stopping", "served already") if k in text
+        )
+
+    idle = page(run.id)
+    assert not idle["reattached"] and idle["launch"] and cancel_says(idle["cancel"]) == "Nothing is running"
+    assert not idle["pending"] and not idle["downloads later"]
+
+    assert app.trainer.request_run(session) is not run  # Launch clicked: asked for, not begun
+    asked = app.registry.of(session)
+    assert asked.status == "queued" and not app.registry.get(asked.id)
+    assert not page(asked.id)["launch"]  # Launch waits for the run it asked for
+    app.registry.asked(session)  # (taken, as a start would)
+
+    assert app.registry.begin(run) and run.status == "queued"  # waiting for a slot
+    shown_queued = page(run.id)
+    assert shown_queued["reattached"] and not shown_queued["launch"]
+    assert cancel_says(shown_queued["cancel"]) == "Stopping" and run.stop_reason == "cancel"
+
+    run.admit()
+    shown_running = page(run.id)
+    assert run.status == "running" and shown_running["reattached"] and not shown_running["launch"]
+    assert cancel_says(shown_running["cancel"]) == "Stopping" and not shown_running["pending"]
+
+    run.serving(served)
+    shown_checking = page(run.id)
+    assert run.status == "checking" and shown_checking["reattached"] and not shown_checking["launch"]
+    assert cancel_says(shown_checking["cancel"]) == "served already"
+    assert shown_checking["pending"] and shown_checking["downloads later"]
+    with pytest.raises(MirrorError, match="still running"):
+        app.explore.push(served_session(app, served), "me/run", "hf_x")
+
+    run.publish(Done(served))
+    app.registry.end(run)
+    run.end()
+    done = page(run.id)
+    assert run.status == "done" and not done["reattached"] and done["launch"]
+    assert cancel_says(done["cancel"]) == "Nothing is running" and not done["pending"] and not done["downloads later"]
+
+
+def served_session(app: MirrorApp, run) -> Session:
+    """A session that serves `run`."""
+    s = app.session()
+    s.run = run
+    return s
+
+
 # Attack review, runs that never end: an API client's run can be stopped from its first event.
 def test_an_api_run_is_cancellable_from_its_first_event(app, tiny_bert):
     """The /train endpoint hands its session (and the run id) out with its first event, so /cancel reaches it."""
@@ -647,11 +725,11 @@ def test_an_api_run_is_cancellable_from_its_first_event(app, tiny_bert):
     stream = fns["api_train"]("\n".join(WORDS), None, "", str(tiny_bert), "auto", ENDLESS, None)
     progress, model_zip, _, session = next(stream)
     assert progress["status"] == "running" and len(progress["run_id"]) == 32 and model_zip is None
-    assert session.active is not None and session.active.id == progress["run_id"]
+    assert app.registry.of(session) is not None and app.registry.of(session).id == progress["run_id"]
     assert "Stopping" in fns["api_cancel"](session)[0]
     with pytest.raises(gr.Error, match="Cancelled after"):
         list(stream)
-    assert session.active is None and session.run is None
+    assert app.registry.of(session) is None and session.run is None
 
 
 # ---------------------------------------------------------------------------------------------- the real server

@@ -17,7 +17,7 @@ import pytest
 
 from explorer import MirrorApp
 from explorer.runs.accounts import Owner, disk_usage, read_owner
-from explorer.runs.training import run_bytes
+from explorer.runs.execute import run_bytes
 from mirror.errors import MirrorError
 from tests.conftest import WORDS, train
 

@@ -96,3 +96,39 @@ def test_background_work_pauses_for_interactive_work_and_never_forever():
         with short.background():
             short.pause()
         assert time.monotonic() - t0 < 2
+
+
+def test_every_kind_of_run_is_metered_and_refused_past_its_visitors_budget(app, tiny_bert, monkeypatch):
+    """Issue 49 through the service: a training (its checks included), a blend and a model upload are charged to
+    their visitor in the one path every run takes (explorer.runs.execute); past the visitor's budget the next run of
+    any kind is refused before it waits for a slot, with the message saying which limit; another visitor's is not.
+    Issue 54: each kind is background work in its own thread (an upload's encode batches pause for a map)."""
+    import dataclasses
+
+    from mirror.cores import TURNS
+    from tests.conftest import WORDS, train
+
+    pauses: list[bool] = []
+    pause = TURNS.pause
+    monkeypatch.setattr(TURNS, "pause", lambda: pauses.append(getattr(TURNS._local, "background", False)) or pause())
+
+    app.settings = dataclasses.replace(app.settings, visitor_cpu_s=1e-9, address_cpu_s=0)
+    alice, bob = Owner("alice", "1.1.1.1"), Owner("bob", "2.2.2.2")
+    a, b = app.sessions.get(None, alice), app.sessions.get(None, bob)
+    for s in (a, b):
+        app.loader.load_pasted(s, "\n".join(WORDS))
+    assert train(app, a, tiny_bert)[-1].kind == "done"  # within the budget when it started
+    assert app.cpu.used(alice)[0] > 0 and app.cpu.used(bob) == (0, 0)
+    refused = train(app, a, tiny_bert)
+    assert [e.kind for e in refused] == ["error"], refused  # at once: it never waited for a slot
+    assert "MIRROR_VISITOR_CPU_S" in refused[0].text and "so a run cannot start now" in refused[0].text
+    blended = list(app.saved.blend_run(a, 0.5))
+    assert blended[-1].kind == "error" and "so a blend cannot start now" in blended[-1].text, blended
+    # another visitor: its own account (an upload of alice's model zip is charged to bob, then bob is past his)
+    pauses.clear()
+    assert list(app.saved.use_saved_model(b, str(a.run.model_zip)))[-1].kind == "done"
+    assert app.cpu.used(bob)[0] > 0
+    assert pauses and all(pauses)  # its encode batches ran in the run's thread, as background work
+    last = train(app, b, tiny_bert)[-1]
+    assert last.kind == "error" and "MIRROR_VISITOR_CPU_S" in last.text, last
+    assert not app.registry.runs()

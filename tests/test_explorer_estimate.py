@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from explorer.render import fmt_seconds
+from explorer.runs.live import Run
 from explorer.tune import estimate as est_mod
 from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, price
 from explorer.tune.plan_md import estimate_md
@@ -241,11 +242,12 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
     app.estimator = Estimator(app.settings.work_dir / ".estimate")
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))
-    app.in_progress["someone"] = object()  # a run is training on this server: no calibration competes with it
+    someone = Run()  # a run is training on this server: no calibration competes with it
+    app.registry.begin(someone)
     try:
         text = app.planner.estimate(s, str(tiny_bert), "auto", TINY)
     finally:
-        app.in_progress.pop("someone")
+        app.registry.end(someone)
     assert "rough guess" in text and "when no run is training" in text and not app.estimator.calibrations
     config = MirrorConfig.preset("words", model=str(tiny_bert), **TINY)
     key = app.estimator.key(config, "cpu", torch.get_num_threads(), length=4)  # WORDS: ~5 tokens padded

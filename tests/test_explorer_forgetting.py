@@ -12,11 +12,12 @@ import pytest
 from explorer import render
 from explorer.compare import forgetting
 from explorer.compare.forgetting import CHECKS, Check, forgetting_check, verdict
+from explorer.runs.record import record_of
 from explorer.settings import Settings
 from mirror import checks as engine
 from mirror.checks import check_items
 from mirror.errors import MirrorError
-from tests.conftest import train
+from tests.conftest import blend, train
 
 TOY = Check("Toy pairs", "toy.tsv", "toy similarity", 200)
 
@@ -187,16 +188,15 @@ def test_a_blend_opened_during_its_checks_is_the_one_they_complete(app, tuned, m
     monkeypatch.setattr(forgetting, "forgetting_check", while_checking)
     events = list(app.saved.blend_run(tuned, 0.5))
     assert events[-1].kind == "done" and seen and all(s == (True, True, False) for s in seen), seen
-    assert not app.checking and not tuned.run.checks_pending and tuned.run.model_zip.is_file()
+    assert not app.registry.runs() and not tuned.run.checks_pending and tuned.run.model_zip.is_file()
 
 
 def test_a_run_whose_server_stopped_during_its_checks_opens_with_its_downloads(app, tuned):
     """run.json says its checks were pending and no run of that id is in progress (the server restarted): it opens
     as a run without checks, its downloads made then."""
     run = tuned.run
-    run.checks_pending = True
     run.model_zip.unlink()
-    app.runs.save(run)
+    app.runs.save(run, checks_pending=True)
     opened = app.saved.open_run(app.session(), run.folder.name)
     assert not opened.checks_pending and opened.model_zip.is_file()
     assert not app.runs.load(run.folder.name).checks_pending
@@ -252,7 +252,7 @@ def test_forgetting_md_marks_the_worse_checks():
             "worse": True,
         },
     ]
-    run = SimpleNamespace(stats={"forgetting": {"checks": rows, "verdict": verdict(rows)}})
+    run = SimpleNamespace(record=record_of({"forgetting": {"checks": rows, "verdict": verdict(rows)}}))
     shown = render.forgetting_md(run)
     assert shown.startswith("> **Note:** Tuning made the model worse on 1 general check: Long documents")
     assert "| Long documents | graded nDCG@10 ×100 | 206 | 48.3 | 46.6 | **-1.7** ⚠ | -3.4 to -0.3 | worse |" in shown
@@ -263,15 +263,16 @@ def test_forgetting_md_marks_the_worse_checks():
 
 @pytest.mark.checks
 def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
-    parent = tuned.run
-    events = list(app.saved.blend_run(tuned, 0.5))
-    assert events[-1].kind == "done", events[-1]
-    run = tuned.run
+    parent, events, run = blend(app, tuned, 0.5)
     assert run.folder != parent.folder and run.stats["blend_alpha"] == 0.5
     kinds = [e.text if e.kind == "phase" else e.kind for e in events]
     assert kinds.index("served") < kinds.index("Checking general similarity (the forgetting check)")  # served first
     assert render.served_status(run).startswith("Blended and indexed")  # its own time, not its parent's
     assert "served_seconds" not in run.stats and run.stats["blend_seconds"] >= 0
+    # what a blend re-encodes, timed: the parent's tuned index (index.pipeline), and the blend's own for a blend of it
+    for served in (parent, run):
+        took = served.record.timing.tuned_index_seconds
+        assert took is not None and f"about {render.fmt_seconds(took)} here" in render.blend_info(served)
     assert not run.checks_pending and run.model_zip.is_file() and "| Short articles |" in render.forgetting_md(run)
     assert run.stats["forgetting"] is not parent.stats["forgetting"] and run.stats["forgetting"]["checks"]
     assert render.default_alpha(run) == 0.5 and "α = 0.5 of the tuned weights" in render.forgetting_md(run)
@@ -282,7 +283,7 @@ def test_the_blend_slider_starts_at_the_suggestion_only_when_a_check_is_worse():
     from types import SimpleNamespace
 
     def run(stats):
-        return SimpleNamespace(stats=stats)
+        return SimpleNamespace(record=record_of(stats))
 
     worse = {"checks": [{"worse": True}, {"worse": False}]}
     fine = {"checks": [{"worse": False}]}
@@ -371,20 +372,29 @@ def test_the_own_long_texts_figures_are_shown_as_information_not_a_score():
 
     own = {"strings": 30, "min_tokens": 100, "overlap_at_10": 0.42, "halves_mrr_base": 80.0, "halves_mrr_tuned": 75.5}
     rows = [{"name": "X", "what": "x", "items": 9, "base": 1.0, "tuned": 1.0, "delta": 0.0, "worse": False}]
-    shown = render.forgetting_md(SimpleNamespace(stats={"forgetting": {"checks": rows, "own_long_texts": own}}))
+    shown = render.forgetting_md(
+        SimpleNamespace(record=record_of({"forgetting": {"checks": rows, "own_long_texts": own}}))
+    )
     assert "Your own long texts — information, not a quality score." in shown
     assert "your 30 longest strings (≥ 100 tokens)" in shown and "keeps 42%" in shown and "80.0 (base) → 75.5" in shown
-    assert "Your own long texts" not in render.forgetting_md(SimpleNamespace(stats={"forgetting": {"checks": rows}}))
+    assert "Your own long texts" not in render.forgetting_md(
+        SimpleNamespace(record=record_of({"forgetting": {"checks": rows}}))
+    )
 
 
 def test_the_remedy_is_offered_only_for_a_run_as_trained_with_a_worse_check():
     from types import SimpleNamespace
 
     worse = {"checks": [{"worse": True}]}
-    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": worse})) is True
-    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": worse, "blend_alpha": 0.5})) is False
-    assert render.remedy_offered(SimpleNamespace(stats={"forgetting": {"checks": [{"worse": False}]}})) is False
-    assert render.remedy_offered(SimpleNamespace(stats={})) is False and render.remedy_offered(None) is False
+    assert render.remedy_offered(SimpleNamespace(record=record_of({"forgetting": worse}))) is True
+    assert render.remedy_offered(SimpleNamespace(record=record_of({"forgetting": worse, "blend_alpha": 0.5}))) is False
+    assert (
+        render.remedy_offered(SimpleNamespace(record=record_of({"forgetting": {"checks": [{"worse": False}]}})))
+        is False
+    )
+    assert (
+        render.remedy_offered(SimpleNamespace(record=record_of({}))) is False and render.remedy_offered(None) is False
+    )
 
 
 @pytest.mark.checks

@@ -188,7 +188,7 @@ def test_bad_settings_are_an_error_event_and_nothing_changes(app, tiny_bert, ove
     app.loader.load_pasted(s, "\n".join(WORDS))
     events = train(app, s, tiny_bert, **overrides)
     assert [e.kind for e in events] == ["error"] and says in events[0].text, events
-    assert s.run is None and s.active is None and tree(app.runs.root) == []
+    assert s.run is None and app.registry.of(s) is None and tree(app.runs.root) == []
 
 
 # Attack review, runs that never end: the server's step cap holds whatever the settings ask for.

@@ -70,7 +70,7 @@ def test_the_wall_clock_cap_stops_a_run_and_keeps_the_previous_model(app, tiny_b
     last = list(timed.trainer.train(s, str(tiny_bert), "auto", ENDLESS))[-1]
     assert last.kind == "cancelled" and "stops a run after" in last.text, last
     assert time.monotonic() - t < 300 and s.run is previous and (previous.folder / "model").is_dir()  # it ended at all
-    assert s.active is None
+    assert app.registry.of(s) is None
 
 
 def test_a_consumer_that_goes_away_stops_its_run(app, tiny_bert, monkeypatch):
@@ -81,14 +81,14 @@ def test_a_consumer_that_goes_away_stops_its_run(app, tiny_bert, monkeypatch):
     app.loader.load_pasted(s, "\n".join(WORDS))
     events = app.trainer.train(s, str(tiny_bert), "auto", ENDLESS)
     assert next(e for e in events if e.kind == "step")  # it runs; now nobody asks for the next event
-    handle = s.active
+    run = app.registry.of(s)
     deadline = time.monotonic() + 30
-    while not handle.finished and time.monotonic() < deadline:  # the run's own thread stops it
+    while not run.ended and time.monotonic() < deadline:  # the run's own thread stops it
         time.sleep(0.2)
-    assert handle.finished and s.active is None and s.run is None
-    last = handle.events[-1]
+    assert run.ended and app.registry.of(s) is None and s.run is None
+    last = run.events[-1]
     assert last.kind == "cancelled" and "went away" in last.text
-    assert not handle.folder.exists()  # nothing was saved
+    assert not run.folder.exists()  # nothing was saved
 
 
 def test_a_reloaded_page_reattaches_and_the_run_goes_on(app, tiny_bert, monkeypatch):
@@ -100,7 +100,7 @@ def test_a_reloaded_page_reattaches_and_the_run_goes_on(app, tiny_bert, monkeypa
     app.loader.load_pasted(s, "\n".join(WORDS))
     first = app.trainer.train(s, str(tiny_bert), "auto", ENDLESS)
     assert next(e for e in first if e.kind == "step")
-    run_id = s.active.id
+    run_id = app.registry.of(s).id
     first.close()  # the page went away
     seen = []
     for ev in app.trainer.follow(run_id):  # the reloaded page

@@ -150,7 +150,7 @@ def test_hub_models_over_the_download_limit_are_refused_before_downloading(app, 
 
 # Attack review, uploaded model zips: the base model a zip names is checked like one a user typed.
 def test_the_base_model_named_in_a_zip_gets_the_hub_size_check(app, tiny_bert, tmp_path, monkeypatch):
-    from mirror import encoder
+    from mirror import hub
 
     zip_path = tuned_session(app, tiny_bert).run.model_zip
 
@@ -163,7 +163,7 @@ def test_the_base_model_named_in_a_zip_gets_the_hub_size_check(app, tiny_bert, t
 
     named = rewrite_zip(zip_path, tmp_path / "named.zip", edit)
     asked = []
-    monkeypatch.setattr(encoder, "hub_download_bytes", lambda model: asked.append(model) or 50 * 2**30)
+    monkeypatch.setattr(hub, "hub_download_bytes", lambda model: asked.append(model) or 50 * 2**30)
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))
     events = list(app.saved.use_saved_model(s, str(named)))
@@ -246,18 +246,18 @@ def remote_code_model(folder: Path, tiny_bert: Path, model_type: str = "bert") -
 
 
 def test_remote_code_is_never_trusted_whatever_the_model(tmp_path, tiny_bert, loader_calls, monkeypatch):
-    import mirror.encoder
+    import mirror.hub
     from mirror.encoder import load_encoder, load_sentence_transformer, save_encoder
 
     hub_snapshot = remote_code_model(tmp_path / "hub" / "snapshot", tiny_bert)
     downloads = []
-    # (the hub's config.json alone first, to price the model: mirror.encoder.check_weights; then the rest)
+    # (the hub's config.json alone first, to price the model: mirror.hf.check_weights; then the rest)
     monkeypatch.setattr(
-        mirror.encoder,
-        "_download",
+        mirror.hub,
+        "download",
         lambda repo, patterns=None, cache_dir=None, server=False: downloads.append(repo) or hub_snapshot,
     )
-    monkeypatch.setattr(mirror.encoder, "hub_download_bytes", lambda repo: 1000)  # the hub answers: priced, small
+    monkeypatch.setattr(mirror.hub, "hub_download_bytes", lambda repo: 1000)  # the hub answers: priced, small
     roots = tmp_path / "models"
     evil = remote_code_model(roots / "evil", tiny_bert)
     unknown = remote_code_model(roots / "unknown", tiny_bert, model_type="evil-net")

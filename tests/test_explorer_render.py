@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from explorer.render import render_results
+from explorer.runs.record import record_of
 
 
 def test_render_results_escapes_and_marks_differences():
@@ -79,7 +80,7 @@ def blend_run(**stats):
     stats = {k: v for k, v in stats.items() if v is not None}
     return SimpleNamespace(
         folder=Path("/runs") / ("b" * 32),
-        stats=stats,
+        record=record_of(stats),  # the record a run.json with these stats reads as
         losses=[3.0, 2.0, 1.0],
         n_texts=411,
         corpus="small_words.txt",
@@ -131,7 +132,7 @@ def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
     assert "Trained earlier, not now" in shown and "| Uploaded model | value |" in shown and "Done:" not in shown
     uploaded.losses = []  # a zip keeps the first and last step's loss, not each step's
     assert "| Loss (raw InfoNCE) | n/a |" in render.run_md(uploaded)
-    uploaded.stats.update(first_loss=2.0, final_loss=1.5)
+    uploaded.record.training.first_loss, uploaded.record.training.final_loss = 2.0, 1.5
     assert "| Loss (raw InfoNCE) | 1.5000 (last step; first step: 2.0000, -25%) |" in render.run_md(uploaded)
     quick = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=0.4, seconds=95.0)
     assert render.done_status(quick) == "Loaded and indexed in under a second; trained earlier in 2 min."  # not "0 s"
@@ -229,16 +230,17 @@ def test_the_change_sentence_says_how_much_moved_and_why():
 
     from explorer import render
 
-    run = SimpleNamespace(stats={"neighbours_changed": 0.031, "steps": 50, "epochs": 10, "run_alpha": 0.25})
+    stats = {"neighbours_changed": 0.031, "steps": 50, "epochs": 10, "run_alpha": 0.25}
+    run = SimpleNamespace(record=record_of(stats))
     said = render.change_sentence(run)
     assert said.startswith("**3% of your strings' nearest neighbours changed**")
     assert "after 50 steps (10 epochs) the run blended its weights with the base's at α 0.25" in said
     assert "raise *Blend with the base after training: α* toward 1" in said
-    blend = SimpleNamespace(stats={**run.stats, "neighbours_changed": 0.004, "blend_alpha": 0.5})
+    blend = SimpleNamespace(record=record_of({**stats, "neighbours_changed": 0.004, "blend_alpha": 0.5}))
     assert "under 1%" in render.change_sentence(blend) and "a blend, α = 0.5" in render.change_sentence(blend)
-    plain = SimpleNamespace(stats={"neighbours_changed": 0.2, "steps": 7, "run_alpha": 1.0})
+    plain = SimpleNamespace(record=record_of({"neighbours_changed": 0.2, "steps": 7, "run_alpha": 1.0}))
     assert "after 7 steps, unblended" in render.change_sentence(plain)
-    assert render.change_sentence(SimpleNamespace(stats={"steps": 5})) == ""
+    assert render.change_sentence(SimpleNamespace(record=record_of({"steps": 5}))) == ""
 
 
 def test_the_plan_says_why_a_small_upload_trains_more_epochs():

@@ -15,7 +15,7 @@ import pytest
 
 from explorer.compare.explore import vectors_of
 from mirror.errors import MirrorError
-from tests.conftest import WORDS
+from tests.conftest import WORDS, blend
 
 
 def test_twin_map_places_typed_queries_on_both_maps(app, tuned):
@@ -100,10 +100,7 @@ def test_nothing_to_explore_before_a_run(app):
 
 @pytest.mark.checks
 def test_blend_at_alpha_zero_serves_the_base_as_a_new_run_and_keeps_the_tuned_one(app, tuned):
-    parent = tuned.run
-    events = list(app.saved.blend_run(tuned, 0))
-    assert events[-1].kind == "done", events[-1]
-    blended = tuned.run
+    parent, _, blended = blend(app, tuned, 0)
     assert blended is not parent and blended.stats["blend_alpha"] == 0.0
     assert blended.stats["blended_from"] == parent.folder.name and parent.folder.is_dir()
     loaded = app.models.loaded(blended)

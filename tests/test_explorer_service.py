@@ -35,7 +35,7 @@ def test_train_streams_progress_then_serves_model_index_and_downloads(app, tiny_
     assert any(e.kind == "phase" and "base encoder" in e.text for e in events)
     run = s.run
     assert run is events[-1].run and run.n_texts == len(WORDS) and len(run.losses) == 3
-    assert run.stats["steps"] == 3 and "cpu" in run.stats["device"] and s.active is None
+    assert run.stats["steps"] == 3 and "cpu" in run.stats["device"] and app.registry.of(s) is None
     assert run.folder.parent == app.runs.root and s.run_ids == [run.folder.name]  # kept by its id
     with zipfile.ZipFile(run.model_zip) as zf:
         names = zf.namelist()
@@ -104,7 +104,7 @@ def test_cancel_stops_between_steps_and_keeps_the_previous_model(app, tuned, tin
     last = seen[-1]
     assert last.kind == "cancelled" and "nothing was saved" in last.text, last
     assert 2 <= sum(e.kind == "step" for e in seen) < 10  # stopped long before step 50
-    assert tuned.run is first and first.model_zip.is_file() and tuned.active is None
+    assert tuned.run is first and first.model_zip.is_file() and app.registry.of(tuned) is None
     assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
     assert app.searcher.search(tuned, "cat", 2)[0]["tuned"]
 
@@ -204,7 +204,7 @@ def test_cancel_after_the_last_step_still_keeps_the_previous_model(app, tiny_ber
     monkeypatch.setattr(mirror.train, "save_result", save_then_cancel)
     events = train(app, s, tiny_bert, seed=7)
     assert events[-1].kind == "cancelled" and "nothing was saved" in events[-1].text, events[-1]
-    assert s.run is first and s.active is None
+    assert s.run is first and app.registry.of(s) is None
     assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
     for z in (first.model_zip, first.index_zip):
         with zipfile.ZipFile(z) as zf:
@@ -219,7 +219,7 @@ def test_a_crash_while_saving_in_the_app_keeps_the_previous_run(app, tiny_bert, 
     half_written_weights(monkeypatch)
     events = train(app, s, tiny_bert, seed=3)
     assert events[-1].kind == "error" and "No space left on device" in events[-1].text, events[-1]
-    assert s.run is first and s.active is None and digest(first.folder) == before
+    assert s.run is first and app.registry.of(s) is None and digest(first.folder) == before
     assert [p.name for p in app.runs.root.iterdir()] == [first.folder.name]
     app.models.runs.clear()
     assert app.searcher.search(s, "cat", 2)[0]["tuned"]
@@ -264,7 +264,7 @@ def test_a_run_that_raises_midway_leaves_the_session_usable(app, tiny_bert, monk
     assert [e.step for e in events if e.kind == "step"] == [1]
     last = events[-1]
     assert last.kind == "error" and "RuntimeError: simulated failure in step 2" in last.text, last
-    assert s.run is first and s.active is None and app.searcher.search(s, "cat", 2)[0]["tuned"]
+    assert s.run is first and app.registry.of(s) is None and app.searcher.search(s, "cat", 2)[0]["tuned"]
     # the same session trains again (the training slot was given back) and serves the new run
     monkeypatch.setattr(mirror.train, "_train_step", real)
     assert train(app, s, tiny_bert, seed=2)[-1].kind == "done"
@@ -294,7 +294,7 @@ def test_the_training_queue_takes_one_place_per_visitor_in_arrival_order(app, ti
     assert next(e for e in running if e.kind == "step").step == 1  # alice holds the only slot now
     refused = train(app, alice2, tiny_bert)  # her second session: her one place is taken
     assert [e.kind for e in refused] == ["error"] and "one at a time per visitor" in refused[0].text
-    assert alice2.run is None and alice2.active is None
+    assert alice2.run is None and app.registry.of(alice2) is None
     waiting = app.trainer.train(bob, str(tiny_bert), "auto", TINY)
     first = next(e for e in waiting if e.kind == "phase")
     assert "Waiting for a training slot (1 job ahead of yours)" in first.text
@@ -325,7 +325,7 @@ def test_a_blend_waits_for_a_training_slot_in_the_queue_and_can_be_cancelled(app
     blend = app.saved.blend_run(owner, 0.5)
     assert "Waiting for a training slot" in next(blend).text  # no 30 s timeout: it waits its turn
     assert "Cancelled before it started" not in app.trainer.cancel(owner)
-    assert list(blend)[-1].kind == "cancelled" and owner.active is None
+    assert list(blend)[-1].kind == "cancelled" and app.registry.of(owner) is None
     list(running)
     assert list(app.saved.blend_run(owner, 0.5))[-1].kind == "done"
 
@@ -362,7 +362,7 @@ def test_searches_encode_at_most_search_concurrency_at_once(app, tiny_bert, monk
 def test_memory_is_handed_back_after_each_run(app, tiny_bert, monkeypatch):
     """glibc keeps freed heap; the app trims it after every training (bench_load: RSS flat across rounds)."""
     calls = []
-    monkeypatch.setattr("explorer.runs.training.release_memory", lambda collect=True: calls.append(collect))
+    monkeypatch.setattr("explorer.runs.execute.release_memory", lambda collect=True: calls.append(collect))
     s = tuned_session(app, tiny_bert)
     assert calls == [True]
     train(app, s, tiny_bert, lr=-1)  # a failed run too

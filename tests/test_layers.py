@@ -1,6 +1,7 @@
-"""The code's shape (issue 27): imports only go down the layers, no import cycles, no explorer/ file over 600 lines
-and no explorer/ class over 20 methods. An AST walk over every import, module-level and function-level alike (a
-function-level import is a dependency too); the package __init__ counts as a module."""
+"""The code's shape (issue 27): imports only go down the layers, no import cycles, no file of the service or the
+engine (explorer/, mirror/, index/: issue 51) over 600 lines, no explorer/ class over 20 methods and no engine class
+over 30. An AST walk over every import, module-level and function-level alike (a function-level import is a
+dependency too); the package __init__ counts as a module."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ LAYERS = {"mirror": 0, "index": 1, "explorer": 2, "ui": 3, "app": 4}  # the engi
 # point, imported by nothing, may use the layer just above its package; never explorer/, ui/ or app.py.
 ENTRY_POINTS = {"mirror.__main__": {"index"}}
 MAX_LINES = 600
-MAX_METHODS = 20
+# methods a class may have: a service class that grows past 20 is two concerns. The engine's are the objects a user
+# of the library holds (Encoder, VectorIndex): their methods are its API, read in one place, so they may have more.
+MAX_METHODS = {"explorer": 20, "mirror": 30, "index": 30}
 
 
 def project_modules(root: Path = ROOT) -> dict[str, Path]:
@@ -133,11 +136,16 @@ def test_no_import_cycles():
     assert cycles(graph()) == []
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "explorer").rglob("*.py")), ids=lambda p: p.name)
-def test_explorer_files_stay_short_and_classes_small(path):
+@pytest.mark.parametrize(
+    "path",
+    [p for pkg in MAX_METHODS for p in sorted((ROOT / pkg).rglob("*.py"))],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_files_stay_short_and_classes_small(path):
     text = path.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= MAX_LINES, f"{path.name}: over {MAX_LINES} lines; split it by concern"
+    most = MAX_METHODS[path.relative_to(ROOT).parts[0]]
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ClassDef):
             methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-            assert len(methods) <= MAX_METHODS, f"{path.name}: {node.name} has {len(methods)} methods"
+            assert len(methods) <= most, f"{path.name}: {node.name} has {len(methods)} methods"

@@ -6,6 +6,7 @@ random BERT."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,10 +76,15 @@ def test_read_docs_reads_ids_groups_sources_texts_and_lines(tmp_path):
     ],
 )
 def test_read_docs_refuses_a_bad_file_with_a_message(tmp_path, rows, needle):
+    refused(read_docs, write_docs(tmp_path / "bad.tsv", rows), needle, tmp_path / "missing.tsv")
+
+
+def refused(read, bad: Path, needle: str, missing: Path) -> None:
+    """`read` refuses the `bad` file with a message matching `needle`, and a `missing` one as missing."""
     with pytest.raises(MirrorError, match=needle):
-        read_docs(write_docs(tmp_path / "bad.tsv", rows))
+        read(bad)
     with pytest.raises(MirrorError, match="no such file"):
-        read_docs(tmp_path / "missing.tsv")
+        read(missing)
 
 
 def test_the_shipped_long_documents_are_real_passages_in_runs_of_consecutive_chapters():
@@ -126,10 +132,7 @@ def test_read_linked_docs_reads_ids_halves_links_and_texts(tmp_path):
     ],
 )
 def test_read_linked_docs_refuses_a_bad_file_with_a_message(tmp_path, rows, needle):
-    with pytest.raises(MirrorError, match=needle):
-        read_linked_docs(write_linked(tmp_path / "bad.tsv", rows))
-    with pytest.raises(MirrorError, match="no such file"):
-        read_linked_docs(tmp_path / "missing.tsv")
+    refused(read_linked_docs, write_linked(tmp_path / "bad.tsv", rows), needle, tmp_path / "missing.tsv")
 
 
 def test_linked_relevance_grades_direct_links_two_steps_and_links_through_documents_outside_the_file():

@@ -128,7 +128,9 @@ def test_the_twin_follows_the_weights_when_they_change(tiny_bert):
 @pytest.fixture
 def forced_bf16(monkeypatch):
     """`precision="auto"` is bf16 here whatever the CPU (the twin is then plain bf16 where oneDNN cannot pack)."""
-    monkeypatch.setattr(encoder_module, "cpu_has_native_bf16", lambda: True)
+    import mirror.precision  # the precision rules' home (mirror.encoder re-exports them)
+
+    monkeypatch.setattr(mirror.precision, "cpu_has_native_bf16", lambda: True)
 
 
 def fused_adamw_step(model) -> None:

@@ -37,10 +37,10 @@ TINY_SETTINGS = {**SETTINGS, "lr": 3e-3}  # the tiny random BERT (and its α 0.5
 @pytest.fixture(params=["bf16", "fp32"])
 def precision(request, monkeypatch) -> str:
     """Force what `precision="auto"` means here, for training and inference alike."""
-    import mirror.encoder
+    import mirror.precision
 
-    native = mirror.encoder.cpu_has_native_bf16()
-    monkeypatch.setattr(mirror.encoder, "cpu_has_native_bf16", lambda: request.param == "bf16")
+    native = mirror.precision.cpu_has_native_bf16()
+    monkeypatch.setattr(mirror.precision, "cpu_has_native_bf16", lambda: request.param == "bf16")
     request.node.emulated_bf16 = request.param == "bf16" and not native
     return request.param
 

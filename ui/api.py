@@ -202,7 +202,7 @@ def explore_call(app: MirrorApp, s: Session | None, run: str, call: Any) -> tupl
     session = app.session(s)
     try:
         run_id = str(run or "").strip()
-        view = dataclasses.replace(session, run=app.runs.load(run_id)) if run_id else session
+        view = dataclasses.replace(session, run=app.saved.kept(run_id)) if run_id else session
         return call(view), session
     except Exception as exc:  # MirrorError, or a bug: a render.message either way
         if session is not s:  # a client's first call failed: its new session folder is never reused

@@ -114,12 +114,12 @@ class RunView:
     def served(self, run: RunInfo, session: Session, memory: dict | None, active: str | None = None) -> dict:
         """Every panel switched to `run`: summary, downloads, loss curve, search header, run list. `active`: the run
         the browser still follows (a run served before its checks: a reload reattaches to it until it is Done)."""
-        ui, words = self.ui, run.stats.get("mode") != "sentences"
+        ui, words = self.ui, run.record.training.mode != "sentences"
         memory = remember(memory, run.folder.name, active)
         return {
             ui.result_md: render.run_md(run),
             **self.downloads(run),
-            ui.loss_plot: TrainView.plot(run.losses, run.stats.get("batch_sizes")),
+            ui.loss_plot: TrainView.plot(run.losses, run.record.training.batch_sizes),
             self.search.served_md: render.served_md(session),
             # the last search's hits were the previous run's: gone, with what to do for this run's
             self.search.results: render.status_box("A new run is served: press **Search** to see its neighbours."),
@@ -220,7 +220,7 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
 
     def on_request(memory, s):
         session = app.session(s)
-        handle = app.trainer.request_run(session)
+        asked = app.trainer.request_run(session)  # the run exists now: its id for the browser, Cancel reaches it
         busy = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
         shown = render.status_box("Waiting for a free training slot…")
         # the last run's summary is not this run's: a line saying what stays served until this one is done
@@ -229,7 +229,7 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
             ui.status_md: shown,
             ui.result_md: kept,
             **busy,
-            browser: remember(memory, active=handle.id),
+            browser: remember(memory, active=asked.id),
             state: session,
         }
 
@@ -262,11 +262,13 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         session, memory = app.session(s), remember(memory, active=(memory or {}).get("active"))
         asked = (request.query_params.get("run") if request else None) or None
         active = memory["active"]
-        handle = app.in_progress.get(active) if active else None  # once: the run may end (and go) meanwhile
-        if handle is not None:
+        # the browser keeps the id of the run it follows; whether it is live, and how, only the registry says (read
+        # once: the run may end, and leave the registry, meanwhile)
+        live = app.registry.get(active)
+        if live is not None:
             running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
-            shown[ui.input_md] = render.reattached_md(handle.strings)
+            shown[ui.input_md] = render.reattached_md(live.strings)
             # not "Load some strings to see the plan…": the run's own strings are training (issue 52, a reload)
             shown[ui.estimate_md] = render.message(
                 "A run of these strings is going on: its plan and time estimate were made when it was launched; the "
@@ -274,10 +276,10 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
                 "info",
             )
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
-            yield from view.draw(app.trainer.follow(handle, session=session), session, memory)
-            if not session.texts and handle.texts:  # cancelled or failed: no run of them served to load them from
+            yield from view.draw(app.trainer.follow(live, session=session), session, memory)
+            if not session.texts and live.texts:  # cancelled or failed: no run of them served to load them from
                 again = ["the strings of the run this page followed, loaded again: Launch tunes them"]
-                info = app.loader.set_texts(session, list(handle.texts), handle.strings[1], again)
+                info = app.loader.set_texts(session, list(live.texts), live.strings[1], again)
                 yield {ui.input_md: render.load_md(info), ui.launch: gr.update(interactive=True), state: session}
             return
         # the run asked for by a link, else the one that was going, else the one this page served before a reload

@@ -192,7 +192,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
                 return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", []), None, None
             # the strings loaded before stay loaded (and armed), and the page says so plainly
             kept = f"Still loaded: **{len(session.texts):,} strings** from `{session.source}`; Launch tunes those."
-            can_launch = gr.update(interactive=session.active is None or session.active.finished)
+            can_launch = gr.update(interactive=app.registry.of(session) is None)
             shown = render.message(error) + "\n\n" + render.message(kept, "info")
             return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", []), None, None
         overrides, updates, kept = dict(zip(fields, vals, strict=True)), keep_fields, []
@@ -204,7 +204,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         # the plan and its time come in a second step (`then_estimate`): the first estimate of a model times it on
         # this machine (seconds), and the strings' summary must not wait for that
         estimate = render.message("Planning the run and timing it on this machine…", "info")
-        can_launch = gr.update(interactive=session.active is None or session.active.finished)
+        can_launch = gr.update(interactive=app.registry.of(session) is None)
         shown = render.load_md(info)
         if kept:
             shown += "\n\n" + render.message(

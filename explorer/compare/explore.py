@@ -10,14 +10,20 @@ from __future__ import annotations
 import numbers
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.render import blend_of, run_caption
 from explorer.render_pairs import pairs_about
+from explorer.runs.accounts import DiskAccounts
+from explorer.runs.cpu import CpuAccounts
+from explorer.runs.disk import Disk
+from explorer.runs.jobs import FairSlots
+from explorer.runs.models import ModelCache, kept
 from explorer.runs.sessions import RunInfo, Session
+from explorer.settings import Settings
 from mirror.cores import TURNS
 from mirror.errors import MirrorError
 
@@ -73,10 +79,23 @@ class RunSpace:
 
 
 class RunExplorer:
-    """The Explore tab's service over `MirrorApp`'s served runs."""
+    """The Explore tab's service over a session's served run: it reads the run's encoders and indexes from `models`,
+    finds a string's neighbours with `search` (tab 2's), encodes in `search_slots`, and asks `disk` before it
+    writes an export (fitted to its visitor's account: `accounts`); a map's layout and an export are metered in
+    `cpu`, and a training run yields to them (mirror.cores.TURNS). One per MirrorApp (`app.explore`)."""
 
-    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that owns it
-        self.app = app
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelCache,
+        search: Callable[..., list[dict[str, Any]]],
+        disk: Disk,
+        accounts: DiskAccounts,
+        search_slots: FairSlots,
+        cpu: CpuAccounts,
+    ):
+        self.settings, self.models, self.search, self.disk = settings, models, search, disk
+        self.accounts, self.search_slots, self.cpu = accounts, search_slots, cpu  # cpu: layouts and exports metered
         self._spaces: OrderedDict[str, RunSpace] = OrderedDict()
         self._lock = threading.Lock()
         self._export_lock = threading.Lock()  # one export written at a time: a repeated one reuses the first
@@ -91,14 +110,12 @@ class RunExplorer:
             if key in self._spaces:
                 self._spaces.move_to_end(key)
                 return self._spaces[key]
-        loaded = self.app.models.loaded(run)
+        loaded = self.models.loaded(run)
         space = RunSpace(
             run, list(loaded.main.tuned.texts), vectors_of(loaded.main.base), vectors_of(loaded.main.tuned)
         )
         with self._lock:
-            self._spaces[key] = space
-            while len(self._spaces) > SPACES_KEPT:
-                self._spaces.popitem(last=False)
+            kept(self._spaces, key, space, SPACES_KEPT)
         return space
 
     def forget(self, folder: Path) -> None:
@@ -116,14 +133,14 @@ class RunExplorer:
         import explorer.compare.maps as maps
 
         space = self.space(session)
-        cap = self.app.settings.max_map_points
+        cap = self.settings.max_map_points
         n = cap if n_points is None or n_points == "" else maps.check_points(n_points, cap)
         n = min(n, len(space.texts))
         moved = self._metadata(space)["moved"]  # on every string, not just the map's sample
         most = min(cap, len(space.texts))  # one layout per run, of every string it may draw: smaller counts sample it
 
         def layout() -> dict[str, Any]:
-            with self.app.cpu.metered(session.owner, "a map", interactive=True):
+            with self.cpu.metered(session.owner, "a map", interactive=True):
                 return maps.twin_map(space.texts, space.base, space.tuned, max_points=most, moved=moved)
 
         full = space.get(("map", most), layout)
@@ -132,7 +149,7 @@ class RunExplorer:
             data["note"] += f" This server draws at most {cap:,} strings (MIRROR_MAX_MAP_POINTS)."
         qs = [q for q in (queries or "").splitlines() if q.strip()][:20]
         if qs:
-            loaded = self.app.models.loaded(space.run)
+            loaded = self.models.loaded(space.run)
             shown = data["ids"]
             data["queries"] = maps.place_queries(
                 qs,
@@ -150,7 +167,7 @@ class RunExplorer:
         text = (text or "").strip()
         if not text:
             raise MirrorError("click a point on a map (or type a string) to see its neighbours")
-        return self.app.searcher.search(session, text, k, hide_query=True)
+        return self.search(session, text, k, hide_query=True)
 
     # ---------------------------------------------------------------- what moved, space health
 
@@ -178,10 +195,10 @@ class RunExplorer:
         with self._export_lock:
             if out.is_file():
                 return exports.write_once(out, data)  # the same file again (recently used)
-            self.app.check_disk(session)
+            self.disk.check(session)
             exports.write_once(out, data)
             # charged to the visitor who asked (its older exports going first), as every export
-            self.app.accounts.fit(session.owner, out.parent)
+            self.accounts.fit(session.owner, out.parent)
             return out
 
     def exports_dir(self, session: Session, run: Path) -> tuple[Path, str]:
@@ -205,11 +222,11 @@ class RunExplorer:
         space = self.space(session)
 
         def make() -> dict[str, Any]:
-            loaded = self.app.models.loaded(space.run)
+            loaded = self.models.loaded(space.run)
             n = len(space.texts)
             idx = np.sort(np.random.default_rng(0).choice(n, size=min(n, ALIGNMENT_SAMPLE), replace=False))
             views = health.positive_views([space.texts[i] for i in idx], loaded.tuned.mask_token or "[MASK]")
-            with self.app.search_slots:
+            with self.search_slots:
                 pos_b, pos_t = loaded.base.encode(views), loaded.tuned.encode(views)
             who = "Tuning" if blend_of(space.run) is None else "The blend"
             pairs_b, pairs_t = (space.base[idx], pos_b), (space.tuned[idx], pos_t)
@@ -240,8 +257,8 @@ class RunExplorer:
             if done.is_file():
                 out.touch()  # recently used: the last of the run's exports to go
                 return done
-            self.app.check_disk(session)
-            with self.app.cpu.metered(session.owner, "an export", interactive=True):
+            self.disk.check(session)
+            with self.cpu.metered(session.owner, "an export", interactive=True):
                 path = exports.export_bundle(
                     space.texts,
                     space.base,
@@ -256,7 +273,7 @@ class RunExplorer:
                 )
             # Charged to the visitor who asked: within its disk budget, its older exports going first; an export that
             # alone does not fit is refused (and removed).
-            self.app.accounts.fit(session.owner, out)
+            self.accounts.fit(session.owner, out)
             return path
 
     def _metadata(self, space: RunSpace) -> dict[str, list[Any]]:
@@ -298,12 +315,12 @@ class RunExplorer:
         run = session.run
         if run is None:
             raise MirrorError(NO_RUN)
-        if not self.app.settings.allow_hub:
+        if not self.settings.allow_hub:
             raise MirrorError("this server does not talk to the Hugging Face Hub (MIRROR_ALLOW_HUB is off)")
         if run.checks_pending:  # its card is written once they are in: a push now would carry no checks
             raise MirrorError("this run's general checks are still running; push in a few seconds, when they are in")
         return hub.push_model(
-            run.folder / "model", repo_id, token, private=private, max_bytes=self.app.settings.max_model_bytes
+            run.folder / "model", repo_id, token, private=private, max_bytes=self.settings.max_model_bytes
         )
 
 

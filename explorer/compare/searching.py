@@ -9,10 +9,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
-from explorer.compare.search import search_both
+from explorer.compare.search import BaseIndexes, search_both
 from explorer.events import Phase
 from explorer.render import moved_header, run_caption, served_label
+from explorer.runs.cpu import CpuAccounts
+from explorer.runs.disk import Disk
+from explorer.runs.jobs import FairSlots
+from explorer.runs.models import ModelCache
+from explorer.runs.record import RunInfo
 from explorer.runs.sessions import ExtraCorpus, Session
+from explorer.settings import Settings
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import clamp_k, split_queries
 from mirror.config import BUNDLED_MODEL
@@ -23,11 +29,22 @@ log = logging.getLogger("mirror.app")
 
 
 class Searcher:
-    """Tab 2 and tab 3 on the served run: search both encoders, index another corpus, score gold pair sets.
-    One per MirrorApp (`app.searcher`), over its state."""
+    """Tab 2 and tab 3 on the served run: search both encoders, index another corpus, score gold pair sets. It
+    encodes in `search_slots` (a few at a time), reads the encoders and indexes `models` holds (a kept run by id:
+    `kept`), asks `disk` before it writes, meters an evaluation's CPU in `cpu`. One per MirrorApp (`app.searcher`)."""
 
-    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
-        self.app = app
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelCache,
+        kept: Callable[[str], RunInfo],
+        disk: Disk,
+        search_slots: FairSlots,
+        base_indexes: BaseIndexes,
+        cpu: CpuAccounts,
+    ):
+        self.settings, self.models, self.kept, self.disk = settings, models, kept, disk
+        self.search_slots, self.base_indexes, self.cpu = search_slots, base_indexes, cpu  # cpu: evaluations metered
 
     def search(
         self,
@@ -48,20 +65,20 @@ class Searcher:
         `run_id`: search that kept run instead of the session's (any client, after a restart too).
         """
         qs, k = split_queries(queries), clamp_k(k)
-        run = self.app.runs.load(run_id) if run_id else session.run
+        run = self.kept(run_id) if run_id else session.run
         pair = None
         if run is not None:
-            loaded = self.app.models.loaded(run)
+            loaded = self.models.loaded(run)
             extra = session.extra
             if corpus != "extra":
                 pair = loaded.main
             elif extra is not None and extra.run == run.folder:  # this session's, indexed for this run
-                pair = self.app.models.corpus(extra.folder, loaded)
+                pair = self.models.corpus(extra.folder, loaded)
         if pair is None and corpus == "extra":
             raise MirrorError("no other corpus is indexed yet: upload one below and press “Index it”")
         if pair is None:
             return self._search_base_only(session, qs, k, bool(hide_query), base_model or BUNDLED_MODEL)
-        with self.app.search_slots:  # a few encodes at a time, in arrival order: no thread oversubscription
+        with self.search_slots:  # a few encodes at a time, in arrival order: no thread oversubscription
             return search_both(pair.tuned, pair.base, qs, k, bool(hide_query))
 
     def _search_base_only(
@@ -73,10 +90,10 @@ class Searcher:
                 "Nothing to search yet: load your strings in tab ① (step 1) to search them with the base model, "
                 "then tune one there to compare it with the tuned model."
             )
-        model = self.app.models.check_download(model)
-        encoder = self.app.models.base_encoder(model)
-        with self.app.search_slots:  # the first search of these strings embeds them all: one slot, like a search
-            index = self.app.base_indexes.get(model, encoder, texts)
+        model = self.models.check_download(model)
+        encoder = self.models.base_encoder(model)
+        with self.search_slots:  # the first search of these strings embeds them all: one slot, like a search
+            index = self.base_indexes.get(model, encoder, texts)
             return search_both(None, index, queries, k, hide_query)
 
     def index_corpus(
@@ -86,7 +103,7 @@ class Searcher:
         file's name as the user gave it, where the path's own differs. It is the session's own (in its folder,
         charged to its visitor), never written into the run's folder: a run opened by its link is read only."""
         from index.store import VectorIndex
-        from mirror.encoder import replace_dir
+        from mirror.folders import replace_dir
 
         run = session.run
         if run is None:
@@ -94,31 +111,27 @@ class Searcher:
         if not path:
             raise MirrorError("upload a corpus file first")
         shown = display_name(name or path)
-        raw = read_file(path, column, self.app.settings.max_upload_bytes, name=shown).strings
+        raw = read_file(path, column, self.settings.max_upload_bytes, name=shown).strings
         texts, stats = clean_texts(raw)
-        dropped = max(0, len(texts) - self.app.settings.max_strings)
-        texts = texts[: self.app.settings.max_strings]
+        dropped = max(0, len(texts) - self.settings.max_strings)
+        texts = texts[: self.settings.max_strings]
         if not texts:
             raise MirrorError(f"`{shown}` has no non-empty strings")
-        loaded = self.app.models.loaded(run)
+        loaded = self.models.loaded(run)
         # two indexes of its rows (vectors and texts) in the session's folder
-        self.app.check_disk(session, 2 * sum(4 * loaded.tuned.dim + len(t.encode()) + 16 for t in texts))
+        self.disk.check(session, 2 * sum(4 * loaded.tuned.dim + len(t.encode()) + 16 for t in texts))
         folder = session.folder / "extra"
         tmp = session.folder / ".extra.new"
         shutil.rmtree(tmp, ignore_errors=True)
         VectorIndex.build(loaded.base, texts, gpu=False).save(tmp / "extra_base")
         VectorIndex.build(loaded.tuned, texts, gpu=False).save(tmp / "extra_tuned")
         with session.lock:
-            self.app.models.forget(folder)  # the corpus it replaces
+            self.models.forget(folder)  # the corpus it replaces
             replace_dir(tmp, folder)
             session.extra = ExtraCorpus(run=run.folder, name=shown, folder=folder)
         return (
             f"Indexed {len(texts):,} strings of `{shown}` with both encoders ({stats.summary()}"
-            + (
-                f"; {dropped:,} more dropped: this server's limit is {self.app.settings.max_strings:,}"
-                if dropped
-                else ""
-            )
+            + (f"; {dropped:,} more dropped: this server's limit is {self.settings.max_strings:,}" if dropped else "")
             + "). Searching it now."
         )
 
@@ -142,7 +155,7 @@ class Searcher:
         """The rows of `evaluate`, the pairs whose rank moved most with tuning and notes (a set under 50 pairs,
         no tuned model yet); `on_progress` gets a Phase (strings encoded of all) as the encoders work. At most
         MIRROR_MAX_PAIRS pairs a file; `cancel_evaluation` stops it between two batches."""
-        settings = self.app.settings
+        settings = self.settings
         sets = load_sets(gold, pairs_path, settings.max_upload_bytes, settings.max_pairs)
         stop = session.eval_stop
         stop.clear()
@@ -155,12 +168,12 @@ class Searcher:
 
         notes, run = [], session.run  # the run evaluated, named in the report even if another is served by then
         if run is not None:
-            loaded = self.app.models.loaded(run)
+            loaded = self.models.loaded(run)
             encoders = [("base", loaded.base), ("tuned", loaded.tuned)]
         else:
-            encoders = [("base", self.app.models.base_encoder(BUNDLED_MODEL))]
+            encoders = [("base", self.models.base_encoder(BUNDLED_MODEL))]
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
-        with self.app.cpu.metered(session.owner, "an evaluation", interactive=True):
+        with self.cpu.metered(session.owner, "an evaluation", interactive=True):
             report = evaluate_sets(sets, encoders, progress, served_label(run))
         caption, header = run_caption(run), moved_header(run)
         return dataclasses.replace(report, notes=notes + report.notes, caption=caption, moved_header=header)

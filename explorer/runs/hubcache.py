@@ -45,11 +45,12 @@ class HubCache:
         return any(snapshots.glob("*/config.json")) or any(snapshots.glob("*/modules.json"))
 
     def size(self, model: str) -> int | None:
-        """The bytes loading `model` downloads, asked of the hub once (None: it cannot say, e.g. offline: the load
-        then says the hub is unreachable); MirrorError past `max_download` (MIRROR_MAX_HUB_MB)."""
+        """The bytes loading `model` downloads, asked of the hub once (None: it cannot say, e.g. offline:
+        ModelCache.check_download refuses it); MirrorError for an id the hub does not have, or past `max_download`
+        (MIRROR_MAX_HUB_MB)."""
         size = self.sizes.get(model)
         if size is None:
-            from mirror.encoder import hub_download_bytes
+            from mirror.hub import hub_download_bytes
 
             size = hub_download_bytes(model)
             if size is not None:

@@ -2,8 +2,9 @@
 
 `train_job` runs `index.pipeline.tune_and_index` in a thread and yields its events; it is a plain generator
 of picklable values, so on a ZeroGPU Space it runs inside `spaces.GPU` in another process. It stops the job
-between steps when asked (a STOP file in the run folder), past the run's wall-clock cap, or when its consumer
-stops asking for events (a closed tab, a disconnected or cancelled API client).
+between steps when its run was asked to stop (explorer.runs.live.Run.stop: cancelled, past the wall-clock cap,
+abandoned), which reaches it as a STOP file in the run folder, or when it is closed before its end.
+`TrainQueue` holds the live runs (explorer.runs.live) waiting for a training slot and admits them in turn.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from explorer.events import Event, Failed, Step, Tick
-from explorer.runs.sessions import STOP_FILE, write_stop
+from explorer.runs.live import STOP_FILE, Run, Status
 from explorer.settings import spaces
 from explorer.tune.estimate import IO_PHASES, Estimate
 from explorer.tune.guess import estimate_seconds
@@ -33,10 +33,10 @@ log = logging.getLogger("mirror.app")
 
 
 def abandoned_seconds(env: dict[str, str] | None = None) -> float:
-    """MIRROR_ABANDONED_S (default 20): a job whose consumer (the page's or the API client's event stream) has not
-    asked for an event in this long is stopped: the tab was closed or the client went away, and nobody will see its
-    result. Read once at import (a ZeroGPU worker reads it from the same environment); the app's settings refuse a
-    bad value at start (explorer.settings), here one is read as unset."""
+    """MIRROR_ABANDONED_S (default 20): a run whose consumers (the page's or the API client's event stream) have not
+    asked for an event in this long is stopped (explorer.runs.execute): the tab was closed or the client went away,
+    and nobody will see its result. Read once at import; the app's settings refuse a bad value at start
+    (explorer.settings), here one is read as unset."""
     raw = (os.environ if env is None else env).get("MIRROR_ABANDONED_S", "").strip()
     try:
         value = float(raw or 20.0)
@@ -72,95 +72,84 @@ class FairSlots:
             self._cond.notify_all()
 
 
-@dataclass(eq=False)
-class Place:
-    """One job's place in the TrainQueue: waiting, then holding a training slot, then gone."""
-
-    who: str
-    address: str = ""
-    running: bool = False
-    gone: bool = False
-
-
 class TrainQueue:
-    """The training slots and the places waiting for one (runs, blends, model uploads): `slots` jobs run at once, at
-    most `max_waiting` wait, in arrival order, and one visitor holds one place at most (waiting or running): a second
-    is refused at once; one address (a visitor with fresh cookies, or a NAT) holds at most a quarter of the line. One
-    visitor's jobs never stand between another visitor and the next free slot, and a waiting job holds nothing but
-    its place (no Gradio worker, no encode slot)."""
+    """The training slots and the runs waiting for one (runs, blends, model uploads): `slots` runs hold one at once,
+    at most `max_waiting` wait, in arrival order, and one visitor has one run in line at most (waiting or holding a
+    slot): a second is refused at once; one address (a visitor with fresh cookies, or a NAT) holds at most a quarter
+    of the line. One visitor's runs never stand between another visitor and the next free slot, and a waiting run
+    holds nothing but its place (no Gradio worker, no encode slot). A run holds a slot from `Run.admit` (its status:
+    running) until it leaves the line."""
 
     def __init__(self, slots: int, max_waiting: int):
         self.slots, self.max_waiting = slots, max_waiting
-        self._places: list[Place] = []  # running ones and waiting ones, in arrival order
+        self._line: list[Run] = []  # runs holding a slot and runs waiting for one, in arrival order
         self._cond = threading.Condition()
 
     def check(self, who: str, address: str = "") -> None:
-        """MirrorError when `who` (at `address`) could not join now: it holds a place, or the line is full."""
+        """MirrorError when `who` (at `address`) could not join now: it has a run in line, or the line is full."""
         with self._cond:
             self._refusal(who, address)
 
-    def join(self, who: str, address: str = "") -> Place:
-        """A place for `who` at the end of the line, or MirrorError (it holds one already, or the line is full)."""
+    def join(self, run: Run) -> None:
+        """`run` at the end of the line (admitted at once when a slot is free), or MirrorError (its visitor has a run
+        in line already, or the line is full)."""
         with self._cond:
-            self._refusal(who, address)
-            place = Place(who, address)
-            self._places.append(place)
+            self._refusal(run.who, run.address)
+            self._line.append(run)
             self._promote()
-            return place
 
     def _refusal(self, who: str, address: str) -> None:
-        if any(p.who == who for p in self._places):
+        if any(r.who == who for r in self._line):
             raise MirrorError(
                 "You have a run, blend or model upload going or waiting already (one at a time per visitor, so "
                 "everyone gets a turn); wait for it to finish, or cancel it."
             )
-        waiting = sum(not p.running for p in self._places)
-        here = sum(p.address == address for p in self._places) if address else 0
+        waiting = sum(not self._holds(r) for r in self._line)
+        here = sum(r.address == address for r in self._line) if address else 0
         if waiting >= self.max_waiting or here >= max(2, self.max_waiting // 4):
             raise MirrorError(
                 f"{waiting} jobs are waiting for a training slot already (MIRROR_TRAIN_QUEUE), {here} of them from your "
                 "address; try again in a few minutes"
             )
 
+    @staticmethod
+    def _holds(run: Run) -> bool:
+        return run.status is not Status.QUEUED
+
     def _promote(self) -> None:
-        running = sum(p.running for p in self._places)
-        for p in self._places:
-            if running >= self.slots:
+        holding = sum(self._holds(r) for r in self._line)
+        for r in self._line:
+            if holding >= self.slots:
                 break
-            if not p.running:
-                p.running, running = True, running + 1
+            if not self._holds(r):
+                r.admit()
+                holding += 1
                 self._cond.notify_all()
 
-    def ahead(self, place: Place) -> int:
-        """How many places are ahead of a waiting one (running ones included)."""
-        with self._cond:
-            return self._places.index(place) if place in self._places else 0
-
-    def wait(self, place: Place, stop: threading.Event | None = None, poll: float = 0.5) -> Iterator[int]:
-        """Until `place` holds a slot, every `poll` seconds: how many places are ahead of it. Returns early, without
-        a slot, when `stop` is set (the place is then gone)."""
+    def wait(self, run: Run, poll: float = 0.5) -> Iterator[int]:
+        """Until `run` holds a slot, every `poll` seconds: how many runs are ahead of it (those holding a slot
+        included). Returns early, without a slot, when the run is asked to stop (it leaves the line)."""
         while True:
             with self._cond:
-                if place.running or place.gone:
+                if self._holds(run) or run not in self._line:
                     return
-                if stop is not None and stop.is_set():
-                    self._leave(place)
+                if run.stopping:
+                    self._leave(run)
                     return
                 self._cond.wait(poll)
-                if place.running:
+                if self._holds(run):
                     return
-                n = self._places.index(place) if place in self._places else 0
+                n = self._line.index(run) if run in self._line else 0
             yield n
 
-    def leave(self, place: Place) -> None:
-        """The job ended (or never started): its place, and its slot if it held one, go to the next in line."""
+    def leave(self, run: Run) -> None:
+        """The run ended (or never started): its place, and its slot if it held one, go to the next in line."""
         with self._cond:
-            self._leave(place)
+            self._leave(run)
 
-    def _leave(self, place: Place) -> None:
-        place.gone = True
-        if place in self._places:
-            self._places.remove(place)
+    def _leave(self, run: Run) -> None:
+        if run in self._line:
+            self._line.remove(run)
         self._promote()
         self._cond.notify_all()
 
@@ -168,7 +157,7 @@ class TrainQueue:
     def free(self) -> int:
         """Slots free now (tests, the status line)."""
         with self._cond:
-            return self.slots - sum(p.running for p in self._places)
+            return self.slots - sum(self._holds(r) for r in self._line)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -182,17 +171,9 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-def job_duration(
-    texts: list[str],
-    config: dict[str, Any],
-    run_dir: str,
-    roots: list[str],
-    build_base: bool,
-    limits: dict,
-    partners: list[str | None] | None = None,
-    columns: list[str] | None = None,
-) -> int:
-    """ZeroGPU reservation in seconds for a training job: its GPU estimate plus loading, with a margin."""
+def job_duration(texts: list[str], config: dict[str, Any], *job: Any, **named: Any) -> int:
+    """ZeroGPU reservation in seconds for a training job (`spaces.GPU` calls it with `train_job`'s arguments): its
+    GPU estimate plus loading, with a margin."""
     cfg = MirrorConfig.from_dict(config)
     _, train_s, index_s = estimate_seconds(texts, cfg, "cuda")
     return int(min(600, max(60, 1.5 * (train_s + index_s) + 30)))
@@ -219,8 +200,8 @@ def train_job(
     """Tune and index in `run_dir`, yielding Phase, Step, Note and Tick, then Finished, Stopped or Failed.
 
     Results are files in run_dir: model/ (sentence-transformers), base_index/ (unless build_base is False) and
-    tuned_index/. The job stops between steps when a file named STOP appears in run_dir (Cancel, across
-    processes), when `limits["max_seconds"]` have passed, or when nobody has asked for an event for ABANDONED_S.
+    tuned_index/. The job stops between steps when a file named STOP appears in run_dir (its run's one stop,
+    explorer.runs.live.Run.stop, across processes), or when it is closed before its end (its consumer is gone).
     `limits["memory"]` bounds what a training step may plan for (None: the memory available); `limits["hub_cache"]`:
     where the server keeps hub models (explorer.runs.hubcache: the base was downloaded there before the job).
     `partners`: each string's partner text (pairs, from the file's `columns` [strings, partners]): some held out,
@@ -229,16 +210,10 @@ def train_job(
     run = Path(run_dir)
     stop = run / STOP_FILE
     events: queue.Queue = queue.Queue()
-    deadline = time.monotonic() + limits["max_seconds"] if limits.get("max_seconds") else math.inf
-    last_pull = [time.monotonic()]
+    closed = threading.Event()  # this generator was closed before its end: nobody takes the job's events any more
 
     def should_stop() -> bool:
-        now = time.monotonic()
-        if now > deadline:
-            write_stop(run, "time")
-        elif now - last_pull[0] > ABANDONED_S:
-            write_stop(run, "abandoned")
-        return stop.exists()
+        return closed.is_set() or stop.exists()
 
     def work() -> None:
         from index.pipeline import tune_and_index
@@ -280,7 +255,6 @@ def train_job(
     clock = StepClock()
     try:
         while True:
-            last_pull[0] = time.monotonic()
             try:
                 item = events.get(timeout=0.5)
             except queue.Empty:
@@ -290,8 +264,8 @@ def train_job(
                 break
             yield clock.timed(item) if isinstance(item, Step) else item
     finally:
-        if thread.is_alive():  # the consumer closed us (tab closed, client cancelled): stop at the next step
-            write_stop(run, "abandoned")
+        if thread.is_alive():  # closed before its end: the job stops at its next step, its results unused
+            closed.set()
             thread.join()
 
 

@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from explorer.runs.hubcache import HUB_DIR, HubCache
 from explorer.settings import Settings, inference_device
@@ -22,7 +22,7 @@ from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
-    from explorer.runs.runinfo import RunInfo
+    from explorer.runs.record import RunInfo
     from index.store import VectorIndex
     from mirror.encoder import Encoder
 
@@ -98,6 +98,13 @@ def release_memory(collect: bool = True) -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+def kept(table: OrderedDict, key: Any, value: Any, most: int) -> None:
+    """`table[key] = value`, then its least recently used entries past `most` dropped (the caller holds its lock)."""
+    table[key] = value
+    while len(table) > most:
+        table.popitem(last=False)
+
+
 class ModelCache:
     """Base encoders (an LRU of BASE_MODELS_KEPT) and tuned runs (an LRU within MIRROR_LOADED_RUNS and
     MIRROR_LOADED_MB), each loaded once however many threads ask for it at the same time."""
@@ -146,7 +153,7 @@ class ModelCache:
         if model == BUNDLED_MODEL or looks_local(model, here=False) or self.hub.has(model):
             return model
         if self.hub.size(model) is None:  # the hub cannot say: offline, or no such model; said now, not after a wait
-            from mirror.encoder import offline_message
+            from mirror.hub import offline_message
 
             raise MirrorError(offline_message(model, server=True))
         return model
@@ -200,9 +207,7 @@ class ModelCache:
                 )
             encoder.model.eval()
             with self._base_lock:
-                self._base[key] = encoder
-                while len(self._base) > BASE_MODELS_KEPT:
-                    self._base.popitem(last=False)
+                kept(self._base, key, encoder, BASE_MODELS_KEPT)
             return encoder
 
     def loaded(self, run: RunInfo) -> Loaded:

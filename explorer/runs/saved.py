@@ -1,52 +1,66 @@
-"""Runs not trained here: a kept run opened again by id, a model zip saved from this app, a blend of the served
-run's weights with its base.
+"""Runs not trained here: a kept run opened again by id (`SavedRuns.open_run`), and two kinds of run that go the way
+every run goes (explorer.runs.execute): a model zip saved from this app (`Upload`), a blend of the served run's
+weights with its base (`Blend`).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from explorer.events import Done, Event, Failed, Note, Phase, Served
-from explorer.runs.models import REBUILT_NOTE
-from explorer.runs.sessions import RunHandle, RunInfo, Session
-from explorer.runs.training import new_run_info, package_run, run_bytes
-from explorer.settings import inference_device
+from explorer.events import Event, Failed, Phase
+from explorer.runs.execute import Plan, Producer, Runner, made_info, package_run, run_bytes
+from explorer.runs.live import Run, RunRegistry
+from explorer.runs.models import REBUILT_NOTE, ModelCache
+from explorer.runs.record import Checks, Made, Origin, RunInfo, RunRecord, Timing, training_of
+from explorer.runs.sessions import Session
+from explorer.runs.store import RunStore
+from explorer.settings import Settings, inference_device
 from explorer.share.uploads import display_name, extract_model_zip, model_zip_bytes
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 from mirror.exports import download_name
 
-log = logging.getLogger("mirror.app")
-
 
 class SavedRuns:
     """Runs not trained here: a kept run opened again by id, a model zip saved from this app, a blend of the served
-    run. One per MirrorApp (`app.saved`), over its state."""
+    run. One per MirrorApp (`app.saved`)."""
 
-    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
-        self.app = app
+    def __init__(
+        self,
+        registry: RunRegistry,
+        runner: Runner,
+        store: RunStore,
+        models: ModelCache,
+        forget_figures: Callable[[Path], None],
+        settings: Settings,
+    ):
+        self.registry, self.runner, self.store, self.models = registry, runner, store, models
+        self.forget_figures, self.settings = forget_figures, settings  # the Explore tab's figures of a run
+
+    def kept(self, run_id: str) -> RunInfo:
+        """A kept run by its id (MirrorError for none): while it is served before its checks, the RunInfo they
+        complete (its live run's), so whoever opens or searches it meanwhile sees them land."""
+        info = self.store.load(run_id)
+        return self.registry.served(info.folder.name) or info
 
     def open_run(self, session: Session, run_id: str) -> RunInfo:
         """Serve a kept run (by its id: a link, the browser's run list, an API call) to this session."""
-        info = self.app.runs.load(run_id)
-        # served before its checks, which still run: the RunInfo they complete, so this session sees them land
-        info = self.app.checking.get(info.folder.name, info)
+        info = self.kept(run_id)
         # a run whose files went bad fails here, and the session keeps what it had
-        loaded = self.app.models.loaded(info)
-        if info.checks_pending and info.folder.name not in self.app.checking:  # its server stopped during its checks
-            info.checks_pending = False
+        loaded = self.models.loaded(info)
+        if info.checks_unfinished and not info.checks_pending:  # its server stopped during its checks
+            info.checks_unfinished = False
             # its card (and a push of it) says the checks did not run, rather than nothing at all
-            info.stats["forgetting"] = {"skipped": "the server restarted while they ran"}
-            package_run(info, zip_model=not info.model_zip.exists())
-            self.app.runs.save(info)
-        if loaded.rebuilt and REBUILT_NOTE not in info.stats.get("notes", []):
+            info.record.checks = Checks(skipped="the server restarted while they ran")
+            package_run(info)
+            self.store.save(info)
+        if loaded.rebuilt and REBUILT_NOTE not in info.record.notes:
             self._after_rebuild(info)
         with session.lock:
             session.run = info
@@ -55,17 +69,17 @@ class SavedRuns:
     def _after_rebuild(self, info: RunInfo) -> None:
         """A kept run whose tuned index was rebuilt on load (made by a version with the stale bf16 copy): its index
         download made again, its old exports dropped (they hold the old vectors), and a note on its page."""
-        info.stats["notes"] = [*info.stats.get("notes", []), REBUILT_NOTE]
+        info.record.notes.append(REBUILT_NOTE)
         shutil.rmtree(info.folder / "exports", ignore_errors=True)
-        self.app.explore.forget(info.folder)  # figures computed from the old index
+        self.forget_figures(info.folder)  # figures computed from the old index
         # the rebuilt index under a name of its own: a link to the old zip handed out before never serves other bytes
         info.index_zip = info.index_zip.with_name(info.index_zip.stem + "-rebuilt.zip")
         package_run(info, zip_model=False)
-        self.app.runs.save(info)
+        self.store.save(info)
 
     def list_runs(self, run_ids: Sequence[str]) -> list[dict[str, Any]]:
         """id, label, created of the runs among `run_ids` still kept here, newest first."""
-        return self.app.runs.describe(r for r in run_ids if isinstance(r, str))
+        return self.store.describe(r for r in run_ids if isinstance(r, str))
 
     def use_saved_model(self, session: Session, zip_path: str | None) -> Iterator[Event]:
         """Serve a model zip saved from this app: index the loaded strings with it and its base. Yields events."""
@@ -75,95 +89,7 @@ class SavedRuns:
         if len(session.texts) < 2:
             yield Failed("Load the strings to search first (step 1), then upload the model zip.")
             return
-        if session.active is not None and session.active.started:
-            yield Failed("A run is in progress in this session; wait for it or cancel it.")
-            return
-        yield from self._as_job(session, lambda handle: self._use_saved(session, zip_path, handle))
-
-    def _as_job(self, session: Session, job: Any) -> Iterator[Event]:
-        """`job(handle)`'s events as the session's job: cancellable (the Tune tab's Cancel) from the moment it waits
-        for its place in the training queue."""
-        handle = session.active = RunHandle(started=True)
-        try:
-            yield from self.app.trainer.exclusive(session, job(handle), handle.stop)
-        finally:
-            if session.active is handle:
-                session.active = None
-
-    def _use_saved(self, session: Session, zip_path: str, handle: RunHandle) -> Iterator[Event]:
-        from mirror.blend import recorded_blend
-        from mirror.encoder import load_encoder
-
-        started = time.perf_counter()  # this upload's own seconds (its stats carry the training's, done earlier)
-        run = self.app.trainer.new_run_folder(session, handle)
-        texts, source = list(session.texts), session.source
-        try:
-            with self.app.trainer.discarded_unless_served(run) as served:
-                # what it will hold, unpacked, is known before a byte is written: the accounts are asked for that
-                unpacked = model_zip_bytes(Path(zip_path), self.app.settings.max_model_bytes)
-                notes = self.app.check_disk(session, unpacked + Path(zip_path).stat().st_size)
-                yield from (Note(n) for n in notes)
-                yield Phase("Unpacking the model")
-                limit = self.app.settings.max_model_bytes
-                folder = extract_model_zip(Path(zip_path), run / "unpacked", limit, room=unpacked)
-                os.replace(folder, run / "model")
-                shutil.rmtree(run / "unpacked", ignore_errors=True)
-                budget = self.app.models.weights_budget()
-                tuned = load_encoder(run / "model", device=inference_device(), allowed_roots=[run], max_weights=budget)
-                base_model, base, base_notes = self._base_of(tuned)
-                notes = [*notes, *base_notes]
-                events: list[Event] = []
-                from index.pipeline import index_with
-
-                for name, enc in (("base", base), ("tuned", tuned)):
-                    index_with(
-                        enc,
-                        texts,
-                        run / f"{name}_index",
-                        f"Indexing your strings with the {name} encoder",
-                        events.append,
-                    )
-                    yield from events
-                    events.clear()
-                stats = dict(tuned.info.get("stats") or {})
-                stats.update(pooling=tuned.pooling, mode=(tuned.info.get("config") or {}).get("mode", "?"))
-                stats.update(uploaded=display_name(zip_path), notes=base_notes)
-                blended = recorded_blend(tuned.info)  # a zip of a blend reads as that blend, not as a tuned model
-                if blended is not None:
-                    stats.update(blend_alpha=blended[0], blended_from=blended[1])
-                stats["summary"] = f"uploaded model {display_name(zip_path)}" + (
-                    f" ({stats['summary']})" if stats.get("summary") else ""
-                )
-                # served as uploaded, not re-zipped
-                kept = link_or_copy(Path(zip_path), run / download_name(base_model, run.name, "model"))
-                stats["load_seconds"] = round(time.perf_counter() - started, 1)  # unpacked, loaded, indexed now
-                info = self.app.trainer.serve(
-                    session, new_run_info(run, base_model, texts, source, stats, model_zip=kept)
-                )
-                served.append(info)
-                self.app.trainer.measure_change(info)
-                self.app.runs.save(info)
-                yield Done(info, tuple(notes))
-        except MirrorError as exc:
-            yield Failed(str(exc))
-        except Exception as exc:
-            log.exception("model upload failed")  # details (which may name server paths) stay in the log
-            yield Failed(f"could not use this model ({type(exc).__name__}); is it a zip saved by this app?")
-
-    def _base_of(self, tuned) -> tuple[str, Any, list[str]]:
-        """The base model an uploaded tuned model names (checked like one a user typed, hub size included), or
-        the bundled model with a note when that one is not available here."""
-        base_model = str((tuned.info.get("config") or {}).get("model") or BUNDLED_MODEL)
-        try:
-            return (
-                base_model,
-                self.app.models.base_encoder(self.app.models.check_download(base_model), tuned.pooling),
-                [],
-            )
-        except MirrorError as exc:
-            note = f"its base model {base_model!r} is not available here ({exc}); comparing with the bundled model"
-            # with the tuned model's pooling: the served run reloads its base that way
-            return BUNDLED_MODEL, self.app.models.base_encoder(BUNDLED_MODEL, tuned.pooling), [note]
+        yield from self.runner.launch(session, Upload(session, zip_path, self.models, self.settings)).follow()
 
     def blend_run(self, session: Session, alpha: Any) -> Iterator[Event]:
         """Serve a blend of the served run's tuned weights with its base (α of the tuned, 1 - α of the base) as a
@@ -179,72 +105,135 @@ class SavedRuns:
         if parent is None:
             yield Failed("Nothing to blend yet: tune a model in tab ① (or open one of your runs) first.")
             return
-        if session.active is not None and session.active.started:
-            yield Failed("A run is in progress in this session; wait for it or cancel it.")
-            return
-        yield from self._as_job(session, lambda handle: self._blend(session, parent, alpha, handle))
+        yield from self.runner.launch(session, Blend(parent, alpha, self.models)).follow()
 
-    def _blend(self, session: Session, parent: RunInfo, alpha: float, handle: RunHandle) -> Iterator[Event]:
+
+class Upload(Producer):
+    """A model zip saved from this app, served as a run: unpacked into the run's folder (priced from its directory
+    before a byte is written), its base model found, the session's strings indexed with both. No general checks:
+    its zip is served as it came."""
+
+    kind, what, checked = "upload", "a model upload", False
+
+    def __init__(self, session: Session, zip_path: str, models: ModelCache, settings: Settings):
+        self.session, self.models, self.settings = session, models, settings
+        self.zip_path, self.name = Path(zip_path), display_name(zip_path)  # the name as the user gave it
+
+    def prepare(self, run: Run) -> Generator[Event, None, Plan]:
+        # what it will hold, unpacked, is known before a byte is written: the accounts are asked for that
+        self.room = model_zip_bytes(self.zip_path, self.settings.max_model_bytes)
+        yield from ()
+        return Plan(self.room + self.zip_path.stat().st_size)
+
+    def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo]:
+        from index.pipeline import index_with
+        from mirror.encoder import load_encoder
+
+        started = time.perf_counter()  # this upload's own seconds (its record keeps the training's, done earlier)
+        texts, source = list(self.session.texts), self.session.source
+        yield Phase("Unpacking the model")
+        limit = self.settings.max_model_bytes
+        unpacked = extract_model_zip(self.zip_path, folder / "unpacked", limit, room=self.room)
+        os.replace(unpacked, folder / "model")
+        shutil.rmtree(folder / "unpacked", ignore_errors=True)
+        budget = self.models.weights_budget()
+        tuned = load_encoder(folder / "model", device=inference_device(), allowed_roots=[folder], max_weights=budget)
+        base_model, base, base_notes = self._base_of(tuned)
+        events: list[Event] = []
+        for name, enc in (("base", base), ("tuned", tuned)):
+            indexed = time.perf_counter()
+            index_with(
+                enc, texts, folder / f"{name}_index", f"Indexing your strings with the {name} encoder", events.append
+            )
+            yield from events
+            events.clear()
+        tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of it re-encodes
+        made = uploaded_made(tuned, self.name, base_notes)
+        made.record.timing.tuned_index_seconds = tuned_index_s
+        # served as uploaded, not re-zipped
+        kept = link_or_copy(self.zip_path, folder / download_name(base_model, folder.name, "model"))
+        made.record.timing.load_seconds = round(time.perf_counter() - started, 1)  # unpacked, loaded, indexed now
+        return made_info(folder, base_model, texts, source, made, model_zip=kept)
+
+    def _base_of(self, tuned) -> tuple[str, Any, list[str]]:
+        """The base model an uploaded tuned model names (checked like one a user typed, hub size included), or
+        the bundled model with a note when that one is not available here."""
+        base_model = str((tuned.info.get("config") or {}).get("model") or BUNDLED_MODEL)
+        try:
+            return base_model, self.models.base_encoder(self.models.check_download(base_model), tuned.pooling), []
+        except MirrorError as exc:
+            note = f"its base model {base_model!r} is not available here ({exc}); comparing with the bundled model"
+            # with the tuned model's pooling: the served run reloads its base that way
+            return BUNDLED_MODEL, self.models.base_encoder(BUNDLED_MODEL, tuned.pooling), [note]
+
+    def failure(self, exc: Exception) -> str:
+        return f"could not use this model ({type(exc).__name__}); is it a zip saved by this app?"
+
+
+class Blend(Producer):
+    """A blend of a run's tuned weights with its base (α of the tuned, 1 - α of the base), served as a new run of
+    its own: no retraining, its parent's files linked (not copied), the strings re-indexed with the blend."""
+
+    kind, what = "blend", "a blend"
+
+    def __init__(self, parent: RunInfo, alpha: float, models: ModelCache):
+        self.parent, self.alpha, self.models = parent, alpha, models
+
+    def prepare(self, run: Run) -> Generator[Event, None, Plan]:
+        self.loaded = self.models.loaded(self.parent)
+        yield from ()
+        # a new run of its own (its model twice, its index; the parent's files are linked, not copied)
+        return Plan(run_bytes(self.loaded.tuned, self.parent.n_texts))
+
+    def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo]:
         from index.pipeline import index_with
         from mirror.blend import blend_folder
         from mirror.encoder import load_encoder
 
-        started = time.perf_counter()  # the blend's own seconds (its stats copy the parent's training time)
+        started, parent, alpha = time.perf_counter(), self.parent, self.alpha  # the blend's own seconds
         # a blend of a blend blends the tuned weights of the run they both come from: named as that run's blend
-        origin = parent.stats.get("blended_from") if parent.stats.get("blend_alpha") is not None else None
-        origin = str(origin or parent.folder.name)
+        of = parent.record.origin
+        origin = str((of.parent if of.alpha is not None else None) or parent.folder.name)
         of_summary = re.sub(r"^blend α=\S+ of ", "", parent.summary)
-        run = self.app.trainer.new_run_folder(session, handle)
-        try:
-            with self.app.trainer.discarded_unless_served(run) as served:
-                loaded = self.app.models.loaded(parent)
-                # a new run of its own (its model twice, its index; the parent's files are linked, not copied)
-                yield from (Note(n) for n in self.app.check_disk(session, run_bytes(loaded.tuned, parent.n_texts)))
-                texts = list(loaded.main.tuned.texts)
-                yield Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base")
-                # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
-                # mirror.blend blends it as α of the tuned weights it came from)
-                link_tree(tuned_weights(parent.folder), run / "tuned_model")
-                # the record names the parent run, so the blend's zip reads as this blend when it is reused; by its
-                # short id only: the zip and a Hub push are shared, and a full run id opens the run (its strings)
-                blend_folder(loaded.base, run / "tuned_model", alpha, run / "model", of=origin[:8])
-                blended = load_encoder(run / "model", device=inference_device(), allowed_roots=[run])
-                link_tree(parent.folder / "base_index", run / "base_index")
-                events: list[Event] = []
-                index_with(blended, texts, run / "tuned_index", "Indexing your strings with the blend", events.append)
-                yield from events
-                stats = {**parent.stats, "losses": parent.losses, "blend_alpha": alpha}
-                # the parent's checks and times are not the blend's
-                for key in (
-                    "forgetting",
-                    "served_seconds",
-                    "wall_seconds",
-                    "started_at",
-                    "finished_at",
-                    "neighbours_changed",
-                ):
-                    stats.pop(key, None)
-                stats.update(blended_from=origin, summary=f"blend α={alpha:g} of {of_summary}")
-                stats["blend_seconds"] = round(time.perf_counter() - started, 1)  # its own, not the parent's
-                checks = self.app.settings.general_checks
-                info = new_run_info(run, parent.base_model, texts, parent.corpus, stats, package=not checks)
-                if not checks:
-                    served.append(self.app.trainer.serve(session, info))
-                    self.app.trainer.measure_change(info)
-                    self.app.runs.save(info)
-                    yield Done(info)
-                    return
-                # served before its checks, as a run (explorer.runs.training): they, its card and downloads follow
-                served.append(self.app.trainer.serve_first(session, info))
-                handle.served = True
-                yield Served(info)
-                yield from self.app.trainer.check_and_package(info, texts)
-                yield Done(info)
-        except MirrorError as exc:
-            yield Failed(str(exc))
-        except Exception as exc:
-            log.exception("blend failed")
-            yield Failed(f"the blend failed ({type(exc).__name__}); the previous model stays served")
+        texts = list(self.loaded.main.tuned.texts)
+        yield Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base")
+        # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
+        # mirror.blend blends it as α of the tuned weights it came from)
+        link_tree(tuned_weights(parent.folder), folder / "tuned_model")
+        # the record names the parent run, so the blend's zip reads as this blend when it is reused; by its
+        # short id only: the zip and a Hub push are shared, and a full run id opens the run (its strings)
+        blend_folder(self.loaded.base, folder / "tuned_model", alpha, folder / "model", of=origin[:8])
+        blended = load_encoder(folder / "model", device=inference_device(), allowed_roots=[folder])
+        link_tree(parent.folder / "base_index", folder / "base_index")
+        events: list[Event] = []
+        indexed = time.perf_counter()
+        index_with(blended, texts, folder / "tuned_index", "Indexing your strings with the blend", events.append)
+        tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of this blend re-encodes
+        yield from events
+        # the parent's training, notes and zip; its checks, times and neighbours are not the blend's
+        record = RunRecord(
+            training=parent.record.training,
+            origin=Origin("blend", alpha, origin, zip=of.zip),
+            timing=Timing(blend_seconds=round(time.perf_counter() - started, 1), tuned_index_seconds=tuned_index_s),
+            notes=list(parent.record.notes),
+        )
+        made = Made(record, parent.pooling, f"blend α={alpha:g} of {of_summary}", list(parent.losses))
+        return made_info(folder, parent.base_model, texts, parent.corpus, made)
+
+
+def uploaded_made(tuned: Any, name: str, notes: list[str]) -> Made:
+    """What an uploaded model zip makes: the training its folder records (mirror_config.json), its blend when it is
+    a zip of one (it reads as that blend, not as a tuned model), the zip's name, and `notes` (its base's)."""
+    from mirror.blend import recorded_blend
+
+    saved = dict(tuned.info.get("stats") or {})
+    training = training_of(saved)
+    training.mode = (tuned.info.get("config") or {}).get("mode", "?")
+    blended = recorded_blend(tuned.info)
+    alpha, parent = blended if blended is not None else (None, None)
+    origin = Origin("uploaded", alpha, parent, zip=name)
+    summary = f"uploaded model {name}" + (f" ({saved['summary']})" if saved.get("summary") else "")
+    return Made(RunRecord(training=training, origin=origin, notes=list(notes)), tuned.pooling, summary)
 
 
 def tuned_weights(run: Path) -> Path:

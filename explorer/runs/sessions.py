@@ -1,4 +1,5 @@
-"""Sessions and runs: one folder per browser tab or API client, the run it serves, the run it is making.
+"""Sessions: one folder per browser tab or API client, its strings and the run it serves (the run it is making is
+its live run: explorer.runs.live).
 
 A Session lives in Gradio's gr.State (or any caller's hands); its folder is the only place its own files go (another
 corpus indexed against the run it serves, exports of a run it opened by link). `SessionStore` makes and removes those
@@ -8,97 +9,25 @@ folders: closed sessions and idle ones past the TTL. Each folder is charged to t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from explorer.runs.accounts import Owner, write_owner
-from explorer.runs.runinfo import RunInfo
+from explorer.runs.record import RunInfo
 from explorer.settings import Settings
 from mirror.data import CleanStats
 from mirror.pairs import PairStats
 
-STOP_FILE = "STOP"
 RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs.store), not a session
 SWEEP_EVERY_S = 60.0
 EVICT_MIN_IDLE_S = 300.0  # a run used this recently never makes room for its visitor's next one
-
-
-@dataclass(eq=False)
-class RunHandle:
-    """One run from the moment it is asked for, whoever asked (the page's Launch or an API call): its id, its
-    stop flag and its events so far. The run goes on in its own thread; any number of consumers `follow` it
-    (the page that launched it, the same page after a reload, an API client). A stop reaches the job through
-    a file in its folder, across the ZeroGPU process boundary."""
-
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)  # 128 random bits: holding it gives access
-    stop: threading.Event = field(default_factory=threading.Event)
-    started: bool = False  # holds the session's run: a second Launch is refused
-    folder: Path | None = None
-    events: list[Any] = field(default_factory=list)
-    finished: bool = False
-    served: bool = False  # its model is served, its general checks still run: a cancel comes too late
-    strings: tuple[int, str] = (0, "")  # how many strings it tunes, and where they came from
-    texts: tuple[str, ...] = ()  # the strings themselves: a page reattached to the run gets them back at its end
-    last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
-    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
-
-    def request_stop(self, why: str = "cancel") -> None:
-        self.stop.set()
-        if self.folder is not None:
-            write_stop(self.folder, why)
-
-    def publish(self, event: Any) -> None:
-        with self._cond:
-            self.events.append(event)
-            self._cond.notify_all()
-
-    def finish(self) -> None:
-        with self._cond:
-            self.finished = True
-            self._cond.notify_all()
-
-    def follow(self, since: int = 0) -> Iterator[Any]:
-        """The run's events from number `since` on, as they come, until its last; once it has begun, a Tick when
-        nothing new came for half a second (a consumer can redraw, or stop). Asking keeps the run alive: nobody
-        asking for ABANDONED_S stops it."""
-        from explorer.events import Tick
-
-        i = since
-        while True:
-            with self._cond:
-                self.last_seen = time.monotonic()
-                if i >= len(self.events) and not self.finished:
-                    self._cond.wait(0.5)
-                batch, done = self.events[i:], self.finished
-                i += len(batch)
-            yield from batch
-            if done and not batch:
-                return
-            if not batch and i > 0:
-                yield Tick()
-
-
-def write_stop(folder: Path, why: str) -> None:
-    """Ask the job in `folder` to stop between two steps; the first reason given is kept."""
-    with contextlib.suppress(OSError):  # the run just ended and removed its folder
-        with open(folder / STOP_FILE, "x", encoding="utf-8") as f:
-            f.write(why)
-
-
-def read_stop(run: Path) -> str:
-    """Why the job in `run` was asked to stop ("cancel", "time", "abandoned"), or "" when it was not."""
-    try:
-        return (run / STOP_FILE).read_text(encoding="utf-8").strip() or "cancel"
-    except OSError:
-        return ""
 
 
 @dataclass(eq=False)
@@ -115,12 +44,10 @@ class Session:
     stats: CleanStats | None = None
     detected_mode: str = "words"
     mode_reason: str = ""
-    run: RunInfo | None = None
-    active: RunHandle | None = None  # the run asked for or in progress
+    run: RunInfo | None = None  # the run it serves (its live run, if any: explorer.runs.live.RunRegistry.of)
     run_ids: list[str] = field(default_factory=list)  # the runs this session made
     owner: Owner = field(default_factory=Owner)  # the visitor (and address) its folders and runs are charged to
     extra: ExtraCorpus | None = None  # another corpus indexed with the served run's encoders, in this session's folder
-    closed: bool = False  # the tab went away (or the state expired) while a run was going: clean up after it
     eval_stop: threading.Event = field(default_factory=threading.Event, repr=False)  # Evaluate's Cancel
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -162,18 +89,28 @@ def texts_key(texts: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
+class LiveRuns(Protocol):
+    """What the session store asks of the live runs (explorer.runs.live.RunRegistry)."""
+
+    def session_folders(self) -> set[Path]: ...
+
+    def when_idle(self, session: Session, fn: Callable[[], None]) -> None: ...
+
+    def asked(self, session: Session) -> object | None: ...
+
+
 class SessionStore:
     """Session folders under `settings.work_dir`: made on first use (charged to their owner), removed when closed or
     idle past the TTL.
 
-    `forget(folder)` is called before a folder is removed (the model cache drops that session's loaded runs);
-    folders in `running` (a job is writing there) are never removed.
+    `forget(folder)` is called before a folder is removed (the model cache drops that session's loaded runs); the
+    folder of a session whose run is live (`registry`) is removed only once that run has ended.
     """
 
-    def __init__(self, settings: Settings, forget: Callable[[Path], None]):
+    def __init__(self, settings: Settings, forget: Callable[[Path], None], registry: LiveRuns):
         self.settings = settings
         self.forget = forget
-        self.running: set[Path] = set()
+        self.registry = registry
         self._last_sweep = 0.0
 
     def get(self, state: Session | None = None, owner: Owner | None = None) -> Session:
@@ -193,17 +130,15 @@ class SessionStore:
         return s
 
     def close(self, state: Session | None) -> None:
-        """The tab went away (or its state expired): drop the folder now, or when its running job ends."""
-        if not isinstance(state, Session):
-            return
-        state.closed = True
-        if state.active is None and state.folder not in self.running:
-            self.discard(state)
+        """The tab went away (or its state expired): drop the folder now, or when the run it asked for ends."""
+        if isinstance(state, Session):
+            self.registry.when_idle(state, lambda: self.discard(state))
 
     def discard(self, session: Session) -> None:
         from explorer.runs.models import release_memory
 
         self.forget(session.folder)
+        self.registry.asked(session)  # a Launch click whose run never started: it never will now
         shutil.rmtree(session.folder, ignore_errors=True)
         release_memory(collect=False)  # no gc pass: Gradio calls this on its event loop, once per expired session
 
@@ -216,9 +151,9 @@ class SessionStore:
         if not force and now - self._last_sweep < SWEEP_EVERY_S:
             return []
         self._last_sweep = now
-        removed = []
+        removed, busy = [], self.registry.session_folders()
         for folder in self.settings.work_dir.iterdir() if self.settings.work_dir.is_dir() else []:
-            if not folder.is_dir() or folder.name == RUNS_DIR or folder.name.startswith(".") or folder in self.running:
+            if not folder.is_dir() or folder.name == RUNS_DIR or folder.name.startswith(".") or folder in busy:
                 continue
             if now - last_used(folder) > self.settings.session_ttl:
                 self.forget(folder)

@@ -11,7 +11,6 @@ own session's folder, a blend is their own new run).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.runs.accounts import LAST_USED, RUN_FILE, last_used, stale_unfinished
-from explorer.runs.sessions import RunInfo
+from explorer.runs.record import RunInfo, from_json, to_json
 from mirror.errors import MirrorError
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -31,7 +30,8 @@ RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 def remember(memory: dict | None, run_id: str | None = None, active: str | None = None) -> dict:
     """What a browser keeps of its runs (gr.BrowserState): the ids of its last 50 runs, plus `run_id`, the run it
     has going (`active`) and the run it serves (`served`: `run_id` when given, else the one it served before), so a
-    reloaded page serves it again."""
+    reloaded page serves it again. Ids only: whether the `active` run is still live, and in which status, the
+    registry of live runs says (explorer.runs.live), never this copy."""
     memory = memory or {}
     runs = [r for r in memory.get("runs", []) if isinstance(r, str)]
     runs = [*runs, run_id] if run_id and run_id not in runs else runs
@@ -43,11 +43,10 @@ def run_label(info: RunInfo) -> str:
     """What a run is, in a few words: "411 strings from small_words.txt · bundled", and for a blend
     "blend α=0.5 of 411 strings from … (run 1a2b3c4d)" (otherwise it reads exactly like its parent)."""
     label = f"{info.n_texts:,} strings from {info.corpus} · {info.base_model}"
-    alpha = info.stats.get("blend_alpha")
+    alpha, parent = info.record.origin.alpha, info.record.origin.parent or ""
     if alpha is None:
         return label
-    parent = str(info.stats.get("blended_from") or "")
-    return f"blend α={float(alpha):g} of {label}" + (f" (run {parent[:8]})" if parent else "")
+    return f"blend α={alpha:g} of {label}" + (f" (run {parent[:8]})" if parent else "")
 
 
 class RunStore:
@@ -63,13 +62,11 @@ class RunStore:
             raise MirrorError("that is not a run id (32 letters a-f and digits, as in a run's link)")
         return self.root / run_id.strip()
 
-    def save(self, info: RunInfo) -> None:
-        """Write run.json (atomically) next to the run's files."""
-        data = dataclasses.asdict(info)
-        for key in ("folder", "model_zip", "index_zip"):
-            data[key] = os.path.relpath(data[key], info.folder) if key != "folder" else "."
+    def save(self, info: RunInfo, checks_pending: bool = False) -> None:
+        """Write run.json (atomically) next to the run's files (explorer.runs.record.to_json); `checks_pending`: it is
+        served before its general checks, which are still to come."""
         tmp = info.folder / (RUN_FILE + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        tmp.write_text(json.dumps(to_json(info, checks_pending), indent=1, default=str), encoding="utf-8")
         os.replace(tmp, info.folder / RUN_FILE)
         self.touch(info.folder)
 
@@ -81,12 +78,9 @@ class RunStore:
             data: dict[str, Any] = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             raise MirrorError(f"no run {run_id.strip()[:8]}… on this server (it may have expired)") from None
-        fields = {f.name for f in dataclasses.fields(RunInfo)}
-        data = {k: v for k, v in data.items() if k in fields}
-        data.update(folder=folder, model_zip=folder / data["model_zip"], index_zip=folder / data["index_zip"])
         if use:
             self.touch(folder)
-        return RunInfo(**data)
+        return from_json(data, folder)
 
     def describe(self, run_ids: Iterable[str]) -> list[dict[str, Any]]:
         """Short descriptions of the runs among `run_ids` that still exist, newest first (for a run list)."""

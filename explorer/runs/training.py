@@ -1,95 +1,68 @@
-"""Runs: start one in its own thread, follow it (a reloaded page reattaches), cancel it, hold a training slot,
-then check, package and serve what it made (`serve`). Saved models and blends (explorer.runs.saved) reuse the slot
-and the serving.
+"""Training runs: `Trainer` starts one (Launch, /train), follows it (a reloaded page reattaches), cancels it; the
+`Training` producer tunes and indexes the session's strings in the run's folder (explorer.runs.jobs.train_job).
+The slot, the disk, serving, the checks and packaging are every run's: explorer.runs.execute.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import posixpath
 import shutil
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from explorer.events import (
-    TERMINAL,
-    Cancelled,
-    Done,
-    Event,
-    Failed,
-    Finished,
-    Note,
-    Phase,
-    Served,
-    Step,
-    Stopped,
-    Tick,
-)
+from explorer.events import Cancelled, Done, Event, Failed, Finished, Note, Phase, Served, Step, Stopped
 from explorer.render import fmt_seconds, user_error
-from explorer.runs.accounts import write_owner
-from explorer.runs.jobs import time_left, train_job
-from explorer.runs.models import release_memory
-from explorer.runs.sessions import (
-    RunHandle,
-    RunInfo,
-    Session,
-    read_stop,
-    texts_key,
-    write_stop,
-)
+from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes
+from explorer.runs.jobs import TrainQueue, time_left, train_job
+from explorer.runs.live import Run, RunRegistry, queue_key
+from explorer.runs.models import ModelCache
+from explorer.runs.record import Made, RunInfo, training_of
+from explorer.runs.sessions import Session, texts_key
 from explorer.settings import Settings
-from explorer.share.card import write_card
-from explorer.share.uploads import model_folder_in_zip, zip_folder
 from explorer.tune.inputs import build_config
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
-from mirror.exports import download_name
 
-log = logging.getLogger("mirror.app")
-INDEX_README = """\
-A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.
-Unzip the model zip beside it (this folder and mirror-model/ side by side), then search it:
-
-  with sentence-transformers and FAISS alone (pip install sentence-transformers faiss-cpu):
-    import json, faiss
-    from sentence_transformers import SentenceTransformer
-    model = SentenceTransformer("mirror-model")
-    index = faiss.read_index("mirror-index/index.faiss")        # exact inner product over unit vectors
-    texts = json.load(open("mirror-index/texts.json", encoding="utf-8"))
-    scores, ids = index.search(model.encode(["your query"], normalize_embeddings=True), 10)
-    print([(texts[i], float(s)) for i, s in zip(ids[0], scores[0])])
-
-  with Mirror Explorer's own command (its virtualenv's python, from any folder):
-    /path/to/mirror-explorer/.venv/bin/python -m index query mirror-index "your query"
-"""
+if TYPE_CHECKING:
+    from explorer.runs.saved import SavedRuns
+    from explorer.tune.estimate import Estimator
+    from explorer.tune.loading import TextLoader
+    from explorer.tune.planning import Planner
 
 
 class Trainer:
-    """Runs: start one in its own thread, follow it (a reloaded page reattaches), cancel it, hold a training slot,
-    serve it. One per MirrorApp (`app.trainer`), over its state."""
+    """Training runs: start one in its own thread, follow it (a reloaded page reattaches), cancel it. One per
+    MirrorApp (`app.trainer`)."""
 
-    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
-        self.app = app
+    def __init__(
+        self,
+        registry: RunRegistry,
+        runner: Runner,
+        queue: TrainQueue,
+        loader: TextLoader,
+        saved: SavedRuns,
+        models: ModelCache,
+        planner: Planner,
+        estimator: Estimator,
+        settings: Settings,
+    ):
+        self.registry, self.runner, self.queue, self.loader, self.saved = registry, runner, queue, loader, saved
+        self.models, self.planner, self.estimator, self.settings = models, planner, estimator, settings
 
-    def request_run(self, session: Session) -> RunHandle:
+    def request_run(self, session: Session) -> Run:
         """Launch was clicked: the run exists (and can be cancelled) while it still waits in the queue."""
-        if session.active is None or not session.active.started or session.active.finished:
-            session.active = RunHandle()
-        return session.active
+        return self.registry.ask(session)
 
     def cancel(self, session: Session) -> str:
         """Stop the session's run between two steps, or before it starts (while it waits in the queue)."""
-        handle = session.active  # read once: the run may end (and reset it) at any moment
-        if handle is None or handle.finished:
+        run = self.registry.of(session)  # read once: the run may end at any moment
+        if run is None:
             return "Nothing is running. Your model and index (if any) stay served."
-        if handle.served:
+        if not run.stop("cancel"):
             return "This run is served already: its general checks and downloads follow in a few seconds."
-        handle.request_stop("cancel")
-        if handle.started:
+        if self.registry.get(run.id) is run:
             return "Stopping after the current step… the previous model and index stay served."
         return "Cancelled before it started. The previous model and index stay served."
 
@@ -104,24 +77,13 @@ class Trainer:
         """
         yield from self.start(session, model, mode, overrides).follow()
 
-    def start(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> RunHandle:
-        """Start the session's run in its own thread; returns its handle (id, stop flag, events)."""
-        handle = session.active
-        if handle is not None and handle.finished:  # a run this session followed (a reattached page) ended
-            handle = None
-        if handle is not None and handle.started:
-            busy = RunHandle(started=True)
-            busy.publish(Failed("A run is already in progress in this session; wait for it or cancel it."))
-            busy.finish()
-            return busy
-        handle = handle or RunHandle()  # an API call: no Launch click made one
-        session.active, handle.started = handle, True
-        handle.strings = (len(session.texts), session.source)  # what a page reattached to it says it tunes
-        handle.texts = tuple(session.texts)
-        self.app.in_progress[handle.id] = handle
-        args = (session, handle, model, mode, overrides)
-        threading.Thread(target=self._run, args=args, name=f"mirror-run-{handle.id[:8]}", daemon=True).start()
-        return handle
+    def start(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Run:
+        """Start the session's run in its own thread; returns it (id, status, events)."""
+        run = self.registry.asked(session) or Run(session)  # an API call: no Launch click made one
+        run.strings = (len(session.texts), session.source)  # what a page reattached to it says it tunes
+        run.texts = tuple(session.texts)
+        training = Training(session, model, mode, overrides, self.models, self.planner, self.estimator, self.settings)
+        return self.runner.launch(session, training, run)
 
     def load_for_api(
         self, session: Session, texts: str, file: str | None, column: str, settings: Any, pair_column: str = ""
@@ -130,14 +92,14 @@ class Trainer:
         partner from `pair_column` when given, once this visitor may queue a run (checked before 20 MB of text is
         read for a run refused anyway). What `set_texts` reports; MirrorError with the message the page would show."""
         try:
-            self.app.train_queue.check(queue_key(session), session.owner.address)
+            self.queue.check(queue_key(session), session.owner.address)
             pair = str(pair_column or "").strip()
             if pair and not file:
                 raise MirrorError("a partner column (pair_column) is a column of an uploaded .csv/.tsv/.jsonl file")
             info = (
-                self.app.loader.load_file(session, file, (column or "").strip() or None, pair_column=pair or None)
+                self.loader.load_file(session, file, (column or "").strip() or None, pair_column=pair or None)
                 if file
-                else self.app.loader.load_pasted(session, texts)
+                else self.loader.load_pasted(session, texts)
             )
             if settings is not None and not isinstance(settings, dict):
                 raise MirrorError('settings must be a JSON object such as {"max_steps": 20}')
@@ -152,410 +114,134 @@ class Trainer:
         (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
         (summary, run). Errors raise MirrorError with the message the page would show."""
         notes, progress, last = list(info.get("notes", [])), {"status": "queued"}, 0.0
-        for ev in self.train(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {})):
+        live = self.start(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {}))
+        for ev in live.follow():
             if isinstance(ev, Failed | Cancelled):
                 raise MirrorError(ev.text)
             if isinstance(ev, Done):
                 run = ev.run
+                # the run's record as the API has always said it (explorer.runs.record.flat), and what it was made of
                 summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
-                summary.update(notes=notes + list(run.stats.get("notes") or []), run_id=run.folder.name)
+                summary.update(notes=notes + list(run.record.notes), run_id=run.folder.name)
                 yield summary, run
                 return
             if isinstance(ev, Note):
                 notes.append(ev.text)
             if isinstance(ev, Step):
                 progress.update(step=ev.step, total_steps=ev.total, loss=ev.loss)
-            if "run_id" not in progress and session.active is not None:
-                progress.update(status="running", run_id=session.active.id)
+            if "run_id" not in progress:
+                progress.update(status="running", run_id=live.id)
                 last = 0.0
             if time.monotonic() - last >= 1.0:
                 last = time.monotonic()
                 yield dict(progress), None
         raise MirrorError("the run ended without a result")
 
-    def follow(self, run: str | RunHandle, since: int = 0, session: Session | None = None) -> Iterator[Event]:
+    def follow(self, run: str | Run, since: int = 0, session: Session | None = None) -> Iterator[Event]:
         """The events of a run in progress (from number `since`), e.g. for a page reloaded during its run; with
-        `session`, that session can cancel it, and is served the run once it is served (Served, then Done). `run`:
-        its id, or its handle as read from `in_progress` before (it replays its events to the end even when the run
-        has ended since, and left `in_progress`)."""
-        handle = run if isinstance(run, RunHandle) else self.app.in_progress.get(run)
-        if handle is None:
+        `session`, that session shows it (it can cancel it), and is served the run once it is served (Served, then
+        Done). `run`: its id, or the Run as read from the registry before (it replays its events to the end even
+        when the run has ended since, and left the registry)."""
+        live = run if isinstance(run, Run) else self.registry.get(run)
+        if live is None:
             raise MirrorError("that run is not in progress on this server (finished, or the server restarted)")
-        run_id = handle.id
         if session is not None:
-            session.active = handle
-        for ev in handle.follow(since):
-            if session is not None and isinstance(ev, TERMINAL) and session.active is handle:
-                session.active = None  # before the consumer sees the end (it may stop pulling there)
+            self.registry.attach(live, session)
+        for ev in live.follow(since):
             if session is not None and isinstance(ev, Served | Done) and session.run is not ev.run:
-                self.app.saved.open_run(session, run_id)
+                self.saved.open_run(session, live.id)
             yield ev
 
-    def _run(self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]) -> None:
-        """The run's thread: its events into the handle; a stop when nobody follows it any more."""
-        import explorer.runs.jobs as jobs
-        from mirror.cores import TURNS
 
-        try:
-            with TURNS.background():  # its checks and packaging yield to interactive work too (mirror.cores)
-                for ev in self._run_events(session, handle, model, mode, overrides):
-                    handle.publish(ev)
-                    if time.monotonic() - handle.last_seen > jobs.ABANDONED_S:
-                        if handle.folder is not None:
-                            write_stop(handle.folder, "abandoned")
-                        else:  # still waiting for a training slot: it gives its place up
-                            handle.stop.set()
-        except Exception as exc:  # a bug: the followers get a message, the server goes on
-            log.exception("run thread failed")
-            handle.publish(Failed(user_error(exc)))
-        finally:
-            if session.active is handle:
-                session.active = None
-            self.app.in_progress.pop(handle.id, None)
-            handle.finish()
+class Training(Producer):
+    """A run tuned here: the session's strings (and partners) tuned and indexed in the run's folder by
+    `train_job` (in another process on ZeroGPU), its base index reused when the served run has the same strings
+    and base. It learns the estimate what it took."""
 
-    def _run_events(
-        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
-    ) -> Iterator[Event]:
-        if handle.stop.is_set():
-            yield Cancelled("Cancelled before it started.")
-            return
-        if len(session.texts) < 2:
-            yield Failed("Load at least 2 strings first (step 1 above).")
-            return
-        try:  # a model this server cannot load (refused, over its size, the hub out of reach): now, not after a wait
-            self.app.models.check_download(model)
-        except Exception as exc:  # MirrorError, or a bug: a message either way
-            yield Failed(user_error(exc))
-            return
-        yield from self.exclusive(session, self._train(session, handle, model, mode, overrides), handle.stop)
+    kind, timed = "run", True
 
-    def exclusive(
-        self, session: Session, events: Iterator[Event], stop: threading.Event | None = None
-    ) -> Iterator[Event]:
-        """Run a job's events holding a training slot; its final event is yielded after the job cleaned up.
-
-        The job takes the visitor's one place in the training queue (app.train_queue: refused at once when the
-        visitor has another job going or waiting, or the line is full), says how many are ahead while it waits
-        (cancellable: `stop`), then runs."""
-        queue = self.app.train_queue
-        try:
-            place = queue.join(queue_key(session), session.owner.address)
-        except MirrorError as exc:
-            events.close()
-            yield Failed(str(exc))
-            return
-        try:
-            shown = None
-            for ahead in queue.wait(place, stop):
-                if ahead != shown:
-                    shown = ahead
-                    yield Phase(f"Waiting for a training slot ({ahead} job{'s' if ahead != 1 else ''} ahead of yours)")
-                else:
-                    yield Tick()
-            if not place.running:
-                events.close()
-                yield Cancelled("Cancelled before it started.")
-                return
-            yield from self._holding_slot(session, events, place)
-        finally:
-            queue.leave(place)
-
-    def _holding_slot(self, session: Session, events: Iterator[Event], place: Any) -> Iterator[Event]:
-        terminal = None
-        self.app.sessions.running.add(session.folder)
-        try:
-            with contextlib.closing(events) as job:
-                for ev in job:
-                    if isinstance(ev, TERMINAL):
-                        terminal = ev
-                        break
-                    yield ev
-        finally:
-            self.app.sessions.running.discard(session.folder)
-            self.app.train_queue.leave(place)
-            release_memory()
-            if session.closed:  # the tab went away during the run: nobody will use its folder again
-                self.app.sessions.discard(session)
-        if terminal is not None:
-            yield terminal
-
-    def _train(
-        self, session: Session, handle: RunHandle, model: str, mode: str, overrides: dict[str, Any]
-    ) -> Iterator[Event]:
-        texts, source = list(session.texts), session.source
-        partners, pairing = session.partners, session.pairing
-        try:
-            config, notes = build_config(
-                texts,
-                self.app.models.check_download(model),
-                mode,
-                overrides,
-                self.app.settings.max_steps,
-                pairs=partners is not None,
-            )
-            yield Phase(f"Checking the base model {config.model}")
-            base = self.app.models.base_encoder(config.model, config.pooling)
-            notes = [*self.app.check_disk(session, run_bytes(base, len(texts))), *notes]
-        except Exception as exc:  # MirrorError, or a bug: a message either way
-            yield Failed(user_error(exc))
-            return
-        yield from (Note(n) for n in notes)
-        run = self.new_run_folder(session, handle)
-        key, prev = texts_key(texts), session.run
-        build_base = True
-        if prev and (prev.base_model, prev.pooling, prev.texts_key) == (config.model, base.pooling, key):
-            if (prev.folder / "base_index").is_dir():  # same strings, same base: reuse its index
-                shutil.copytree(prev.folder / "base_index", run / "base_index")
-                build_base = False
-        planned = self.app.planner.planned(texts, key, config, base, build_base)  # to learn from, once the run has run
-        started, started_at = time.perf_counter(), time.time()
-        limits = {
-            "max_seconds": self.app.settings.max_run_seconds,
-            "memory": self.app.settings.train_memory_bytes,
-            "hub_cache": str(self.app.models.hub.root),
-        }
-        roots = [str(run)] + [str(r) for r in self.app.settings.model_roots]
-        try:
-            with self.discarded_unless_served(run) as served, self.app.models.using(config.model):
-                columns = list(pairing.columns()) if pairing is not None else None
-                job = train_job(texts, config.to_dict(), str(run), roots, build_base, limits, partners, columns)
-                for ev in job:
-                    if isinstance(ev, Step):
-                        session.touch()  # a long run keeps its session from being swept as idle
-                        ev = time_left(ev, planned)  # its ETA: the steps left, and what follows them
-                    if isinstance(ev, Stopped) or (isinstance(ev, Finished) and read_stop(run)):
-                        text = stopped_text(ev.stats, read_stop(run), self.app.settings)
-                        yield Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
-                        return
-                    if isinstance(ev, Finished):
-                        info = new_run_info(run, config.model, texts, source, ev.stats, package=False)
-                        if not self.app.settings.general_checks:
-                            if planned is not None:
-                                train_s = ev.stats.get("seconds")
-                                self.app.estimator.observe(planned.key, planned.phase("training"), train_s, None)
-                            yield Phase("Preparing downloads")
-                            served.append(self.serve(session, package_run(info)))
-                            self.measure_change(info)
-                            self.app.runs.save(finished(info, started, started_at))
-                            yield Done(info)
-                            return
-                        # served before its checks: search and Explore use the run while they run (seconds, more on a
-                        # CPU without bf16 or a larger base), then its card and downloads carry them
-                        finished(info, started, started_at)  # provisional: a server stopped mid-check keeps these
-                        served.append(self.serve_first(session, info))  # a broken model fails here, before the swap
-                        info.stats["served_seconds"] = round(time.perf_counter() - started, 1)
-                        handle.served = True
-                        yield Served(info)
-                        clock = (started, started_at)
-                        yield from self.check_and_package(info, texts, planned, ev.stats.get("seconds"), clock)
-                        yield Done(info)
-                        return
-                    yield ev
-                    if isinstance(ev, Failed):
-                        return
-                yield Failed("the run ended without a result; the previous model stays served")
-        except MirrorError as exc:
-            yield Failed(str(exc))
-        except Exception as exc:
-            log.exception("run failed")
-            yield Failed(f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served")
-
-    def serve_first(self, session: Session, info: RunInfo) -> RunInfo:
-        """Serve `info` before its general checks (`check_and_package` next): pending, and the one RunInfo whoever
-        opens the run meanwhile gets (app.checking), so the checks complete it for every session."""
-        info.checks_pending = True
-        self.app.checking[info.folder.name] = info
-        try:
-            return self.serve(session, info)
-        except BaseException:
-            self.app.checking.pop(info.folder.name, None)
-            raise
-
-    def check_and_package(
+    def __init__(
         self,
-        info: RunInfo,
-        texts: Sequence[str],
-        planned: Any = None,
-        train_s: float | None = None,
-        clock: tuple[float, float] | None = None,
-    ) -> Iterator[Event]:
-        """A served run's (or blend's) general checks, then its card and downloads (which carry them), then run.json
-        without `checks_pending`. `planned`: the estimate's plan of a training run, which learns what they cost;
-        `clock`: its (perf_counter, time) at Launch, for its wall time. Nothing here fails the run: it is served
-        already; a check that cannot run is left out (logged), downloads that cannot be made are said."""
-        from explorer.compare.forgetting import base_scored
+        session: Session,
+        model: str,
+        mode: str,
+        overrides: dict[str, Any],
+        models: ModelCache,
+        planner: Planner,
+        estimator: Estimator,
+        settings: Settings,
+    ):
+        self.session, self.model, self.mode, self.overrides = session, model, mode, overrides
+        self.models, self.planner, self.estimator, self.settings = models, planner, estimator, settings
+        self.planned: Any = None  # the estimate's plan of this run, which learns what it took
+        self.train_s: float | None = None
 
-        try:
-            yield Phase("Checking general similarity (the forgetting check)")
-            try:
-                loaded = self.app.models.loaded(info)  # loaded by `serve` just before
-                encoders = 1 if base_scored(loaded.base) else 2
-                info.stats["forgetting"] = self.forgetting(loaded.base, loaded.tuned, texts)
-                check_s = (info.stats["forgetting"] or {}).get("seconds")
-                if planned is not None:
-                    check_s = check_s / encoders if check_s is not None else None
-                    self.app.estimator.observe(planned.key, planned.phase("training"), train_s, check_s)
-            except Exception:  # a bug: the served run stays served, without its checks
-                log.exception("the general checks of a served run failed")
-                info.stats["forgetting"] = None
-            self.measure_change(info)
-            yield Phase("Preparing downloads")
-            try:
-                package_run(info)  # its card has the checks' results
-            except Exception as exc:
-                log.exception("could not package the run's downloads")
-                info.stats["notes"] = [*info.stats.get("notes", []), f"The downloads could not be made ({exc})."]
-            info.checks_pending = False
-            self.app.runs.save(finished(info, *clock) if clock else info)
-        finally:  # also when its consumer went away (a blend's page closed): a later open repairs what is left
-            self.app.checking.pop(info.folder.name, None)
+    def refusal(self) -> str | None:
+        if len(self.session.texts) < 2:
+            return "Load at least 2 strings first (step 1 above)."
+        try:  # a model this server cannot load (refused, over its size, the hub out of reach): now, not after a wait
+            self.models.check_download(self.model)
+        except Exception as exc:  # MirrorError, or a bug: a message either way
+            return user_error(exc)
+        return None
 
-    def measure_change(self, info: RunInfo) -> None:
-        """What the page says in one sentence: how much the served run's strings' neighbours changed (stats), from
-        its two indexes; left out (logged) when it cannot be measured: a run is never failed for it."""
-        try:
-            with self.app.search_slots:
-                info.stats["neighbours_changed"] = neighbours_changed(self.app.models.loaded(info))
-        except Exception:
-            log.exception("could not measure how much the neighbours changed")
+    def prepare(self, run: Run) -> Generator[Event, None, Plan]:
+        s = self.session  # its strings as they are when it gets its slot
+        self.texts, self.source, self.partners, self.pairing = list(s.texts), s.source, s.partners, s.pairing
+        model = self.models.check_download(self.model)
+        pairs = self.partners is not None
+        self.config, notes = build_config(
+            self.texts, model, self.mode, self.overrides, self.settings.max_steps, pairs=pairs
+        )
+        yield Phase(f"Checking the base model {self.config.model}")
+        self.base = self.models.base_encoder(self.config.model, self.config.pooling)
+        return Plan(run_bytes(self.base, len(self.texts)), tuple(notes))
 
-    def new_run_folder(self, session: Session, handle: RunHandle) -> Path:
-        """The job's run folder, charged to the session's visitor from its first byte."""
-        run = self.app.runs.folder(handle.id)
-        run.mkdir(parents=True)
-        write_owner(run, session.owner)
-        handle.folder = run
-        if handle.stop.is_set():  # cancelled while the base model loaded
-            write_stop(run, "cancel")
-        return run
+    def holding(self) -> contextlib.AbstractContextManager:
+        return self.models.using(self.config.model)  # a hub base's files stay on disk while the run uses them
 
-    @contextlib.contextmanager
-    def discarded_unless_served(self, run: Path) -> Iterator[list[RunInfo]]:
-        """Remove `run` unless the body put the RunInfo it now serves into the list; bugs become a Failed event
-        upstream (the caller's generator yields it)."""
-        served: list[RunInfo] = []
-        try:
-            yield served
-        finally:
-            if not served:
-                shutil.rmtree(run, ignore_errors=True)
+    def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo | Cancelled | Failed]:
+        config, texts, key, prev = self.config, self.texts, texts_key(self.texts), self.session.run
+        build_base = True
+        if prev and (prev.base_model, prev.pooling, prev.texts_key) == (config.model, self.base.pooling, key):
+            if (prev.folder / "base_index").is_dir():  # same strings, same base: reuse its index
+                shutil.copytree(prev.folder / "base_index", folder / "base_index")
+                build_base = False
+        self.planned = self.planner.planned(texts, key, config, self.base, build_base)
+        limits = {"memory": self.settings.train_memory_bytes, "hub_cache": str(self.models.hub.root)}
+        roots = [str(folder)] + [str(r) for r in self.settings.model_roots]
+        columns = list(self.pairing.columns()) if self.pairing is not None else None
+        run.job_starts(folder)  # the job may be in another process (ZeroGPU): a stop reaches it as a file
+        job = train_job(texts, config.to_dict(), str(folder), roots, build_base, limits, self.partners, columns)
+        with contextlib.closing(job):
+            for ev in job:
+                if isinstance(ev, Step):
+                    self.session.touch()  # a long run keeps its session from being swept as idle
+                    ev = time_left(ev, self.planned)  # its ETA: the steps left, and what follows them
+                if isinstance(ev, Stopped) or (isinstance(ev, Finished) and run.stopping):
+                    text = stopped_text(ev.stats, run.stop_reason, self.settings)
+                    return Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
+                if isinstance(ev, Finished):
+                    made = Made.of_training(ev.stats)
+                    self.train_s = made.record.training.seconds
+                    return made_info(folder, config.model, texts, self.source, made)
+                if isinstance(ev, Failed):
+                    return ev
+                yield ev
+        return Failed("the run ended without a result; the previous model stays served")
 
-    def serve(self, session: Session, info: RunInfo) -> RunInfo:
-        """Check the new run loads, keep it (run.json: from now on its id reaches it), then serve it. The run it
-        replaces stays in the store (the session's history, others' links) until the run budget removes it."""
-        self.app.models.loaded(info)  # load now: a broken artifact fails here, before the swap
-        self.app.runs.save(info)
-        with session.lock:
-            session.run = info
-            session.run_ids.append(info.folder.name)
-        return info
+    def learn(self, check_s: float | None) -> None:
+        if self.planned is not None:
+            self.estimator.observe(self.planned.key, self.planned.phase("training"), self.train_s, check_s)
 
-    def forgetting(self, base, tuned, texts: Sequence[str] = ()) -> dict[str, Any] | None:
-        """The general checks (explorer.compare.forgetting) of a tuned encoder against its base, and beside them, when the
-        run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in the
-        seconds the estimate learns from); None (logged) when they cannot run here: a run is never failed for its
-        checks. Seconds on a CPU (the base's scores are kept)."""
-        from explorer.compare.forgetting import CHECKS, forgetting_check, own_long_texts, verdict
-
-        try:
-            started, rows = time.perf_counter(), []
-            for check in CHECKS:  # a search slot per check: a served run's searches wait for one check at most
-                with self.app.search_slots:
-                    rows += forgetting_check(base, tuned, checks=[check])["checks"]
-            out = {"checks": rows, "verdict": verdict(rows), "seconds": round(time.perf_counter() - started, 1)}
-            with self.app.search_slots:
-                own = own_long_texts(base, tuned, texts)
-            if own is not None:
-                out["own_long_texts"] = own
-            return out
-        except Exception:
-            log.exception("forgetting check failed; the run goes on without it")
-            return None
-
-
-def neighbours_changed(loaded: Any, k: int = 10) -> float:
-    """The share (0-1) of the run's strings' k nearest neighbours that are not the base's, from the vectors its two
-    indexes hold (no re-encoding): the mean of what the Explore tab's "what moved" ranks."""
-    from explorer.compare.explore import vectors_of
-    from mirror.moved import changed_share
-
-    return round(changed_share(vectors_of(loaded.main.base), vectors_of(loaded.main.tuned), k), 4)
-
-
-def queue_key(session: Session) -> str:
-    """Who holds a place in the training queue: the session's visitor, or the session itself when nobody said."""
-    return session.owner.visitor or f"session:{session.id}"
-
-
-def run_bytes(encoder: Any, n_texts: int) -> int:
-    """About what a run on `encoder` writes: its model twice (the folder and its zip, weights barely compress) and
-    two indexes of `n_texts` rows (vectors and texts)."""
-    weights = sum(p.numel() * p.element_size() for p in encoder.model.parameters())
-    return 2 * weights + 2 * n_texts * (4 * encoder.dim + 64)
-
-
-def new_run_info(
-    folder: Path,
-    base_model: str,
-    texts: list[str],
-    source: str,
-    stats: dict[str, Any],
-    model_zip: Path | None = None,
-    package: bool = True,
-) -> RunInfo:
-    """The RunInfo of a finished run folder (model/, base_index/, tuned_index/), its downloads named for the base
-    model and the run (`mirror-<base>-<run id>-model.zip`) and, with `package`, made (`package_run`).
-    `model_zip`: serve this zip (an uploaded one) instead of zipping model/."""
-    info = RunInfo(
-        folder=folder,
-        base_model=base_model,
-        pooling=stats["pooling"],
-        corpus=source,
-        n_texts=len(texts),
-        texts_key=texts_key(texts),
-        stats={k: v for k, v in stats.items() if k != "losses"},
-        losses=list(stats.get("losses", [])),
-        summary=stats.get("summary", ""),
-        model_zip=model_zip or folder / download_name(base_model, folder.name, "model"),
-        index_zip=folder / download_name(base_model, folder.name, "index"),
-    )
-    return package_run(info, zip_model=model_zip is None) if package else info
-
-
-def finished(info: RunInfo, started: float, started_at: float) -> RunInfo:
-    """`info` with the run's wall time (from Launch to served with its checks and downloads) and its clock times."""
-    info.stats.update(
-        wall_seconds=round(time.perf_counter() - started, 1),
-        started_at=round(started_at, 3),
-        finished_at=round(time.time(), 3),
-    )
-    return info
-
-
-def package_run(info: RunInfo, zip_model: bool = True) -> RunInfo:
-    """The run's downloads: the model card written into model/ from the run's stats as they are now (the general
-    checks included, so run them first), model/ zipped (inside: mirror-model/) unless it is an uploaded zip, and
-    the tuned index zipped (inside: mirror-index/) with a meta.json pointing at the model beside it."""
-    from index.folder import META_FILE, with_encoder_at
-
-    folder = info.folder
-    try:
-        write_card(folder / "model", {**info.stats, "losses": info.losses}, info.base_model)
-    except Exception:  # a run is never failed for its card
-        log.exception("could not write the model card")
-    if zip_model:
-        zip_folder(folder / "model", info.model_zip, "mirror-model")
-    model_dir = model_folder_in_zip(info.model_zip)  # "mirror-model" (what the app zips), or an uploaded zip's own
-    index_at = posixpath.normpath(posixpath.join("..", model_dir))  # unzipped beside the model zip: no --encoder
-    extra = {"README.txt": INDEX_README, META_FILE: with_encoder_at(folder / "tuned_index", index_at)}
-    zip_folder(folder / "tuned_index", info.index_zip, "mirror-index", extra)
-    return info
+    def failure(self, exc: Exception) -> str:
+        return f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served"
 
 
 def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:
     """What the user reads when a run stopped before its end."""
-    done = f"after {stats.get('steps', 0)} of {stats.get('total_steps', 0)} steps"
+    t = training_of(stats)
+    done = f"after {t.steps or 0} of {t.total_steps or 0} steps"
     if why == "time":
         limit = fmt_seconds(settings.max_run_seconds or 0)
         return (

@@ -8,15 +8,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from explorer.tune.guess import planned_steps
+from mirror.bundled import DATA_DIR
 from mirror.config import BUNDLED_MODEL, DEVICES, POOLINGS, PRECISIONS, MirrorConfig
 from mirror.errors import MirrorError
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository: explorer/tune/inputs.py
-EXAMPLES_DIR = ROOT / "examples"
+EXAMPLES_DIR = DATA_DIR  # the bundled examples (mirror.bundled)
 EXAMPLES: dict[str, tuple[str, str]] = {
     "small": ("Small demo list: 411 everyday words in 20 themes (tunes in seconds)", "small_words.txt"),
     "words10k": ("10,000 most frequent English words (MirrorBERT's word setting)", "en_top10k.txt"),

@@ -10,7 +10,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from explorer.runs.models import ModelCache
 from explorer.runs.sessions import Pairing, Session
+from explorer.settings import Settings
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR
 from mirror.config import detect_mode
@@ -22,11 +24,12 @@ log = logging.getLogger("mirror.app")
 
 
 class TextLoader:
-    """Tab 1's input: the session's strings loaded from a file, pasted text, a bundled example or a Hub dataset.
-    One per MirrorApp (`app.loader`), over its state."""
+    """Tab 1's input: the session's strings loaded from a file, pasted text, a bundled example or a Hub dataset,
+    within this server's limits (`settings`); a served run's own strings from `models`. One per MirrorApp
+    (`app.loader`)."""
 
-    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
-        self.app = app
+    def __init__(self, settings: Settings, models: ModelCache):
+        self.settings, self.models = settings, models
 
     def set_texts(
         self,
@@ -47,13 +50,13 @@ class TextLoader:
         else:
             texts, stats = clean_texts(raw)
         notes = list(notes)
-        if len(texts) > self.app.settings.max_strings:
+        if len(texts) > self.settings.max_strings:
             notes.append(
-                f"kept the first {self.app.settings.max_strings:,} of {len(texts):,} strings (this server's limit, MIRROR_MAX_STRINGS)"
+                f"kept the first {self.settings.max_strings:,} of {len(texts):,} strings (this server's limit, MIRROR_MAX_STRINGS)"
             )
-            texts = texts[: self.app.settings.max_strings]
+            texts = texts[: self.settings.max_strings]
             if kept is not None:
-                kept = kept[: self.app.settings.max_strings]
+                kept = kept[: self.settings.max_strings]
                 pair_stats = dataclasses.replace(pair_stats, paired=sum(p is not None for p in kept))
         if len(texts) < 2:
             raise MirrorError(
@@ -94,7 +97,7 @@ class TextLoader:
             notes: list[str] = []
             name = display_name(name or path)
             read = read_file(
-                path, column, self.app.settings.max_upload_bytes, name=name, notes=notes, pair_column=pair_column
+                path, column, self.settings.max_upload_bytes, name=name, notes=notes, pair_column=pair_column
             )
             columns = (read.column or "string", read.pair_column or "partner")
             info = self.set_texts(session, read.strings, name, notes, read.partners, columns, read.pair_note)
@@ -114,9 +117,9 @@ class TextLoader:
         text = str(text or "")
         if not text.strip():
             raise MirrorError("paste some strings first, one per line")
-        if len(text.encode("utf-8", "surrogatepass")) > self.app.settings.max_upload_bytes:
+        if len(text.encode("utf-8", "surrogatepass")) > self.settings.max_upload_bytes:
             raise MirrorError(
-                f"the pasted text is over {fmt_size(self.app.settings.max_upload_bytes, limit=True)}; upload a file instead"
+                f"the pasted text is over {fmt_size(self.settings.max_upload_bytes, limit=True)}; upload a file instead"
             )
         return self.set_texts(session, text.splitlines(), "pasted text")
 
@@ -134,15 +137,15 @@ class TextLoader:
         import explorer.share.hub as hub
 
         with self._replacing_texts(session):
-            if not self.app.settings.allow_hub:
+            if not self.settings.allow_hub:
                 raise MirrorError("this server does not load from the Hugging Face Hub (MIRROR_ALLOW_HUB is off)")
             dataset, column = str(dataset or "").strip(), str(column or "").strip()
             raw, notes = hub.load_hub_dataset(
                 dataset,
                 column,
                 split=str(split or "").strip() or None,
-                max_rows=self.app.settings.max_strings,
-                max_bytes=self.app.settings.max_upload_bytes,
+                max_rows=self.settings.max_strings,
+                max_bytes=self.settings.max_upload_bytes,
             )
             return self.set_texts(session, raw, f"{dataset} · {column}", notes)
 
@@ -152,7 +155,7 @@ class TextLoader:
         run = session.run
         if run is None or session.texts:
             return None
-        texts = list(self.app.models.loaded(run).main.tuned.texts)
+        texts = list(self.models.loaded(run).main.tuned.texts)
         info = self.set_texts(session, texts, f"run {run.folder.name[:8]} ({run.corpus or 'its strings'})")
         info["notes"] = ["the strings of the run this page serves, loaded again: Launch tunes them again"] + info[
             "notes"

@@ -8,8 +8,11 @@ import logging
 from typing import Any
 
 from explorer.render import message
+from explorer.runs.live import RunRegistry
+from explorer.runs.models import ModelCache
 from explorer.runs.sessions import Session, texts_key
-from explorer.tune.estimate import IO_PHASES
+from explorer.settings import Settings
+from explorer.tune.estimate import IO_PHASES, Estimator
 from explorer.tune.guess import device_and_threads, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
 from explorer.tune.plan_md import estimate_md
@@ -23,11 +26,12 @@ UNSCALED_PHASES = IO_PHASES
 
 
 class Planner:
-    """The plan and time estimate of a run before it starts, as the page shows it (explorer.tune.estimate does the
-    pricing). One per MirrorApp (`app.planner`), over its state."""
+    """The plan and time estimate of a run before it starts, as the page shows it (`estimator` does the pricing,
+    with the base encoders `models` holds; it calibrates only while no run is live in `registry`). One per
+    MirrorApp (`app.planner`)."""
 
-    def __init__(self, app: Any):  # the MirrorApp (explorer.service) that composes it
-        self.app = app
+    def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: RunRegistry):
+        self.settings, self.models, self.estimator, self.registry = settings, models, estimator, registry
 
     CALIBRATION_WAIT_S = 90.0  # an estimate waits this long for another request's calibration of the same key
 
@@ -47,7 +51,7 @@ class Planner:
                 str(model or BUNDLED_MODEL).strip() or BUNDLED_MODEL,
                 mode,
                 overrides,
-                self.app.settings.max_steps,
+                self.settings.max_steps,
                 pairs=session.partners is not None,
             )
             notes = [*pairs_notes(session, config), *notes]
@@ -56,7 +60,7 @@ class Planner:
             return message(str(exc), "warning")
         from mirror.encoder import attention_note
 
-        base = self.app.models.cached_base(config.model, config.pooling)  # loaded by the estimate when it could be
+        base = self.models.cached_base(config.model, config.pooling)  # loaded by the estimate when it could be
         attention = attention_note(base) if base is not None else None
         return estimate_md(est, config, [*notes, *([attention] if attention else [])], why)
 
@@ -67,12 +71,12 @@ class Planner:
         from mirror.names import looks_local
 
         texts = list(session.texts)
-        model = self.app.models.check_model(config.model)  # before the rough guess reads the model's config
+        model = self.models.check_model(config.model)  # before the rough guess reads the model's config
         device, threads = device_and_threads(config.device)
         rough = rough_estimate(texts, config, device, threads)
         if zero_gpu():
             return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
-        base = self.app.models.cached_base(model, config.pooling)
+        base = self.models.cached_base(model, config.pooling)
         if base is None and model != BUNDLED_MODEL and not looks_local(model, here=False):  # never downloads for a plan
             scaled = self.scaled_from_bundled(session, config, device, threads)
             if scaled is not None:  # ordered by size: the bundled model's price here, times this one's compute
@@ -81,12 +85,12 @@ class Planner:
                     "loaded (by a run)"
                 )
             return rough, "calibrates on this machine once this model is loaded (by a run)"
-        base = base or self.app.models.base_encoder(model, config.pooling)
+        base = base or self.models.base_encoder(model, config.pooling)
         key, prev = texts_key(texts), session.run
         build_base = True
         if prev and (prev.base_model, prev.pooling, prev.texts_key) == (model, base.pooling, key):
             build_base = not (prev.folder / "base_index").is_dir()  # _train copies it
-        est = self.app.estimator.estimate(
+        est = self.estimator.estimate(
             texts,
             key,
             config,
@@ -99,15 +103,15 @@ class Planner:
             # its answer is the one the page keeps
             wait=self.CALIBRATION_WAIT_S,
             # a calibration would slow a training run, and be slowed by it
-            may_calibrate=may_calibrate and not self.app.in_progress,
+            may_calibrate=may_calibrate and not self.registry.runs(),
             check_encoders=self.check_encoders(base),
             # what the machine gives now (a tenth of a second): not while a run here trains, which a new run waits for
-            probe=may_calibrate and not self.app.in_progress,
+            probe=may_calibrate and not self.registry.runs(),
             train_texts=longer_sides(texts, session.partners),
         )
         if est is None and not may_calibrate:
             return rough, "calibrates on this machine when a plan for the bundled model is shown"
-        if est is None and self.app.in_progress:
+        if est is None and self.registry.runs():
             return rough, "calibrates on this machine when no run is training"
         if est is None:
             return rough, "calibrating on this machine (another request started it)…"
@@ -121,12 +125,12 @@ class Planner:
 
         from explorer.tune.guess import model_cost_factor
 
-        bundled = self.app.models.cached_base(BUNDLED_MODEL, config.pooling)
+        bundled = self.models.cached_base(BUNDLED_MODEL, config.pooling)
         if bundled is None:
             return None
         like = dataclasses.replace(config, model=BUNDLED_MODEL)
         texts = list(session.texts)
-        est = self.app.estimator.estimate(
+        est = self.estimator.estimate(
             texts, texts_key(texts), like, device, threads, bundled, self.memory_budget(like),
             wait=False, may_calibrate=False, check_encoders=self.check_encoders(bundled), probe=True,
             train_texts=longer_sides(texts, session.partners),
@@ -151,7 +155,7 @@ class Planner:
         est, why = None, ""
         if session is not None and session.texts:
             try:
-                config, _ = build_config(session.texts, BUNDLED_MODEL, mode, overrides, self.app.settings.max_steps)
+                config, _ = build_config(session.texts, BUNDLED_MODEL, mode, overrides, self.settings.max_steps)
                 est, why = self.estimate_of(session, config, may_calibrate=False)
             except MirrorError as exc:
                 why = str(exc)
@@ -180,7 +184,7 @@ class Planner:
         offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes")
         hub = (
             "This server loads no hub models (MIRROR_ALLOW_HUB=0)."
-            if not self.app.settings.allow_hub
+            if not self.settings.allow_hub
             else "Hub ids need internet: this server is offline (HF_HUB_OFFLINE), so only those downloaded before load."
             if offline
             else "Hub ids need internet on the server."
@@ -188,7 +192,7 @@ class Planner:
         local = (
             " A local folder (a sentence-transformers or Hugging Face model) is typed as its path; this server takes "
             "folders under MIRROR_MODEL_ROOTS."
-            if self.app.settings.model_roots
+            if self.settings.model_roots
             else ""
         )
         return "\n".join(rows) + f"\n\nIn the Base model box: {ids}.\n\n_{how} {hub}{local}_"
@@ -197,14 +201,14 @@ class Planner:
         """The memory a run of `config` will plan its steps with (index.pipeline.run_memory)."""
         from index.pipeline import run_memory
 
-        return run_memory(config, self.app.settings.train_memory_bytes)
+        return run_memory(config, self.settings.train_memory_bytes)
 
     def check_encoders(self, base) -> int:
         """Encoders the general checks after a run encode: none when they are off, 1 when the base's scores are
         kept (explorer.compare.forgetting), else 2."""
         from explorer.compare.forgetting import base_scored
 
-        if not self.app.settings.general_checks:
+        if not self.settings.general_checks:
             return 0
         return 1 if base_scored(base) else 2
 
@@ -213,7 +217,7 @@ class Planner:
         is about to use the machine); None otherwise. Only for `Estimator.observe` after the run."""
         try:
             device, threads = device_and_threads(config.device)
-            return self.app.estimator.estimate(
+            return self.estimator.estimate(
                 texts, key, config, device, threads, base, self.memory_budget(config), build_base,
                 wait=False, may_calibrate=False,
             )  # fmt: skip
@@ -232,14 +236,14 @@ class Planner:
         on a quiet machine a run's took 1.7-1.9 s against 2.1 s there: that first pass also creates the kernels
         of its shapes)."""
         texts = clean_texts((EXAMPLES_DIR / EXAMPLES["small"][1]).read_text(encoding="utf-8").splitlines())[0]
-        config, _ = build_config(texts, BUNDLED_MODEL, "auto", {}, self.app.settings.max_steps)
+        config, _ = build_config(texts, BUNDLED_MODEL, "auto", {}, self.settings.max_steps)
         device, threads = device_and_threads(config.device)
-        base = self.app.models.base_encoder(BUNDLED_MODEL, config.pooling)
-        est = self.app.estimator.estimate(
+        base = self.models.base_encoder(BUNDLED_MODEL, config.pooling)
+        est = self.estimator.estimate(
             texts, texts_key(texts), config, device, threads, base, self.memory_budget(config),
-            may_calibrate=not self.app.in_progress, check_encoders=self.check_encoders(base),
+            may_calibrate=not self.registry.runs(), check_encoders=self.check_encoders(base),
         )  # fmt: skip
-        if est is not None and checks_s is not None and not self.app.estimator.checks_timed(est, base, checks_s):
+        if est is not None and checks_s is not None and not self.estimator.checks_timed(est, base, checks_s):
             log.info("the general checks' warm-up took %.1f s, far over their price: not used to price them", checks_s)
 
 

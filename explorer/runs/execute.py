@@ -1,0 +1,391 @@
+"""One path for every kind of run. `Runner.launch(session, producer)` starts a live run (explorer.runs.live) in a
+thread of its own; `Runner.execute(run, producer)` takes it through the training queue, the disk account, its folder
+(removed unless served), serving, its general checks, packaging and failure, once for every kind.
+
+A kind of run is a `Producer`: what it says before its folder exists (`prepare`: the bytes it will write) and what it
+makes in its folder (`produce`: a RunInfo, not served yet). A training (explorer.runs.training.Training), a model zip
+(explorer.runs.saved.Upload) and a blend (explorer.runs.saved.Blend) are the three; the next kind is one more class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+import shutil
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Tick
+from explorer.render import user_error
+from explorer.runs.accounts import write_owner
+from explorer.runs.cpu import CpuAccounts
+from explorer.runs.jobs import FairSlots, TrainQueue
+from explorer.runs.live import Run, RunRegistry, Status
+from explorer.runs.models import ModelCache, release_memory
+from explorer.runs.record import Checks, Made, RunInfo
+from explorer.runs.sessions import Session, texts_key
+from explorer.runs.store import RunStore
+from explorer.settings import Settings
+from explorer.share.card import write_card
+from explorer.share.uploads import model_folder_in_zip, zip_folder
+from mirror.cores import TURNS
+from mirror.errors import MirrorError
+from mirror.exports import download_name
+
+log = logging.getLogger("mirror.app")
+BUSY = "A run is already in progress in this session; wait for it or cancel it."
+INDEX_README = """\
+A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.
+Unzip the model zip beside it (this folder and mirror-model/ side by side), then search it:
+
+  with sentence-transformers and FAISS alone (pip install sentence-transformers faiss-cpu):
+    import json, faiss
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer("mirror-model")
+    index = faiss.read_index("mirror-index/index.faiss")        # exact inner product over unit vectors
+    texts = json.load(open("mirror-index/texts.json", encoding="utf-8"))
+    scores, ids = index.search(model.encode(["your query"], normalize_embeddings=True), 10)
+    print([(texts[i], float(s)) for i, s in zip(ids[0], scores[0])])
+
+  with Mirror Explorer's own command (its virtualenv's python, from any folder):
+    /path/to/mirror-explorer/.venv/bin/python -m index query mirror-index "your query"
+"""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run says before its folder exists: about the bytes it will write (its disk account is asked for
+    them), and notes for the user."""
+
+    incoming: int
+    notes: tuple[str, ...] = ()
+
+
+class Producer:
+    """A kind of run: what it makes in its folder. `execute` does the rest (the slot, the disk, the folder, serving,
+    the checks, packaging, failure), the same for every kind. Subclasses write `prepare` and `produce`."""
+
+    kind = "run"  # what the run is called in its thread's name and its log lines
+    what = "a run"  # what the user reads it called when its CPU account refuses it ("... so a run cannot start now")
+    checked = True  # its general checks follow its serving (when the server runs them: MIRROR_GENERAL_CHECKS)
+    timed = False  # its record keeps its wall time from its folder to served (a training's page says it)
+
+    def refusal(self) -> str | None:
+        """Why the run cannot begin at all (said before it joins the queue), or None."""
+        return None
+
+    def prepare(self, run: Run) -> Generator[Event, None, Plan]:
+        """Holding its training slot, before its folder exists: events, then what it will write."""
+        raise NotImplementedError
+
+    def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo | Cancelled | Failed]:
+        """Make the run in `folder`: events, then its RunInfo (not served yet), or the Cancelled or Failed that ends
+        it. An exception fails it (`failure` says how); its folder is removed unless it is served."""
+        raise NotImplementedError
+
+    def holding(self) -> contextlib.AbstractContextManager:
+        """Around making and serving it (a training keeps its hub base on disk meanwhile)."""
+        return contextlib.nullcontext()
+
+    def learn(self, check_s: float | None) -> None:
+        """Once served: what its general checks took a model (None: not run), for the estimate to learn from."""
+
+    def failure(self, exc: Exception) -> str:
+        """What the user reads when making it raised something other than a MirrorError (logged)."""
+        return f"the {self.kind} failed ({type(exc).__name__}); the previous model stays served"
+
+
+class Runner:
+    """Runs of every kind, each in a thread of its own, through one path (`execute`): background work that yields
+    to interactive work (mirror.cores.TURNS), its CPU charged to its visitor (`cpu`). One per MirrorApp
+    (`app.runner`)."""
+
+    def __init__(
+        self,
+        registry: RunRegistry,
+        queue: TrainQueue,
+        models: ModelCache,
+        store: RunStore,
+        check_disk: Callable[[Session, int], list[str]],
+        settings: Settings,
+        search_slots: FairSlots,
+        cpu: CpuAccounts,
+    ):
+        self.registry, self.queue, self.models, self.store = registry, queue, models, store
+        self.check_disk, self.settings, self.search_slots, self.cpu = check_disk, settings, search_slots, cpu
+
+    def launch(self, session: Session, producer: Producer, run: Run | None = None) -> Run:
+        """Start `producer` as the session's run (`run`: the one its Launch click asked for) in a thread of its own,
+        and return it: its id, its status, its events (`Run.follow`). A session with a run going gets one that ended
+        refused."""
+        run = run or Run(session)
+        run.kind = producer.kind
+        if not self.registry.begin(run):
+            return Run.refused(BUSY)
+        name = f"mirror-{run.kind}-{run.id[:8]}"
+        threading.Thread(target=self._drive, args=(run, producer), name=name, daemon=True).start()
+        return run
+
+    def _drive(self, run: Run, producer: Producer) -> None:
+        """The run's thread: its events into the run, watched after each. All of it is background work: its steps,
+        its index builds and its checks pause while a map, an export or an evaluation runs (mirror.cores.TURNS)."""
+        try:
+            with TURNS.background():
+                for ev in self.execute(run, producer):
+                    run.publish(ev)
+                    self.watch(run)
+        except Exception as exc:  # a bug: the followers get a message, the server goes on
+            log.exception("run thread failed")
+            run.publish(Failed(user_error(exc)))
+        finally:
+            self.registry.end(run)
+            run.end()
+
+    def watch(self, run: Run) -> None:
+        """The one place a run is found abandoned (nobody followed it for MIRROR_ABANDONED_S: its page closed, its
+        API client gone) or over its time (its job past MIRROR_MAX_RUN_SECONDS), and stopped for it. A run waiting
+        for a slot gives its place up; a served one is past stopping."""
+        import explorer.runs.jobs as jobs
+
+        if run.unwatched_for() > jobs.ABANDONED_S:
+            run.stop("abandoned")
+        elif run.overdue(self.settings.max_run_seconds):
+            run.stop("time")
+
+    def execute(self, run: Run, producer: Producer) -> Iterator[Event]:
+        """A run from its first event to its last: it waits for a training slot (one place per visitor; how many
+        are ahead, cancellable), holds it while it is made, served, checked and packaged, and gives it back before
+        its last event (Done, Cancelled or Failed). Its CPU is charged to its visitor while it holds the slot (a
+        visitor or address past its hour's budget is refused before it waits, and again when its slot comes). Never
+        raises for bad input: it ends Failed."""
+        if run.stopping:
+            yield Cancelled("Cancelled before it started.")
+            return
+        refusal = producer.refusal()
+        if refusal:
+            yield Failed(refusal)
+            return
+        owner = run.session.owner
+        try:
+            self.cpu.check(owner, producer.what)  # before it waits for a slot it would be refused at
+        except MirrorError as exc:
+            yield Failed(str(exc))
+            return
+        try:
+            self.queue.join(run)  # refused at once when its visitor has another run in line, or the line is full
+        except MirrorError as exc:
+            yield Failed(str(exc))
+            return
+        end: Event = Cancelled("Cancelled before it started.")
+        try:
+            shown = None
+            for ahead in self.queue.wait(run):
+                if ahead != shown:
+                    shown = ahead
+                    yield Phase(f"Waiting for a training slot ({ahead} job{'s' if ahead != 1 else ''} ahead of yours)")
+                else:
+                    yield Tick()
+            if run.status is not Status.QUEUED:  # it holds a slot (else it was asked to stop while it waited)
+                try:
+                    with self.cpu.metered(owner, producer.what):  # its work, checks included: its visitor's CPU
+                        end = yield from self._make(run, producer)
+                except MirrorError as exc:  # its visitor's CPU budget ran out while it waited
+                    end = Failed(str(exc))
+                finally:
+                    release_memory()
+        finally:
+            self.queue.leave(run)
+        yield end
+
+    def _make(self, run: Run, producer: Producer) -> Generator[Event, None, Event]:
+        """Holding the slot: prepared, the disk asked, made in a fresh folder (removed unless served), served, checked
+        and packaged. Returns its last event."""
+        session = run.session
+        try:
+            plan = yield from producer.prepare(run)
+            notes = [*self.check_disk(session, plan.incoming), *plan.notes]
+            yield from (Note(n) for n in notes)
+            folder = self.store.folder(run.id)
+            folder.mkdir(parents=True)
+            write_owner(folder, session.owner)  # charged to its visitor from its first byte
+            run.folder, clock = folder, (time.perf_counter(), time.time())
+            with discarded_unless_served(folder) as served, producer.holding():
+                made = yield from producer.produce(run, folder)
+                if not isinstance(made, RunInfo):
+                    return made
+                yield from self._serve(run, producer, made, served, clock)
+                return Done(made, tuple(notes) + tuple(made.record.notes))
+        except MirrorError as exc:
+            return Failed(str(exc))
+        except Exception as exc:
+            log.exception("%s failed", producer.kind)  # details (which may name server paths) stay in the log
+            return Failed(producer.failure(exc))
+
+    def _serve(
+        self, run: Run, producer: Producer, info: RunInfo, served: list[RunInfo], clock: tuple[float, float]
+    ) -> Iterator[Event]:
+        """Serve what the run made: packaged first when no general checks follow; else served before them (search
+        and Explore use it while they run), then checked, then packaged (its card and downloads carry them)."""
+        session, timed = run.session, producer.timed
+        if not (producer.checked and self.settings.general_checks):
+            producer.learn(None)
+            yield Phase("Preparing downloads")
+            served.append(self.serve(session, package_run(info)))
+            self.measure_change(info)
+            self.store.save(finished(info, *clock) if timed else info)
+            return
+        if timed:
+            finished(info, *clock)  # provisional: a server stopped mid-check keeps these
+        run.serving(info)  # its status: checking; whoever opens it meanwhile gets `info`
+        served.append(self.serve(session, info, checks_pending=True))  # a broken model fails here, before the swap
+        if timed:
+            info.record.timing.served_seconds = round(time.perf_counter() - clock[0], 1)
+        yield Served(info)
+        yield from self.check_and_package(info, producer)
+        self.store.save(finished(info, *clock) if timed else info)
+
+    def serve(self, session: Session, info: RunInfo, checks_pending: bool = False) -> RunInfo:
+        """Check the new run loads, keep it (run.json: from now on its id reaches it), then serve it. The run it
+        replaces stays in the store (the session's history, others' links) until the run budget removes it."""
+        self.models.loaded(info)  # load now: a broken artifact fails here, before the swap
+        self.store.save(info, checks_pending)
+        with session.lock:
+            session.run = info
+            session.run_ids.append(info.folder.name)
+        return info
+
+    def check_and_package(self, info: RunInfo, producer: Producer) -> Iterator[Event]:
+        """A served run's general checks, then its card and downloads (which carry them). Nothing here fails the
+        run: it is served already; a check that cannot run is left out (logged), downloads that cannot be made are
+        said. run.json keeps `checks_pending` until the caller saves it after this (a server stopped before that
+        leaves it: the run's next opening repairs it)."""
+        from explorer.compare.forgetting import base_scored
+
+        yield Phase("Checking general similarity (the forgetting check)")
+        try:
+            loaded = self.models.loaded(info)  # loaded by `serve` just before
+            encoders = 1 if base_scored(loaded.base) else 2
+            info.record.checks = self.forgetting(loaded.base, loaded.tuned, loaded.main.tuned.texts)
+            check_s = info.record.checks.seconds
+            producer.learn(check_s / encoders if check_s is not None else None)
+        except Exception:  # a bug: the served run stays served, without its checks
+            log.exception("the general checks of a served run failed")
+            info.record.checks = Checks(failed=True)
+        self.measure_change(info)
+        yield Phase("Preparing downloads")
+        try:
+            package_run(info)  # its card has the checks' results
+        except Exception as exc:
+            log.exception("could not package the run's downloads")
+            info.record.notes.append(f"The downloads could not be made ({exc}).")
+
+    def measure_change(self, info: RunInfo) -> None:
+        """What the page says in one sentence: how much the served run's strings' neighbours changed, from its two
+        indexes; left out (logged) when it cannot be measured: a run is never failed for it."""
+        try:
+            with self.search_slots:
+                info.record.neighbours_changed = neighbours_changed(self.models.loaded(info))
+        except Exception:
+            log.exception("could not measure how much the neighbours changed")
+
+    def forgetting(self, base, tuned, texts: Sequence[str] = ()) -> Checks:
+        """The general checks (explorer.compare.forgetting) of a tuned encoder against its base, and beside them, when
+        the run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in
+        the seconds the estimate learns from); failed (logged) when they cannot run here: a run is never failed for
+        its checks. Seconds on a CPU (the base's scores are kept)."""
+        from explorer.compare.forgetting import CHECKS, forgetting_check, own_long_texts, verdict
+
+        try:
+            started, rows = time.perf_counter(), []
+            for check in CHECKS:  # a search slot per check: a served run's searches wait for one check at most
+                with self.search_slots:
+                    rows += forgetting_check(base, tuned, checks=[check])["checks"]
+            seconds = round(time.perf_counter() - started, 1)
+            with self.search_slots:
+                own = own_long_texts(base, tuned, texts)
+            return Checks(rows, verdict(rows), seconds, own)
+        except Exception:
+            log.exception("forgetting check failed; the run goes on without it")
+            return Checks(failed=True)
+
+
+@contextlib.contextmanager
+def discarded_unless_served(folder: Path) -> Iterator[list[RunInfo]]:
+    """Remove the run `folder` unless the body put the RunInfo it now serves into the list."""
+    served: list[RunInfo] = []
+    try:
+        yield served
+    finally:
+        if not served:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def neighbours_changed(loaded: Any, k: int = 10) -> float:
+    """The share (0-1) of the run's strings' k nearest neighbours that are not the base's, from the vectors its two
+    indexes hold (no re-encoding): the mean of what the Explore tab's "what moved" ranks."""
+    from explorer.compare.explore import vectors_of
+    from mirror.moved import changed_share
+
+    return round(changed_share(vectors_of(loaded.main.base), vectors_of(loaded.main.tuned), k), 4)
+
+
+def run_bytes(encoder: Any, n_texts: int) -> int:
+    """About what a run on `encoder` writes: its model twice (the folder and its zip, weights barely compress) and
+    two indexes of `n_texts` rows (vectors and texts)."""
+    weights = sum(p.numel() * p.element_size() for p in encoder.model.parameters())
+    return 2 * weights + 2 * n_texts * (4 * encoder.dim + 64)
+
+
+def made_info(
+    folder: Path, base_model: str, texts: Sequence[str], source: str, made: Made, model_zip: Path | None = None
+) -> RunInfo:
+    """The RunInfo of what a run made in `folder` (model/, base_index/, tuned_index/), its downloads named for the
+    base model and the run (`mirror-<base>-<run id>-model.zip`; made when it is served). `model_zip`: serve this
+    zip (an uploaded one) instead of zipping model/."""
+    return RunInfo(
+        folder=folder,
+        base_model=base_model,
+        pooling=made.pooling,
+        corpus=source,
+        n_texts=len(texts),
+        texts_key=texts_key(texts),
+        record=made.record,
+        losses=list(made.losses),
+        summary=made.summary,
+        model_zip=model_zip or folder / download_name(base_model, folder.name, "model"),
+        index_zip=folder / download_name(base_model, folder.name, "index"),
+    )
+
+
+def finished(info: RunInfo, started: float, started_at: float) -> RunInfo:
+    """`info` with the run's wall time (from its folder to served with its checks and downloads) and clock times."""
+    timing = info.record.timing
+    timing.wall_seconds = round(time.perf_counter() - started, 1)
+    timing.started_at, timing.finished_at = round(started_at, 3), round(time.time(), 3)
+    return info
+
+
+def package_run(info: RunInfo, zip_model: bool | None = None) -> RunInfo:
+    """The run's downloads: the model card written into model/ from the run's record as it is now (the general
+    checks included, so run them first), model/ zipped (inside: mirror-model/) unless its zip is there already (an
+    uploaded one, served as it came), and the tuned index zipped (inside: mirror-index/) with a meta.json pointing
+    at the model beside it."""
+    from index.folder import META_FILE, with_encoder_at
+
+    folder = info.folder
+    try:
+        write_card(folder / "model", {**info.stats, "losses": info.losses}, info.base_model)
+    except Exception:  # a run is never failed for its card
+        log.exception("could not write the model card")
+    if zip_model if zip_model is not None else not info.model_zip.exists():
+        zip_folder(folder / "model", info.model_zip, "mirror-model")
+    model_dir = model_folder_in_zip(info.model_zip)  # "mirror-model" (what the app zips), or an uploaded zip's own
+    index_at = posixpath.normpath(posixpath.join("..", model_dir))  # unzipped beside the model zip: no --encoder
+    extra = {"README.txt": INDEX_README, META_FILE: with_encoder_at(folder / "tuned_index", index_at)}
+    zip_folder(folder / "tuned_index", info.index_zip, "mirror-index", extra)
+    return info

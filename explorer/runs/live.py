@@ -1,0 +1,316 @@
+"""Live runs: one `Run` per run, from the moment it is asked for to its end, whoever asked (the page's Launch, an API
+call, a blend, a model zip), and the one registry of them (`RunRegistry`).
+
+A run's status is one field of its Run: queued (asked for, or waiting for a training slot), running (it holds one),
+checking (served: its general checks and downloads follow), then done, failed or cancelled. It changes in this
+module only (the queue admits a run, the run is served, its last event ends it); the page, the API and a reattached
+tab read it here, and nothing keeps a copy. A run is stopped by one call, `Run.stop(reason)`: the first reason is
+kept on the run and, once it has a job that reads its stop from a file (explorer.runs.jobs.train_job, which may run
+in a ZeroGPU worker process), carried to that job as a STOP file in its folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from explorer.events import Cancelled, Done, Failed, Served, Tick
+
+if TYPE_CHECKING:
+    from explorer.runs.record import RunInfo
+    from explorer.runs.sessions import Session
+
+log = logging.getLogger("mirror.app")
+STOP_FILE = "STOP"
+
+
+class Status(str, enum.Enum):
+    """Where a run is in its life; the first three are live."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    CHECKING = "checking"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def live(self) -> bool:
+        return self in (Status.QUEUED, Status.RUNNING, Status.CHECKING)
+
+
+ENDS = {Done: Status.DONE, Failed: Status.FAILED, Cancelled: Status.CANCELLED}  # a run's last event, its status
+
+
+def write_stop(folder: Path, why: str) -> None:
+    """The STOP file a job in `folder` reads between two steps (`Run.stop` writes it; the first reason is kept)."""
+    with contextlib.suppress(OSError):  # the run just ended and removed its folder
+        with open(folder / STOP_FILE, "x", encoding="utf-8") as f:
+            f.write(why)
+
+
+def queue_key(session: Session | None) -> str:
+    """Who holds a place in the training queue: the session's visitor, or the session itself when nobody said."""
+    if session is None:
+        return "nobody"
+    return session.owner.visitor or f"session:{session.id}"
+
+
+@dataclass(eq=False)
+class Run:
+    """One run: its id (128 random bits: holding it gives access), its status, its events so far, why it was asked
+    to stop, and once it is served its RunInfo. It goes on in a thread of its own (explorer.runs.execute); any number
+    of consumers `follow` it (the page that launched it, the same page after a reload, an API client)."""
+
+    session: Session | None = None  # the session that asked for it (it serves the run, and pays for its disk)
+    kind: str = "run"  # "run", "blend", "upload": the kind of run (explorer.runs.execute.Producer)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    status: Status = Status.QUEUED
+    folder: Path | None = None  # its run folder, once it has one
+    info: RunInfo | None = None  # once served
+    events: list[Any] = field(default_factory=list)
+    stop_reason: str = ""  # why it was asked to stop ("cancel", "time", "abandoned"); "" when it was not
+    strings: tuple[int, str] = (0, "")  # how many strings it tunes, and where they came from
+    texts: tuple[str, ...] = ()  # the strings themselves: a page reattached to the run gets them back at its end
+    sessions: set[str] = field(default_factory=set)  # the sessions showing it (each can cancel it)
+    last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
+    job_since: float | None = None  # when its job started (MIRROR_MAX_RUN_SECONDS counts from there)
+    ended: bool = False  # its last event is out and its thread is done
+    _stop_file: Path | None = field(default=None, repr=False)
+    _ending: bool = field(default=False, repr=False)
+    _on_end: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.session is not None:
+            self.sessions.add(self.session.id)
+
+    @property
+    def who(self) -> str:
+        return queue_key(self.session)
+
+    @property
+    def address(self) -> str:
+        return self.session.owner.address if self.session is not None else ""
+
+    @property
+    def checking(self) -> bool:
+        """Served, its general checks and downloads still to come: a stop comes too late."""
+        return self.status is Status.CHECKING
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self.stop_reason)
+
+    # ---------------------------------------------------------------- its status: the only writers
+
+    def stop(self, reason: str = "cancel") -> bool:
+        """Ask the run to stop, between two training steps or before it starts: the one way a run is stopped. The
+        first reason is kept, and carried to its job's STOP file when it has one. False when it is past stopping:
+        served already (its checks run), or ended."""
+        with self._cond:
+            if self.status not in (Status.QUEUED, Status.RUNNING):
+                return False
+            if not self.stop_reason:
+                self.stop_reason = reason
+                if self._stop_file is not None:
+                    write_stop(self._stop_file.parent, reason)
+            self._cond.notify_all()
+            return True
+
+    def job_starts(self, folder: Path) -> None:
+        """Its job starts (explorer.runs.jobs.train_job, perhaps in another process), reading its stop from a STOP
+        file in `folder`: a stop asked before is written there now, a later one when it is asked; the wall-clock cap
+        counts from now."""
+        with self._cond:
+            self._stop_file, self.job_since = folder / STOP_FILE, time.monotonic()
+            if self.stop_reason:
+                write_stop(folder, self.stop_reason)
+
+    def admit(self) -> None:
+        """It holds a training slot now (explorer.runs.jobs.TrainQueue)."""
+        with self._cond:
+            if self.status is Status.QUEUED:
+                self.status = Status.RUNNING
+                self._cond.notify_all()
+
+    def serving(self, info: RunInfo) -> None:
+        """Its model is served from now on, before its general checks: whoever opens the run meanwhile gets `info`,
+        which the checks then complete."""
+        with self._cond:
+            self.info, self.status = info, Status.CHECKING
+            info.live = self
+            self._cond.notify_all()
+
+    def publish(self, event: Any) -> None:
+        """One more event for its consumers; its last (Done, Failed, Cancelled) ends its status."""
+        with self._cond:
+            if type(event) in ENDS:
+                self.status = ENDS[type(event)]
+            if isinstance(event, Served | Done):
+                self.info = event.run
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def end(self) -> None:
+        """Its thread is done: what waited for its end runs (a closed tab's session folder goes), then its
+        consumers see the end."""
+        with self._cond:
+            if self.status.live:  # a thread that ended without its last event: a bug, said as a failure
+                self.events.append(Failed("the run ended without a result; the previous model stays served"))
+                self.status = Status.FAILED
+            self._ending = True
+            waiting, self._on_end = self._on_end, []
+            if self.info is not None and self.info.live is self:
+                self.info.live = None  # a served run outlives its Run (and the session and strings it holds)
+        for fn in waiting:
+            try:
+                fn()
+            except Exception:
+                log.exception("cleaning up after a run failed")
+        with self._cond:
+            self.ended = True
+            self._cond.notify_all()
+
+    def on_end(self, fn: Callable[[], None]) -> None:
+        """Call `fn` once the run has ended (now, when it has)."""
+        with self._cond:
+            if not self._ending:
+                self._on_end.append(fn)
+                return
+        fn()
+
+    # ---------------------------------------------------------------- its consumers
+
+    def follow(self, since: int = 0) -> Iterator[Any]:
+        """The run's events from number `since` on, as they come, until its last; once it has begun, a Tick when
+        nothing new came for half a second (a consumer can redraw, or stop). Asking keeps the run alive: nobody
+        asking for ABANDONED_S stops it (explorer.runs.execute)."""
+        i = since
+        while True:
+            with self._cond:
+                self.last_seen = time.monotonic()
+                if i >= len(self.events) and not self.ended:
+                    self._cond.wait(0.5)
+                batch, done = self.events[i:], self.ended
+                i += len(batch)
+            yield from batch
+            if done and not batch:
+                return
+            if not batch and i > 0:
+                yield Tick()
+
+    def unwatched_for(self) -> float:
+        """Seconds since a consumer last asked for its events."""
+        return time.monotonic() - self.last_seen
+
+    def overdue(self, limit: float | None) -> bool:
+        """Its job has run for more than `limit` seconds (None or 0: no limit)."""
+        return bool(limit) and self.job_since is not None and time.monotonic() - self.job_since > limit
+
+    @staticmethod
+    def refused(text: str) -> Run:
+        """A run that ended before it began, with `text` as its Failed event (registered nowhere)."""
+        run = Run()
+        run.publish(Failed(text))
+        run.end()
+        return run
+
+
+class RunRegistry:
+    """The live runs of this process, by id, and the run each session has asked for (Launch clicked, not started
+    yet). A run is live from `begin` to `end`; a session has at most one going (it shows it, it may cancel it)."""
+
+    def __init__(self) -> None:
+        self._live: dict[str, Run] = {}
+        self._asked: dict[str, Run] = {}  # session id -> the run its Launch click made, until it starts
+        self._lock = threading.Lock()
+
+    def ask(self, session: Session) -> Run:
+        """Launch was clicked: the session's run exists (an id the browser keeps, cancellable) before it starts; the
+        run it has going when it has one."""
+        with self._lock:
+            going = self._going(session)
+            if going is not None:
+                return going
+            run = self._asked[session.id] = Run(session)
+            return run
+
+    def asked(self, session: Session) -> Run | None:
+        """The run the session's Launch click made, taken to be started (None when there is none)."""
+        with self._lock:
+            return self._asked.pop(session.id, None)
+
+    def begin(self, run: Run) -> bool:
+        """`run` starts: live from now until `end`. False (and nothing registered) when its session has a run going."""
+        with self._lock:
+            if run.session is not None:
+                if self._going(run.session) is not None:
+                    return False
+                if self._asked.get(run.session.id) is run:
+                    del self._asked[run.session.id]
+            self._live[run.id] = run
+            return True
+
+    def end(self, run: Run) -> None:
+        with self._lock:
+            self._live.pop(run.id, None)
+
+    def attach(self, run: Run, session: Session) -> None:
+        """`session` shows `run` too (a reloaded page reattached to it): it can cancel it, and is busy meanwhile."""
+        with run._cond:
+            run.sessions.add(session.id)
+
+    def get(self, run_id: str | None) -> Run | None:
+        """The live run with this id, or None."""
+        with self._lock:
+            return self._live.get(run_id) if isinstance(run_id, str) else None
+
+    def of(self, session: Session) -> Run | None:
+        """The run the session shows: its live run, else the one its Launch click asked for; None when idle."""
+        with self._lock:
+            going = self._going(session)
+            asked = self._asked.get(session.id)
+            return going or (asked if asked is not None and asked.status.live else None)
+
+    def going(self, session: Session) -> Run | None:
+        """The live run the session shows (it has one going: a second is refused)."""
+        with self._lock:
+            return self._going(session)
+
+    def _going(self, session: Session) -> Run | None:
+        return next((r for r in self._live.values() if session.id in r.sessions and r.status.live), None)
+
+    def served(self, run_id: str) -> RunInfo | None:
+        """The RunInfo of a live run served before its checks: whoever opens it meanwhile gets that one."""
+        run = self.get(run_id)
+        return run.info if run is not None and run.checking else None
+
+    def runs(self) -> list[Run]:
+        """The live runs, in the order they began."""
+        with self._lock:
+            return list(self._live.values())
+
+    def folders(self) -> set[Path]:
+        """The run folders live runs write (never swept, never removed to make room)."""
+        return {r.folder for r in self.runs() if r.folder is not None}
+
+    def session_folders(self) -> set[Path]:
+        """The folders of the sessions that asked for a live run (kept until it ends, even when closed or idle)."""
+        return {r.session.folder for r in self.runs() if r.session is not None}
+
+    def when_idle(self, session: Session, fn: Callable[[], None]) -> None:
+        """Call `fn` once no run the session asked for is live: now, or when its run ends."""
+        run = next((r for r in self.runs() if r.session is session), None)
+        if run is None:
+            fn()
+        else:
+            run.on_end(fn)

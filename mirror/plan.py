@@ -1,0 +1,302 @@
+"""How a run's steps are planned: its batches (shuffled, bucketed by length, never a lone string), what one step may
+cost in memory (`StepBudget`: a batch of long strings is split to fit it), how many steps a run takes
+(`plan_steps`, what the time estimate prices) and the run's own plan as it goes (`Schedule`, replanned at a smaller
+batch after an out-of-memory step). The same seeded stream plans the run and its replay.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mirror import memory
+from mirror.config import MirrorConfig
+from mirror.data import clean_texts
+from mirror.encoder import Encoder
+from mirror.errors import MirrorError
+from mirror.general import mixed_count
+from mirror.lora import lora_targets
+from mirror.pairs import clean_pairs
+from mirror.precision import resolve_device, resolve_precision
+from mirror.terms import joined, needs_base
+
+BUCKET_CHUNK = 32  # batches per length-sorting chunk
+
+
+def plan_batches(
+    n: int, batch_size: int, rng: random.Random, min_size: int = 2, lengths: Sequence[int] | None = None
+) -> list[list[int]]:
+    """Shuffled batches covering all n strings once; never drops a partial batch.
+
+    A final batch smaller than `min_size` (one string has no negatives; under torchrun each rank
+    needs a string) joins the previous batch. With `lengths`, strings are sorted by length within
+    random chunks of BUCKET_CHUNK batches and the batches are then shuffled: little padding, random order.
+    """
+    order = list(range(n))
+    rng.shuffle(order)
+    if lengths is not None:
+        chunk = batch_size * BUCKET_CHUNK
+        order = [i for c in range(0, n, chunk) for i in sorted(order[c : c + chunk], key=lambda j: lengths[j])]
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    if len(batches) > 1 and len(batches[-1]) < min_size:
+        batches[-2].extend(batches.pop())
+    if lengths is not None:
+        rng.shuffle(batches)
+    return batches
+
+
+# A span mask can split a word around the mask token: count two tokens more than the string has.
+MASK_EXTRA_TOKENS = 2
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """What one training step may cost in memory, and how a batch is split to stay within it.
+
+    A batch costs its views (2 per string, this rank's share under torchrun) times its padded length: the
+    longest string in it, with special tokens, capped at the max length (memory.step_bytes).
+    """
+
+    total: int  # bytes the run may add to what is in use when it starts (weights and all)
+    static: int  # gradients, optimiser states, first-step overhead (memory.static_bytes)
+    geometry: memory.Geometry
+    dtype_bytes: int
+    max_length: int
+    extra_tokens: int  # special tokens, and what a span mask can add
+    world_size: int = 1
+    explicit: bool = False  # set by the caller (--memory-mb), not read from this machine
+    mix: float = 0.0  # general text added to every batch (mix_general): a batch of n strings trains n + mixed_count
+    lora_token: int = 0  # LoRA: bytes each token of each view keeps in the adapters (x·Aᵀ, rank wide, per adapter)
+
+    def padded(self, tokens: int) -> int:
+        return min(tokens + self.extra_tokens, self.max_length)
+
+    def cost(self, count: int, padded: int) -> int:
+        views = 2 * math.ceil((count + mixed_count(count, self.mix)) / self.world_size)
+        lora = int(memory.TRAIN_SLACK * views * padded * self.lora_token)
+        return memory.step_bytes(views, padded, self.geometry, self.dtype_bytes, training=True) + lora
+
+    def capacity(self, padded: int, most: int) -> int:
+        """The most strings (up to `most`) one step can take at this padded length."""
+        lo, hi = 0, most
+        while lo < hi:  # cost grows with the count: bisect
+            mid = (lo + hi + 1) // 2
+            if self.static + self.cost(mid, padded) <= self.total:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def split(self, batch: list[int], lengths: Sequence[int], min_size: int = 2) -> list[list[int]]:
+        """`batch` itself when it fits; else its strings longest first in runs as large as fit.
+
+        Only batches of long strings shrink (fewer negatives in those steps). A trailing run shorter
+        than `min_size` takes strings from the run before it, or copies of them when that run has none
+        to spare (a string then appears twice in the epoch: rarer and better than a step without negatives).
+        """
+        longest = max(lengths[i] for i in batch)
+        if self.capacity(self.padded(longest), len(batch)) == len(batch):
+            return [batch]
+        ordered = sorted(batch, key=lambda i: -lengths[i])
+        parts: list[list[int]] = []
+        start = 0
+        while start < len(ordered):
+            room = self.capacity(self.padded(lengths[ordered[start]]), len(ordered) - start)
+            if room < min(min_size, len(ordered) - start):
+                raise self.too_small(lengths[ordered[start]], min_size)
+            parts.append(ordered[start : start + room])
+            start += room
+        if len(parts) > 1 and len(parts[-1]) < min_size:
+            need, prev = min_size - len(parts[-1]), parts[-2]
+            parts[-1] = prev[-need:] + parts[-1]  # shorter than prev's first string: fits where prev did
+            if len(prev) - need >= min_size:
+                del prev[-need:]  # moved, not copied
+        return parts
+
+    def too_small(self, tokens: int, min_size: int = 2) -> MirrorError:
+        """The error for a string that cannot share a step with even one other string."""
+        padded = self.padded(tokens)
+        whose = "the training budget" if self.explicit else "this machine's training budget"
+        need = memory.fmt_gb(self.static + self.cost(min_size, padded))
+        if self.static >= self.total:
+            return MirrorError(
+                f"training this model needs ~{memory.fmt_gb(self.static)} before its first step (gradients, optimiser "
+                f"states); {whose} is {memory.fmt_gb(self.total)}: use a smaller model or free memory"
+            )
+        fits = [
+            n for n in (8, 16, 32, 64, 128, 256) if n < padded and self.static + self.cost(min_size, n) <= self.total
+        ]
+        advice = f"lower the max length (e.g. {fits[-1]})" if fits else "use a smaller model or free memory"
+        return MirrorError(
+            f"a string of {tokens:,} tokens needs ~{need} per step at max length {self.max_length}; "
+            f"{whose} is {memory.fmt_gb(self.total)}: {advice}"
+        )
+
+
+def step_budget(
+    encoder: Encoder, config: MirrorConfig, memory_budget: int | None = None, world_size: int = 1, paired: bool = False
+) -> StepBudget:
+    """The budget a run of `config` on `encoder` plans its batches with.
+
+    `memory_budget` (bytes) is what the run may add to the memory in use; None reads it from the machine
+    (memory.available_bytes: half of the available RAM, 80% of a GPU's free memory). Under torchrun every
+    rank plans with the smallest rank's budget, so all draw the same batches.
+    """
+    device = resolve_device(config.device)
+    amp_dtype = resolve_precision(device, config.precision)
+    total = memory.available_bytes(device) if memory_budget is None else int(memory_budget)
+    mask = MASK_EXTRA_TOKENS if encoder.mask_token and config.mask_span > 0 else 0
+    anchor = sum(p.numel() * p.element_size() for p in encoder.model.parameters()) if needs_base(config) else 0
+    adapters, lora_token = lora_bytes(encoder.model, config, amp_dtype is not None)
+    return StepBudget(
+        total=total,
+        static=memory.static_bytes(encoder.model, amp_dtype is not None, world_size) + anchor + adapters,
+        geometry=memory.model_geometry(encoder.model),
+        dtype_bytes=memory.activation_bytes(amp_dtype),
+        max_length=min(max(config.max_length, config.pair_max_length if paired else 0), encoder.token_limit),
+        extra_tokens=encoder.tokenizer.num_special_tokens_to_add() + mask,
+        world_size=world_size,
+        explicit=memory_budget is not None,
+        mix=config.mix_general,
+        lora_token=lora_token,
+    )
+
+
+def lora_bytes(model: Any, config: MirrorConfig, mixed_precision: bool) -> tuple[int, int]:
+    """What LoRA adapters of `config.lora_rank` add to a step: (their weights with gradients and AdamW's moments, the
+    bytes a token of a view keeps in them: x·Aᵀ, `rank` wide, in each adapted layer). (0, 0) without LoRA. The
+    base's own states are still counted as trainable (memory.static_bytes): an upper bound."""
+    rank = config.lora_rank
+    if not rank:
+        return 0, 0
+    targets = [model.get_submodule(name) for name in lora_targets(model, config.freeze_layers)]
+    params = sum(rank * (m.in_features + m.out_features) for m in targets)
+    per_param = 4 + 4 + 8 + (2 if mixed_precision else 0)
+    return params * per_param, len(targets) * rank * (3 if mixed_precision else 4)
+
+
+def plan_epoch(
+    lengths: Sequence[int],
+    batch_size: int,
+    rng: random.Random,
+    budget: StepBudget,
+    min_size: int = 2,
+    bucket: bool = True,
+) -> tuple[list[list[int]], int]:
+    """One epoch's batches (plan_batches, then split where a batch does not fit `budget`) and how many were split."""
+    batches, split = [], 0
+    for batch in plan_batches(len(lengths), batch_size, rng, min_size, lengths if bucket else None):
+        parts = budget.split(batch, lengths, min_size)
+        split += len(parts) > 1
+        batches.extend(parts)
+    return batches, split
+
+
+def count_steps(
+    lengths: Sequence[int],
+    batch_size: int,
+    rng: random.Random,
+    budget: StepBudget,
+    epochs: int,
+    min_size: int = 2,
+    bucket: bool = True,
+    max_steps: int | None = None,
+) -> int:
+    """Steps of `epochs` planned epochs, replayed on a copy of `rng` (which is left as it was)."""
+    rng, total = copy.deepcopy(rng), 0
+    for _ in range(epochs):
+        if max_steps and total >= max_steps:
+            break
+        total += len(plan_epoch(lengths, batch_size, rng, budget, min_size, bucket)[0])
+    return min(total, max_steps) if max_steps else total
+
+
+def plan_steps(
+    texts: Sequence[str],
+    config: MirrorConfig,
+    encoder: Encoder,
+    memory_budget: int | None = None,
+    pairs: Sequence[str | None] | None = None,
+) -> int:
+    """The optimiser steps `mirror_tune(texts, config, encoder=encoder, memory_budget=...)` will run.
+
+    Exact for the same budget (an explicit one, or the machine's when its free memory has not moved) on one
+    process; it tokenizes every string (and partner: `pairs`), like the run does.
+    """
+    config = config.validated()
+    partners: list[str | None] | None = None
+    if pairs is None:
+        texts, _ = clean_texts(texts)
+    else:
+        texts, partners, _, _ = clean_pairs(texts, pairs)
+    texts = joined(texts, config.join_views, config.seed)
+    if len(texts) < 2:
+        return 0
+    config = config.scheduled(len(texts))
+    budget = step_budget(encoder, config, memory_budget, paired=partners is not None)
+    lengths = encoder.token_lengths(texts)
+    if partners is not None:
+        lengths = pair_lengths(encoder, lengths, partners, config)
+    plan_rng = random.Random(config.seed)
+    return count_steps(
+        lengths, config.batch_size, plan_rng, budget, config.epochs, 2, config.bucket_by_length, config.max_steps
+    )
+
+
+def pair_lengths(
+    encoder: Encoder, lengths: Sequence[int], partners: Sequence[str | None], config: MirrorConfig
+) -> list[int]:
+    """Each row's planning length in a pairs run: the longer of its string's and its partner's tokens, up to the
+    pairs' max length."""
+    rows = [i for i, p in enumerate(partners) if p is not None]
+    theirs = encoder.token_lengths([partners[i] for i in rows]) if rows else []
+    most = max(config.max_length, config.pair_max_length)
+    out = [min(n, most) for n in lengths]
+    for i, n in zip(rows, theirs, strict=True):
+        out[i] = max(out[i], min(n, most))
+    return out
+
+
+class Schedule:
+    """The batches of each epoch from one seeded stream (`plan_steps` replays it), split where a batch does not fit the
+    memory budget, and replanned at a smaller batch after an out-of-memory step."""
+
+    def __init__(
+        self, lengths: Sequence[int], budget: StepBudget, rng: random.Random, min_batch: int, config: MirrorConfig
+    ):
+        self.lengths, self.budget, self.rng, self.min_batch = lengths, budget, rng, min_batch
+        self.bucket, self.epochs, self.max_steps = config.bucket_by_length, config.epochs, config.max_steps
+        self.batch_size, self.split = config.batch_size, 0
+
+    def count(self, epochs: int, max_steps: int | None = None) -> int:
+        """Steps of `epochs` epochs at the batch size now (a replay: the stream is left as it was)."""
+        return count_steps(
+            self.lengths, self.batch_size, self.rng, self.budget, epochs, self.min_batch, self.bucket, max_steps
+        )
+
+    def total(self) -> int:
+        return self.count(self.epochs, self.max_steps)
+
+    def epoch(self) -> list[list[int]]:
+        queue, n_split = plan_epoch(self.lengths, self.batch_size, self.rng, self.budget, self.min_batch, self.bucket)
+        self.split += n_split
+        return queue
+
+    def replanned(
+        self, left: list[list[int]], batch_size: int, step: int, epochs_after: int
+    ) -> tuple[list[list[int]], int]:
+        """This epoch's strings not trained yet (`left`: the failed batch first) in batches of `batch_size` (the plan's
+        size from now on), and the run's new total of steps."""
+        self.batch_size = batch_size
+        rest = [i for ids in left for i in ids]
+        chunks = [rest[i : i + self.batch_size] for i in range(0, len(rest), self.batch_size)]
+        if len(chunks) > 1 and len(chunks[-1]) < self.min_batch:
+            chunks[-2].extend(chunks.pop())
+        queue = [part for chunk in chunks for part in self.budget.split(chunk, self.lengths, self.min_batch)]
+        later = self.count(epochs_after)
+        total = step + len(queue) + later
+        return queue, min(total, self.max_steps or total)
