@@ -2,7 +2,7 @@
 measured on held-out rows of the same file, with the general checks beside.
 
     .venv/bin/pip install -r bench/requirements.txt   # the peer (sentence-transformers' trainer) needs them
-    .venv/bin/python bench/bench_pairs.py [--half dev|check] [--sets foldoc,stdlib] [--sweep] [--peer] [--checks]
+    .venv/bin/python bench/bench_pairs.py [--half dev|check] [--sets foldoc,stdlib] [--sweep [--variants 'τ 0.1,...']] [--peer] [--checks]
 
 Data (each file's `half`: dev chooses, check is reported once), the strings the longer column as the app reads them
 by default (mirror.data: the longest text column), the partner the other:
@@ -121,6 +121,7 @@ def main() -> None:
     parser.add_argument("--half", choices=["dev", "check"], default="dev")
     parser.add_argument("--sets", default="foldoc,stdlib")
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--variants", help="the sweep's rows to run, by label (comma-separated; default: all)")
     parser.add_argument("--peer", action="store_true")
     parser.add_argument("--checks", action="store_true")
     parser.add_argument("--no-mirror", action="store_true", help="skip the mirror-only run")
@@ -144,7 +145,8 @@ def main() -> None:
         runs: list[tuple[str, MirrorConfig]] = [] if args.no_mirror else [("mirror (no partners)", plain)]
         runs.append(("pairs default", paired))
         if args.sweep:
-            runs += [(f"pairs, {label}", dataclasses.replace(paired, **change)) for label, change in SWEEP]
+            wanted = set(args.variants.split(",")) if args.variants else {label for label, _ in SWEEP}
+            runs += [(f"pairs, {v}", dataclasses.replace(paired, **change)) for v, change in SWEEP if v in wanted]
         for label, config in runs:
             row = run_ours(texts, partners, held, base_ranks, config, label, args.half, args.checks)
             rows.append({"set": name, **row})

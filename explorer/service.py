@@ -70,7 +70,7 @@ class MirrorApp:
         self.search_slots = slots = FairSlots(s.search_concurrency)
         self.base_indexes = BaseIndexes()  # the loaded strings under a base model, searched before any tuning
         # time costs calibrated on this machine: once per process and model, whichever app asks
-        self._estimator = Estimator(s.work_dir / ".estimate", shared=True)
+        self._estimator = Estimator(s.work_dir / ".estimate", shared=True, probe_fresh_s=s.speed_probe_s)
         # one object per concern, each given what it touches (`app.<part>.<method>`); MirrorApp only wires them
         self.loader = TextLoader(s, models)  # tab 1's strings: files, pasted text, examples, Hub datasets
         self.planner = Planner(s, models, self.estimator, registry)  # the plan and time estimate before a run

@@ -116,6 +116,7 @@ class Settings:
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
     check_items: int = 0  # at most this many items of each general check (mirror.checks reads it at import), 0 = all
     abandoned_s: float = 20.0  # a run nobody follows stops after this long (explorer.runs.jobs reads it at import)
+    speed_probe_s: float = 15.0  # one probe of the machine's speed prices every plan made within this long (estimate)
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> Settings:
@@ -188,6 +189,7 @@ class Settings:
             warm_up=env.get("MIRROR_WARM_UP", "1").strip().lower() not in ("0", "false", "no", "off"),
             check_items=number("MIRROR_CHECK_ITEMS", d.check_items, 0),
             abandoned_s=number("MIRROR_ABANDONED_S", d.abandoned_s, 1, float),
+            speed_probe_s=number("MIRROR_SPEED_PROBE_S", d.speed_probe_s, 1, float),
         )
 
 

@@ -249,8 +249,8 @@ class Encoder:
         first), each padded to its own longest string: at most `batch_size` strings, `CPU_BATCH_TOKENS` padded
         tokens on a CPU (small batches stay in cache there), and no more than fit `memory_budget` bytes of
         activations (memory.step_bytes; default memory.available_bytes). Padding is masked, so a row does not
-        depend on its batch (up to float rounding). `precision` is training's rule (resolve_precision): "auto"
-        is bf16 autocast on CUDA and on CPUs with native bf16, fp32 elsewhere.
+        depend on its batch (up to float rounding). `precision` (resolve_precision): "auto" is bf16 autocast on
+        CUDA and on CPUs with native bf16 where this machine measured it faster for the model, fp32 elsewhere.
         """
         texts = list(texts)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -265,7 +265,7 @@ class Encoder:
             self.model.eval()
         done = 0
         try:
-            with autocast(device, precision):
+            with autocast(device, precision, self.model, "encode"):
                 for lo in range(0, len(texts), TOKENIZE_CHUNK):
                     ids = self._token_ids(texts[lo : lo + TOKENIZE_CHUNK], limit)
                     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
@@ -402,7 +402,7 @@ def _rows_that_fit(model: Any, device: torch.device, precision: str, budget: int
     bytes (default: what the machine has available); at least one, which must be embedded whatever it costs."""
     budget = memory.available_bytes(device) if budget is None else budget
     geometry = memory.model_geometry(model)
-    dtype_bytes = memory.activation_bytes(resolve_precision(device, precision))
+    dtype_bytes = memory.activation_bytes(resolve_precision(device, precision, model, "encode"))
 
     def fits(n: int, length: int) -> int:
         lo, hi = 1, n

@@ -147,7 +147,7 @@ def step_budget(
     rank plans with the smallest rank's budget, so all draw the same batches.
     """
     device = resolve_device(config.device)
-    amp_dtype = resolve_precision(device, config.precision)
+    amp_dtype = resolve_precision(device, config.precision, encoder.model, "train")
     total = memory.available_bytes(device) if memory_budget is None else int(memory_budget)
     mask = MASK_EXTRA_TOKENS if encoder.mask_token and config.mask_span > 0 else 0
     anchor = sum(p.numel() * p.element_size() for p in encoder.model.parameters()) if needs_base(config) else 0

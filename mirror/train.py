@@ -161,7 +161,7 @@ def mirror_tune(
     terms = terms_for(config, model, base, texts, lengths, encoder.tokenize, encoder.token_limit)
     encoder.model = wrapped_for_training(model, config, world_size, device)
     optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=True)
-    amp_dtype = resolve_precision(device, config.precision)
+    amp_dtype = resolve_precision(device, config.precision, model, "train")
     # fp16 needs loss scaling; bf16 has fp32's range and does not.
     scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
     log = LossLog(_step_reporter(on_step), 1 if device.type == "cpu" else config.log_every)
@@ -457,7 +457,7 @@ def _train_step(
     second = inputs.second
     if second is not None and device.type == "cuda":
         second = {k: v.to(device, non_blocking=True) for k, v in second.items()}
-    with autocast(device, config.precision):
+    with autocast(device, config.precision, encoder.model, "train"):
         emb = encoder.embed(batch, padded=inputs.padded)
         if second is not None:  # pairs: the second views, padded to their own length
             emb = torch.cat([emb, encoder.embed(second, padded=inputs.second_padded)])

@@ -222,7 +222,10 @@ def bundled_server(tmp_path_factory) -> Iterator[str]:
     them), shared by test_browser.py and test_api_client.py: its URL."""
     from tests.server import serve
 
-    with serve(tmp_path_factory.mktemp("bundled_app"), env={"MIRROR_GENERAL_CHECKS": "0"}) as served:
+    # one probe of the machine's speed prices every plan of a test (the .txt and .csv of one list, two sessions):
+    # estimates on CI's busy cores then differ only where the plans do
+    env = {"MIRROR_GENERAL_CHECKS": "0", "MIRROR_SPEED_PROBE_S": "900"}
+    with serve(tmp_path_factory.mktemp("bundled_app"), env=env) as served:
         yield served.url
 
 

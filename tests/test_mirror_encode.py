@@ -86,7 +86,10 @@ def test_fp32_is_a_plain_forward_pass_and_the_training_mode_comes_back(enc):
 
 
 @needs_bf16
-def test_auto_is_bf16_on_this_cpu_and_the_twin_gives_autocasts_numbers(tiny_bert):
+def test_auto_is_bf16_on_this_cpu_and_the_twin_gives_autocasts_numbers(tiny_bert, monkeypatch):
+    import mirror.precision
+
+    monkeypatch.setattr(mirror.precision, "bf16_measured_faster", lambda model, kind="encode": True)  # as measured
     enc = load_encoder(tiny_bert)
     auto = enc.encode(TEXTS)
     assert not np.allclose(auto, enc.encode(TEXTS, precision="fp32"), atol=1e-7)  # it is not fp32
@@ -108,7 +111,10 @@ def test_auto_is_bf16_on_this_cpu_and_the_twin_gives_autocasts_numbers(tiny_bert
 
 
 @needs_bf16
-def test_the_twin_follows_the_weights_when_they_change(tiny_bert):
+def test_the_twin_follows_the_weights_when_they_change(tiny_bert, monkeypatch):
+    import mirror.precision
+
+    monkeypatch.setattr(mirror.precision, "bf16_measured_faster", lambda model, kind="encode": True)  # as measured
     enc = load_encoder(tiny_bert)
     before = enc.encode(TEXTS)
     first = enc._twin
@@ -131,6 +137,7 @@ def forced_bf16(monkeypatch):
     import mirror.precision  # the precision rules' home (mirror.encoder re-exports them)
 
     monkeypatch.setattr(mirror.precision, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(mirror.precision, "bf16_measured_faster", lambda model, kind="encode": True)
 
 
 def fused_adamw_step(model) -> None:

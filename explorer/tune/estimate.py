@@ -274,13 +274,8 @@ def _calibrate(
     t = clock()
     release_memory()  # what every job ends with (explorer.runs.training), and the copy's memory handed back
     cleanup_s = clock() - t
-    amp = resolve_precision(device, config.precision)
-    threads = torch_threads()
-    precision = (
-        "fp32"
-        if amp is None
-        else str(amp).removeprefix("torch.").replace("bfloat16", "bf16").replace("float16", "fp16")
-    )
+    amp = str(resolve_precision(device, config.precision, base.model, "train"))  # what its runs train in, measured
+    threads, precision = torch_threads(), {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(amp, "fp32")
     where = "GPU" if device.type == "cuda" else f"CPU ({threads} thread{'s' if threads != 1 else ''}, {precision})"
     return Calibration(
         step=Fit.of(steps),
@@ -444,8 +439,14 @@ class Estimator:
     LENGTHS_KEPT = 4
     _process: ClassVar[tuple[dict, dict, threading.Lock]] = ({}, {}, threading.Lock())
 
-    def __init__(self, scratch: Path, clock: Clock = time.perf_counter, shared: bool = False):
-        self.scratch, self.clock = Path(scratch), clock
+    def __init__(
+        self,
+        scratch: Path,
+        clock: Clock = time.perf_counter,
+        shared: bool = False,
+        probe_fresh_s: float = PROBE_FRESH_S,
+    ):
+        self.scratch, self.clock, self.probe_fresh_s = Path(scratch), clock, probe_fresh_s
         self.calibrations: dict[tuple, Calibration]
         self._locks: dict[tuple, threading.Lock]
         if shared:
@@ -463,10 +464,10 @@ class Estimator:
 
     def speed_now(self, key: tuple, base: Encoder) -> float:
         """speed_probe's seconds now for the model of `key` (any length class): the last probe when it is under
-        PROBE_FRESH_S old, else a new one (in a fresh thread, as a run's encodes run). Keeps the quickest."""
+        `probe_fresh_s` (PROBE_FRESH_S) old, else a new one (in a fresh thread, as a run's encodes run). Keeps the quickest."""
         model = key[:-1]
         when, seconds = self.probes.get(model, (-math.inf, 0.0))
-        if self.clock() - when > PROBE_FRESH_S:
+        if self.clock() - when > self.probe_fresh_s:
             seconds = in_fresh_thread(lambda: speed_probe(base, self.clock), "mirror-probe")
             self.probes[model] = (self.clock(), seconds)
         self.note_probe(model, seconds)
@@ -526,8 +527,8 @@ class Estimator:
             with self._lock:  # the same model at another length: its costs but the steps' hold here too
                 like = next((c for k, c in self.calibrations.items() if k[:-1] == key[:-1]), None)
             cal = calibrate(base, config, self.scratch, self.clock, length=key[-1], like=like)
-            with self._lock:
-                self.calibrations[key] = cal
+            with self._lock:  # its probe is the machine's speed now: the plans of the next seconds are priced at it
+                self.calibrations[key], self.probes[key[:-1]] = cal, (self.clock(), cal.probe_s)
             return cal, True
         finally:
             lock.release()

@@ -43,7 +43,7 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
         return (
             f"{plan} · **estimated** (rough guess) ~{fmt_seconds(train)} training + ~{fmt_seconds(index)} indexing"
             f"{f' · {why_rough}' if why_rough else ''}{extra}"
-        )
+        ).replace("~", "\\~")
     shown = " · ".join(
         f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in ("base index", "general checks")
     )
@@ -62,4 +62,6 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
         how += "; the machine is busy (other work shares its cores): the run may take less, or more"
     after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
     ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
-    return f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
+    # "~" escaped: two on a line are strikethrough in the page's Markdown ("~4 s (~3 s–4 s)" showed "4 s (3 s–4 s)")
+    md = f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
+    return md.replace("~", "\\~")
