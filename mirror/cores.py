@@ -43,10 +43,10 @@ BLOCK_TIME_MS = "1"
 def share_cores(env: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Set the wait policy in `env` (os.environ) where the user has not set one; returns what it set. Only takes
     effect in runtimes loaded afterwards (and in every child process). MIRROR_SHARE_CORES=0 leaves the runtimes'
-    own defaults (what bench/bench_concurrency.py measures as "before")."""
+    own defaults, and TURNS off (what bench/bench_concurrency.py measures as "before")."""
     env = os.environ if env is None else env
     chosen: dict[str, str] = {}
-    if env.get("MIRROR_SHARE_CORES", "").strip().lower() in ("0", "false", "no", "off"):
+    if sharing_off(env):
         return chosen
     if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
         chosen["GOMP_SPINCOUNT"] = SPIN_COUNT
@@ -56,13 +56,23 @@ def share_cores(env: MutableMapping[str, str] | None = None) -> dict[str, str]:
     return chosen
 
 
+def sharing_off(env: MutableMapping[str, str] | None = None) -> bool:
+    """MIRROR_SHARE_CORES=0: the runtimes' own wait policies, and no turns (jobs in one process overlap)."""
+    return (os.environ if env is None else env).get("MIRROR_SHARE_CORES", "").strip().lower() in (
+        "0",
+        "false",
+        "no",
+        "off",
+    )
+
+
 class Turns:
     """Interactive work first: background threads (`background()`) pause at their `pause()` points while any
     interactive work (`interactive()`) runs, each pause at most `most` seconds (a run is never held forever: a
     stream of maps cannot starve it)."""
 
-    def __init__(self, most: float = 300.0):
-        self.most = most
+    def __init__(self, most: float = 300.0, enabled: bool = True):
+        self.most, self.enabled = most, enabled
         self._cond = threading.Condition()
         self._interactive = 0
         self._local = threading.local()
@@ -95,7 +105,7 @@ class Turns:
 
     def pause(self) -> None:
         """In background work, between two steps or batches: wait while interactive work runs (at most `most` s)."""
-        if not getattr(self._local, "background", False) or not self._interactive:
+        if not self.enabled or not getattr(self._local, "background", False) or not self._interactive:
             return
         started = time.monotonic()
         with self._cond:
@@ -103,4 +113,4 @@ class Turns:
         self.paused_s += time.monotonic() - started
 
 
-TURNS = Turns()  # this process's one
+TURNS = Turns(enabled=not sharing_off())  # this process's one

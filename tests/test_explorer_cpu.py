@@ -96,6 +96,14 @@ def test_background_work_pauses_for_interactive_work_and_never_forever():
         with short.background():
             short.pause()
         assert time.monotonic() - t0 < 2
+    # MIRROR_SHARE_CORES=0 (the benches' "before"): no turns, a run overlaps the map
+    from mirror.cores import sharing_off
+
+    assert sharing_off({"MIRROR_SHARE_CORES": "0"}) and not sharing_off({})
+    off = Turns(most=0.5, enabled=False)
+    with off.interactive(), off.background():
+        off.pause()
+    assert off.paused_s == 0.0
 
 
 def test_every_kind_of_run_is_metered_and_refused_past_its_visitors_budget(app, tiny_bert, monkeypatch):
