@@ -209,9 +209,11 @@ def blend_at(page, alpha: str) -> None:
     expect(page.locator("#mx-explore-caption")).to_contain_text(f"blend α={alpha}", timeout=300_000)
 
 
-def tune_a_few_steps(page, steps: int = 2) -> None:
-    """Launch a run of `steps` steps (small batches, many epochs: long enough to reload during it)."""
-    page.get_by_role("button", name=re.compile(r"^Advanced settings")).click()
+def tune_a_few_steps(page, steps: int = 2, open_settings: bool = True) -> None:
+    """Launch a run of `steps` steps (small batches, many epochs: long enough to reload during it); `open_settings`:
+    open the Advanced settings first (False: they are open)."""
+    if open_settings:
+        page.get_by_role("button", name=re.compile(r"^Advanced settings")).click()
     for name, value in (("batch_size", "4"), ("epochs", "100"), ("max_steps", str(steps))):
         box = page.locator(f"#mx-set-{name} input").first
         box.fill(value)
@@ -266,6 +268,18 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         link = page.locator("#mx-result a", has_text="Link to this run").get_attribute("href")
         run_id = link.split("run=")[1]
         review_shot(page, "browser_5_reattached_done.png")
+        # a newcomer's pass (issue 51): a run served, a second one launched, the page reloaded during it and the second
+        # cancelled: the first stays served through it all (it was served again by nothing after the reload)
+        tune_a_few_steps(page, 600, open_settings=False)
+        expect(page.locator("#mx-status")).to_contain_text("step", timeout=120_000)
+        page.reload()
+        expect(page.locator("#mx-status")).to_contain_text("step", timeout=60_000)
+        expect(page.locator("#mx-result")).to_contain_text(f"Run {run_id[:8]} stays served")
+        page.locator("#mx-cancel").click()
+        expect(page.locator("#mx-status")).to_contain_text("Your previous model and index are still served")
+        page.get_by_role("tab", name="② Search").click()
+        expect(page.locator("#mx-served")).to_contain_text(f"Run {run_id[:8]}")
+        page.get_by_role("tab", name="① Tune").click()
 
         page.reload()  # listed after a reload, and searchable
         page.locator("#mx-runs input").click()

@@ -268,6 +268,15 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         if live is not None:
             running = {ui.launch: gr.update(interactive=False), ui.cancel: gr.update(interactive=True)}
             shown = {ui.status_md: render.status_box("Reattached to your run…"), ui.runs: view.run_list(memory)}
+            # the run this page served before the reload stays served while the new one trains (and after, when it is
+            # cancelled or fails), as it was before the reload: its panels first, the reattached lines over them
+            previous = memory.get("served")
+            if previous and previous != live.id and session.run is None:
+                try:
+                    shown = {**view.served(app.saved.open_run(session, previous), session, memory, active), **shown}
+                    shown[ui.runs], shown[ui.result_md] = view.run_list(memory, previous), render.kept_md(session.run)
+                except MirrorError:  # removed meanwhile: nothing to serve
+                    pass
             shown[ui.input_md] = render.reattached_md(live.strings)
             # not "Load some strings to see the plan…": the run's own strings are training (issue 52, a reload)
             shown[ui.estimate_md] = render.message(
