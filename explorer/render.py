@@ -252,13 +252,15 @@ def end_losses(training: Training) -> str:
 
 def load_md(info: dict[str, Any]) -> str:
     stats: CleanStats = info["stats"]
-    p = MirrorConfig.preset(info["mode"])
+    paired = info.get("pairing") is not None  # the pairs preset's settings (mirror.config.PAIRS_ADJUSTMENTS)
+    p = MirrorConfig.preset(info["mode"], pairs=paired)
     kind = "single words and short terms" if info["mode"] == "words" else "sentences"
     lines = [
         f"**{info['strings']:,} strings** loaded from `{info['source']}`: {stats.lines:,} lines, "
         f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed, "
         f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
-        f"**Detected:** {kind} → the **{info['mode']} preset** (τ {p.temperature}, {p.epochs} epoch"
+        f"**Detected:** {kind} → the **{info['mode']} preset{' for pairs' if paired else ''}** (τ {p.temperature}, "
+        f"{p.epochs} epoch"
         f"{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, max length "
         f"{p.max_length} tokens). <small>{info['reason']}</small>",
     ]

@@ -49,7 +49,16 @@ def pairs_md(run: RunInfo | None) -> str:
             "held out (held-out share 0, or under 40 pairs), so nothing measures the gain on your rows."
         )
     word = {"better": "better", "worse": "**worse**", "same": "no better than the base (within the interval)"}
-    return f"**Your held-out pairs — {word.get(gain.verdict, gain.verdict)}.** {gain.sentence()}"
+    return f"**Your held-out pairs — {word.get(gain.verdict, gain.verdict)}.** {gain.sentence()}{blended(run)}"
+
+
+def blended(run: RunInfo | None) -> str:
+    """A blend's held-out figures are its tuned run's (α = 1): said, since the blend itself was not measured on them."""
+    origin = run.record.origin if run is not None else None
+    if origin is None or origin.alpha is None:
+        return ""
+    parent = f"run `{origin.parent[:8]}`" if origin.parent else "the tuned model"
+    return f" _(Measured on {parent} before the blend, α = 1; this blend at α = {origin.alpha:g} was not measured.)_"
 
 
 def pairs_row(run: RunInfo | None) -> str:

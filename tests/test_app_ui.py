@@ -446,8 +446,12 @@ def test_what_moved_says_when_a_string_has_more_neighbours_than_its_cell_shows()
 
     rows = [{"text": "cat", "moved": 0.7, "gained": [f"g{i}" for i in range(7)], "lost": ["l0", "l1"]}]
     frame = moved_frame(rows)
-    assert frame.loc[0, "gained"] == "g0, g1, g2, g3, g4, … +2 more"
-    assert frame.loc[0, "lost"] == "l0, l1"  # all shown: nothing added
+    assert frame.loc[0, "gained"] == "g0 · g1 · g2 · g3 · g4 · … +2 more"
+    assert frame.loc[0, "lost"] == "l0 · l1"  # all shown: nothing added
+    # a sentence's neighbours are sentences (with commas): each cut to a line's worth, the CSV keeps them whole
+    long = "A programming language, designed in 1972, whose compiler ran on every machine of its day and most since"
+    cell = moved_frame([{"text": "C", "moved": 0.5, "gained": [long, "B"], "lost": []}]).loc[0, "gained"]
+    assert cell == long[:59].rstrip() + "… · B" and len(cell) < 70
 
 
 def test_a_bad_setting_in_the_ui_ends_the_run_with_a_message(ui, tiny_bert):

@@ -32,7 +32,7 @@ def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measu
     assert "**Pairs:** each `summary` is tuned with its `name` as its positive — two text columns" in shown
     assert f"{len(ROWS)} of {len(ROWS)} strings have a partner" in shown
     plan = app.planner.estimate(s, str(tiny_bert), "auto", dict(TINY))
-    assert f"Pairs: {len(ROWS) - 20} summary train with their name" in plan and "20 rows held out" in plan
+    assert f"Pairs: {len(ROWS) - 20} rows train, each `summary` with its `name`" in plan and "20 rows held out" in plan
     events = list(app.trainer.train(s, str(tiny_bert), "auto", dict(TINY)))
     assert events[-1].kind == "done", events[-1]
     run = s.run
@@ -53,6 +53,19 @@ def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measu
     with zipfile.ZipFile(app.explore.export(s, "all")) as zf:
         readme = zf.read(next(n for n in zf.namelist() if n.endswith("README.txt"))).decode()
     assert "Tuned on pairs: each summary with its name as its positive" in readme and "it never trained on" in readme
+    # opened elsewhere (a link, a reload): its strings come back with their partners, and tune as pairs again
+    partners = list(s.partners)
+    other = app.session()
+    app.saved.open_run(other, run.folder.name)
+    again = app.loader.restore_texts(other)
+    assert other.texts == s.texts and other.partners == partners and other.pairing.columns() == ("summary", "name")
+    assert "and their `name`, loaded again" in render.load_md(again)
+    assert f"Pairs: {len(ROWS) - 20} rows train, each `summary` with its `name`" in app.planner.estimate(
+        other, str(tiny_bert), "auto", dict(TINY)
+    )
+    # a blend's held-out figures are its run's: said so (the helper's pass read the same numbers as measured anew)
+    assert list(app.saved.blend_run(other, 0.5))[-1].kind == "done"
+    assert f"Measured on run `{run.folder.name[:8]}` before the blend" in render.run_md(other.run)
     # (none): the same file, the strings alone
     plain = app.loader.load_file(s, str(glossary(tmp_path)), "summary", "glossary.csv", "")
     assert plain["pair_column"] is None and s.partners is None and s.pairing is None

@@ -172,10 +172,15 @@ def explore_outputs(ui: SimpleNamespace) -> list[Any]:
 SHOWN_NEIGHBOURS = 5  # per cell of the what-moved table; its CSV has them all
 
 
+CELL_CHARS = 60  # of each neighbour in a cell: a sentence's neighbours are sentences (its CSV has them whole)
+
+
 def first_names(names: list[str], n: int = SHOWN_NEIGHBOURS) -> str:
-    """The first `n` neighbours, then how many more there are (the table shows 5 of up to 10)."""
+    """The first `n` neighbours, each cut to CELL_CHARS, then how many more there are (the table shows 5 of up to 10):
+    whole definitions made rows a screen tall, their first cells blank in view (a newcomer's pass, issue 50)."""
     more = len(names) - n
-    return ", ".join(names[:n]) + (f", … +{more} more" if more > 0 else "")
+    cut = [name if len(name) <= CELL_CHARS else name[: CELL_CHARS - 1].rstrip() + "…" for name in names[:n]]
+    return " · ".join(cut) + (f" · … +{more} more" if more > 0 else "")
 
 
 def moved_frame(rows: list[dict[str, Any]]) -> Any:

@@ -52,7 +52,7 @@ class TrainView:
             self.batches.append(ev.batch)
             eta = f"ETA {render.fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
             if ev.eta is not None and getattr(ev, "after", None):  # the ETA covers the phases after training too
-                eta += f" (with the tuned index and checks, ~{render.fmt_seconds(ev.after)})"
+                eta += f" (of which ~{render.fmt_seconds(ev.after)} after the training: the tuned index and checks)"
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
             self.tell((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")

@@ -39,6 +39,24 @@ def remember(memory: dict | None, run_id: str | None = None, active: str | None 
     return {"runs": runs[-50:], "active": active, "served": served if isinstance(served, str) else None}
 
 
+PAIRS_FILE = "pairs.json"  # a pairs run's partners, each string's in the run's order, and the two columns
+
+
+def write_partners(folder: Path, partners: list[str | None], columns: tuple[str, str]) -> None:
+    """Keep a pairs run's partners with it, so that its strings loaded again (a reload, a link) tune with them too."""
+    (folder / PAIRS_FILE).write_text(json.dumps({"columns": list(columns), "partners": partners}), encoding="utf-8")
+
+
+def read_partners(folder: Path, n: int) -> tuple[list[str | None], tuple[str, str]] | None:
+    """A run's partners and their columns (write_partners), or None: no pairs, or not `n` of them."""
+    try:
+        kept = json.loads((folder / PAIRS_FILE).read_text(encoding="utf-8"))
+        partners, columns = kept["partners"], tuple(kept["columns"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (partners, columns) if isinstance(partners, list) and len(partners) == n and len(columns) == 2 else None
+
+
 def run_label(info: RunInfo) -> str:
     """What a run is, in a few words: "411 strings from small_words.txt · bundled", and for a blend
     "blend α=0.5 of 411 strings from … (run 1a2b3c4d)" (otherwise it reads exactly like its parent)."""

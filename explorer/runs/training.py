@@ -20,6 +20,7 @@ from explorer.runs.live import Run, RunRegistry, queue_key
 from explorer.runs.models import ModelCache
 from explorer.runs.record import Made, RunInfo, training_of
 from explorer.runs.sessions import Session, texts_key
+from explorer.runs.store import write_partners
 from explorer.settings import Settings
 from explorer.tune.inputs import build_config
 from mirror.config import BUNDLED_MODEL
@@ -222,6 +223,8 @@ class Training(Producer):
                     text = stopped_text(ev.stats, run.stop_reason, self.settings)
                     return Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
                 if isinstance(ev, Finished):
+                    if self.partners is not None and columns:  # its strings loaded again pair with them again
+                        write_partners(folder, list(self.partners), (columns[0], columns[1]))
                     made = Made.of_training(ev.stats)
                     self.train_s = made.record.training.seconds
                     return made_info(folder, config.model, texts, self.source, made)

@@ -12,6 +12,7 @@ from typing import Any
 
 from explorer.runs.models import ModelCache
 from explorer.runs.sessions import Pairing, Session
+from explorer.runs.store import read_partners
 from explorer.settings import Settings
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR
@@ -156,8 +157,10 @@ class TextLoader:
         if run is None or session.texts:
             return None
         texts = list(self.models.loaded(run).main.tuned.texts)
-        info = self.set_texts(session, texts, f"run {run.folder.name[:8]} ({run.corpus or 'its strings'})")
-        info["notes"] = ["the strings of the run this page serves, loaded again: Launch tunes them again"] + info[
-            "notes"
-        ]
+        source = f"run {run.folder.name[:8]} ({run.corpus or 'its strings'})"
+        kept = read_partners(run.folder, len(texts))  # a pairs run's partners: tuned with them again
+        partners, columns = kept if kept is not None else (None, None)
+        info = self.set_texts(session, texts, source, partners=partners, columns=columns)
+        again = "the strings of the run this page serves" + (f" and their `{columns[1]}`" if columns else "")
+        info["notes"] = [f"{again}, loaded again: Launch tunes them again"] + info["notes"]
         return info

@@ -259,7 +259,7 @@ def pairs_notes(session: Session, config) -> list[str]:
     string_col, partner_col = pairing.columns()
     trained = pairing.stats.paired - held
     alone = len(session.texts) - pairing.stats.paired
-    line = f"Pairs: {trained:,} {string_col} train with their {partner_col} (its positive in the loss)" + (
+    line = f"Pairs: {trained:,} rows train, each `{string_col}` with its `{partner_col}` (its positive in the loss)" + (
         f", {alone:,} alone on their mirror views" if alone else ""
     )
     if held:
