@@ -191,7 +191,10 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
                 failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
                 return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", []), None, None
             # the strings loaded before stay loaded (and armed), and the page says so plainly
-            kept = f"Still loaded: **{len(session.texts):,} strings** from `{session.source}`; Launch tunes those."
+            paired = f", each with its `{session.pairing.partner_column}`" if session.pairing is not None else ""
+            kept = (
+                f"Still loaded: **{len(session.texts):,} strings** from `{session.source}`{paired}; Launch tunes those."
+            )
             can_launch = gr.update(interactive=app.registry.of(session) is None)
             shown = render.message(error) + "\n\n" + render.message(kept, "info")
             return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", []), None, None
