@@ -260,9 +260,8 @@ def load_md(info: dict[str, Any]) -> str:
         f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed, "
         f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
         f"**Detected:** {kind} → the **{info['mode']} preset{' for pairs' if paired else ''}** (τ {p.temperature}, "
-        f"{p.epochs} epoch"
-        f"{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, max length "
-        f"{p.max_length} tokens). <small>{info['reason']}</small>",
+        f"{p.epochs} epoch{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, "
+        f"max length {p.max_length} tokens). <small>{info['reason']}</small>",
     ]
     pairs = pairing_md(info)
     lines += [pairs] if pairs else []
