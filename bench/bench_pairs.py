@@ -2,7 +2,7 @@
 measured on held-out rows of the same file, with the general checks beside.
 
     .venv/bin/pip install -r bench/requirements.txt   # the peer (sentence-transformers' trainer) needs them
-    .venv/bin/python bench/bench_pairs.py [--half dev|check] [--sets foldoc,stdlib] [--sweep [--variants 'τ 0.1,...']] [--peer] [--checks]
+    .venv/bin/python bench/bench_pairs.py [--half dev|check] [--sets foldoc,stdlib] [--sweep [--variants 'τ 0.1,...']] [--peer] [--checks] [--alphas 0.25,0.5,0.75]
 
 Data (each file's `half`: dev chooses, check is reported once), the strings the longer column as the app reads them
 by default (mirror.data: the longest text column), the partner the other:
@@ -77,7 +77,13 @@ def checks_of(base, tuned, half: str) -> dict[str, Any]:
     return {"checks": {r["name"]: r["delta"] for r in rows}, "checks_ok": not low, "checks_low": ", ".join(low)}
 
 
-def run_ours(texts, partners, held: HeldOut, base_ranks, config: MirrorConfig, label: str, half: str, checks: bool):
+def run_ours(
+    texts, partners, held: HeldOut, base_ranks, config: MirrorConfig, label: str, half: str, checks: bool,
+    alphas: tuple[float, ...] = (),
+) -> list[dict]:  # fmt: skip
+    """The run's row, and one row per blend α of `alphas` of its tuned weights with the base (mirror.blend: no
+    training again; only where the run itself is unblended)."""
+    from mirror.blend import blend
     from mirror.encoder import load_encoder
     from mirror.train import mirror_tune
 
@@ -86,9 +92,15 @@ def run_ours(texts, partners, held: HeldOut, base_ranks, config: MirrorConfig, l
     result = mirror_tune(train_texts, config, pairs=train_partners if config.pairs else None)
     train_s = time.perf_counter() - started
     extra = {"steps": result.steps}
+    base = load_encoder(config.model)
     if checks:
-        extra |= checks_of(load_encoder(config.model), result.encoder, half)
-    return measured(held, base_ranks, result.encoder, label, train_s, extra)
+        extra |= checks_of(base, result.encoder, half)
+    rows = [measured(held, base_ranks, result.encoder, label, train_s, extra)]
+    for alpha in alphas if config.blend_alpha == 1.0 else ():
+        blended = blend(base, result.encoder, alpha)
+        more = {"steps": result.steps, **(checks_of(base, blended, half) if checks else {})}
+        rows.append(measured(held, base_ranks, blended, f"{label}, blend α {alpha:g}", train_s, more))
+    return rows
 
 
 def run_peer(held: HeldOut, base_ranks, config: MirrorConfig, label: str) -> dict:
@@ -124,6 +136,7 @@ def main() -> None:
     parser.add_argument("--variants", help="the sweep's rows to run, by label (comma-separated; default: all)")
     parser.add_argument("--peer", action="store_true")
     parser.add_argument("--checks", action="store_true")
+    parser.add_argument("--alphas", default="", help="also each unblended run's tuned weights blended at these α")
     parser.add_argument("--no-mirror", action="store_true", help="skip the mirror-only run")
     parser.add_argument("--limit", type=int, help="rows of each half (a quick look)")
     args = parser.parse_args()
@@ -147,10 +160,11 @@ def main() -> None:
         if args.sweep:
             wanted = set(args.variants.split(",")) if args.variants else {label for label, _ in SWEEP}
             runs += [(f"pairs, {v}", dataclasses.replace(paired, **change)) for v, change in SWEEP if v in wanted]
+        alphas = tuple(float(a) for a in args.alphas.split(",") if a.strip())
         for label, config in runs:
-            row = run_ours(texts, partners, held, base_ranks, config, label, args.half, args.checks)
-            rows.append({"set": name, **row})
-            print(f"  {rows[-1]}", flush=True)
+            for row in run_ours(texts, partners, held, base_ranks, config, label, args.half, args.checks, alphas):
+                rows.append({"set": name, **row})
+                print(f"  {rows[-1]}", flush=True)
         if args.peer:
             rows.append({"set": name, **run_peer(held, base_ranks, paired, "peer: ST trainer + MNRL")})
             print(f"  {rows[-1]}", flush=True)
