@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import gradio as gr
 
 from explorer import MirrorApp, Session, Settings
+from explorer.share.downloads import DownloadRoute
 from explorer.share.held import HeldRequests
 from explorer.share.uploads import UploadQuota
 from mirror.errors import MirrorError
@@ -56,6 +57,11 @@ CSS = """
 #mx-moved-table th .text {word-break: normal !important; overflow-wrap: normal !important}
 /* the bases box's table: its headers (and the time column) never break inside a word ("ti/me" at 1400 px) */
 #mx-bases th, #mx-bases td:last-child {white-space: nowrap; word-break: normal; overflow-wrap: normal}
+/* the downloads (ui.handlers.download): a label above the file's link and size, boxed like Gradio's file component */
+.mx-download {border: 1px solid var(--border-color-primary); border-radius: var(--radius-lg); padding: 8px 12px}
+.mx-download-label {display: block; font-size: var(--text-sm); color: var(--body-text-color-subdued)}
+.mx-download a {font-weight: 600; overflow-wrap: anywhere}
+.mx-download-size {color: var(--body-text-color-subdued); white-space: nowrap}
 """
 
 # The address bar names the run the page serves (?run=<id>), so a reload, a bookmark or a shared address gives that
@@ -188,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         css=CSS,
         head=HEAD,
         show_error=False,
-        app_kwargs={"middleware": [quota]},
+        # the app's download links (explorer.share.downloads), answered before the quota's accounting
+        app_kwargs={"middleware": [Middleware(DownloadRoute, downloads=app.downloads), quota]},
     )
     return 0
 

@@ -33,6 +33,7 @@ from explorer.runs.sessions import RUNS_DIR, RunInfo, Session, SessionStore
 from explorer.runs.store import RunStore
 from explorer.runs.training import Trainer
 from explorer.settings import Settings
+from explorer.share.downloads import Downloads
 from explorer.tune.estimate import Estimator
 from explorer.tune.loading import TextLoader
 from explorer.tune.planning import Planner
@@ -69,6 +70,7 @@ class MirrorApp:
         self.train_queue = TrainQueue(s.train_concurrency, s.train_queue)
         self.search_slots = slots = FairSlots(s.search_concurrency)
         self.base_indexes = BaseIndexes()  # the loaded strings under a base model, searched before any tuning
+        self.downloads = Downloads()  # the files offered for download, by unguessable link (explorer.share.downloads)
         # time costs calibrated on this machine: once per process and model, whichever app asks
         self._estimator = Estimator(s.work_dir / ".estimate", shared=True, probe_fresh_s=s.speed_probe_s)
         # one object per concern, each given what it touches (`app.<part>.<method>`); MirrorApp only wires them

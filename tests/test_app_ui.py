@@ -70,6 +70,15 @@ def shown(update: dict, elem_id: str):
     return next(v for c, v in update.items() if getattr(c, "elem_id", None) == elem_id)
 
 
+def linked(app: MirrorApp, html_value: str) -> Path | None:
+    """The file a download's link (ui.handlers.download: `download/<token>/<name>`) serves, through the app's own
+    registry; the link holds no path of the server's."""
+    (href,) = re.findall(r'href="(download/[^"]+)"', html_value)
+    _, token, name = href.split("/")
+    assert "/" not in name and "tmp" not in href and str(app.settings.work_dir) not in html_value
+    return app.downloads.file(token, name)
+
+
 def upload(ui, session: Session | None, path: Path) -> tuple[str, Session]:
     """The UI's upload handler, as Gradio calls it: (markdown shown under the upload, session state)."""
     shown, _, session = upload_with_launch(ui, session, path)
@@ -205,8 +214,9 @@ def test_gradio_adapters_stream_the_run_and_render_search(app, tiny_bert):
     assert "searchable after" in last["mx-status"] and "| SimLex-999 |" in last["mx-forgetting"]
     assert "Downloads below." in last["mx-result"]
     assert last["mx-model-zip"]["visible"] and re.search(
-        r"/mirror-tiny_bert\w*-[0-9a-f]{12}-model\.zip$", last["mx-model-zip"]["value"]
+        r'href="download/[\w-]+/mirror-tiny_bert\w*-[0-9a-f]{12}-model\.zip"', last["mx-model-zip"]["value"]
     )
+    assert linked(app, last["mx-model-zip"]["value"]) == session.run.model_zip
     curve = last["mx-loss"]["value"]  # each step's loss and its moving average, steps 1..3 as integers
     assert last["mx-loss"]["visible"] and len(curve) == 6 and set(curve["series"]) == {"each step", "smoothed"}
     assert list(curve["step"][:3]) == [1, 2, 3]
@@ -604,7 +614,7 @@ def test_downloads_are_files_of_the_sessions_own_run(ui, tiny_bert):  # was ..._
     session = app.session()
     app.loader.load_pasted(session, "\n".join(WORDS))
     last = ui_train(fns, session, tiny_bert)[-1]
-    files = [shown(last, "mx-model-zip")["value"], shown(last, "mx-index-zip")["value"]]
+    files = [linked(app, shown(last, "mx-model-zip")["value"]), linked(app, shown(last, "mx-index-zip")["value"])]
     for f in files:  # the run's own files, in its folder of the run store
         assert is_under(Path(f), app.runs.root / session.run_ids[-1]) and Path(f).is_file()
     fns_api = fns["api_train"].fn
@@ -961,3 +971,32 @@ def test_api_runs_stop_on_cancel_and_on_disconnect(tmp_path, tiny_bert):
 
 
 # Attack review, disk: the upload quota over HTTP (chunked, spoofed, a NAT's visitors): tests/test_abuse.py.
+
+
+def test_a_pairs_run_cancelled_after_a_reload_gives_back_its_strings_and_their_partners(ui, tmp_path):
+    """Issue 50: a page reloaded during a pairs run, which then stops without being served, loads the run's strings
+    again with each one's partner (and the pairing's columns): Launch tunes the same pairs, not the strings alone."""
+    from explorer.events import Cancelled
+    from explorer.runs.live import Run
+
+    app, fns = ui
+    session = app.session()
+    terms = tmp_path / "terms.csv"
+    terms.write_text("term,definition\n" + "".join(f"{w},the word {w} as a definition of itself\n" for w in WORDS))
+    upload(ui, session, terms)
+    assert session.partners is not None and session.pairing.columns() == ("definition", "term")
+    run = app.registry.asked(session) or Run(session)
+    run.strings, run.texts = (len(session.texts), session.source), tuple(session.texts)
+    run.partners, run.pair_columns = tuple(session.partners), session.pairing.columns()
+    assert app.registry.begin(run)
+    run.admit()
+    reloaded = app.session()  # the reloaded page: a new session, no strings yet
+    shown_all = fns["on_load"].fn({"runs": [], "active": run.id}, reloaded, None)
+    first = next(shown_all)
+    assert "Reattached to your run" in str(shown(first, "mx-status"))
+    run.publish(Cancelled("Cancelled at step 1."))
+    app.registry.end(run)
+    run.end()
+    last = list(shown_all)[-1]
+    assert "loaded again" in str(shown(last, "mx-input")) and reloaded.texts == session.texts
+    assert reloaded.partners == session.partners and reloaded.pairing.columns() == ("definition", "term")

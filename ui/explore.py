@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, render
-from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
+from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service, download
 from ui.numbers import Slider
 from ui.twinmap import TwinMap
 
@@ -64,7 +64,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             with gr.Row():
                 ui.export_sel_btn = gr.Button("Export the selection", elem_id="mx-export-sel-btn")
                 ui.export_all_btn = gr.Button("Export all strings", elem_id="mx-export-all-btn")
-            ui.export_file = gr.File(label="Export", visible=False, elem_id="mx-export-file")
+            ui.export_file = gr.HTML("", visible=False, elem_id="mx-export-file")
     with gr.Accordion("What moved: your strings whose 10 nearest neighbours changed most", open=True):
         with gr.Row():
             ui.moved_filter = gr.Textbox(label="Filter", placeholder="part of a string", scale=3)
@@ -80,7 +80,7 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             # app.py's CSS gives the rows, divs sized to the viewport by Gradio, these columns of its 560 px)
             elem_id="mx-moved-table",
         )
-        ui.moved_file = gr.File(label="What moved (CSV)", visible=False, elem_id="mx-moved-file")
+        ui.moved_file = gr.HTML("", visible=False, elem_id="mx-moved-file")
     with gr.Accordion("Space health and general checks (did tuning forget anything?)", open=True):
         ui.health_md = gr.Markdown("", elem_id="mx-health")
         ui.forget_md = gr.Markdown("", elem_id="mx-forgetting")
@@ -139,10 +139,10 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
         ui.moved_md: "",
         ui.moved_filter: "",  # the list that follows is of every string
         ui.moved_table: moved_frame([]),
-        ui.moved_file: gr.update(value=None, visible=False),
+        ui.moved_file: gr.update(value="", visible=False),
         ui.point_md: POINT_HINT,
         ui.point_results: "",
-        ui.export_file: gr.update(value=None, visible=False),
+        ui.export_file: gr.update(value="", visible=False),
         ui.selection_md: SELECTION_HINT,
         ui.selection: [],
     }
@@ -275,7 +275,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
             return gr.update(), app.session(s)
 
         def export(session: Session) -> Any:
-            return gr.update(value=str(ex.export(session, fmt, rows)), visible=True)
+            return download(app, ex.export(session, fmt, rows), "Export")
 
         return call_service(app, s, 1, export)
 
@@ -297,7 +297,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
 
     def on_moved_csv(text_filter, s):
         return call_service(
-            app, s, 1, lambda session: gr.update(value=str(ex.moved_csv(session, text_filter)), visible=True)
+            app, s, 1, lambda session: download(app, ex.moved_csv(session, text_filter), "What moved (CSV)")
         )
 
     ui.moved_csv_btn.click(on_moved_csv, moved_in, [ui.moved_file, state], **ENCODE_QUEUE, **PRIVATE)

@@ -91,3 +91,23 @@ def call_service(
         gr.Warning(render.toast_text(text))
         return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), session)
     return (*(out if isinstance(out, tuple) else (out,)), session)
+
+
+def download(app: MirrorApp, path: Any, label: str) -> dict:
+    """A download shown as its link (explorer.share.downloads: `download/<token>/<name>`, nothing of the server's
+    folders), with its name and size; hidden when there is no file."""
+    import html
+    from pathlib import Path
+
+    from mirror.data import fmt_size
+
+    if not path or not Path(path).is_file():
+        return gr.update(value="", visible=False)
+    file = Path(path)
+    href, name = html.escape(app.downloads.link(file)), html.escape(file.name)
+    return gr.update(
+        value=f'<div class="mx-download"><span class="mx-download-label">{html.escape(label)}</span>'
+        f'<a href="{href}" download="{name}">⬇ {name}</a> <span class="mx-download-size">'
+        f"{fmt_size(file.stat().st_size)}</span></div>",
+        visible=True,
+    )

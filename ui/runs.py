@@ -18,7 +18,7 @@ from explorer.runs.store import remember
 from explorer.share.uploads import display_name
 from mirror.errors import MirrorError
 from ui.explore import explore_outputs, explore_panels
-from ui.handlers import JOB_QUEUE, PRIVATE
+from ui.handlers import JOB_QUEUE, PRIVATE, download
 from ui.tune import estimate_only
 
 
@@ -146,8 +146,8 @@ class RunView:
         """The run's two downloads, hidden while they are not made yet (a run served before its checks)."""
         ui = self.ui
         return {
-            f: gr.update(value=str(p), visible=True) if p.is_file() else gr.update(value=None, visible=False)
-            for f, p in ((ui.model_file, run.model_zip), (ui.index_file, run.index_zip))
+            ui.model_file: download(self.app, run.model_zip, "Tuned model (.zip of a sentence-transformers folder)"),
+            ui.index_file: download(self.app, run.index_zip, "Search index of your strings (.zip)"),
         }
 
     def checked(self, run: RunInfo, memory: dict) -> dict:
@@ -288,7 +288,9 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             yield from view.draw(app.trainer.follow(live, session=session), session, memory)
             if not session.texts and live.texts:  # cancelled or failed: no run of them served to load them from
                 again = ["the strings of the run this page followed, loaded again: Launch tunes them"]
-                info = app.loader.set_texts(session, list(live.texts), live.strings[1], again)
+                info = app.loader.set_texts(
+                    session, list(live.texts), live.strings[1], again, live.partners, live.pair_columns
+                )
                 yield {ui.input_md: render.load_md(info), ui.launch: gr.update(interactive=True), state: session}
             return
         # the run asked for by a link, else the one that was going, else the one this page served before a reload

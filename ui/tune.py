@@ -114,15 +114,9 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
     )
     ui.result_md = gr.Markdown("", elem_id="mx-result")
     with gr.Row():
-        ui.model_file = gr.File(
-            label="Tuned model (.zip of a sentence-transformers folder)",
-            interactive=False,
-            visible=False,
-            elem_id="mx-model-zip",
-        )
-        ui.index_file = gr.File(
-            label="Search index of your strings (.zip)", interactive=False, visible=False, elem_id="mx-index-zip"
-        )
+        # links of our own (ui.handlers.download): no server path in them, the zips served from the run folder
+        ui.model_file = gr.HTML("", visible=False, elem_id="mx-model-zip")
+        ui.index_file = gr.HTML("", visible=False, elem_id="mx-index-zip")
     with gr.Accordion("Reuse a model you tuned here before", open=False):
         gr.Markdown("Load your strings in step 1, then upload the model .zip you downloaded: both encoders index them.")
         ui.saved_zip = gr.File(

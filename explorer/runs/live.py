@@ -80,6 +80,8 @@ class Run:
     stop_reason: str = ""  # why it was asked to stop ("cancel", "time", "abandoned"); "" when it was not
     strings: tuple[int, str] = (0, "")  # how many strings it tunes, and where they came from
     texts: tuple[str, ...] = ()  # the strings themselves: a page reattached to the run gets them back at its end
+    partners: tuple[str | None, ...] | None = None  # a pairs run's partners (and their columns), back with them
+    pair_columns: tuple[str, str] | None = None
     sessions: set[str] = field(default_factory=set)  # the sessions showing it (each can cancel it)
     last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
     job_since: float | None = None  # when its job started (MIRROR_MAX_RUN_SECONDS counts from there)

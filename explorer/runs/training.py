@@ -83,6 +83,8 @@ class Trainer:
         run = self.registry.asked(session) or Run(session)  # an API call: no Launch click made one
         run.strings = (len(session.texts), session.source)  # what a page reattached to it says it tunes
         run.texts = tuple(session.texts)
+        if session.partners is not None and session.pairing is not None:  # a pairs run: its partners come back too
+            run.partners, run.pair_columns = tuple(session.partners), session.pairing.columns()
         training = Training(session, model, mode, overrides, self.models, self.planner, self.estimator, self.settings)
         return self.runner.launch(session, training, run)
 

@@ -1,0 +1,74 @@
+"""The app's download links (explorer.share.downloads): no server path in them, only registered files served."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from explorer.share.downloads import DownloadRoute, Downloads
+
+
+@pytest.fixture
+def served(tmp_path):
+    downloads = Downloads(max_links=3)
+    app = Starlette(
+        routes=[Route("/{rest:path}", lambda request: PlainTextResponse("gradio"), methods=["GET", "POST"])],
+        middleware=[Middleware(DownloadRoute, downloads=downloads)],
+    )
+    return downloads, TestClient(app), tmp_path
+
+
+def test_a_link_names_the_file_not_its_folder_and_serves_it_whole_and_in_ranges(served):
+    downloads, client, tmp = served
+    f = tmp / "run folder" / "mirror-model é.zip"
+    f.parent.mkdir()
+    f.write_bytes(b"PK" + bytes(range(256)) * 40)
+    link = downloads.link(f)
+    assert re.fullmatch(r"download/[\w-]{24}/mirror-model%20%C3%A9\.zip", link) and str(tmp) not in link
+    assert downloads.link(f) == link  # offered again (a reload, the run restored): the same link
+    r = client.get("/" + link)
+    assert r.status_code == 200 and r.content == f.read_bytes()
+    assert "attachment" in r.headers["content-disposition"] and "no-store" in r.headers["cache-control"]
+    assert client.head("/" + link).status_code == 200
+    part = client.get("/" + link, headers={"Range": "bytes=2-5"})
+    assert part.status_code == 206 and part.content == f.read_bytes()[2:6]
+    assert client.get("/prefix/" + link).content == f.read_bytes()  # under a proxy's path prefix too
+    assert client.post("/" + link).text == "gradio"  # only GET and HEAD are answered here
+
+
+def test_only_registered_existing_files_by_their_own_name_are_served(served):
+    downloads, client, tmp = served
+    secret = tmp / "secret.txt"
+    secret.write_text("TOPSECRET")
+    kept = tmp / "a.csv"
+    kept.write_text("string\ncat\n")
+    link = downloads.link(kept)
+    token = link.split("/")[1]
+    for bad in [
+        f"/download/{token}/secret.txt",  # another file's name under a real token
+        "/download/" + "A" * 24 + "/a.csv",  # a guessed token
+    ]:
+        r = client.get(bad)
+        assert r.status_code == 404 and "expired" in r.text, bad
+    for bad in [f"/download/{token}/..%2Fsecret.txt", f"/download/{token}/../secret.txt"]:
+        assert "TOPSECRET" not in client.get(bad).text  # a path is never a name
+    kept.unlink()  # the run or session gone: the link says so
+    assert client.get("/" + link).status_code == 404
+    assert client.get("/gradio_api/file=" + str(secret)).text == "gradio"  # other paths reach the app untouched
+
+
+def test_the_oldest_links_are_forgotten_past_the_cap(served):
+    downloads, client, tmp = served
+    files = [tmp / f"{i}.csv" for i in range(4)]
+    for f in files:
+        f.write_text("x")
+    links = [downloads.link(f) for f in files]  # cap 3: the first is forgotten
+    assert client.get("/" + links[0]).status_code == 404
+    assert all(client.get("/" + link).status_code == 200 for link in links[1:])
+    assert downloads.link(files[0]) != links[0]  # offered again: a new link
