@@ -29,8 +29,10 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from common import EXAMPLES, peer_training_args, print_table, write_json
@@ -47,6 +49,16 @@ SWEEP: list[tuple[str, dict[str, Any]]] = [  # what chose the default (a step of
     ("τ 0.1", {"temperature": 0.1}),
     ("partners unmasked", {"pair_mask": False}),
     ("blend α 0.5", {"blend_alpha": 0.5}),
+    # keeping the pairs gain without forgetting: each trains unblended (--alphas then blends its weights with the base)
+    ("unblended", {"blend_alpha": 1.0}),
+    ("L2-SP 1", {"blend_alpha": 1.0, "l2_base": 1.0}),
+    ("L2-SP 10", {"blend_alpha": 1.0, "l2_base": 10.0}),
+    ("distill 10", {"blend_alpha": 1.0, "distill": 10.0}),
+    ("general mix 0.25", {"blend_alpha": 1.0, "mix_general": 0.25}),
+    ("lr 1e-5", {"blend_alpha": 1.0, "lr": 1e-5}),
+    ("partner max 64", {"blend_alpha": 1.0, "pair_max_length": 64}),
+    ("min steps 100", {"blend_alpha": 1.0, "min_steps": 100}),
+    ("LoRA 8 lr 1e-3", {"blend_alpha": 1.0, "lora_rank": 8, "lr": 1e-3}),
 ]
 
 
@@ -67,11 +79,20 @@ def measured(held: HeldOut, base_ranks, encoder, label: str, train_s: float, ext
     return {**row, **(extra or {})}
 
 
+BASE_SIDES: dict[tuple[str, str, str], Any] = {}  # the base's side of each check, once a process (bases are one model)
+
+
 def checks_of(base, tuned, half: str) -> dict[str, Any]:
     """The general checks on `half`: each check's change, and whether any is over half a margin below the base."""
-    from mirror.checks import CHECKS, run_checks
+    from mirror.checks import CHECKS, run_checks, side
 
-    rows = run_checks(base, tuned, half=half)
+    def base_side(model, check, items):
+        key = (str(model.source), check.name, half)
+        if key not in BASE_SIDES:
+            BASE_SIDES[key] = side(model, check, items)
+        return BASE_SIDES[key]
+
+    rows = run_checks(base, tuned, half=half, base_side=base_side)
     margins = {c.name: c.margin for c in CHECKS}
     low = [r["name"] for r in rows if r["delta"] < -0.5 * margins.get(r["name"], 1.0)]
     return {"checks": {r["name"]: r["delta"] for r in rows}, "checks_ok": not low, "checks_low": ", ".join(low)}
@@ -92,7 +113,7 @@ def run_ours(
     result = mirror_tune(train_texts, config, pairs=train_partners if config.pairs else None)
     train_s = time.perf_counter() - started
     extra = {"steps": result.steps}
-    base = load_encoder(config.model)
+    base = load_encoder(config.model, device=str(result.encoder.device))
     if checks:
         extra |= checks_of(base, result.encoder, half)
     rows = [measured(held, base_ranks, result.encoder, label, train_s, extra)]
@@ -103,29 +124,74 @@ def run_ours(
     return rows
 
 
-def run_peer(held: HeldOut, base_ranks, config: MirrorConfig, label: str) -> dict:
+def run_peer(
+    held: HeldOut, base_ranks, config: MirrorConfig, label: str, model_path: str, checks: bool, half: str
+) -> dict:
+    """The peer on the same training pairs, on `config.device` (bf16 on CUDA, as ours runs there)."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    from mirror.encoder import bundled_model_path, load_encoder
+    from mirror.encoder import load_encoder
 
     train_texts, train_partners = held.training()
     pairs = [(p, t) for t, p in zip(train_texts, train_partners, strict=True) if p is not None]
-    model = SentenceTransformer(str(bundled_model_path()), device="cpu")
+    device = config.device
+    model = SentenceTransformer(model_path, device=device)
     model.max_seq_length = max(config.max_length, config.pair_max_length)
     dataset = Dataset.from_dict({"anchor": [p for p, _ in pairs], "positive": [t for _, t in pairs]})
     epochs = config.epochs_for(len(train_texts))
     with tempfile.TemporaryDirectory() as out:
-        args = peer_training_args(dataclasses.replace(config, epochs=epochs), out, "cpu", False)
+        limit = {"max_steps": config.max_steps} if config.max_steps else {}
+        args = peer_training_args(dataclasses.replace(config, epochs=epochs), out, device, device == "cuda", **limit)
         loss = MultipleNegativesRankingLoss(model, scale=1.0 / config.temperature)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
         started = time.perf_counter()
         state = trainer.train()
         train_s = time.perf_counter() - started
         model.save(out + "/m")
-        encoder = load_encoder(out + "/m")
-    return measured(held, base_ranks, encoder, label, train_s, {"steps": state.global_step})
+        encoder = load_encoder(out + "/m", device=device)
+    extra = {"steps": state.global_step}
+    if checks:
+        extra |= checks_of(load_encoder(model_path, device=device), encoder, half)
+    return measured(held, base_ranks, encoder, label, train_s, extra)
+
+
+def choose(rows: list[dict], sets: list[str]) -> dict[str, Any] | None:
+    """The pairs run (a sweep row or a blend of one) with the most mean in-domain MRR@10 gain over `sets` among those
+    whose general checks' dev halves hold on every set (none more than half a margin below the base): the rule the
+    other presets were chosen by. Its label, the sweep variant and blend α that make it, and every candidate's
+    figures."""
+    base = {r["set"]: r["mrr10"] for r in rows if r["run"] == "base"}
+    by_run: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        if r["run"].startswith("pairs") and "checks_ok" in r:
+            by_run.setdefault(r["run"], {})[r["set"]] = r
+    candidates = []
+    for run, per_set in by_run.items():
+        if set(per_set) != set(sets):
+            continue
+        gains = [per_set[s]["mrr10"] - base[s] for s in sets]
+        candidates.append(
+            {
+                "run": run,
+                "mean_gain": round(sum(gains) / len(gains), 2),
+                "ok": all(per_set[s]["checks_ok"] for s in sets),
+                "low": "; ".join(f"{s}: {per_set[s]['checks_low']}" for s in sets if per_set[s]["checks_low"]),
+            }
+        )
+    candidates.sort(key=lambda c: -c["mean_gain"])
+    held = [c for c in candidates if c["ok"]]
+    if not held:
+        return None
+    run = held[0]["run"]
+    variant, _, alpha = run.removeprefix("pairs, ").partition(", blend α ")
+    return {
+        "run": run,
+        "variant": None if run.startswith("pairs default") else variant,
+        "alpha": float(alpha) if alpha else None,
+        "candidates": candidates,
+    }
 
 
 def main() -> None:
@@ -139,22 +205,37 @@ def main() -> None:
     parser.add_argument("--alphas", default="", help="also each unblended run's tuned weights blended at these α")
     parser.add_argument("--no-mirror", action="store_true", help="skip the mirror-only run")
     parser.add_argument("--limit", type=int, help="rows of each half (a quick look)")
+    parser.add_argument("--model", default="bundled", help="the base: 'bundled' or a sentence-transformers folder")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (ours and the peer)")
+    parser.add_argument("--max-steps", type=int, help="stop every run after this many steps (a smoke run)")
+    parser.add_argument(
+        "--choose", action="store_true", help="pick the pairs run by the presets' rule (needs --checks)"
+    )
+    parser.add_argument("--from-choice", help="a JSON this bench wrote with --choose: run its chosen sweep row and α")
     args = parser.parse_args()
     from mirror.config import detect_mode
-    from mirror.encoder import load_encoder
+    from mirror.encoder import bundled_model_path, load_encoder
 
+    if args.from_choice:
+        # none held the rule: the default alone
+        chosen = json.loads(Path(args.from_choice).read_text())["chosen"] or {"run": "pairs default", "variant": None}
+        args.sweep, args.variants = bool(chosen["variant"]), chosen["variant"] or ""
+        args.alphas = str(chosen.get("alpha") or "")
+        print(f"the chosen pairs run: {chosen['run']}", flush=True)
+    model_path = str(bundled_model_path()) if args.model == "bundled" else args.model
+    common = {"model": args.model, "device": args.device, "max_steps": args.max_steps}
     out: dict[str, Any] = {}
     rows_all = []
     for name in args.sets.split(","):
         texts, partners = read_set(name, args.half, args.limit)
         held = HeldOut(texts, partners, holdout(partners, HELD_FRACTION, HELD_MOST, seed=7), SETS[name][1:])
         mode, _ = detect_mode(held.training()[0])
-        base = load_encoder("bundled")
+        base = load_encoder(args.model, device=args.device)
         base_ranks = held.ranks(base)
         rows = [{"set": name, "run": "base", **{k: round(v, 1) for k, v in figures(base_ranks).items()}}]
         print(f"{name} {args.half}: {len(texts):,} strings, {len(held.rows)} held out, {mode} preset", flush=True)
-        plain = MirrorConfig.preset(mode, model="bundled", device="cpu")
-        paired = MirrorConfig.preset(mode, model="bundled", device="cpu", pairs=True)
+        plain = MirrorConfig.preset(mode, **common)
+        paired = MirrorConfig.preset(mode, pairs=True, **common)
         runs: list[tuple[str, MirrorConfig]] = [] if args.no_mirror else [("mirror (no partners)", plain)]
         runs.append(("pairs default", paired))
         if args.sweep:
@@ -162,29 +243,33 @@ def main() -> None:
             runs += [(f"pairs, {v}", dataclasses.replace(paired, **change)) for v, change in SWEEP if v in wanted]
         alphas = tuple(float(a) for a in args.alphas.split(",") if a.strip())
         for label, config in runs:
-            for row in run_ours(texts, partners, held, base_ranks, config, label, args.half, args.checks, alphas):
+            try:
+                done = run_ours(texts, partners, held, base_ranks, config, label, args.half, args.checks, alphas)
+            except Exception as e:  # one variant's failure (a remedy on a new device) leaves the others measured
+                done = [{"run": label, "error": f"{type(e).__name__}: {e}"}]
+            for row in done:
                 rows.append({"set": name, **row})
                 print(f"  {rows[-1]}", flush=True)
         if args.peer:
-            rows.append({"set": name, **run_peer(held, base_ranks, paired, "peer: ST trainer + MNRL")})
+            peer = run_peer(held, base_ranks, paired, "peer: ST trainer + MNRL", model_path, args.checks, args.half)
+            rows.append({"set": name, **peer})
             print(f"  {rows[-1]}", flush=True)
-            ours = next(r for r in rows if r["run"] == "pairs default")
-            rows.append(
-                {
-                    "set": name,
-                    "run": "ours / peer train time",
-                    "train_s": round(ours["train_s"] / rows[-1]["train_s"], 2),
-                }
-            )
+            for ours in [r for r in rows if r["run"].startswith("pairs") and "blend α" not in r["run"]]:
+                if "train_s" in ours:
+                    ratio = round(ours["train_s"] / peer["train_s"], 2)
+                    rows.append({"set": name, "run": f"{ours['run']} / peer train time", "train_s": ratio})
         out[name] = {"strings": len(texts), "held_out": len(held.rows), "mode": mode, "rows": rows}
         rows_all += rows
     print_table(
-        rows_all, ["set", "run", "steps", "train_s", "mrr10", "r1", "r10", "mrr10_gain", "checks_ok", "checks_low"]
+        rows_all, ["set", "run", "steps", "train_s", "mrr10", "r1", "r10", "mrr10_gain", "checks_ok", "checks_low", "error"]
     )
-    write_json(
-        f"pairs-{args.half}.json",
-        {"args": vars(args), "sets": out, "config": dataclasses.asdict(MirrorConfig.preset("sentences", pairs=True))},
-    )
+    payload: dict[str, Any] = {"args": vars(args), "sets": out}
+    if args.choose:
+        payload["chosen"] = choose(rows_all, args.sets.split(","))
+        print_table(payload["chosen"]["candidates"] if payload["chosen"] else [], ["run", "mean_gain", "ok", "low"])
+        print(f"chosen: {payload['chosen'] and payload['chosen']['run']}", flush=True)
+    payload["config"] = dataclasses.asdict(MirrorConfig.preset("sentences", pairs=True))
+    write_json(f"pairs-{args.half}.json", payload)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"  # the data sets the project ships
 SHARED = Path(os.environ.get("MIRROR_DATA", ROOT.parent / "shared" / "data"))  # the rest (not in a fresh clone)
-OUT = ROOT / "bench" / "out"
+OUT = Path(os.environ.get("BENCH_OUT") or ROOT / "bench" / "out")  # where JSON goes (BENCH_OUT: elsewhere)
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

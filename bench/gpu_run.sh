@@ -5,7 +5,7 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux2014_x86_64 -d .whl datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \
 #     sentence-transformers==6.2.0                                  # the peer's trainer needs datasets
-# then the device call, carrying .gpu and .whl:  bash bench/gpu_run.sh [speed|weights|all]
+# then the device call, carrying .gpu and .whl:  bash bench/gpu_run.sh [speed|weights|all|pairs]
 # Everything it measures goes to $OUT (bench/out/gpu here), written as it goes: a call cut short keeps what it did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,5 +51,16 @@ if [ "$what" = all ] || [ "$what" = speed ]; then
   say "speed: default (+ the peer, a profile), no-bucket, fp32, compile"
   "$PY" bench/bench_gpu.py --shapes "$MODEL" --variants default,no-bucket,fp32,compile --peer --profile 12 \
     --out "$OUT" $limit 2>&1 | tee "$OUT/speed.txt"
+fi
+if [ "$what" = pairs ]; then
+  # issue 50: the pairs sweep on the dev halves (each run's general checks' dev halves, blends), the choice by the
+  # presets' rule, then the check halves (the chosen run, the default, mirror-only and the peer) in the same call
+  variants="unblended,L2-SP 1,L2-SP 10,distill 10,general mix 0.25,lr 1e-5,min steps 100,LoRA 8 lr 1e-3"
+  say "pairs: dev halves, the sweep"
+  BENCH_OUT=$OUT "$PY" bench/bench_pairs.py --half dev --model "$MODEL" --device "${DEVICE:-cuda}" --sweep \
+    --variants "$variants" --checks --alphas 0.75,0.5,0.25 --choose $limit $steps 2>&1 | tee "$OUT/pairs-dev.txt"
+  say "pairs: check halves, the chosen run beside the default, mirror-only and the peer"
+  BENCH_OUT=$OUT "$PY" bench/bench_pairs.py --half check --model "$MODEL" --device "${DEVICE:-cuda}" --checks --peer \
+    --from-choice "$OUT/pairs-dev.json" $limit $steps 2>&1 | tee "$OUT/pairs-check.txt"
 fi
 say "done"
