@@ -58,6 +58,8 @@ CSS = """
 /* the bases box's table: its headers (and the time column) never break inside a word ("ti/me" at 1400 px) */
 #mx-bases th, #mx-bases td:last-child {white-space: nowrap; word-break: normal; overflow-wrap: normal}
 /* the downloads (ui.handlers.download): a label above the file's link and size, boxed like Gradio's file component */
+#mx-downloads {flex-wrap: wrap !important}
+#mx-downloads > * {min-width: min(100%, 320px) !important}
 .mx-download {border: 1px solid var(--border-color-primary); border-radius: var(--radius-lg); padding: 8px 12px}
 .mx-download-label {display: block; font-size: var(--text-sm); color: var(--body-text-color-subdued)}
 .mx-download a {font-weight: 600; overflow-wrap: anywhere}

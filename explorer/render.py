@@ -261,10 +261,10 @@ def load_md(info: dict[str, Any]) -> str:
         f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
         f"**Detected:** {kind} → the **{info['mode']} preset{' for pairs' if paired else ''}** (τ {p.temperature}, "
         f"{p.epochs} epoch{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, "
-        f"max length {p.max_length} tokens). <small>{info['reason']}</small>",
+        f"max length {p.max_length} tokens{f', distilled from the base (λ {p.distill:g})' if p.distill else ''}"
+        f"{f', blended with it at α {p.blend_alpha:g}' if p.blend_alpha < 1 else ''}). <small>{info['reason']}.</small>",
     ]
-    pairs = pairing_md(info)
-    lines += [pairs] if pairs else []
+    lines += [pairs] if (pairs := pairing_md(info)) else []
     lines += [message(n, "warning") for n in info.get("notes", [])]
     return "\n\n".join(lines)
 
@@ -330,7 +330,7 @@ def change_sentence(run: RunInfo | None) -> str:
     blend, alpha = blend_of(run), t.run_alpha
     steps, epochs = t.steps, t.epochs
     trained = f"{steps} steps" if isinstance(steps, int) else "training"
-    if isinstance(epochs, int) and epochs > 1:
+    if isinstance(epochs, int) and 1 < epochs <= (steps if isinstance(steps, int) else 0):  # not a run cut short
         trained += f" ({epochs} epochs)"
     if blend is not None:
         why = f"the served model is a blend, α = {blend[0]:g} of the tuned weights"

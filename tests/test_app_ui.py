@@ -279,6 +279,21 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
     assert "Error" in out[0] and session.texts == ["1", "2", "3"]  # a failed load keeps what was loaded...
     assert "Still loaded: **3 strings** from `terms.csv`" in out[0]  # ...and says so
 
+    # the partner picker: a pick loads the pairs; a refused one (an empty column) keeps them, and the picker shows them
+    pairs = tmp_path / "glossary.csv"
+    pairs.write_text("term,definition,empty\n" + "".join(f"{w},the word {w} defined,\n" for w in WORDS[:6]))
+    session = fns["on_upload"].fn(str(pairs), None, [], "auto", "bundled", None, *defaults)[-1]
+    assert session.pairing.columns() == ("definition", "term")
+    out = fns["on_pair"].fn(str(pairs), "definition", "", [], "auto", "bundled", session, *defaults)
+    assert session.pairing is None and out[-1]["value"] == ""  # (none): the strings alone
+    out = fns["on_pair"].fn(str(pairs), "definition", "term", [], "auto", "bundled", session, *defaults)
+    assert session.pairing.columns() == ("definition", "term") and out[-1]["value"] == "term"
+    with pytest.warns(UserWarning, match="the column 'empty' is empty"):
+        out = fns["on_pair"].fn(str(pairs), "definition", "empty", [], "auto", "bundled", session, *defaults)
+    assert "Still loaded: **6 strings** from `glossary.csv`, each with its `term`" in out[0]
+    assert session.pairing.columns() == ("definition", "term") and out[-1]["value"] == "term"
+    assert [t[1] for t in fns["on_pair"].targets] == ["select"]  # one event a pick (`input` fired twice)
+
     # a zip downloaded from an earlier run, uploaded in a session that has strings loaded
     app.loader.load_pasted(session, "\n".join(WORDS))
     out = fns["on_saved_zip"].fn(str(tuned.run.model_zip), None, session)

@@ -103,6 +103,8 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
         index_href = page.locator("#mx-index-zip a[href]").first.get_attribute("href")
         assert re.search(r"/mirror-all-MiniLM-L6-v2-[0-9a-f]{12}-model\.zip$", model_href)
         assert re.search(r"/mirror-all-MiniLM-L6-v2-[0-9a-f]{12}-index\.zip$", index_href)
+        for href in (model_href, index_href):  # the app's own links (issue 49): no folder of the server in them
+            assert re.fullmatch(r"download/[\w-]+/mirror-[\w.-]+\.zip", href), href
         index_zip = page.request.get(urljoin(server, index_href))
         assert index_zip.ok and index_zip.body()[:2] == b"PK"
         assert page.request.head(urljoin(server, model_href)).ok

@@ -113,7 +113,7 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
         elem_id="mx-loss",
     )
     ui.result_md = gr.Markdown("", elem_id="mx-result")
-    with gr.Row():
+    with gr.Row(elem_id="mx-downloads"):
         # links of our own (ui.handlers.download): no server path in them, the zips served from the run folder
         ui.model_file = gr.HTML("", visible=False, elem_id="mx-model-zip")
         ui.index_file = gr.HTML("", visible=False, elem_id="mx-index-zip")
@@ -245,7 +245,10 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         if not path:
             return [gr.update(), *keep_fields, gr.update(), gr.update(), session]
         load = lambda: app.loader.load_file(session, path, col or None, given_name(path), pair or "")  # noqa: E731
-        return after_load(session, load, mode_value, touched, vals)[0]
+        out, _, _, paired = after_load(session, load, mode_value, touched, vals)
+        # refused (an empty column, the strings again): the picker shows the pairing still loaded, not the refused one
+        kept = paired or (session.pairing.partner_column if session.pairing is not None else "")
+        return [*out, gr.update(value=kept)]
 
     def on_paste(text, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
@@ -283,8 +286,9 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     ui.upload.change(on_upload, [ui.upload, ui.column, *mine], upload_out, **PRIVATE).then(**estimated)
     columns_in = [ui.upload, ui.column, ui.pair_column, *mine]
     column_out = [ui.input_md, ui.pair_column, *loaded[1:]]
-    ui.column.input(on_column, columns_in, column_out, **PRIVATE).then(**estimated)
-    ui.pair_column.input(on_pair, columns_in, loaded, **PRIVATE).then(**estimated)
+    ui.column.select(on_column, columns_in, column_out, **PRIVATE).then(**estimated)
+    # `select`, not `input`: a dropdown's `input` fired twice for one pick (two loads, two toasts)
+    ui.pair_column.select(on_pair, columns_in, [*loaded, ui.pair_column], **PRIVATE).then(**estimated)
     ui.paste_btn.click(on_paste, [ui.pasted, *mine], loaded, **PRIVATE).then(**estimated)
     ui.example_btn.click(on_example, [ui.example, *mine], loaded, **PRIVATE).then(**estimated)
     hub_in = [ui.hub_dataset, ui.hub_column, ui.hub_split, *mine]
