@@ -116,6 +116,8 @@ class MirrorConfig:
             base = dataclasses.replace(base, **SENTENCE_ENCODER_ADJUSTMENTS.get(mode, {}))
         if clean.get("pairs"):
             base = dataclasses.replace(base, **PAIRS_ADJUSTMENTS)
+            if is_sentence_encoder(clean.get("model", base.model)):
+                base = dataclasses.replace(base, **PAIRS_ENCODER_ADJUSTMENTS)
         return dataclasses.replace(base, **clean).validated()
 
     @staticmethod
@@ -280,13 +282,14 @@ SENTENCE_ENCODER_ADJUSTMENTS: dict[str, dict[str, Any]] = {
 
 
 # A run on (string, partner) pairs, on top of the words or sentences preset: chosen on the pairs dev halves
-# (examples/pairs, examples/domain) by bench/bench_pairs.py; see bench/RESULTS.md "Pairs". Held-out MRR@10 change:
-# stdlib dev (base 45.0): mirror-only +3.0, pairs at τ 0.05 +6.2 [+1.9, +10.9], at τ 0.1 +1.2 [-3.1, +5.5]. FOLDOC dev
-# (base 49.1): mirror-only +2.5; pairs unblended +6.8 [+1.8, +12.1] but three general checks' dev halves fall past
-# half a margin (WordSim-353 -2.8, Long documents -1.7, Short articles -3.3); blended with the base at α 0.75 / 0.5 /
-# 0.25: +5.8 / +4.7 / +3.6 [+1.4, +6.2], only α 0.25 near the rule (WordSim -0.7, the rest within 0.1). So the blend
-# is the preset's own, as for mirror-only runs (0.25 on a sentence-encoder base), chosen by the same rule.
+# (examples/pairs, examples/domain) by bench/bench_pairs.py; see bench/RESULTS.md "Pairs". τ 0.05 (stdlib dev, base
+# 45.0: +6.2 [+1.9, +10.9] against τ 0.1's +1.2). On a sentence-encoder base, PAIRS_ENCODER_ADJUSTMENTS too: of 8
+# ways to keep the pairs gain without forgetting, each at blend α 1 / 0.75 / 0.5 / 0.25 (the whole dev halves, one
+# H200), the one with the most mean held-out MRR@10 gain whose general checks' dev halves all held (none more than
+# half a margin below the base) on both sets: distillation to the frozen base (λ 10) blended at α 0.5, +4.8 [+3.4,
+# +6.3] (FOLDOC) and +5.5 [+2.7, +8.4] (stdlib), against mirror-only's -0.3 and +2.7 and α 0.25 alone's +3.2 / +3.8.
 PAIRS_ADJUSTMENTS: dict[str, Any] = {"temperature": 0.05, "lr": 2e-5, "epochs": 1, "min_steps": 50}
+PAIRS_ENCODER_ADJUSTMENTS: dict[str, Any] = {"distill": 10.0, "blend_alpha": 0.5}
 
 
 def is_sentence_encoder(model: str) -> bool:
@@ -316,5 +319,6 @@ def detect_mode(texts: Sequence[str], threshold: float = 0.5) -> tuple[Mode, str
     mode: Mode = "sentences" if share >= threshold else "words"
     return (
         mode,
-        f"{share:.0%} of {len(texts)} strings have more than two words (threshold {threshold:.0%}), so the {mode} preset",
+        f"{share:.0%} of {len(texts):,} strings have more than two words (threshold {threshold:.0%}), so the {mode} "
+        "preset applies",
     )

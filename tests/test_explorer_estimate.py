@@ -116,6 +116,20 @@ def test_the_estimate_scales_with_steps_and_tokens(base, tiny_bert, tmp_path, mo
     assert longer.phase("base index") > four.phase("base index")
 
 
+def test_distillation_prices_the_frozen_base_encoding_every_batch(base, tiny_bert, tmp_path, monkeypatch):
+    """The pairs preset distils from the base on a sentence encoder (issue 50): each step also encodes its batch with
+    the frozen base, an encode of the batch's strings at their padded length, which the estimate adds."""
+    clock = VirtualClock(monkeypatch)
+    config = words_config(tiny_bert, batch_size=10, max_steps=4)
+    cal = calibrate(base, config, tmp_path, clock)
+    short = three_token_words(200)
+    plain = price(short, base.token_lengths(short), config, base, cal)
+    taught = price(short, base.token_lengths(short), dataclasses.replace(config, distill=10.0), base, cal)
+    tokens = 10 * (3 + 2)
+    assert cal.encode(tokens, 5) > 0
+    assert taught.phase("training") == pytest.approx(plain.phase("training") + 4 * cal.encode(tokens, 5))
+
+
 def test_a_machine_four_times_slower_gets_an_estimate_four_times_longer(base, tiny_bert, tmp_path, monkeypatch):
     clock = VirtualClock(monkeypatch)
     config = words_config(tiny_bert, batch_size=32)

@@ -415,7 +415,8 @@ def price(
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
     per_encoder = observed.check_s if observed.check_s is not None else checks_price(encoder, cal)
     check_s = check_encoders * per_encoder
-    train_s = sum(cal.step(n * padded, padded) for n, padded in steps) + (cal.warmup_s + tokenize_s if steps else 0.0)
+    teacher = cal.encode if config.distill else lambda *_: 0.0  # distillation: the frozen base encodes each batch too
+    train_s = sum(cal.step(n * p, p) + teacher(n * p, p) for n, p in steps) + (cal.warmup_s + tokenize_s) * bool(steps)
     train_s *= observed.train_ratio
     phases = (
         ("load", cal.load_s),
