@@ -208,6 +208,7 @@ def main() -> None:
     parser.add_argument("--model", default="bundled", help="the base: 'bundled' or a sentence-transformers folder")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (ours and the peer)")
     parser.add_argument("--max-steps", type=int, help="stop every run after this many steps (a smoke run)")
+    parser.add_argument("--seed", type=int, help="the training seed of every run (default: the presets' 42)")
     parser.add_argument(
         "--choose", action="store_true", help="pick the pairs run by the presets' rule (needs --checks)"
     )
@@ -223,7 +224,7 @@ def main() -> None:
         args.alphas = str(chosen.get("alpha") or "")
         print(f"the chosen pairs run: {chosen['run']}", flush=True)
     model_path = str(bundled_model_path()) if args.model == "bundled" else args.model
-    common = {"model": args.model, "device": args.device, "max_steps": args.max_steps}
+    common = {"model": args.model, "device": args.device, "max_steps": args.max_steps, "seed": args.seed}
     out: dict[str, Any] = {}
     rows_all = []
     for name in args.sets.split(","):
@@ -261,7 +262,8 @@ def main() -> None:
         out[name] = {"strings": len(texts), "held_out": len(held.rows), "mode": mode, "rows": rows}
         rows_all += rows
     print_table(
-        rows_all, ["set", "run", "steps", "train_s", "mrr10", "r1", "r10", "mrr10_gain", "checks_ok", "checks_low", "error"]
+        rows_all,
+        ["set", "run", "steps", "train_s", "mrr10", "r1", "r10", "mrr10_gain", "checks_ok", "checks_low", "error"],
     )
     payload: dict[str, Any] = {"args": vars(args), "sets": out}
     if args.choose:
@@ -269,7 +271,7 @@ def main() -> None:
         print_table(payload["chosen"]["candidates"] if payload["chosen"] else [], ["run", "mean_gain", "ok", "low"])
         print(f"chosen: {payload['chosen'] and payload['chosen']['run']}", flush=True)
     payload["config"] = dataclasses.asdict(MirrorConfig.preset("sentences", pairs=True))
-    write_json(f"pairs-{args.half}.json", payload)
+    write_json(f"pairs-{args.half}{'' if args.seed is None else f'-seed{args.seed}'}.json", payload)
 
 
 if __name__ == "__main__":
