@@ -53,11 +53,25 @@ PHASE_OF = (
 )
 
 
+PAIRS: list[bool] = [False]  # --pairs: each size is that many FOLDOC rows (definitions, paired with their terms)
+
+
 def texts_of(size: int) -> tuple[list[str], str]:
+    if PAIRS[0]:
+        return foldoc(size)[0], f"foldoc.tsv[:{size}]"
     if size == 400:
         return (EXAMPLES / "small_words.txt").read_text(encoding="utf-8").splitlines(), "small_words.txt"
     lines = (EXAMPLES / "en_top10k.txt").read_text(encoding="utf-8").splitlines()
     return lines[:size], f"en_top10k.txt[:{size}]"
+
+
+def foldoc(size: int) -> tuple[list[str], list[str]]:
+    """The first `size` rows of FOLDOC's check half (examples/pairs): definitions and their terms."""
+    import csv
+
+    with open(EXAMPLES / "pairs" / "foldoc.tsv", encoding="utf-8", newline="") as f:
+        rows = [r for r in csv.DictReader(f, delimiter="\t") if r["half"] == "check"][:size]
+    return [r["text"] for r in rows], [r["term"] for r in rows]
 
 
 def load() -> float:
@@ -86,12 +100,13 @@ def visit(app: MirrorApp, size: int, row: dict) -> dict:
     """The visitor: loads the strings, asks for the plan, launches the run; the row with the estimate vs measured."""
     session = app.session()
     raw, source = texts_of(size)
-    app.loader.set_texts(session, raw, source)
+    partners = foldoc(size)[1] if PAIRS[0] else None
+    app.loader.set_texts(session, raw, source, partners=partners, columns=("definition", "term"))
     row.update(strings=len(session.texts), load_before=load())
     t = time.perf_counter()
     markdown = app.planner.estimate(session, "bundled", "auto", {})
     row["estimate_call_s"] = round(time.perf_counter() - t, 2)  # includes the calibration
-    config, _ = build_config(session.texts, "bundled", "auto", {}, app.settings.max_steps)
+    config, _ = build_config(session.texts, "bundled", "auto", {}, app.settings.max_steps, pairs=PAIRS[0])
     est, why = app.planner.estimate_of(session, config)  # the numbers behind that Markdown (calibrated: cached now)
     assert est.calibration is not None, why
     row.update(markdown=markdown, calibration_s=round(est.calibration.seconds, 2), steps=est.steps)
@@ -160,7 +175,9 @@ def main() -> None:
         "--fp32", action="store_true", help="as a CPU without native bf16 runs it (precision auto = fp32 everywhere)"
     )
     parser.add_argument("--hogs", default="0", help="comma-separated: other training processes running meanwhile")
+    parser.add_argument("--pairs", action="store_true", help="sizes of FOLDOC rows, each definition with its term")
     args = parser.parse_args()
+    PAIRS[0] = args.pairs
     if args.fp32:
         import mirror.precision
 
@@ -214,6 +231,7 @@ def main() -> None:
         + ("-cold" if args.cold else "")
         + ("-warm-up" if args.warm_up else "")
         + ("-fp32" if args.fp32 else "")
+        + ("-pairs" if args.pairs else "")
     )
     write_json(f"{name}.json", {"rows": rows, "cold": args.cold, "warm_up": args.warm_up, "fp32": args.fp32})
 

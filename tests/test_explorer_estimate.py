@@ -130,6 +130,27 @@ def test_distillation_prices_the_frozen_base_encoding_every_batch(base, tiny_ber
     assert taught.phase("training") == pytest.approx(plain.phase("training") + 4 * cal.encode(tokens, 5))
 
 
+def test_a_pairs_step_is_priced_as_its_strings_and_its_partners_each_padded_to_their_own(
+    base, tiny_bert, tmp_path, monkeypatch
+):
+    """Issue 50: a pairs step trains a view of each string and one of its partner, each side padded to its own
+    longest (mirror.train); long strings with short partners cost half their two views plus half the partners' (it
+    was priced as two views of the longer side: 1.6x the measured time of a FOLDOC run)."""
+    clock = VirtualClock(monkeypatch)
+    config = words_config(tiny_bert, batch_size=10, max_steps=4)
+    cal = calibrate(base, config, tmp_path, clock)
+    short = three_token_words(200)
+    long = [" ".join(t.split() * 3) for t in short]
+    paired = dataclasses.replace(config, pairs=True)
+    lengths, partner_lengths = base.token_lengths(long), base.token_lengths(short)
+    plan = [max(a, b) for a, b in zip(lengths, partner_lengths, strict=True)]
+    est = price(long, lengths, paired, base, cal, train_lengths=plan, second_lengths=partner_lengths)
+    strings, partners = 10 * (9 + 2), 10 * (3 + 2)
+    assert est.steps == 4
+    assert est.phase("training") == pytest.approx(4 * (cal.step(strings, 11) + cal.step(partners, 5)) / 2)
+    assert est.phase("training") < price(long, lengths, config, base, cal).phase("training")
+
+
 def test_a_machine_four_times_slower_gets_an_estimate_four_times_longer(base, tiny_bert, tmp_path, monkeypatch):
     clock = VirtualClock(monkeypatch)
     config = words_config(tiny_bert, batch_size=32)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import random
 import statistics
 import tempfile
 import threading
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from explorer.tune.steps import train_plan
 from mirror.config import MirrorConfig
 
 if TYPE_CHECKING:
@@ -311,34 +311,6 @@ def torch_threads() -> int:
 # ---------------------------------------------------------------------------------------------- the job's plan
 
 
-def train_plan(
-    texts: Sequence[str],
-    lengths: Sequence[int],
-    config: MirrorConfig,
-    encoder: Encoder,
-    memory_budget: int | None = None,
-) -> list[tuple[int, int]]:
-    """(strings, padded length) of each step `mirror_tune(texts, config, encoder=encoder,
-    memory_budget=...)` will run: mirror.train's own batches (shuffled, length-bucketed, split to fit memory),
-    each padded to its longest string with special tokens (one more where a span mask may split a word)."""
-    from mirror.train import plan_epoch, step_budget
-
-    if len(lengths) < 2:
-        return []
-    config = config.scheduled(len(lengths))  # a small upload's extra epochs, as mirror_tune runs them
-    budget = step_budget(encoder, config, memory_budget, paired=config.pairs)
-    extra = encoder.tokenizer.num_special_tokens_to_add()
-    maskable = bool(encoder.mask_token) and config.mask_span > 0
-    padded = [n + extra + (maskable and len(t) >= config.mask_min_chars) for n, t in zip(lengths, texts, strict=True)]
-    rng, tokens = random.Random(config.seed), []  # mirror_tune's plan_rng
-    for _ in range(config.epochs):
-        batches, _ = plan_epoch(lengths, config.batch_size, rng, budget, 2, config.bucket_by_length)
-        tokens += [(len(b), min(max(padded[i] for i in b), budget.max_length)) for b in batches]
-        if config.max_steps and len(tokens) >= config.max_steps:
-            break
-    return tokens[: config.max_steps] if config.max_steps else tokens
-
-
 def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCODE_BATCH) -> list[tuple[int, int]]:
     """(strings, padded length) of each batch `encoder.encode` runs over strings of these token lengths: its own
     batching (mirror.encoder.encode_batches: longest first, at most CPU_BATCH_TOKENS padded tokens a batch on a
@@ -404,19 +376,27 @@ def price(
     observed: Observed | None = None,
     check_encoders: int = FORGETTING_ENCODERS,
     train_lengths: Sequence[int] | None = None,
+    second_lengths: Sequence[int] | None = None,
 ) -> Estimate:
     """The job's phases (PHASES) priced with `cal`: what a run of `config` on `texts` (of these token lengths)
     costs here. `tokenize_s`: what tokenizing the strings took (the run does it again before its first step).
     `observed`: what the last run of this key measured (its checks replace the priced ones, its training ratio
     scales the training); `check_encoders`: 1 when the base's scores on the checks are kept already.
-    `train_lengths`: a pairs run's planning length of each row (its longer side: mirror.train plans with it)."""
+    `train_lengths`: a pairs run's planning length of each row (its longer side: mirror.train plans with it), and
+    `second_lengths` its second view's (the partner): each side of a step is padded to its own longest."""
     observed = observed or Observed()
-    steps = train_plan(texts, train_lengths or lengths, config, encoder, memory_budget)
+    plan = train_lengths or lengths
+    steps = train_plan(texts, plan, config, encoder, memory_budget, lengths)  # each step's strings, and partners:
+    second = train_plan(texts, plan, config, encoder, memory_budget, second_lengths) if second_lengths else steps
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
     per_encoder = observed.check_s if observed.check_s is not None else checks_price(encoder, cal)
     check_s = check_encoders * per_encoder
     teacher = cal.encode if config.distill else lambda *_: 0.0  # distillation: the frozen base encodes each batch too
-    train_s = sum(cal.step(n * p, p) + teacher(n * p, p) for n, p in steps) + (cal.warmup_s + tokenize_s) * bool(steps)
+    train_s = sum(
+        (cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p)
+        for (n, p), (_, q) in zip(steps, second, strict=True)
+    )
+    train_s += (cal.warmup_s + tokenize_s) * bool(steps)
     train_s *= observed.train_ratio
     phases = (
         ("load", cal.load_s),
@@ -569,10 +549,11 @@ class Estimator:
         other work on the machine, or work that stopped since). `train_texts`: a pairs run's longer side of each
         row (string or partner), whose lengths plan its steps."""
         lengths, tokenize_s = self.lengths(texts, base, texts_key)
-        train_lengths = None
-        if train_texts is not None:
-            train_lengths, more_s = self.lengths(train_texts, base, texts_key + "-pairs")
-            tokenize_s += more_s
+        train_lengths = second = None
+        if train_texts is not None:  # a pairs run: its steps are planned by each row's longer side (mirror.plan)
+            second, more_s = self.lengths(train_texts, base, texts_key + "-pairs")
+            most, tokenize_s = max(config.max_length, config.pair_max_length), tokenize_s + more_s
+            train_lengths = [min(max(a, b), most) for a, b in zip(lengths, second, strict=True)]
         padded = [p for _, p in train_plan(texts, train_lengths or lengths, config, base, memory_budget)]
         key = self.key(config, device, threads, length_class(padded))
         cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
@@ -581,7 +562,7 @@ class Estimator:
         observed = self.observed.get(key[:-1])
         est = price(
             texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders,
-            train_lengths,
+            train_lengths, second,
         )  # fmt: skip
         est = dataclasses.replace(est, fresh=fresh, key=key, busy=load_per_core() >= BUSY_LOAD)
         self.note_probe(key[:-1], cal.probe_s)

@@ -107,7 +107,7 @@ class Planner:
             check_encoders=self.check_encoders(base),
             # what the machine gives now (a tenth of a second): not while a run here trains, which a new run waits for
             probe=may_calibrate and not self.registry.runs(),
-            train_texts=longer_sides(texts, session.partners),
+            train_texts=second_sides(texts, session.partners),
         )
         if est is None and not may_calibrate:
             return rough, "calibrates on this machine when a plan for the bundled model is shown"
@@ -133,7 +133,7 @@ class Planner:
         est = self.estimator.estimate(
             texts, texts_key(texts), like, device, threads, bundled, self.memory_budget(like),
             wait=False, may_calibrate=False, check_encoders=self.check_encoders(bundled), probe=True,
-            train_texts=longer_sides(texts, session.partners),
+            train_texts=second_sides(texts, session.partners),
         )  # fmt: skip
         if est is None:
             return None
@@ -271,9 +271,9 @@ def pairs_notes(session: Session, config) -> list[str]:
     return [line]
 
 
-def longer_sides(texts: list[str], partners: list[str | None] | None) -> list[str] | None:
-    """A pairs run's longer side of each row (its string, or its partner when longer): what its steps are planned
-    with (mirror.train); None without partners."""
+def second_sides(texts: list[str], partners: list[str | None] | None) -> list[str] | None:
+    """A pairs run's second view of each row: its partner, or the string itself (a row without one trains on its
+    mirror views); None without partners."""
     if partners is None:
         return None
-    return [p if p is not None and len(p) > len(t) else t for t, p in zip(texts, partners, strict=True)]
+    return [t if p is None else p for t, p in zip(texts, partners, strict=True)]
