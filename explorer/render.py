@@ -261,7 +261,7 @@ def load_md(info: dict[str, Any]) -> str:
         f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
         f"**Detected:** {kind} → the **{info['mode']} preset{' for pairs' if paired else ''}** (τ {p.temperature}, "
         f"{p.epochs} epoch{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, "
-        f"max length {p.max_length} tokens{f', distilled from the base (λ {p.distill:g})' if p.distill else ''}"
+        f"max length {p.pair_max_length if paired else p.max_length} tokens{f', distilled from the base (λ {p.distill:g})' if p.distill else ''}"
         f"{f', blended with it at α {p.blend_alpha:g}' if p.blend_alpha < 1 else ''}). <small>{info['reason']}.</small>",
     ]
     lines += [pairs] if (pairs := pairing_md(info)) else []

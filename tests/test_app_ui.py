@@ -1015,3 +1015,13 @@ def test_a_pairs_run_cancelled_after_a_reload_gives_back_its_strings_and_their_p
     last = list(shown_all)[-1]
     assert "loaded again" in str(shown(last, "mx-input")) and reloaded.texts == session.texts
     assert reloaded.partners == session.partners and reloaded.pairing.columns() == ("definition", "term")
+
+
+def test_the_loss_curve_spans_every_step_of_the_run():
+    """The chart keeps an x_lim until it is given another: the 1-10 of a run's first steps clipped a 130-step run's
+    curve to its first 10 steps (seen in Chromium on a FOLDOC run). Every update names the span of its steps."""
+    from ui.runs import TrainView
+
+    few, many = TrainView.plot([1.0, 0.9, 0.8]), TrainView.plot([1.0 - i / 200 for i in range(130)])
+    assert few["x_lim"] == [1, 10] and many["x_lim"] == [1, 130]
+    assert max(many["value"]["step"]) == 130 and TrainView.plot([1.0])["visible"] is False

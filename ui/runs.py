@@ -79,9 +79,9 @@ class TrainView:
         (a blend's redraws, a new run's first step) made Vega-Lite warn "Infinite extent for field" in the console."""
         if len(values) < 2:
             return gr.update(visible=False)
-        # under 10 steps the axis spans 1-10: whole-number ticks (Vega put ticks at halves, printed "1, 2, 2, 3, 3")
-        x_lim = [1, 10] if len(values) < 10 else None
-        return gr.update(value=render.loss_frame(values, batches), visible=True, x_lim=x_lim)
+        # under 10 steps the axis spans 1-10: whole-number ticks (Vega put ticks at halves, printed "1, 2, 2, 3, 3");
+        # past them, every step: always given (an update without x_lim kept the 1-10 of the run's first steps)
+        return gr.update(value=render.loss_frame(values, batches), visible=True, x_lim=[1, max(10, len(values))])
 
 
 class RunView:
