@@ -112,12 +112,11 @@ class MirrorConfig:
             raise MirrorError(f"unknown config field(s): {', '.join(sorted(unknown))}")
         clean = {k: v for k, v in overrides.items() if v is not None}
         base = PRESETS[mode]
-        if is_sentence_encoder(clean.get("model", base.model)):
+        encoder_base = is_sentence_encoder(clean.get("model", base.model))
+        if encoder_base:
             base = dataclasses.replace(base, **SENTENCE_ENCODER_ADJUSTMENTS.get(mode, {}))
         if clean.get("pairs"):
-            base = dataclasses.replace(base, **PAIRS_ADJUSTMENTS)
-            if is_sentence_encoder(clean.get("model", base.model)):
-                base = dataclasses.replace(base, **PAIRS_ENCODER_ADJUSTMENTS)
+            base = dataclasses.replace(base, **PAIRS_ADJUSTMENTS, **(PAIRS_ENCODER_ADJUSTMENTS if encoder_base else {}))
         return dataclasses.replace(base, **clean).validated()
 
     @staticmethod

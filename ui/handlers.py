@@ -3,8 +3,10 @@ and a toast, never a traceback; and the queue settings the handlers share."""
 
 from __future__ import annotations
 
+import html
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -12,6 +14,7 @@ import gradio as gr
 from explorer import MirrorApp, Session, render
 from explorer.runs.accounts import Owner
 from explorer.runs.models import release_memory
+from mirror.data import fmt_size
 
 PRIVATE = {"api_visibility": "private"}
 ENCODE_QUEUE = {"concurrency_id": "encode", "concurrency_limit": 2}
@@ -96,11 +99,6 @@ def call_service(
 def download(app: MirrorApp, path: Any, label: str) -> dict:
     """A download shown as its link (explorer.share.downloads: `download/<token>/<name>`, nothing of the server's
     folders), with its name and size; hidden when there is no file."""
-    import html
-    from pathlib import Path
-
-    from mirror.data import fmt_size
-
     if not path or not Path(path).is_file():
         return gr.update(value="", visible=False)
     file = Path(path)

@@ -385,17 +385,15 @@ def price(
     `train_lengths`: a pairs run's planning length of each row (its longer side: mirror.train plans with it), and
     `second_lengths` its second view's (the partner): each side of a step is padded to its own longest."""
     observed = observed or Observed()
-    plan = train_lengths or lengths
-    steps = train_plan(texts, plan, config, encoder, memory_budget, lengths)  # each step's strings, and partners:
-    second = train_plan(texts, plan, config, encoder, memory_budget, second_lengths) if second_lengths else steps
+    # each step's strings, and its second views (a pairs run's partners; else the strings' own), each padded alike
+    steps = train_plan(
+        texts, train_lengths or lengths, config, encoder, memory_budget, (lengths, second_lengths or lengths)
+    )
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
     per_encoder = observed.check_s if observed.check_s is not None else checks_price(encoder, cal)
     check_s = check_encoders * per_encoder
     teacher = cal.encode if config.distill else lambda *_: 0.0  # distillation: the frozen base encodes each batch too
-    train_s = sum(
-        (cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p)
-        for (n, p), (_, q) in zip(steps, second, strict=True)
-    )
+    train_s = sum((cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) for n, p, q in steps)
     train_s += (cal.warmup_s + tokenize_s) * bool(steps)
     train_s *= observed.train_ratio
     phases = (
@@ -546,8 +544,8 @@ class Estimator:
         cannot be made now, see `calibration`), corrected by what the last run of its key measured (`observe`).
         `base`: the base encoder (only read); `check_encoders`: 1 when the base's general-check scores are kept;
         `probe`: an earlier calibration's compute phases are scaled by what the machine gives now (speed_probe:
-        other work on the machine, or work that stopped since). `train_texts`: a pairs run's longer side of each
-        row (string or partner), whose lengths plan its steps."""
+        other work on the machine, or work that stopped since). `train_texts`: a pairs run's second view of each
+        row (its partner, or the string); each row's longer side plans its steps."""
         lengths, tokenize_s = self.lengths(texts, base, texts_key)
         train_lengths = second = None
         if train_texts is not None:  # a pairs run: its steps are planned by each row's longer side (mirror.plan)
