@@ -5,6 +5,9 @@ thread of its own; `Runner.execute(run, producer)` takes it through the training
 A kind of run is a `Producer`: what it says before its folder exists (`prepare`: the bytes it will write) and what it
 makes in its folder (`produce`: a RunInfo, not served yet). A training (explorer.runs.training.Training), a model zip
 (explorer.runs.saved.Upload) and a blend (explorer.runs.saved.Blend) are the three; the next kind is one more class.
+A stop (explorer.runs.live.Run.stop) is honoured here for every kind: after it is prepared, between its phases (its
+producer's `Run.checkpoint` and `Run.emit` calls), and just before it is served (`Run.commit`); it ends Cancelled
+with the session's served run unchanged and its folder removed.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Tick
-from explorer.render import user_error
+from explorer.render import fmt_seconds, user_error
 from explorer.runs.accounts import write_owner
 from explorer.runs.cpu import CpuAccounts
 from explorer.runs.jobs import FairSlots, TrainQueue
-from explorer.runs.live import Run, RunRegistry, Status
+from explorer.runs.live import Run, RunRegistry, Status, StopAsked
 from explorer.runs.models import ModelCache, release_memory
 from explorer.runs.record import Checks, Made, RunInfo
 from explorer.runs.sessions import Session, texts_key
@@ -85,7 +88,10 @@ class Producer:
 
     def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo | Cancelled | Failed]:
         """Make the run in `folder`: events, then its RunInfo (not served yet), or the Cancelled or Failed that ends
-        it. An exception fails it (`failure` says how); its folder is removed unless it is served."""
+        it. An exception fails it (`failure` says how); its folder is removed unless it is served. Between its
+        phases it calls `run.checkpoint()`, and a phase that reports as it goes (an index build) reports through
+        `run.emit` (its followers see it live): a stop asked meanwhile raises StopAsked there, which ends it
+        Cancelled."""
         raise NotImplementedError
 
     def holding(self) -> contextlib.AbstractContextManager:
@@ -124,7 +130,7 @@ class Runner:
         and return it: its id, its status, its events (`Run.follow`). A session with a run going gets one that ended
         refused."""
         run = run or Run(session)
-        run.kind = producer.kind
+        run.kind, run.watcher = producer.kind, self.watch  # watched after each event, its producer's own too
         if not self.registry.begin(run):
             return Run.refused(BUSY)
         name = f"mirror-{run.kind}-{run.id[:8]}"
@@ -210,6 +216,7 @@ class Runner:
             plan = yield from producer.prepare(run)
             notes = [*self.check_disk(session, plan.incoming), *plan.notes]
             yield from (Note(n) for n in notes)
+            run.checkpoint()  # stopped while it was prepared: no folder made
             folder = self.store.folder(run.id)
             folder.mkdir(parents=True)
             write_owner(folder, session.owner)  # charged to its visitor from its first byte
@@ -218,8 +225,13 @@ class Runner:
                 made = yield from producer.produce(run, folder)
                 if not isinstance(made, RunInfo):
                     return made
-                yield from self._serve(run, producer, made, served, clock)
+                try:
+                    yield from self._serve(run, producer, made, served, clock)
+                except StopAsked as stop:  # stopped before it was served: its losses so far, for the page's curve
+                    return Cancelled(stopped_unserved(str(stop), self.settings), tuple(made.losses), dict(made.stats))
                 return Done(made, tuple(notes) + tuple(made.record.notes))
+        except StopAsked as stop:  # while it was prepared or made: nothing of it is served, its folder goes
+            return Cancelled(stopped_unserved(str(stop), self.settings))
         except MirrorError as exc:
             return Failed(str(exc))
         except Exception as exc:
@@ -230,15 +242,21 @@ class Runner:
         self, run: Run, producer: Producer, info: RunInfo, served: list[RunInfo], clock: tuple[float, float]
     ) -> Iterator[Event]:
         """Serve what the run made: packaged first when no general checks follow; else served before them (search
-        and Explore use it while they run), then checked, then packaged (its card and downloads carry them)."""
+        and Explore use it while they run), then checked, then packaged (its card and downloads carry them). A stop
+        asked before it is served raises StopAsked (`Run.commit`): nothing of it is served; one asked later is
+        refused (`Run.stop`)."""
         session, timed = run.session, producer.timed
         if not (producer.checked and self.settings.general_checks):
-            producer.learn(None)
+            run.checkpoint()
             yield Phase("Preparing downloads")
-            served.append(self.serve(session, package_run(info)))
+            package_run(info)
+            run.commit()  # past stopping from here: served, or failed
+            producer.learn(None)
+            served.append(self.serve(session, info))
             self.measure_change(info)
             self.store.save(finished(info, *clock) if timed else info)
             return
+        run.commit()  # past stopping from here: served (then checked), or failed
         if timed:
             finished(info, *clock)  # provisional: a server stopped mid-check keeps these
         run.serving(info)  # its status: checking; whoever opens it meanwhile gets `info`
@@ -312,6 +330,19 @@ class Runner:
         except Exception:
             log.exception("forgetting check failed; the run goes on without it")
             return Checks(failed=True)
+
+
+def stopped_unserved(why: str, settings: Settings) -> str:
+    """What the user reads when a run was stopped before it was served (`why`: the stop's reason)."""
+    if why == "time":
+        limit = fmt_seconds(settings.max_run_seconds or 0)
+        return (
+            f"Stopped before it was served: this server stops a run after {limit} (MIRROR_MAX_RUN_SECONDS); "
+            "nothing was saved."
+        )
+    if why == "abandoned":
+        return "Stopped before it was served: the page or API client that started it went away; nothing was saved."
+    return "Cancelled before it was served; nothing was saved."
 
 
 @contextlib.contextmanager

@@ -6,7 +6,10 @@ checking (served: its general checks and downloads follow), then done, failed or
 module only (the queue admits a run, the run is served, its last event ends it); the page, the API and a reattached
 tab read it here, and nothing keeps a copy. A run is stopped by one call, `Run.stop(reason)`: the first reason is
 kept on the run and, once it has a job that reads its stop from a file (explorer.runs.jobs.train_job, which may run
-in a ZeroGPU worker process), carried to that job as a STOP file in its folder.
+in a ZeroGPU worker process), carried to that job as a STOP file in its folder. Every kind of run honours it between
+its phases (`Run.checkpoint`, `Run.emit`) and at the latest just before it is served (`Run.commit`): it then ends
+Cancelled, nothing of it served. Its events are kept for whoever follows it later (a reattached tab); heartbeats
+(Tick) are not: they only wake its followers.
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ class Status(str, enum.Enum):
 ENDS = {Done: Status.DONE, Failed: Status.FAILED, Cancelled: Status.CANCELLED}  # a run's last event, its status
 
 
+class StopAsked(Exception):
+    """Raised in a run's thread where it honours a stop asked meanwhile (`Run.checkpoint`, `Run.emit`, `Run.commit`):
+    its runner ends it Cancelled, nothing of it served (explorer.runs.execute)."""
+
+
 def write_stop(folder: Path, why: str) -> None:
     """The STOP file a job in `folder` reads between two steps (`Run.stop` writes it; the first reason is kept)."""
     with contextlib.suppress(OSError):  # the run just ended and removed its folder
@@ -86,6 +94,9 @@ class Run:
     last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
     job_since: float | None = None  # when its job started (MIRROR_MAX_RUN_SECONDS counts from there)
     ended: bool = False  # its last event is out and its thread is done
+    watcher: Callable[[Run], None] | None = field(default=None, repr=False)  # its runner's watch (abandoned, overdue)
+    _committed: bool = field(default=False, repr=False)  # about to be served: past stopping
+    _beats: int = field(default=0, repr=False)  # heartbeats so far (not kept: they wake its followers)
     _stop_file: Path | None = field(default=None, repr=False)
     _ending: bool = field(default=False, repr=False)
     _on_end: list[Callable[[], None]] = field(default_factory=list, repr=False)
@@ -115,11 +126,11 @@ class Run:
     # ---------------------------------------------------------------- its status: the only writers
 
     def stop(self, reason: str = "cancel") -> bool:
-        """Ask the run to stop, between two training steps or before it starts: the one way a run is stopped. The
-        first reason is kept, and carried to its job's STOP file when it has one. False when it is past stopping:
-        served already (its checks run), or ended."""
+        """Ask the run to stop, before it starts, between two training steps or two of its phases: the one way a run
+        is stopped. The first reason is kept, and carried to its job's STOP file when it has one. False when it is
+        past stopping: being served (`commit`), served already (its checks run), or ended."""
         with self._cond:
-            if self.status not in (Status.QUEUED, Status.RUNNING):
+            if self._committed or self.status not in (Status.QUEUED, Status.RUNNING):
                 return False
             if not self.stop_reason:
                 self.stop_reason = reason
@@ -144,6 +155,14 @@ class Run:
                 self.status = Status.RUNNING
                 self._cond.notify_all()
 
+    def commit(self) -> None:
+        """It is about to be served: past stopping from now on (a later `stop` answers False). Raises StopAsked when
+        a stop was asked before: then nothing of it is served."""
+        with self._cond:
+            if self.stop_reason:
+                raise StopAsked(self.stop_reason)
+            self._committed = True
+
     def serving(self, info: RunInfo) -> None:
         """Its model is served from now on, before its general checks: whoever opens the run meanwhile gets `info`,
         which the checks then complete."""
@@ -153,14 +172,32 @@ class Run:
             self._cond.notify_all()
 
     def publish(self, event: Any) -> None:
-        """One more event for its consumers; its last (Done, Failed, Cancelled) ends its status."""
+        """One more event for its consumers; its last (Done, Failed, Cancelled) ends its status. A heartbeat (Tick)
+        is not kept: it wakes its followers, who send one on."""
         with self._cond:
+            if isinstance(event, Tick):
+                self._beats += 1
+                self._cond.notify_all()
+                return
             if type(event) in ENDS:
                 self.status = ENDS[type(event)]
             if isinstance(event, Served | Done):
                 self.info = event.run
             self.events.append(event)
             self._cond.notify_all()
+
+    def emit(self, event: Any) -> None:
+        """An event from within one of its phases (an index being built), out to its followers as it comes; then
+        the run is watched (abandoned, over its time) and a stop asked meanwhile is honoured here (StopAsked)."""
+        self.publish(event)
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Between two of its phases: its runner watches it (`watcher`), then StopAsked when a stop was asked."""
+        if self.watcher is not None:
+            self.watcher(self)
+        if self.stopping:
+            raise StopAsked(self.stop_reason)
 
     def end(self) -> None:
         """Its thread is done: what waited for its end runs (a closed tab's session folder goes), then its
@@ -193,21 +230,21 @@ class Run:
     # ---------------------------------------------------------------- its consumers
 
     def follow(self, since: int = 0) -> Iterator[Any]:
-        """The run's events from number `since` on, as they come, until its last; once it has begun, a Tick when
-        nothing new came for half a second (a consumer can redraw, or stop). Asking keeps the run alive: nobody
-        asking for ABANDONED_S stops it (explorer.runs.execute)."""
-        i = since
+        """The run's events from number `since` on, as they come, until its last; a Tick when nothing new came for
+        half a second once it has begun, or when the run sent a heartbeat (a consumer can redraw, or stop). Asking
+        keeps the run alive: nobody asking for ABANDONED_S stops it (explorer.runs.execute)."""
+        i, beats = since, self._beats
         while True:
             with self._cond:
                 self.last_seen = time.monotonic()
-                if i >= len(self.events) and not self.ended:
+                if i >= len(self.events) and not self.ended and self._beats == beats:
                     self._cond.wait(0.5)
-                batch, done = self.events[i:], self.ended
-                i += len(batch)
+                batch, done, beat = self.events[i:], self.ended, self._beats != beats
+                i, beats = i + len(batch), self._beats
             yield from batch
             if done and not batch:
                 return
-            if not batch and i > 0:
+            if not batch and (i > 0 or beat):
                 yield Tick()
 
     def unwatched_for(self) -> float:

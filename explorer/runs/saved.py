@@ -1,6 +1,7 @@
 """Runs not trained here: a kept run opened again by id (`SavedRuns.open_run`), and two kinds of run that go the way
 every run goes (explorer.runs.execute): a model zip saved from this app (`Upload`), a blend of the served run's
-weights with its base (`Blend`).
+weights with its base (`Blend`). Both report their index builds as they go (`Run.emit`) and honour a stop between
+their phases and within an index build: it ends them Cancelled, the session's served run unchanged.
 """
 
 from __future__ import annotations
@@ -139,14 +140,11 @@ class Upload(Producer):
         budget = self.models.weights_budget()
         tuned = load_encoder(folder / "model", device=inference_device(), allowed_roots=[folder], max_weights=budget)
         base_model, base, base_notes = self._base_of(tuned)
-        events: list[Event] = []
         for name, enc in (("base", base), ("tuned", tuned)):
+            run.checkpoint()  # stopped meanwhile: it ends here, before this index
             indexed = time.perf_counter()
-            index_with(
-                enc, texts, folder / f"{name}_index", f"Indexing your strings with the {name} encoder", events.append
-            )
-            yield from events
-            events.clear()
+            # its progress reaches the followers as the index is built; a stop asked meanwhile ends it there
+            index_with(enc, texts, folder / f"{name}_index", f"Indexing your strings with the {name} encoder", run.emit)
         tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of it re-encodes
         made = uploaded_made(tuned, self.name, base_notes)
         made.record.timing.tuned_index_seconds = tuned_index_s
@@ -205,11 +203,11 @@ class Blend(Producer):
         blend_folder(self.loaded.base, folder / "tuned_model", alpha, folder / "model", of=origin[:8])
         blended = load_encoder(folder / "model", device=inference_device(), allowed_roots=[folder])
         link_tree(parent.folder / "base_index", folder / "base_index")
-        events: list[Event] = []
+        run.checkpoint()  # stopped while it blended: it ends here, before its index
         indexed = time.perf_counter()
-        index_with(blended, texts, folder / "tuned_index", "Indexing your strings with the blend", events.append)
+        # its progress reaches the followers as the index is built; a stop asked meanwhile ends it there
+        index_with(blended, texts, folder / "tuned_index", "Indexing your strings with the blend", run.emit)
         tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of this blend re-encodes
-        yield from events
         # the parent's training, notes and zip; its checks, times and neighbours are not the blend's
         record = RunRecord(
             training=parent.record.training,
