@@ -111,6 +111,12 @@ def holdout(
     return sorted(random.Random(seed).sample(rows, n))
 
 
+def held_out_rows(partners: Sequence[str | None], config: Any) -> list[int]:
+    """The rows a pairs run of `config` (a MirrorConfig) holds out of training: `holdout` at its share and seed. The
+    run (HeldOut.for_run), its plan (mirror.plan.training_rows) and the app's estimate all hold out these."""
+    return holdout(partners, config.pair_holdout, seed=config.seed)
+
+
 def retrieval(
     string_vectors: np.ndarray, query_vectors: np.ndarray, targets: Sequence[int], k: int = TOP_K
 ) -> np.ndarray:
@@ -222,6 +228,16 @@ class HeldOut:
         columns: tuple[str, str] = ("string", "partner"),
     ) -> HeldOut:
         return HeldOut(list(texts), list(partners), holdout(partners, fraction, seed=seed), columns)
+
+    @staticmethod
+    def for_run(
+        texts: Sequence[str],
+        partners: Sequence[str | None],
+        config: Any,
+        columns: tuple[str, str] = ("string", "partner"),
+    ) -> HeldOut:
+        """The held-out rows of a pairs run of `config` (a MirrorConfig): `held_out_rows`."""
+        return HeldOut(list(texts), list(partners), held_out_rows(partners, config), columns)
 
     def training(self) -> tuple[list[str], list[str | None]]:
         """The rows that train: all but the held-out ones."""

@@ -1,15 +1,18 @@
-"""How a run's steps are planned: its batches (shuffled, bucketed by length, never a lone string), what one step may
-cost in memory (`StepBudget`: a batch of long strings is split to fit it), how many steps a run takes
-(`plan_steps`, what the time estimate prices) and the run's own plan as it goes (`Schedule`, replanned at a smaller
-batch after an out-of-memory step). The same seeded stream plans the run and its replay.
+"""How a run's steps are planned: the rows that train (`training_rows`: cleaned, less a pairs run's held-out rows,
+joined), their batches (shuffled, bucketed by length, never a lone string), what one step may cost in memory
+(`StepBudget`: a batch of long strings is split to fit it), how many steps a run takes and of what (`RunPlan`, made by
+`plan_run`/`plan_rows`: the one home of that count, which mirror_tune runs and `plan_steps`, `train --plan` and the
+app's estimate read) and the run's own plan as it goes (`Schedule`, replanned at a smaller batch after an
+out-of-memory step). The same seeded stream plans the run and its replay.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +23,7 @@ from mirror.encoder import Encoder
 from mirror.errors import MirrorError
 from mirror.general import mixed_count
 from mirror.lora import lora_targets
-from mirror.pairs import clean_pairs
+from mirror.pairs import HeldOut, clean_pairs
 from mirror.precision import resolve_device, resolve_precision
 from mirror.terms import joined, needs_base
 
@@ -196,6 +199,27 @@ def plan_epoch(
     return batches, split
 
 
+def replay(
+    lengths: Sequence[int],
+    batch_size: int,
+    rng: random.Random,
+    budget: StepBudget,
+    epochs: int,
+    min_size: int = 2,
+    bucket: bool = True,
+    max_steps: int | None = None,
+) -> Iterator[tuple[list[list[int]], int]]:
+    """Each epoch's batches and how many of them were split, as the run draws them (plan_epoch), on a copy of `rng`
+    (left as it was); no epoch is drawn once `max_steps` steps are planned, as the run draws none."""
+    rng, total = copy.deepcopy(rng), 0
+    for _ in range(epochs):
+        if max_steps and total >= max_steps:
+            break
+        batches, split = plan_epoch(lengths, batch_size, rng, budget, min_size, bucket)
+        total += len(batches)
+        yield batches, split
+
+
 def count_steps(
     lengths: Sequence[int],
     batch_size: int,
@@ -207,12 +231,157 @@ def count_steps(
     max_steps: int | None = None,
 ) -> int:
     """Steps of `epochs` planned epochs, replayed on a copy of `rng` (which is left as it was)."""
-    rng, total = copy.deepcopy(rng), 0
-    for _ in range(epochs):
-        if max_steps and total >= max_steps:
-            break
-        total += len(plan_epoch(lengths, batch_size, rng, budget, min_size, bucket)[0])
+    total = sum(len(b) for b, _ in replay(lengths, batch_size, rng, budget, epochs, min_size, bucket, max_steps))
     return min(total, max_steps) if max_steps else total
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What a run trains on: the strings cleaned (and their partners), less the rows a pairs run holds out, joined
+    `join_views` at a time (`training_rows`)."""
+
+    user: list[str]  # the user's strings that train
+    texts: list[str]  # the training strings: `user`, joined when join_views > 1
+    partners: list[str | None] | None  # each training string's partner (None: trains alone), None without pairs
+    held_out: list[int]  # rows of the cleaned strings held out of training (HeldOut.for_run)
+
+
+def training_rows(
+    texts: Sequence[str], config: MirrorConfig, pairs: Sequence[str | None] | None = None, hold_out: bool = False
+) -> Rows:
+    """The rows a run of `config` on `texts` (and `pairs`) trains: cleaned as mirror_tune cleans them and, with
+    `hold_out`, less the rows the CLI and index.pipeline hold out of a pairs run before calling it (HeldOut.for_run).
+    MirrorError for pairs with joined views."""
+    partners: list[str | None] | None = None
+    held: list[int] = []
+    if pairs is None:
+        texts, _ = clean_texts(texts)
+    else:
+        texts, partners, _, _ = clean_pairs(texts, pairs)
+        if config.join_views > 1:
+            raise MirrorError("joined views (join_views) and pairs do not go together: a pair is one string's")
+        if hold_out:
+            kept = HeldOut.for_run(texts, partners, config)
+            held, (texts, partners) = kept.rows, kept.training()
+    return Rows(list(texts), joined(texts, config.join_views, config.seed), partners, held)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How many steps a run makes, and of what: the one home of that count. mirror_tune runs `schedule()` (the same
+    seeded stream), and `plan_steps`, `python -m mirror train --plan` and the app's estimate
+    (explorer.tune.steps.train_plan) read `epochs`: each epoch's batches (shuffled, bucketed by length, those that do
+    not fit `budget` split longest first) and how many were split, up to `config.max_steps`."""
+
+    config: MirrorConfig  # as the run runs it: `scheduled` (a small upload's extra epochs)
+    lengths: list[int]  # each training string's planning length (a pairs row's longer side: pair_lengths)
+    budget: StepBudget
+    min_batch: int
+    epochs: list[tuple[list[list[int]], int]]  # each planned epoch's batches and how many of them were split
+    strings: int  # the user's strings that train
+    held_out: int = 0  # a pairs run's rows held out of training
+
+    @staticmethod
+    def of(
+        lengths: Sequence[int],
+        config: MirrorConfig,
+        budget: StepBudget,
+        min_batch: int = 2,
+        strings: int | None = None,
+        held_out: int = 0,
+    ) -> RunPlan:
+        """The plan of a run over strings of these planning lengths (none: fewer than `min_batch` strings)."""
+        config = config.scheduled(len(lengths))
+        epochs = (
+            list(
+                replay(
+                    lengths,
+                    config.batch_size,
+                    random.Random(config.seed),  # mirror_tune's plan stream
+                    budget,
+                    config.epochs,
+                    min_batch,
+                    config.bucket_by_length,
+                    config.max_steps,
+                )
+            )
+            if len(lengths) >= min_batch
+            else []
+        )
+        n = len(lengths) if strings is None else strings
+        return RunPlan(config, list(lengths), budget, min_batch, epochs, n, held_out)
+
+    @property
+    def batches(self) -> list[list[int]]:
+        """Every step's strings (indices into `lengths`), in the order the run trains them."""
+        steps = [b for batches, _ in self.epochs for b in batches]
+        return steps[: self.config.max_steps] if self.config.max_steps else steps
+
+    @property
+    def steps(self) -> int:
+        return len(self.batches)
+
+    @property
+    def split(self) -> int:
+        """Batches split to fit the memory budget, in the epochs the run draws (what its note counts)."""
+        return sum(split for _, split in self.epochs)
+
+    def schedule(self) -> Schedule:
+        """The run's own plan as it goes: the same batches drawn epoch by epoch from the same seeded stream."""
+        return Schedule(self.lengths, self.budget, random.Random(self.config.seed), self.min_batch, self.config)
+
+    def lines(self) -> list[str]:
+        """The plan in a few lines for a terminal (`python -m mirror train --plan`)."""
+        c, sizes = self.config, [len(b) for b in self.batches]
+        epochs = f"{c.epochs} epoch{'s' if c.epochs != 1 else ''}"
+        held = f"; {self.held_out:,} rows held out of training" if self.held_out else ""
+        cap = f", stopped at --max-steps {c.max_steps}" if c.max_steps and c.max_steps <= self.steps else ""
+        out = [f"plan: {self.steps:,} steps: {epochs} of {len(self.lengths):,} training strings{cap}{held}"]
+        if sizes:
+            out.append(f"batches: {c.batch_size} strings a step (steps of {min(sizes)} to {max(sizes)} strings)")
+        whose = "the" if self.budget.explicit else "this machine's"
+        if self.split:
+            out.append(
+                f"memory: {self.split:,} batches of long strings split to fit {whose} "
+                f"{memory.fmt_gb(self.budget.total)} budget (fewer negatives in those steps)"
+            )
+        else:
+            out.append(f"memory: every batch fits {whose} {memory.fmt_gb(self.budget.total)} budget")
+        return out
+
+
+def plan_rows(
+    rows: Rows,
+    config: MirrorConfig,
+    encoder: Encoder,
+    memory_budget: int | None = None,
+    world_size: int = 1,
+    agree: Callable[[int], int] | None = None,
+) -> RunPlan:
+    """The plan of a run of `config` on `rows` (training_rows): every training string tokenized (and partner), the
+    memory budget (step_budget; `agree`: what all ranks agree on, given this rank's total), then RunPlan.of."""
+    config = config.scheduled(len(rows.texts))
+    lengths = encoder.token_lengths(rows.texts)
+    if rows.partners is not None:
+        lengths = pair_lengths(encoder, lengths, rows.partners, config)
+    budget = step_budget(encoder, config, memory_budget, world_size, paired=rows.partners is not None)
+    if agree is not None:
+        budget = dataclasses.replace(budget, total=agree(budget.total))
+    return RunPlan.of(lengths, config, budget, max(2, world_size), len(rows.user), len(rows.held_out))
+
+
+def plan_run(
+    texts: Sequence[str],
+    config: MirrorConfig,
+    encoder: Encoder,
+    memory_budget: int | None = None,
+    pairs: Sequence[str | None] | None = None,
+    hold_out: bool = False,
+) -> RunPlan:
+    """The plan of `mirror_tune(texts, config, encoder=encoder, memory_budget=..., pairs=...)` on one process; with
+    `hold_out`, of the run the CLI or index.pipeline makes of a pairs file (its held-out rows never train)."""
+    config = config.validated()
+    return plan_rows(training_rows(texts, config, pairs, hold_out), config, encoder, memory_budget)
 
 
 def plan_steps(
@@ -222,47 +391,36 @@ def plan_steps(
     memory_budget: int | None = None,
     pairs: Sequence[str | None] | None = None,
 ) -> int:
-    """The optimiser steps `mirror_tune(texts, config, encoder=encoder, memory_budget=...)` will run.
+    """The optimiser steps `mirror_tune(texts, config, encoder=encoder, memory_budget=...)` will run (plan_run).
 
     Exact for the same budget (an explicit one, or the machine's when its free memory has not moved) on one
     process; it tokenizes every string (and partner: `pairs`), like the run does.
     """
-    config = config.validated()
-    partners: list[str | None] | None = None
-    if pairs is None:
-        texts, _ = clean_texts(texts)
-    else:
-        texts, partners, _, _ = clean_pairs(texts, pairs)
-    texts = joined(texts, config.join_views, config.seed)
-    if len(texts) < 2:
-        return 0
-    config = config.scheduled(len(texts))
-    budget = step_budget(encoder, config, memory_budget, paired=partners is not None)
-    lengths = encoder.token_lengths(texts)
-    if partners is not None:
-        lengths = pair_lengths(encoder, lengths, partners, config)
-    plan_rng = random.Random(config.seed)
-    return count_steps(
-        lengths, config.batch_size, plan_rng, budget, config.epochs, 2, config.bucket_by_length, config.max_steps
-    )
+    return plan_run(texts, config, encoder, memory_budget, pairs).steps
 
 
 def pair_lengths(
     encoder: Encoder, lengths: Sequence[int], partners: Sequence[str | None], config: MirrorConfig
 ) -> list[int]:
-    """Each row's planning length in a pairs run: the longer of its string's and its partner's tokens, up to the
-    pairs' max length."""
+    """Each row's planning length in a pairs run (longer_sides): its string's tokens (`lengths`) and its partner's,
+    tokenized here (a row without one: its string's again)."""
     rows = [i for i, p in enumerate(partners) if p is not None]
     theirs = encoder.token_lengths([partners[i] for i in rows]) if rows else []
-    most = max(config.max_length, config.pair_max_length)
-    out = [min(n, most) for n in lengths]
+    second = list(lengths)
     for i, n in zip(rows, theirs, strict=True):
-        out[i] = max(out[i], min(n, most))
-    return out
+        second[i] = n
+    return longer_sides(lengths, second, config)
+
+
+def longer_sides(lengths: Sequence[int], second: Sequence[int], config: MirrorConfig) -> list[int]:
+    """Each row's planning length in a pairs run: the longer of its string's tokens (`lengths`) and its second view's
+    (`second`: its partner's, or its string's where it has none), up to the pairs' max length."""
+    most = max(config.max_length, config.pair_max_length)
+    return [min(max(a, b), most) for a, b in zip(lengths, second, strict=True)]
 
 
 class Schedule:
-    """The batches of each epoch from one seeded stream (`plan_steps` replays it), split where a batch does not fit the
+    """The batches of each epoch from one seeded stream (RunPlan replays it), split where a batch does not fit the
     memory budget, and replanned at a smaller batch after an out-of-memory step."""
 
     def __init__(

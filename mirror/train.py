@@ -7,7 +7,6 @@ it trains (mirror.trainable), what it made and how that is saved (mirror.result)
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import inspect
 import math
@@ -24,28 +23,28 @@ from mirror.augment import make_views, mask_span
 from mirror.blend import mix_weights
 from mirror.config import MirrorConfig
 from mirror.cores import TURNS
-from mirror.data import clean_texts
 from mirror.encoder import Encoder, attention_note, autocast, load_encoder, resolve_device, resolve_precision
 from mirror.errors import MirrorError
 from mirror.general import Mixer
 from mirror.lora import add_lora, merge_lora
 from mirror.loss import nt_xent
-from mirror.pairs import clean_pairs
 from mirror.plan import (  # re-exported: `from mirror.train import plan_steps` as before
     BUCKET_CHUNK,
     MASK_EXTRA_TOKENS,
-    Schedule,
+    RunPlan,
     StepBudget,
     count_steps,
     lora_bytes,
-    pair_lengths,
     plan_batches,
     plan_epoch,
+    plan_rows,
+    plan_run,
     plan_steps,
     step_budget,
+    training_rows,
 )
 from mirror.result import MirrorResult, add_stats, save_result, versions
-from mirror.terms import FrozenBase, Term, joined, needs_base, terms_for
+from mirror.terms import FrozenBase, Term, needs_base, terms_for
 from mirror.trainable import embedding_names, param_groups, set_dropout, set_trainable, wrapped_for_training
 
 __all__ = [
@@ -53,6 +52,7 @@ __all__ = [
     "MASK_EXTRA_TOKENS",
     "Ahead",
     "MirrorResult",
+    "RunPlan",
     "StepBudget",
     "add_stats",
     "count_steps",
@@ -61,6 +61,7 @@ __all__ = [
     "mirror_tune",
     "plan_batches",
     "plan_epoch",
+    "plan_run",
     "plan_steps",
     "save_result",
     "step_budget",
@@ -113,16 +114,10 @@ def mirror_tune(
     blend toward the base happen before and after it (`_trained`).
     """
     config = (config or MirrorConfig.preset("words")).validated()
-    partners: list[str | None] | None = None
-    if pairs is None:
-        texts, _ = clean_texts(texts)
-    else:
-        texts, partners, _, _ = clean_pairs(texts, pairs)
-        if config.join_views > 1:
-            raise MirrorError("joined views (join_views) and pairs do not go together: a pair is one string's")
-    if len(texts) < 2:
-        raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(texts)})")
-    user, texts = texts, joined(texts, config.join_views, config.seed)
+    rows = training_rows(texts, config, pairs)  # cleaned (and joined): what trains
+    user, texts, partners = rows.user, rows.texts, rows.partners
+    if len(user) < 2:
+        raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(user)})")
     n_texts = len(user)
     if len(texts) < 2:
         raise MirrorError(f"{n_texts} strings joined {config.join_views} at a time make 1 training string: join fewer")
@@ -140,12 +135,10 @@ def mirror_tune(
     if len(texts) < min_batch:
         raise MirrorError(f"need at least {min_batch} distinct strings for {world_size} processes (got {len(texts)})")
 
-    lengths = encoder.token_lengths(texts)  # the memory plan needs them, length bucketing too
-    if partners is not None:  # a row costs what its longer side costs: both sides are padded to it at most
-        lengths = pair_lengths(encoder, lengths, partners, config)
-    budget = step_budget(encoder, config, memory_budget, world_size, paired=partners is not None)
-    budget = dataclasses.replace(budget, total=_smallest_over_ranks(budget.total, device))
-    plan = Schedule(lengths, budget, random.Random(config.seed), min_batch, config)
+    # the plan (mirror.plan.RunPlan, what plan_steps and --plan count): every string tokenized (a pairs row's length
+    # is its longer side's), the memory budget all ranks agree on, the batches split to fit it
+    run = plan_rows(rows, config, encoder, memory_budget, world_size, lambda total: _smallest_over_ranks(total, device))
+    lengths, budget, plan = run.lengths, run.budget, run.schedule()
     rng = random.Random(config.seed + 1)  # views draw from their own stream, so plan_steps can replay the plan's
     mixer = Mixer.of(config.mode, config.mix_general, user, encoder.token_lengths)
     mix_rng = random.Random(config.seed + 3)  # its own stream: without mixing, batches and views are as they were
@@ -178,7 +171,7 @@ def mirror_tune(
     # On a GPU the next batch is made while this step runs (the host is what a GPU step waits for: bench/RESULTS.md
     # "GPU"); one batch at a time and in order, so the views draw what they draw without it.
     ahead = Ahead(prepare, threaded=device.type == "cuda")
-    step, cancelled, total = 0, False, plan.total()
+    step, cancelled, total = 0, False, run.steps
     started = time.perf_counter()
     with _trained(encoder, model, base, config, ahead, optimizer) as ended:
         for epoch in range(config.epochs):
