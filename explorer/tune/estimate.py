@@ -377,17 +377,19 @@ def price(
     check_encoders: int = FORGETTING_ENCODERS,
     train_lengths: Sequence[int] | None = None,
     second_lengths: Sequence[int] | None = None,
+    partners: Sequence[str | None] | None = None,
 ) -> Estimate:
     """The job's phases (PHASES) priced with `cal`: what a run of `config` on `texts` (of these token lengths)
     costs here. `tokenize_s`: what tokenizing the strings took (the run does it again before its first step).
     `observed`: what the last run of this key measured (its checks replace the priced ones, its training ratio
     scales the training); `check_encoders`: 1 when the base's scores on the checks are kept already.
     `train_lengths`: a pairs run's planning length of each row (its longer side: mirror.train plans with it), and
-    `second_lengths` its second view's (the partner): each side of a step is padded to its own longest."""
+    `second_lengths` its second view's (the partner): each side of a step is padded to its own longest; `partners`
+    its partners (None for a row without one): the rows it holds out are not planned (train_plan)."""
     observed = observed or Observed()
     # each step's strings, and its second views (a pairs run's partners; else the strings' own), each padded alike
     steps = train_plan(
-        texts, train_lengths or lengths, config, encoder, memory_budget, (lengths, second_lengths or lengths)
+        texts, train_lengths or lengths, config, encoder, memory_budget, (lengths, second_lengths or lengths), partners
     )
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
     per_encoder = observed.check_s if observed.check_s is not None else checks_price(encoder, cal)
@@ -547,12 +549,17 @@ class Estimator:
         other work on the machine, or work that stopped since). `train_texts`: a pairs run's second view of each
         row (its partner, or the string); each row's longer side plans its steps."""
         lengths, tokenize_s = self.lengths(texts, base, texts_key)
-        train_lengths = second = None
+        train_lengths = second = partners = None
         if train_texts is not None:  # a pairs run: its steps are planned by each row's longer side (mirror.plan)
+            from mirror.plan import longer_sides
+
             second, more_s = self.lengths(train_texts, base, texts_key + "-pairs")
-            most, tokenize_s = max(config.max_length, config.pair_max_length), tokenize_s + more_s
-            train_lengths = [min(max(a, b), most) for a, b in zip(lengths, second, strict=True)]
-        padded = [p for _, p in train_plan(texts, train_lengths or lengths, config, base, memory_budget)]
+            tokenize_s += more_s
+            train_lengths = longer_sides(lengths, second, config)
+            # a row's second view is its string where it has no partner (clean_pairs drops a partner equal to its
+            # string): its partners again, whose held-out rows never train
+            partners = [None if s == t else s for t, s in zip(texts, train_texts, strict=True)]
+        padded = [p for _, p in train_plan(texts, train_lengths or lengths, config, base, memory_budget, (), partners)]
         key = self.key(config, device, threads, length_class(padded))
         cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
         if cal is None:
@@ -560,7 +567,7 @@ class Estimator:
         observed = self.observed.get(key[:-1])
         est = price(
             texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders,
-            train_lengths, second,
+            train_lengths, second, partners,
         )  # fmt: skip
         est = dataclasses.replace(est, fresh=fresh, key=key, busy=load_per_core() >= BUSY_LOAD)
         self.note_probe(key[:-1], cal.probe_s)
