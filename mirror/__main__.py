@@ -33,7 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="mirror-fine-tune an encoder on a list of strings")
     train.add_argument("input", help="a .txt (one string per line), .csv/.tsv or .jsonl file")
     train.add_argument(
-        "--out", required=True, help="folder for the tuned model: new, empty, or a model mirror wrote (replaced)"
+        "--out", help="folder for the tuned model: new, empty, or a model mirror wrote (replaced); not with --plan"
+    )
+    train.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the run's plan (steps, epochs, batches split for memory, held-out rows) and exit without training",
     )
     train.add_argument("--mode", default="auto", choices=["auto", "words", "sentences"], help="preset (default: auto)")
     train.add_argument("--model", default=BUNDLED_MODEL, help="'bundled' (default), a hub id or a local folder")
@@ -98,7 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    if args.index:  # a run folder: model/ + base_index/ + tuned_index/
+    if not args.out and not args.plan:
+        raise MirrorError("--out is required: the folder for the tuned model (or --plan to print the plan only)")
+    if args.plan:  # writes nothing
+        pass
+    elif args.index:  # a run folder: model/ + base_index/ + tuned_index/
         check_out_dir(args.out, (f"model/{MIRROR_CONFIG_FILE}",), "a run folder written by mirror (model/, indexes)")
     else:
         check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)  # before the input and the training, not after
@@ -119,6 +128,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(MirrorConfig) if f.name not in skip}
     config, reason = MirrorConfig.for_texts(texts, args.mode, pairs=partners is not None or None, **overrides)
     pairs_line = f"\npairs: {columns[0]} with {columns[1]}: {pair_stats.summary(len(texts))}" if pair_stats else ""
+    if args.plan:
+        print(f"input: {stats.summary()}{pairs_line}\npreset: {reason}")
+        return print_plan(texts, config, budget, partners)
     if args.index:
         print(f"input: {stats.summary()}{pairs_line}\npreset: {reason}")
         return train_and_index(args, texts, config, budget, partners, columns)
@@ -135,7 +147,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         from mirror.encoder import load_encoder
         from mirror.pairs import HeldOut
 
-        held = HeldOut.of(texts, partners, config.pair_holdout, config.seed, columns)
+        held = HeldOut.for_run(texts, partners, config, columns)
         encoder = load_encoder(config.model, config.pooling, config.device, config.dropout)
         if held.rows:
             say(f"held out: {len(held.rows):,} rows never train; measuring the base on them")
@@ -180,6 +192,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         say(f"saved: {out}  (load with SentenceTransformer({str(out)!r}))")
     del result
     distributed.shutdown()  # torchrun: garbage, a barrier, then destroy (mirror.distributed.shutdown says why)
+    return 0
+
+
+def print_plan(
+    texts: list[str], config: MirrorConfig, budget: int | None, partners: list[str | None] | None = None
+) -> int:
+    """`train --plan`: the plan `train` runs (mirror.plan.plan_run: its steps, epochs, batches split to fit the memory
+    budget, the held-out rows of a pairs file), on one process, without training."""
+    from mirror.encoder import load_encoder
+    from mirror.plan import plan_run
+
+    encoder = load_encoder(config.model, config.pooling, config.device, config.dropout)
+    plan = plan_run(texts, config, encoder, budget, partners, hold_out=partners is not None)
+    for line in plan.lines():
+        print(line)
+    print(
+        "time: not timed here (timing needs a few real steps of this model on this machine: the app's plan does that; "
+        "the run's progress bar shows its time left)"
+    )
     return 0
 
 

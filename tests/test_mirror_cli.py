@@ -275,3 +275,18 @@ def test_train_with_index_writes_the_apps_run_folder_and_it_answers_queries(tiny
     (notes / "todo.txt").write_text("mine")
     assert main(["train", str(words_file), "--out", str(notes), "--model", str(tiny_bert), "--index"]) == 2
     assert [p.name for p in notes.iterdir()] == ["todo.txt"]
+
+
+def test_train_plan_prints_the_steps_the_run_takes_and_writes_nothing(tiny_bert, words_file, tmp_path, capsys):
+    """Issue 59: `train --plan` prints the run's plan (mirror.plan.RunPlan) and exits 0 without training; without
+    --plan, --out is still needed. A pairs file split for memory with held-out rows: tests/test_mirror_plan_steps.py."""
+    out = tmp_path / "tuned"
+    args = ["train", str(words_file), "--model", str(tiny_bert), "--quiet", "--device", "cpu", "--epochs", "3"]
+    assert main(args) == 2
+    assert "--out is required" in capsys.readouterr().err
+    assert main([*args, "--out", str(out), "--plan"]) == 0
+    shown = capsys.readouterr().out
+    assert "plan: 3 steps: 3 epochs of 6 training strings" in shown and "memory: every batch fits" in shown
+    assert "held out" not in shown and "time: not timed" in shown and not out.exists()
+    assert main([*args, "--out", str(out)]) == 0
+    assert "3/3 steps" in capsys.readouterr().out
