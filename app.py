@@ -20,14 +20,17 @@ from collections.abc import Sequence
 import gradio as gr
 
 from explorer import MirrorApp, Session, Settings
+from explorer.share.connections import ConnectionGuard, default_total, on_a_space, raise_open_files
+from explorer.share.connections import install as install_guard
 from explorer.share.downloads import DownloadRoute
 from explorer.share.held import HeldRequests
-from explorer.share.uploads import UploadQuota
+from explorer.share.logbound import bound_output
+from explorer.share.uploads import UploadQuota, parse_proxies
 from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
 from ui.evaluate import evaluate_tab, wire_evaluate
 from ui.explore import explore_tab, wire_explore
-from ui.handlers import current_visitor, quiet_queue
+from ui.handlers import current_visitor, quiet_queue, strict_inputs
 from ui.runs import RunView, wire_blend, wire_runs, wire_saved_zip, wire_training
 from ui.search import search_tab, wire_search
 from ui.tune import tune_tab, wire_bases, wire_inputs
@@ -143,18 +146,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     from starlette.middleware import Middleware
 
     args = parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except MirrorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # what a visitor sends never reaches the log unbounded: every write cut, so much a minute (before the handlers)
+    bound_output(cut=4096, budget=settings.log_bytes_minute)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # faiss tries its AVX-512 and AVX2 builds first and logs each missing one as a ModuleNotFoundError (faiss-gpu's
     # wheel has neither) before the generic build loads: news to nobody, alarming in a log
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     try:
-        app = MirrorApp(Settings.from_env())
+        app = MirrorApp(settings)
     except MirrorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     app.sweep(force=True)
     demo = build_demo(app)
+    strict_inputs(demo)
     # What is alive now (gradio, torch, the page) lives as long as the server: kept out of the garbage collector's
     # full passes, which every run ends with (release_memory) and which scanned all of it each time.
     gc.collect()
@@ -186,6 +197,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         key=app.visitor_key,  # the visitor cookie's signature
         known_session=lambda session: session in queue.pending_messages_per_session,  # whom the queue streams to
         held=held,
+        min_rate=app.settings.min_body_bytes_s or None,  # a stalled body is dropped and its reservation released
+        grace=app.settings.header_timeout_s,
+        max_in_flight=4 * app.settings.max_connections_per_address,  # behind a trusted proxy: per client
+    )
+    # open connections: at most so many per address and in all, a deadline for a request's headers (uvicorn's
+    # protocol; Gradio builds uvicorn's config, so the guarded protocol is put where uvicorn looks it up)
+    files = raise_open_files()
+    install_guard(
+        ConnectionGuard(
+            per_address=app.settings.max_connections_per_address,
+            total=app.settings.max_connections or default_total(files),
+            header_timeout=app.settings.header_timeout_s,
+            exempt=parse_proxies(app.settings.trusted_proxies),
+            exempt_private=on_a_space() and not app.settings.trusted_proxies,  # HF's proxy, not yet trusted
+        )
     )
     # uvicorn believes X-Forwarded-For from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): only from our proxies
     os.environ["FORWARDED_ALLOW_IPS"] = ",".join(app.settings.trusted_proxies)

@@ -53,6 +53,15 @@ Defaults suit a public CPU Space (see the README's table):
                             paste sent to /train): past it, or past one largest request per visitor and two per
                             address, a request is refused before it is read (default: 160)
   MIRROR_MAX_PAIRS          pairs scored in one evaluation (default: 5000; the bundled sets have at most 1,500)
+  MIRROR_MAX_CONNECTIONS_PER_ADDRESS  open connections one client address may hold; more are refused (429) as they
+                            are made; a trusted proxy's address is exempt (default: 64)
+  MIRROR_MAX_CONNECTIONS    open connections in all, 0 = three quarters of the open-files limit (default: 0)
+  MIRROR_HEADER_TIMEOUT_S   a connection that has not sent a whole request's headers this long after it opened or
+                            after its last answer is closed (default: 10)
+  MIRROR_MIN_BODY_KBPS      a request body slower than this on average after its first MIRROR_HEADER_TIMEOUT_S is
+                            dropped (408) and what it reserved given back (default: 4)
+  MIRROR_LOG_KB_PER_MINUTE  the server's output (its log): at most this much a minute, a write cut at 4 kB; past it
+                            output is dropped and counted (default: 256)
   MIRROR_SEARCH_CONCURRENCY searches encoding at once, the others wait in arrival order (default: 4; on 2 cores
                             20 parallel searches ran ~1.3x faster with p99 -30% than unlimited, bench/RESULTS.md)
 """
@@ -116,6 +125,11 @@ class Settings:
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
     check_items: int = 0  # at most this many items of each general check (mirror.checks reads it at import), 0 = all
     abandoned_s: float = 20.0  # a run nobody follows stops after this long (explorer.runs.jobs reads it at import)
+    max_connections_per_address: int = 64  # open connections of one client address (explorer.share.connections)
+    max_connections: int = 0  # ... of everyone, 0 = from the open-files limit
+    header_timeout_s: float = 10.0  # a request's headers must be whole this long after the connection is made
+    min_body_bytes_s: float = 4096.0  # a body's minimum average pace after header_timeout_s
+    log_bytes_minute: int = 256 * 1024  # the server's output a minute (explorer.share.logbound)
     speed_probe_s: float = 15.0  # one probe of the machine's speed prices every plan made within this long (estimate)
 
     @staticmethod
@@ -190,6 +204,11 @@ class Settings:
             check_items=number("MIRROR_CHECK_ITEMS", d.check_items, 0),
             abandoned_s=number("MIRROR_ABANDONED_S", d.abandoned_s, 1, float),
             speed_probe_s=number("MIRROR_SPEED_PROBE_S", d.speed_probe_s, 1, float),
+            max_connections_per_address=number("MIRROR_MAX_CONNECTIONS_PER_ADDRESS", d.max_connections_per_address, 1),
+            max_connections=number("MIRROR_MAX_CONNECTIONS", d.max_connections, 0),
+            header_timeout_s=number("MIRROR_HEADER_TIMEOUT_S", d.header_timeout_s, 0.1, float),
+            min_body_bytes_s=number("MIRROR_MIN_BODY_KBPS", d.min_body_bytes_s / 1024, 0, float) * 1024,
+            log_bytes_minute=int(number("MIRROR_LOG_KB_PER_MINUTE", d.log_bytes_minute / 1024, 1, float) * 1024),
         )
 
 

@@ -36,6 +36,20 @@ def quiet_queue(demo: gr.Blocks) -> None:
         queue.ANAYLTICS_CACHE_FREQUENCY = 100
 
 
+def strict_inputs(demo: gr.Blocks) -> None:
+    """An event sent with fewer inputs than its handler takes gets a clear error back, and the log one short line:
+    Gradio raised a ValueError whose message holds every input it got (a 19 MB string: 19 MB of log per event, issue
+    58) and answered the visitor `{"error": null}` (show_error is off). Extra inputs Gradio ignores, as before."""
+
+    def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
+        if len(inputs) < len(block_fn.inputs):
+            name = f" ({block_fn.name})" if block_fn.name and block_fn.name != "<lambda>" else ""
+            text = f"This event{name} needs {len(block_fn.inputs)} input values, it was sent {len(inputs)}."
+            raise gr.Error(text + " Reload the page, or check the API call.", print_exception=False)
+
+    demo.validate_inputs = validate_inputs  # type: ignore[method-assign]  # the instance's, called as self.validate_inputs
+
+
 def current_visitor() -> Owner | None:
     """Who sent the request a handler is serving: the visitor and address the server's middleware read from it
     (explorer.share.uploads.UploadQuota: a signed cookie, or the address's anonymous visitor), or None outside a

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorer.share.connections import Pace, SlowBody
 from explorer.share.held import Body, HeldRequests
 from mirror.data import fmt_size
 from mirror.errors import MirrorError
@@ -235,8 +236,14 @@ class UploadQuota:
         key: bytes | None = None,
         known_session: Callable[[str], bool] | None = None,
         held: HeldRequests | None = None,
+        min_rate: float | None = None,
+        grace: float = 10.0,
+        max_in_flight: int | None = None,
     ):
         self.app, self.quota, self.window = app, quota, window
+        # a body's minimum pace (explorer.share.connections.Pace) and the requests one client address has in flight
+        self.min_rate, self.grace, self.max_in_flight = min_rate, grace, max_in_flight
+        self.in_flight: collections.Counter[str] = collections.Counter()
         self.address_quota = address_quota or 4 * quota
         self.total_quota = total_quota or 8 * quota
         self.trusted = parse_proxies(trusted)
@@ -320,6 +327,22 @@ class UploadQuota:
         if scope.get("type") != "http":
             return await self.app(scope, receive, send)
         address = client_address(scope, self.trusted)
+        with self.lock:
+            crowded = self.max_in_flight is not None and self.in_flight[address] >= self.max_in_flight
+            if not crowded:
+                self.in_flight[address] += 1
+        if crowded:  # behind a proxy, the connection cap sees the proxy: this sees its clients
+            why = f"too many requests from your address at once (at most {self.max_in_flight}); try again shortly"
+            return await _refuse(send, why, 429)
+        try:
+            return await self._call(scope, receive, send, address)
+        finally:
+            with self.lock:
+                self.in_flight[address] -= 1
+                if self.in_flight[address] <= 0:
+                    del self.in_flight[address]
+
+    async def _call(self, scope: dict, receive: Callable, send: Callable, address: str) -> None:
         cookie = visitor_cookie(scope, self.key)
         send = self._with_cookie(scope, send) if cookie is None else send
         visitor = cookie or f"@{address}"
@@ -345,7 +368,10 @@ class UploadQuota:
             return await _refuse(send, why)
         spool = tempfile.SpooledTemporaryFile(max_size=2**20)
         try:
-            why = await self._receive_all(upload, receive, spool)
+            try:
+                why = await self._receive_all(upload, receive, spool, Pace(self.min_rate, self.grace))
+            except SlowBody:
+                why = Pace(self.min_rate, self.grace).why()
             if why is not None:
                 with self.lock:
                     upload.done = True
@@ -382,10 +408,13 @@ class UploadQuota:
             if no := held.refusal(body, declared):
                 return await _refuse(send, no, 429)
             held.charge(body, declared)
-        chunks, size = [], 0
+        chunks, size, pace = [], 0, Pace(self.min_rate, self.grace)
         try:
             while True:
-                message = await receive()
+                try:
+                    message = await pace.receive(receive, size)
+                except SlowBody:
+                    return await _refuse(send, pace.why(), 408)
                 if message["type"] == "http.disconnect":
                     return None
                 chunk = message.get("body", b"")
@@ -434,12 +463,12 @@ class UploadQuota:
 
         return holding_send
 
-    async def _receive_all(self, upload: Upload, receive: Callable, spool: Any) -> str | None:
+    async def _receive_all(self, upload: Upload, receive: Callable, spool: Any, pace: Pace) -> str | None:
         """Read the whole body into `spool`, charging it as it arrives; a refusal message ("" for a disconnect)
         the moment it passes a limit, else None. The upload takes its place in the table with its first bytes."""
         admitted = False
         while True:
-            message = await receive()
+            message = await pace.receive(receive, upload.size)
             if message["type"] == "http.disconnect":
                 return ""
             chunk = message.get("body", b"")
@@ -558,8 +587,9 @@ def _remove_upload(path: str) -> None:
 
 async def _refuse(send: Callable, text: str, status: int | None = None) -> None:
     """413 for a body larger than any upload (or request) may be, 429 for a quota (it comes back with time)."""
-    status = status or (413 if text.startswith((TOO_BIG, REQUEST_TOO_BIG)) else 429)
+    status = status or (413 if text.startswith((TOO_BIG, REQUEST_TOO_BIG)) else 408 if "too slowly" in text else 429)
     body = text.encode()
     headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
+    headers.append((b"connection", b"close"))  # the rest of its body, if any, is not read: the connection ends
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
