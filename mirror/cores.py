@@ -13,11 +13,12 @@ shares as well but costs a job alone ~13%.
 torch, numba or faiss is imported. `import mirror` calls it (every entry point imports mirror first: the app, the
 CLIs, the tests and the benches); a variable the user set is never changed.
 
-Inside one process (the app's server) long background work and short interactive work take turns: `TURNS`. A
+Inside one process (the app's server) long background work and short interactive work take turns: explorer.runs.turns
+(the engine only offers the places to wait: mirror.hooks). A
 run of any kind (a training's steps, index builds and checks; a blend's or an upload's encoding and checks: its
 thread, explorer.runs.execute) is background; a map's layout, an export, an evaluation are
 interactive, asked for by someone waiting at the page. While interactive work runs, background work pauses at its
-next step or encode batch (`TURNS.pause()`, a few seconds at most away), so the interactive job has the cores to
+next step or encode batch (`mirror.hooks.pause()`, a few seconds at most away), so the interactive job has the cores to
 itself and the run goes on after it: measured on 2 cores, a run and a 20k-string map at once took 3.2x and 2.4x their
 times alone when they overlapped (torch's, numba's and FAISS's thread teams on two cores wait on each other at every
 parallel region), against 1.0x for the map and ~1.6x for the run taking turns (bench/RESULTS.md "Shared cores").
@@ -28,11 +29,8 @@ each: 1.15x the time of 2 threads each).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
-import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import MutableMapping
 
 # GNU OpenMP (torch on Linux, numba's omp layer, faiss): spin this many iterations (a few microseconds), then sleep
 SPIN_COUNT = "1000"
@@ -43,7 +41,7 @@ BLOCK_TIME_MS = "1"
 def share_cores(env: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Set the wait policy in `env` (os.environ) where the user has not set one; returns what it set. Only takes
     effect in runtimes loaded afterwards (and in every child process). MIRROR_SHARE_CORES=0 leaves the runtimes'
-    own defaults, and TURNS off (what bench/bench_concurrency.py measures as "before")."""
+    own defaults, and turns off (what bench/bench_concurrency.py measures as "before")."""
     env = os.environ if env is None else env
     chosen: dict[str, str] = {}
     if sharing_off(env):
@@ -66,51 +64,3 @@ def sharing_off(env: MutableMapping[str, str] | None = None) -> bool:
     )
 
 
-class Turns:
-    """Interactive work first: background threads (`background()`) pause at their `pause()` points while any
-    interactive work (`interactive()`) runs, each pause at most `most` seconds (a run is never held forever: a
-    stream of maps cannot starve it)."""
-
-    def __init__(self, most: float = 300.0, enabled: bool = True):
-        self.most, self.enabled = most, enabled
-        self._cond = threading.Condition()
-        self._interactive = 0
-        self._local = threading.local()
-        self.paused_s = 0.0  # what background work spent paused, in all (benches, tests)
-
-    @contextlib.contextmanager
-    def background(self) -> Iterator[None]:
-        """This thread's work until the end of the block is background: it pauses for interactive work."""
-        before = getattr(self._local, "background", False)
-        self._local.background = True
-        try:
-            yield
-        finally:
-            self._local.background = before
-
-    @contextlib.contextmanager
-    def interactive(self) -> Iterator[None]:
-        """Interactive work (someone waits for it): background work pauses until it is done."""
-        if getattr(self._local, "background", False):  # called from within a run (its own checks): no turn to take
-            yield
-            return
-        with self._cond:
-            self._interactive += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._interactive -= 1
-                self._cond.notify_all()
-
-    def pause(self) -> None:
-        """In background work, between two steps or batches: wait while interactive work runs (at most `most` s)."""
-        if not self.enabled or not getattr(self._local, "background", False) or not self._interactive:
-            return
-        started = time.monotonic()
-        with self._cond:
-            self._cond.wait_for(lambda: not self._interactive, timeout=self.most)
-        self.paused_s += time.monotonic() - started
-
-
-TURNS = Turns(enabled=not sharing_off())  # this process's one

@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mirror import memory
+from mirror import hooks, memory
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE, MODEL_FOLDER
-from mirror.cores import TURNS
 from mirror.data import SURROGATE
 from mirror.errors import MirrorError
 from mirror.folders import check_out_dir, replace_dir
@@ -278,7 +277,7 @@ class Encoder:
                             fits = fits or _rows_that_fit(self.model, device, precision, memory_budget)
                             n = fits(n, width)
                         rows = order[start : start + n]
-                        TURNS.pause()  # a run's index build yields to interactive work (mirror.cores)
+                        hooks.pause()  # a run's index build may yield to interactive work (mirror.hooks)
                         batch_ids = [ids[i] for i in rows]  # longest first: padded unless the last is as long
                         emb = self.embed(self._padded(batch_ids, width, device), len(batch_ids[-1]) < width).float()
                         if normalize:

@@ -18,11 +18,10 @@ from typing import Any
 
 import torch
 
-from mirror import distributed, memory
+from mirror import distributed, hooks, memory
 from mirror.augment import make_views, mask_span
 from mirror.blend import mix_weights
 from mirror.config import MirrorConfig
-from mirror.cores import TURNS
 from mirror.encoder import Encoder, attention_note, autocast, load_encoder, resolve_device, resolve_precision
 from mirror.errors import MirrorError
 from mirror.general import Mixer
@@ -180,7 +179,7 @@ def mirror_tune(
                 if distributed.any_rank(should_stop is not None and should_stop()):
                     cancelled = True
                     break
-                TURNS.pause()  # in a server, interactive work (a map, an export) goes first: mirror.cores
+                hooks.pause()  # where a server lets interactive work go first (mirror.hooks)
                 batch_ids = queue.pop(0)
                 inputs = ahead.take(batch_ids, queue[0] if queue else None)
                 try:

@@ -53,11 +53,11 @@ def test_no_budget_means_no_limit():
 
 def test_background_work_pauses_for_interactive_work_and_never_forever():
     """Issue 54: a run and a map at once took 3.2x and 2.4x their times alone; taking turns, the map has the cores
-    and the run waits at its next step (mirror.cores.Turns)."""
+    and the run waits at its next step (explorer.runs.turns.Turns)."""
     import threading
     import time
 
-    from mirror.cores import Turns
+    from explorer.runs.turns import Turns
 
     turns = Turns(most=5.0)
     log: list[str] = []
@@ -113,7 +113,7 @@ def test_every_kind_of_run_is_metered_and_refused_past_its_visitors_budget(app, 
     Issue 54: each kind is background work in its own thread (an upload's encode batches pause for a map)."""
     import dataclasses
 
-    from mirror.cores import TURNS
+    from explorer.runs.turns import TURNS
     from tests.conftest import WORDS, train
 
     pauses: list[bool] = []
@@ -140,3 +140,53 @@ def test_every_kind_of_run_is_metered_and_refused_past_its_visitors_budget(app, 
     last = train(app, b, tiny_bert)[-1]
     assert last.kind == "error" and "MIRROR_VISITOR_CPU_S" in last.text, last
     assert not app.registry.runs()
+
+
+def test_turns_cost_a_run_at_most_its_factor_however_long_the_stream():
+    """Issue 58: a stranger firing exports back to back slowed a victim's run 3.0-3.8x. A background thread waits in
+    all at most (factor - 1) x the time it worked: then it overlaps the interactive work instead of waiting."""
+    import threading
+    import time
+
+    from explorer.runs.turns import PAUSE_FLOOR_S, Turns
+
+    turns = Turns(most=60.0, factor=1.5)
+    stream_on, done = threading.Event(), threading.Event()
+
+    def stream() -> None:  # interactive work that never stops while the run goes
+        with turns.interactive():
+            stream_on.set()
+            done.wait(30)
+
+    t = threading.Thread(target=stream)
+    t.start()
+    stream_on.wait(5)
+    with turns.background():
+        t0 = time.monotonic()
+        for _ in range(8):
+            time.sleep(0.1)  # a step's work
+            turns.pause()
+        elapsed = time.monotonic() - t0
+        waited = turns._local.waited
+    done.set()
+    t.join(5)
+    assert waited > 0  # it did take turns…
+    # …within half its own work and the floor (wait_for may overshoot a little)
+    assert waited <= 0.5 * (elapsed - waited) + PAUSE_FLOOR_S + 0.05, (waited, elapsed)
+
+
+def test_the_engine_waits_only_where_a_server_installed_its_pause():
+    from explorer.runs.turns import Turns
+    from mirror import hooks
+
+    calls: list[str] = []
+    hooks.pause()  # nothing installed: nothing happens
+    with hooks.pausing(lambda: calls.append("paused")):
+        hooks.pause()
+    hooks.pause()
+    assert calls == ["paused"]
+    turns = Turns()
+    turns.pause = lambda: calls.append("turn")  # type: ignore[method-assign]
+    with turns.background():
+        hooks.pause()  # a run's loop, inside background work: the turns' pause
+    assert calls == ["paused", "turn"]

@@ -23,8 +23,8 @@ from explorer.runs.disk import Disk
 from explorer.runs.jobs import FairSlots
 from explorer.runs.models import ModelCache, kept
 from explorer.runs.sessions import RunInfo, Session
+from explorer.runs.turns import TURNS
 from explorer.settings import Settings
-from mirror.cores import TURNS
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class RunExplorer:
     """The Explore tab's service over a session's served run: it reads the run's encoders and indexes from `models`,
     finds a string's neighbours with `search` (tab 2's), encodes in `search_slots`, and asks `disk` before it
     writes an export (fitted to its visitor's account: `accounts`); a map's layout and an export are metered in
-    `cpu`, and a training run yields to them (mirror.cores.TURNS). One per MirrorApp (`app.explore`)."""
+    `cpu`, and a training run yields to them (explorer.runs.turns). One per MirrorApp (`app.explore`)."""
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from explorer.runs.accounts import Owner
-from mirror.cores import TURNS
+from explorer.runs.turns import TURNS
 from mirror.errors import MirrorError
 
 WINDOW_S = 3600.0
@@ -76,7 +76,7 @@ class CpuAccounts:
     @contextlib.contextmanager
     def metered(self, owner: Owner, what: str = "this", interactive: bool = False) -> Iterator[Job]:
         """Around one costly job of `owner`: refused at its start past the budget, charged its share at its end.
-        `interactive`: someone waits for it (a map, an export): a training run yields to it (mirror.cores.TURNS)."""
+        `interactive`: someone waits for it (a map, an export): a training run yields to it (explorer.runs.turns)."""
         self.check(owner, what)
         job = Job(owner, what)
         with self.lock:

@@ -33,10 +33,10 @@ from explorer.runs.models import ModelCache, release_memory
 from explorer.runs.record import Checks, Made, RunInfo
 from explorer.runs.sessions import Session, texts_key
 from explorer.runs.store import RunStore
+from explorer.runs.turns import TURNS
 from explorer.settings import Settings
 from explorer.share.card import write_card
 from explorer.share.uploads import model_folder_in_zip, zip_folder
-from mirror.cores import TURNS
 from mirror.errors import MirrorError
 from mirror.exports import download_name
 
@@ -108,7 +108,7 @@ class Producer:
 
 class Runner:
     """Runs of every kind, each in a thread of its own, through one path (`execute`): background work that yields
-    to interactive work (mirror.cores.TURNS), its CPU charged to its visitor (`cpu`). One per MirrorApp
+    to interactive work (explorer.runs.turns), its CPU charged to its visitor (`cpu`). One per MirrorApp
     (`app.runner`)."""
 
     def __init__(
@@ -139,7 +139,7 @@ class Runner:
 
     def _drive(self, run: Run, producer: Producer) -> None:
         """The run's thread: its events into the run, watched after each. All of it is background work: its steps,
-        its index builds and its checks pause while a map, an export or an evaluation runs (mirror.cores.TURNS)."""
+        its index builds and its checks pause while a map, an export or an evaluation runs (explorer.runs.turns)."""
         try:
             with TURNS.background():
                 for ev in self.execute(run, producer):

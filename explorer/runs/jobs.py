@@ -216,11 +216,11 @@ def train_job(
         return closed.is_set() or stop.exists()
 
     def work() -> None:
+        from explorer.runs.turns import TURNS
         from index.pipeline import tune_and_index
-        from mirror.cores import TURNS
 
         try:
-            with TURNS.background():  # yields to interactive work at its steps and encode batches (mirror.cores)
+            with TURNS.background():  # yields to interactive work at its steps and encode batches (explorer.runs.turns)
                 tune_and_index(
                     texts,
                     MirrorConfig.from_dict(config),
