@@ -7,8 +7,10 @@ budgets for all sessions (least recently used idle ones evicted) and for one ses
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +85,74 @@ def test_a_visitor_over_its_disk_budget_cannot_start_another_job(app, tiny_bert)
     assert Settings.from_env({"MIRROR_SESSION_DISK_MB": "300"}).visitor_disk_bytes == 300 * 2**20
     env = {"MIRROR_SESSION_DISK_MB": "300", "MIRROR_VISITOR_DISK_MB": "200"}
     assert Settings.from_env(env).visitor_disk_bytes == 200 * 2**20
+
+
+# Issue 59 (High row): the settings a Launch runs are a plan the session holds, not the page's fields. A page reloaded
+# during a run (a fresh session) shows the ones the run was launched with; after its end, or opened by its link, the
+# run's own; never a preset's defaults.
+
+
+def pairs_file(tmp_path: Path) -> Path:
+    """A two-column file whose second column pairs with the first: the pairs preset applies."""
+    from tests.conftest import VOCAB_WORDS
+
+    rows = [f"{a} {b}-{i},{a} {b} is on the {c} and {VOCAB_WORDS[i % 14]}" for i, (a, b, c) in enumerate(TRIPLES)]
+    path = tmp_path / "glossary.csv"
+    path.write_text("name,summary\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+TRIPLES = [(a, b, c) for a in ("cat", "dog", "car", "bus") for b in ("red", "blue", "big") for c in ("man", "woman")]
+
+
+def test_the_settings_a_launch_runs_are_held_by_the_session_and_restored_not_preset(app, tiny_bert, tmp_path):
+    from explorer.tune.inputs import build_config, preset_overrides
+    from mirror.data import AUTO
+
+    s, model = app.session(), str(tiny_bert)
+    shown = preset_overrides("words")  # a fresh page's fields: the words preset
+    assert app.planner.hold(s, model, "auto", shown) is not None and s.tuning is None  # no strings: no plan held
+    app.loader.load_file(s, str(pairs_file(tmp_path)), None, "glossary.csv", AUTO)
+    assert s.partners is not None
+    # a load (preset Auto): the pairs preset's values, but for the one changed by hand; held as the page shows them
+    values, kept = app.planner.after_load(s, "auto", model, {**shown, "max_steps": 3, "device": "cpu"}, ["max_steps"])
+    pairs = preset_overrides(s.detected_mode, pairs=True)
+    assert values == {**pairs, "max_steps": 3} and kept == ["max_steps"]
+    assert values["temperature"] == 0.05 and values["epochs"] == 1 and values["temperature"] != shown["temperature"]
+    assert s.tuning is not None and dict(s.tuning.overrides) == values
+    assert (s.tuning.mode, s.tuning.model) == ("auto", model)
+    # a setting changed by hand is held too; Launch holds what it runs, for its run as well
+    values = {**values, "device": "cpu", "batch_size": 8}
+    app.planner.hold(s, model, "auto", values)
+    assert dict(s.tuning.overrides) == values
+    app.trainer.request_run(s)
+    plan = app.planner.launch(s, model, "auto", values)
+    assert plan == s.tuning
+    events = list(app.trainer.train(s, plan.model, plan.mode, dict(plan.overrides)))
+    assert events[-1].kind == "done", events[-1]
+    run_id, config = s.run.folder.name, build_config(s.texts, model, "auto", values, pairs=True)[0]
+
+    # a page reloaded during the run: a fresh session, which takes the launching session's settings
+    during = app.session()
+    restored, own = app.planner.restored(during, launched_by=s)
+    assert restored == plan and during.tuning == plan
+    assert own == [name for name in values if values[name] != pairs[name]] and "max_steps" in own  # the user's own
+    # ...and after the run, by its link: the settings it was launched with, with its strings loaded again
+    after = app.session()
+    app.saved.open_run(after, run_id)
+    app.loader.restore_texts(after)
+    assert after.partners is not None
+    restored, _ = app.planner.restored(after)
+    assert restored == plan and after.tuning == plan
+    # a session holding its own settings keeps them
+    assert app.planner.restored(s)[0] == plan
+
+    # another server process (nothing in memory): the run's recorded config, the same plan on the same strings
+    other = MirrorApp(app.settings)
+    opened = other.session()
+    other.saved.open_run(opened, run_id)
+    other.loader.restore_texts(opened)
+    recorded, _ = other.planner.restored(opened)
+    assert recorded.model == model and recorded.mode == "auto" and recorded.overrides["temperature"] == 0.05
+    again = build_config(opened.texts, recorded.model, recorded.mode, dict(recorded.overrides), pairs=True)[0]
+    assert again == dataclasses.replace(config, pooling=s.run.pooling)  # its pooling as resolved for the model

@@ -14,10 +14,10 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from explorer.runs.accounts import Owner, write_owner
 from explorer.runs.record import RunInfo
@@ -46,6 +46,7 @@ class Session:
     mode_reason: str = ""
     run: RunInfo | None = None  # the run it serves (its live run, if any: explorer.runs.live.RunRegistry.of)
     run_ids: list[str] = field(default_factory=list)  # the runs this session made
+    tuning: Tuning | None = None  # the settings its Launch runs (explorer.tune.planning.Planner.hold); None: not set
     owner: Owner = field(default_factory=Owner)  # the visitor (and address) its folders and runs are charged to
     extra: ExtraCorpus | None = None  # another corpus indexed with the served run's encoders, in this session's folder
     eval_stop: threading.Event = field(default_factory=threading.Event, repr=False)  # Evaluate's Cancel
@@ -57,6 +58,18 @@ class Session:
     def touch(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / ".last_used").touch()
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The settings a Launch of a session's strings runs, as the server holds them (issue 59): the preset (`mode`:
+    "auto", "words" or "sentences"), the base model and every Advanced setting's value as the page shows it
+    (`overrides`: plain values by MirrorConfig field name). Held when strings are loaded or a setting changes and at
+    Launch; a page reloaded (during or after a run) shows these again, never a preset's defaults."""
+
+    mode: str
+    model: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,21 @@ def label(name: str) -> str:
     return LABELS.get(name, name.replace("_", " ").capitalize())
 
 
+def preset_overrides(mode: str, pairs: bool = False) -> dict[str, Any]:
+    """Every Advanced setting's value in the `mode` preset ("words" or "sentences"; with `pairs`, the pairs preset on
+    top), as the page shows them: the bundled model's (mirror.config.MirrorConfig.preset)."""
+    preset = MirrorConfig.preset(mode, pairs=pairs or None)
+    return {name: getattr(preset, name) for name in ADVANCED}
+
+
+def recorded_overrides(config: Any) -> dict[str, Any]:
+    """The Advanced settings of a run's recorded config (mirror_config.json's `config`): those it names, plain values;
+    {} when it is no mapping."""
+    if not isinstance(config, dict):
+        return {}
+    return {name: config[name] for name in ADVANCED if name in config}
+
+
 MAX_QUERIES = 20
 MAX_QUERY_CHARS = 500
 MAX_K = 50

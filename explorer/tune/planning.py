@@ -4,19 +4,21 @@ the memory a run plans with, and the calibration at server start.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from explorer.render import message
 from explorer.runs.live import RunRegistry
 from explorer.runs.models import ModelCache
-from explorer.runs.sessions import Session, texts_key
+from explorer.runs.sessions import RunInfo, Session, Tuning, texts_key
 from explorer.settings import Settings
 from explorer.tune.estimate import IO_PHASES, Estimator
 from explorer.tune.guess import device_and_threads, rough_estimate
-from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config
+from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config, preset_overrides, recorded_overrides
 from explorer.tune.plan_md import estimate_md
-from mirror.config import BUNDLED_MODEL
+from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
 
@@ -32,6 +34,7 @@ class Planner:
 
     def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: RunRegistry):
         self.settings, self.models, self.estimator, self.registry = settings, models, estimator, registry
+        self._launched: OrderedDict[str, Tuning] = OrderedDict()  # run id -> the settings its Launch ran (`launch`)
 
     CALIBRATION_WAIT_S = 90.0  # an estimate waits this long for another request's calibration of the same key
 
@@ -197,6 +200,92 @@ class Planner:
         )
         return "\n".join(rows) + f"\n\nIn the Base model box: {ids}.\n\n_{how} {hub}{local}_"
 
+    # ------------------------------------------------------------ the settings a Launch runs, held (issue 59)
+
+    LAUNCHED_KEPT = 1000  # the settings of this many launched runs stay known (a reload after a run shows them)
+
+    def hold(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Tuning:
+        """These settings, as the page shows them: what the session's next Launch runs and a reloaded page shows.
+        Held only while strings are loaded (settings changed before any are loaded are not a plan: a load sets them)."""
+        model = str(model or BUNDLED_MODEL).strip() or BUNDLED_MODEL
+        tuning = Tuning(str(mode or "auto"), model, dict(overrides))
+        if session.texts:
+            session.tuning = tuning
+        return tuning
+
+    def held_md(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
+        """The plan the page shows: of the settings the session holds (those given, when it holds none). An event
+        sent with the page's values of a moment before (a model picked while a load ran) plans what Launch runs; a
+        plan made while the held settings changed (a setting edited during the first plan's calibration) is made
+        again, so that the last plan to land is never an older one's."""
+        md = ""
+        for _ in range(3):
+            held = session.tuning
+            if held is not None:
+                model, mode, overrides = held.model, held.mode, dict(held.overrides)
+            md = self.estimate(session, model, mode, overrides)
+            if session.tuning is held:
+                break
+        return md
+
+    def hold_model(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Tuning:
+        """Another base model: held with the settings the session holds (those given, when it holds none: the model's
+        event carries the page's values as they were when it was picked, maybe before a load set them)."""
+        held = session.tuning
+        if held is not None:
+            mode, overrides = held.mode, dict(held.overrides)
+        return self.hold(session, model, mode, overrides)
+
+    def after_load(
+        self, session: Session, mode: str, model: str, shown: dict[str, Any], touched=()
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The settings once strings are loaded, held: with the preset Auto, the detected preset's values (the pairs
+        preset for strings with partners) but for those changed by hand (`touched`), which keep the value `shown`;
+        with another preset, those shown. Also the names of the ones kept that differ from the preset."""
+        values, kept = dict(shown), []
+        if mode == "auto":
+            mine = set(touched or ())
+            preset = preset_overrides(session.detected_mode, session.partners is not None)
+            kept = [name for name in preset if name in mine and values.get(name) != preset[name]]
+            values = {name: values.get(name) if name in mine else value for name, value in preset.items()}
+        self.hold(session, model, mode, values)
+        return values, kept
+
+    def preset(self, session: Session, mode: str, model: str) -> dict[str, Any]:
+        """A preset chosen on purpose: every setting takes its value (Auto: the preset detected for the session's
+        strings), held."""
+        resolved = mode if mode != "auto" else (session.detected_mode if session.texts else "words")
+        values = preset_overrides(resolved, session.partners is not None)
+        self.hold(session, model, mode, values)
+        return values
+
+    def launch(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Tuning:
+        """Launch: the settings shown, held by the session and by the run its click asked for (a page reloaded once
+        that run has ended shows them again); what the run runs."""
+        tuning = self.hold(session, model, mode, overrides)
+        run = self.registry.of(session)
+        if run is not None:
+            self._launched[run.id] = tuning
+            while len(self._launched) > self.LAUNCHED_KEPT:
+                self._launched.popitem(last=False)
+        return tuning
+
+    def restored(self, session: Session, launched_by: Session | None = None) -> tuple[Tuning, list[str]] | None:
+        """The settings a page (re)loaded shows, held by `session` from now on: its own; else those of the session
+        that launched the run the page follows (`launched_by`: a reload during the run); else those its served run
+        was launched with on this server, or that run's recorded config; None when there are none. With them, the
+        names of those that differ from the preset of the strings (changed by hand: a later load keeps them)."""
+        tuning = session.tuning or (launched_by.tuning if launched_by is not None else None)
+        if tuning is None and session.run is not None:
+            tuning = self._launched.get(session.run.folder.name) or recorded_tuning(session.run, session.detected_mode)
+        if tuning is None:
+            return None
+        session.tuning = tuning  # (a page reattached to a run: its strings come back with the run's end)
+        strings = session if session.texts or launched_by is None else launched_by
+        resolved = tuning.mode if tuning.mode != "auto" else strings.detected_mode
+        preset = preset_overrides(resolved, strings.partners is not None)
+        return tuning, [name for name, value in tuning.overrides.items() if name in preset and value != preset[name]]
+
     def memory_budget(self, config) -> int | None:
         """The memory a run of `config` will plan its steps with (index.pipeline.run_memory)."""
         from index.pipeline import run_memory
@@ -245,6 +334,23 @@ class Planner:
         )  # fmt: skip
         if est is not None and checks_s is not None and not self.estimator.checks_timed(est, base, checks_s):
             log.info("the general checks' warm-up took %.1f s, far over their price: not used to price them", checks_s)
+
+
+def recorded_tuning(run: RunInfo, detected_mode: str) -> Tuning | None:
+    """The settings a run was made with, from its recorded config (its tuned model's mirror_config.json: the epochs
+    as it ran them, its steps as capped: the same plan), or None (an uploaded zip that records none). Its preset is
+    Auto where the strings' detected one is the run's."""
+    for folder in (run.folder / "tuned_model", run.folder / "model"):  # a run blended after training: tuned_model/
+        try:
+            config = json.loads((folder / MIRROR_CONFIG_FILE).read_text(encoding="utf-8")).get("config")
+        except (OSError, ValueError, AttributeError):
+            continue
+        overrides = recorded_overrides(config)
+        if overrides:
+            mode = str(config.get("mode") or "")
+            explicit = mode in ("words", "sentences") and mode != detected_mode
+            return Tuning(mode if explicit else "auto", run.base_model, overrides)
+    return None
 
 
 def pairs_notes(session: Session, config) -> list[str]:
