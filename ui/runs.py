@@ -106,6 +106,8 @@ class RunView:
         self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
         self.outputs += [ui.input_md, ui.estimate_md]
         self.outputs += [c for c in explore_outputs(explore) if c not in self.outputs]
+        # what a (re)loaded page or an opened run sets besides: the settings the session holds (`tuning`)
+        self.settings = [ui.mode, ui.model, *ui.fields.values(), ui.touched]
 
     def run_list(self, memory: dict, value: str | None = None) -> Any:
         choices = [(r["label"], r["id"]) for r in self.app.saved.list_runs(memory["runs"])]
@@ -140,6 +142,19 @@ class RunView:
             ui = self.ui
             shown = {**shown, ui.input_md: render.load_md(restored), ui.estimate_md: planning}
             shown[ui.launch] = gr.update(interactive=True)
+        return shown
+
+    def tuning(self, session: Session, launched_by: Session | None = None) -> dict:
+        """The settings a Launch runs, as the session holds them from now on (Planner.restored: its own, the
+        launching session's, its served run's): preset, model, every Advanced setting and which are the user's own;
+        {} when there are none (the page keeps what it shows)."""
+        restored = self.app.planner.restored(session, launched_by)
+        if restored is None:
+            return {}
+        tuning, own = restored
+        ui = self.ui
+        shown = {ui.mode: gr.update(value=tuning.mode), ui.model: gr.update(value=tuning.model), ui.touched: own}
+        shown.update({c: gr.update(value=tuning.overrides[n]) for n, c in ui.fields.items() if n in tuning.overrides})
         return shown
 
     def downloads(self, run: RunInfo) -> dict:
@@ -238,7 +253,9 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
         progress hidden: the status line is the progress bar)."""
         session = app.session(data[state])
         overrides = {name: data[comp] for name, comp in ui.fields.items()}
-        events = app.trainer.train(session, data[ui.model], data[ui.mode], overrides)
+        # the settings shown, held by the session and its run (a reloaded page shows them again): what it runs
+        plan = app.planner.launch(session, data[ui.model], data[ui.mode], overrides)
+        events = app.trainer.train(session, plan.model, plan.mode, dict(plan.overrides))
         yield from view.draw(events, session, data[browser])
 
     def on_cancel(s):
@@ -278,6 +295,9 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
                 except MirrorError:  # removed meanwhile: nothing to serve
                     pass
             shown[ui.input_md] = render.reattached_md(live.strings)
+            # the settings the run was launched with, not the page's defaults: what Launch runs after it (issue 59)
+            adopted = view.tuning(session, live.session)
+            shown.update(adopted)
             # not "Load some strings to see the plan…": the run's own strings are training (issue 52, a reload)
             shown[ui.estimate_md] = render.message(
                 "A run of these strings is going on: its plan and time estimate were made when it was launched; the "
@@ -286,6 +306,9 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             )
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
             yield from view.draw(app.trainer.follow(live, session=session), session, memory)
+            recorded = {} if adopted or session.run is None else view.tuning(session)
+            if recorded:  # no settings held for it (a run of the API): the ones its folder records
+                yield recorded
             if not session.texts and live.texts:  # cancelled or failed: no run of them served to load them from
                 again = ["the strings of the run this page followed, loaded again: Launch tunes them"]
                 info = app.loader.set_texts(
@@ -316,7 +339,10 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             # (the plan and its time follow: `estimated` below)
             run = app.saved.open_run(session, run_id)
             opened = {view.ui.status_md: render.status_box(render.opened_status(run), "ok")}  # not the last run's line
-            return view.with_strings({**opened, **view.served(run, session, memory)}, session)
+            had = bool(session.texts)
+            shown = view.with_strings({**opened, **view.served(run, session, memory)}, session)
+            # its strings loaded again: with the settings held for them (the run's own), never a preset's defaults
+            return shown if had or not session.texts else {**shown, **view.tuning(session)}
         except MirrorError as exc:
             gr.Warning(render.toast_text(str(exc)))
             return None
@@ -332,13 +358,14 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
     plan_in = [ui.mode, ui.model, state, *ui.fields.values()]
     estimated = {"fn": lambda *a: estimate_only(app, ui, *a), "inputs": plan_in, "outputs": [ui.estimate_md, state]}
     opened = {"show_progress_on": [ui.result_md], **PRIVATE}
-    ui.open_run.click(on_open, [ui.runs, browser, state], view.outputs, **opened).then(**estimated, **PRIVATE)
+    outputs = [*view.outputs, *view.settings]
+    ui.open_run.click(on_open, [ui.runs, browser, state], outputs, **opened).then(**estimated, **PRIVATE)
     # the browser's stored value reaches the page a moment after it loads: read it once it is there
     wait = "async () => { await new Promise((done) => setTimeout(done, 400)); }"
     load = {"show_progress": "hidden", **PRIVATE}
     # once the load served a run (or none: an expired link), the address names it (app.py's HEAD)
     sync = "() => { window.mirrorSyncRunUrl && window.mirrorSyncRunUrl(true); }"
-    loaded = demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], view.outputs, **load)
+    loaded = demo.load(None, js=wait, **PRIVATE).then(on_load, [browser, state], outputs, **load)
     loaded.then(None, js=sync, **PRIVATE)
     loaded.then(**estimated, show_progress="hidden", **PRIVATE)
 

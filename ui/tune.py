@@ -88,7 +88,7 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
                     "", elem_id="mx-bases"
                 )  # filled as it opens or a plan is shown (`wire_bases`)
             ui.bases_box = box
-            ui.mode = gr.Radio(MODES, value="auto", label="Preset")
+            ui.mode = gr.Radio(MODES, value="auto", label="Preset", elem_id="mx-mode")
             ui.fields = advanced_settings()
     gr.Markdown("### 3. Tune", elem_classes="mx-step")
     ui.estimate_md = gr.Markdown("Load some strings to see the plan and a time estimate.", elem_id="mx-estimate")
@@ -168,14 +168,10 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     # the settings this page's user changed by hand: a load keeps them (a preset chosen on purpose sets them all)
     ui.touched = gr.State([])
 
-    def preset_values(resolved: str, pairs: bool = False) -> dict[str, Any]:
-        p = MirrorConfig.preset(resolved, pairs=pairs or None)
-        return {name: getattr(p, name) for name in fields}
-
-    def after_load(session: Session, load: Callable[[], dict], mode_value: str, touched, vals) -> tuple:
+    def after_load(session: Session, load: Callable[[], dict], mode_value: str, model_value, touched, vals) -> tuple:
         """Outputs after a load: its summary, the preset's values for the settings the user did not change (mode
         Auto), the plan; or the error. Also what the load read: the file's column choices, the column of the strings
-        and the partner column (or None)."""
+        and the partner column (or None). The settings shown are the ones the session holds (Planner.after_load)."""
         try:
             info = load()
         except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
@@ -192,12 +188,12 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             can_launch = gr.update(interactive=app.registry.of(session) is None)
             shown = render.message(error) + "\n\n" + render.message(kept, "info")
             return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", []), None, None
-        overrides, updates, kept = dict(zip(fields, vals, strict=True)), keep_fields, []
+        shown = dict(zip(fields, vals, strict=True))
+        values, own = app.planner.after_load(session, mode_value, model_value, shown, touched)
+        mine, kept = set(touched or []), [label(n).split(" (")[0] for n in own]
+        updates = keep_fields
         if mode_value == "auto":
-            mine = set(touched or [])
-            preset = preset_values(info["mode"], info.get("pairing") is not None)
-            kept = [label(n).split(" (")[0] for n in fields if n in mine and overrides[n] != preset[n]]
-            updates = [gr.update() if n in mine else gr.update(value=v) for n, v in preset.items()]
+            updates = [gr.update() if n in mine else gr.update(value=values[n]) for n in fields]
         # the plan and its time come in a second step (`then_estimate`): the first estimate of a model times it on
         # this machine (seconds), and the strings' summary must not wait for that
         estimate = render.message("Planning the run and timing it on this machine…", "info")
@@ -226,7 +222,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             hidden = gr.update(choices=[], value=None, visible=False)
             return [gr.update(), hidden, hidden, *keep_fields, gr.update(), gr.update(), session]
         load = lambda: app.loader.load_file(session, path, None, given_name(path), AUTO)  # noqa: E731
-        out, cols, used, paired = after_load(session, load, mode_value, touched, vals)
+        out, cols, used, paired = after_load(session, load, mode_value, model_value, touched, vals)
         return [out[0], *pickers(cols, used, paired), *out[1:]]
 
     def on_column(path, col, pair, touched, mode_value, model_value, s, *vals):
@@ -236,7 +232,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             return [gr.update(), gr.update(), *keep_fields, gr.update(), gr.update(), session]
         pair = AUTO if pair and pair == col else pair
         load = lambda: app.loader.load_file(session, path, col or None, given_name(path), pair or "")  # noqa: E731
-        out, cols, used, paired = after_load(session, load, mode_value, touched, vals)
+        out, cols, used, paired = after_load(session, load, mode_value, model_value, touched, vals)
         return [out[0], pickers(cols, used, paired)[1] if cols else gr.update(), *out[1:]]
 
     def on_pair(path, col, pair, touched, mode_value, model_value, s, *vals):
@@ -245,35 +241,45 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         if not path:
             return [gr.update(), *keep_fields, gr.update(), gr.update(), session]
         load = lambda: app.loader.load_file(session, path, col or None, given_name(path), pair or "")  # noqa: E731
-        out, _, _, paired = after_load(session, load, mode_value, touched, vals)
+        out, _, _, paired = after_load(session, load, mode_value, model_value, touched, vals)
         # refused (an empty column, the strings again): the picker shows the pairing still loaded, not the refused one
         kept = paired or (session.pairing.partner_column if session.pairing is not None else "")
         return [*out, gr.update(value=kept)]
 
     def on_paste(text, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
-        return after_load(session, lambda: app.loader.load_pasted(session, text), mode_value, touched, vals)[0]
+        load = lambda: app.loader.load_pasted(session, text)  # noqa: E731
+        return after_load(session, load, mode_value, model_value, touched, vals)[0]
 
     def on_example(key, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
-        return after_load(session, lambda: app.loader.load_example(session, key), mode_value, touched, vals)[0]
+        load = lambda: app.loader.load_example(session, key)  # noqa: E731
+        return after_load(session, load, mode_value, model_value, touched, vals)[0]
 
     def on_hub(dataset, column, split, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
         load = lambda: app.loader.load_hub_dataset(session, dataset, column, split)  # noqa: E731
-        return after_load(session, load, mode_value, touched, vals)[0]
+        return after_load(session, load, mode_value, model_value, touched, vals)[0]
 
     def on_mode(mode_value, model_value, s, *vals):
         session = app.session(s)
-        resolved = mode_value if mode_value != "auto" else (session.detected_mode if session.texts else "words")
-        values = preset_values(resolved, session.partners is not None)
-        updates = [gr.update(value=v) for v in values.values()]
+        values = app.planner.preset(session, mode_value, model_value)  # held by the session, as shown
+        updates = [gr.update(value=values[n]) for n in fields]
         # a preset chosen on purpose: every setting is the preset's again
         return [*updates, app.planner.estimate(session, model_value, mode_value, values), session, []]
 
     def on_settings(mode_value, model_value, s, *vals):
+        """A setting changed by hand: the settings shown, held, and their plan."""
         session = app.session(s)
-        return app.planner.estimate(session, model_value, mode_value, dict(zip(fields, vals, strict=True))), session
+        app.planner.hold(session, model_value, mode_value, dict(zip(fields, vals, strict=True)))
+        return estimate_only(app, ui, mode_value, model_value, session, *vals)
+
+    def on_model(mode_value, model_value, s, *vals):
+        """Another base model (picked, or shown by a reloaded page): held with the session's settings, and planned
+        (the page's text left alone without strings: a reattached page's model set during its run)."""
+        session = app.session(s)
+        app.planner.hold_model(session, model_value, mode_value, dict(zip(fields, vals, strict=True)))
+        return estimate_only(app, ui, mode_value, model_value, session, *vals)
 
     inputs = [ui.mode, ui.model, state, *field_list]
     loaded = [ui.input_md, *field_list, ui.estimate_md, ui.launch, state]
@@ -300,8 +306,9 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             return sorted({*(touched or []), name})
 
         field.input(touch, [ui.touched], [ui.touched], queue=False, **PRIVATE)
-    changes = [ui.model.change, *[f.input for f in field_list]]
-    gr.on(changes, on_settings, inputs, [ui.estimate_md, state], show_progress="hidden", **PRIVATE)
+    planned = {"inputs": inputs, "outputs": [ui.estimate_md, state], "show_progress": "hidden", **PRIVATE}
+    ui.model.change(on_model, **planned)
+    gr.on([f.input for f in field_list], on_settings, **planned)
 
 
 def wire_bases(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
@@ -323,9 +330,11 @@ def wire_bases(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 def estimate_only(
     app: MirrorApp, ui: SimpleNamespace, mode_value: str, model_value: str, s: Session | None, *vals: Any
 ) -> tuple:
-    """The Tune tab's plan and time estimate for the session's strings and the settings shown (unchanged when the
-    session has no strings: the page's own text stays)."""
+    """The Tune tab's plan and time estimate for the session's strings and the settings it holds, which the page
+    shows (the values sent where it holds none); unchanged when the session has no strings: the page's own text
+    stays."""
     session = app.session(s)
     if not session.texts:  # nothing to plan; a fresh session is not sent back over one an upload just made
         return gr.update(), session if s is not None else gr.update()
-    return app.planner.estimate(session, model_value, mode_value, dict(zip(ui.fields, vals, strict=True))), session
+    shown = dict(zip(ui.fields, vals, strict=True))
+    return app.planner.held_md(session, model_value, mode_value, shown), session
