@@ -8,12 +8,15 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+
+import numpy as np
 
 from mirror.config import MirrorConfig
 from mirror.pairs import HeldOut, clean_pairs
@@ -31,7 +34,7 @@ class Phase:
 
 @dataclass(frozen=True)
 class Step:
-    """One optimiser step: its loss and the time left, measured on the steps so far (None at the first)."""
+    """One optimiser step: its loss; the app fills in the time left (explorer.tune.eta: None where not known)."""
 
     step: int
     total: int
@@ -58,7 +61,21 @@ class Stopped:
     kind: ClassVar[str] = "stopped"
 
 
-Event = Phase | Step | Finished | Stopped  # the job's events (the app adds its own: explorer.events)
+# a run chooses its blend (mirror.choose) on half its held-out rows when both halves have at least this many
+CHOICE_ROWS_LEAST = 20
+
+@dataclass(frozen=True)
+class Replanned:
+    """The run trains within less memory than its plan was made with (`planned` bytes): the machine has less than
+    that free now, so it plans its steps within `budget` (batches of long strings split more: its Steps' total says
+    how many steps it takes now)."""
+
+    planned: int
+    budget: int
+    kind: ClassVar[str] = "replanned"
+
+
+Event = Phase | Step | Finished | Stopped | Replanned  # the job's events (the app adds its own: explorer.events)
 
 
 def tune_and_index(
@@ -74,6 +91,7 @@ def tune_and_index(
     cache_dir: str | Path | None = None,
     pairs: Sequence[str | None] | None = None,
     columns: tuple[str, str] = ("string", "partner"),
+    planned_memory: int | None = None,
 ) -> None:
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
     and run/tuned_index. Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
@@ -81,7 +99,9 @@ def tune_and_index(
     `cache_dir`: where a hub model is (or is downloaded to; None: Hugging Face's cache). `pairs`: each string's
     partner text (mirror.pairs): `config.pair_holdout` of the rows with one never trains, and Finished's stats["pairs"]
     says how much better the tuned encoder finds their strings from their partners than the base (`columns`: the
-    names of the two sides, for the sentence that says so)."""
+    names of the two sides, for the sentence that says so). `planned_memory`: the budget the run's plan was made with
+    (the app's Launch: `memory` is then not read), kept unless the machine has less than that free when the training
+    starts (`kept_memory`; then Replanned says so)."""
     from mirror.encoder import load_encoder
     from mirror.train import add_stats, mirror_tune, save_result
 
@@ -91,7 +111,7 @@ def tune_and_index(
         texts, partners, _, pair_stats = clean_pairs(texts, pairs)
         held = HeldOut.of(texts, partners, config.pair_holdout, config.seed, columns)
         train_texts, train_partners = held.training()
-    memory = run_memory(config, memory)
+    memory = run_memory(config, memory) if planned_memory is None else planned_memory
     emit(Phase("Loading the base model"))
     encoder = load_encoder(
         config.model,
@@ -110,12 +130,19 @@ def tune_and_index(
     if should_stop():
         emit(Stopped({"steps": 0, "total_steps": 0}))
         return
+    if planned_memory is not None:  # the plan's budget, read now: the model is loaded, the base indexed
+        memory = kept_memory(config, planned_memory)
+        if memory < planned_memory:
+            emit(Replanned(planned_memory, memory))
     # Before step 1: mirror_tune tokenizes every string and plans the batches, and the first step pays for the
     # optimiser's states and the kernels of new shapes (measured: a few seconds on a CPU, more under load).
+    # a pairs run that chooses its blend trains unblended and keeps a copy of the base to blend with (mirror.choose)
+    choose = config.blend_choose and held is not None and len(held.rows) >= 2 * CHOICE_ROWS_LEAST
+    base_copy = copy.deepcopy(encoder) if choose else None
     emit(Phase(f"Starting the training: tokenizing {len(texts):,} strings, planning batches, first step (warm-up)"))
     result = mirror_tune(
         train_texts,
-        config,
+        dataclasses.replace(config, blend_alpha=1.0) if choose else config,
         on_step=lambda s, t, loss, batch: emit(Step(s, t, loss, batch=batch)),
         should_stop=should_stop,
         encoder=encoder,
@@ -129,6 +156,14 @@ def tune_and_index(
     if result.cancelled:
         emit(Stopped(stats))
         return
+    report_rows = held.rows if held is not None else []
+    if base_copy is not None:
+        report_rows, choice = _choose_blend(base_copy, result, held, run, emit, should_stop, config.blend_alpha)
+        del base_copy
+        if choice is None:
+            emit(Stopped(stats))
+            return
+        stats.update(run_alpha=choice.alpha, blend_choice=choice.to_dict(), summary=result.summary())
     emit(Phase("Saving the tuned model"))
     save_result(result, run / "model")
     started = time.perf_counter()
@@ -141,9 +176,44 @@ def tune_and_index(
         if base_ranks is not None:
             emit(Phase(f"Measuring the tuned model on the {len(held.rows):,} held-out rows"))
             tuned_ranks = held.ranks(result.encoder, _vectors(run / "tuned_index", result.encoder))
-            stats["pairs"]["gain"] = held.gain(base_ranks, tuned_ranks).to_dict()
+            # the gain on the rows that did not choose the blend (all of them when the run did not choose)
+            keep = np.isin(held.rows, report_rows)
+            stats["pairs"]["gain"] = held.gain(base_ranks[keep], tuned_ranks[keep]).to_dict()
+            stats["pairs"]["reported_rows"] = int(keep.sum())
         add_stats(run / "model", pairs=stats["pairs"])  # the model folder says what it trained on, and gained
     emit(Finished(stats))
+
+
+def _choose_blend(base, result, held, run: Path, emit, should_stop, fallback_alpha: float) -> tuple[list[int], Any]:
+    """Split the held-out rows (every other one chooses, the rest report), save the unblended weights as
+    run/tuned_model (what a later blend of this run blends), and leave `result` at the chosen α (mirror.choose):
+    (the reporting rows, the Choice), or (rows, None) when a stop was asked meanwhile."""
+    from mirror.choose import ALPHAS, choose_blend
+    from mirror.train import save_result
+
+    choosing, reporting = held.rows[0::2], held.rows[1::2]
+    emit(Phase("Saving the unblended tuned model"))
+    trained_as = result.config  # blend_alpha 1: the weights as trained
+    result.config = dataclasses.replace(trained_as, blend_alpha=fallback_alpha)  # its config: the settings launched
+    save_result(result, run / "tuned_model")
+    if should_stop():
+        return reporting, None
+    label = f"Choosing the blend: {len(choosing):,} held-out rows and the general checks at α " + ", ".join(
+        f"{a:g}" for a in ALPHAS
+    )
+    emit(Phase(label))
+    choice = choose_blend(
+        base,
+        result.encoder,
+        held.texts,
+        held.partners,
+        choosing,
+        seed=result.config.seed,
+        on_alpha=lambda what: emit(Phase(f"{label}: {what}")),
+    )
+    result.config = dataclasses.replace(result.config, blend_alpha=choice.alpha)
+    result.notes.append(choice.reason)
+    return reporting, choice
 
 
 def _vectors(folder: Path, encoder) -> Any:
@@ -163,9 +233,31 @@ def index_with(encoder, texts: list[str], folder: Path, label: str, emit: Callab
 
 
 def run_memory(config: MirrorConfig, memory: int | None) -> int | None:
-    """The memory a run plans its steps with: an operator's cap (`memory`), never more than the machine has free
-    now (mirror_tune's own default); None: that default. The estimate prices the same plan with it."""
+    """The memory a run plans its steps with: an operator's cap (`memory`), never more than the machine gives a run
+    now (memory.available_bytes, mirror_tune's own default); None: that default, read when the run plans."""
     from mirror.encoder import resolve_device
     from mirror.memory import available_bytes
 
     return min(memory, available_bytes(resolve_device(config.device))) if memory else memory
+
+
+def plan_memory(config: MirrorConfig, memory: int | None) -> int:
+    """The budget a server's run is planned with (`run_memory` under the operator's cap `memory`), as a number: the
+    plan shown prices it, and the run keeps it (`kept_memory`)."""
+    from mirror.encoder import resolve_device
+    from mirror.memory import available_bytes
+
+    return run_memory(config, memory) or available_bytes(resolve_device(config.device))
+
+
+def kept_memory(config: MirrorConfig, planned: int) -> int:
+    """The budget of a run whose plan was made within `planned` bytes: those, while the machine has at least that
+    much free (a run plans within a share of what is free, memory.available_bytes, and that share moves as models load
+    and indexes are built: the plan must not); else, the machine truly having less, what it gives a run now."""
+    from mirror.encoder import resolve_device
+    from mirror.memory import CPU_FRACTION, GPU_FRACTION, available_bytes
+
+    device = resolve_device(config.device)
+    now = available_bytes(device)
+    free = now / (GPU_FRACTION if device.type == "cuda" else CPU_FRACTION)
+    return planned if planned <= free else min(planned, now)

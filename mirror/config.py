@@ -73,6 +73,10 @@ class MirrorConfig:
     freeze_layers: int = 0  # the lowest N transformer layers keep the base's weights (0: every layer trains)
     freeze_embeddings: bool = False  # the token and position embeddings keep the base's weights
     blend_alpha: float = 1.0  # WiSE-FT after training: weights (1 − α)·base + α·tuned (1: the tuned model as trained)
+    # a pairs run with held-out rows: train unblended, then serve the α of mirror.choose.ALPHAS with the most held-out
+    # gain that keeps every general check's dev half within half a margin of the base (mirror/choose.py); blend_alpha
+    # is the α when there are too few held-out rows to choose on, and records the one chosen
+    blend_choose: bool = False
     join_views: int = 1  # longer views: N of the strings (shuffled) joined into one training string; raise max_length
     # general text (mirror/general.py: Wikipedia sentences, or words for a words run) added to every batch so that it
     # is this fraction of the batch's strings; the user's strings alone still make the batches and the step count
@@ -183,6 +187,8 @@ REMEDY_HELP: dict[str, str] = {
     "freeze_embeddings": "the embeddings keep the base's weights",
     "blend_alpha": "after training, weights (1 - α)·base + α·tuned (WiSE-FT); 1 = no blend; on a sentence encoder the "
     "sentences preset blends at 0.25, the words preset at 0.75",
+    "blend_choose": "a pairs run: serve the blend α (1, 0.75, 0.5, 0.25) with the most gain on its held-out rows that "
+    "keeps the general checks (measured after training, no training again)",
     "join_views": "longer views: N strings joined into one training string (raise --max-length with it)",
     "mix_general": "mix general text (bundled Wikipedia sentences, or words for a words run) into every batch: this "
     "fraction of its strings, 0 = off",
@@ -287,7 +293,9 @@ SENTENCE_ENCODER_ADJUSTMENTS: dict[str, dict[str, Any]] = {
 # H200), the one with the most mean held-out MRR@10 gain whose general checks' dev halves all held (none more than
 # half a margin below the base) on both sets: distillation to the frozen base (λ 10) blended at α 0.5, +4.8 [+3.4,
 # +6.3] (FOLDOC) and +5.5 [+2.7, +8.4] (stdlib), against mirror-only's -0.3 and +2.7 and α 0.25 alone's +3.2 / +3.8.
-PAIRS_ADJUSTMENTS: dict[str, Any] = {"temperature": 0.05, "lr": 2e-5, "epochs": 1, "min_steps": 50}
+# blend_choose (issue 60): the fixed α below is kept for a run with too few held-out rows; a run with them chooses its
+# own by the same rule, on its own held-out rows and the checks' dev halves (bench/RESULTS.md "Pairs: a blend per run").
+PAIRS_ADJUSTMENTS: dict[str, Any] = {"temperature": 0.05, "lr": 2e-5, "epochs": 1, "min_steps": 50, "blend_choose": True}
 PAIRS_ENCODER_ADJUSTMENTS: dict[str, Any] = {"distill": 10.0, "blend_alpha": 0.5}
 
 

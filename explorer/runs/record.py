@@ -60,6 +60,7 @@ class Training:
     min_steps: int | None = None
     run_alpha: float | None = None  # the run's own blend with its base after training (MirrorConfig.blend_alpha)
     pairs: Pairs | None = None
+    blend_choice: dict[str, Any] | None = None  # how a pairs run chose its α (mirror.choose.Choice.to_dict)
 
 
 @dataclass
@@ -125,7 +126,14 @@ class RunRecord:
 
 TRAINING = ("base_model", "strings", "steps", "total_steps", "seconds", "device", "cancelled", "first_loss")
 TRAINING += ("final_loss",)
-TRAINED_MORE = ("mode", "batch_sizes", "epochs", "min_steps", "run_alpha")  # after summary, pooling: index.pipeline
+TRAINED_MORE = (
+    "mode",
+    "batch_sizes",
+    "epochs",
+    "min_steps",
+    "run_alpha",
+    "blend_choice",
+)  # after summary, pooling: index.pipeline
 TIMING = ("load_seconds", "blend_seconds", "served_seconds", "wall_seconds", "started_at", "finished_at")
 TIMING += ("tuned_index_seconds",)
 

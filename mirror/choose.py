@@ -1,0 +1,160 @@
+"""The blend a pairs run serves, chosen by the run itself (issue 60): no training again, only measuring.
+
+A pairs run holds out rows it never trains on, and the general checks have dev halves. After training (unblended),
+`choose_blend` sets the tuned weights to (1 - α)·base + α·tuned for each α of `alphas` and measures
+- the held-out rows given to it (the *choice* rows: half of the run's held-out rows; the other half reports the
+  run's gain, so the figure the page shows was not used to choose it): MRR@10 of finding each row's string from its
+  partner among a pool of the run's strings (the choice rows' own and a seeded sample of the others, POOL in all);
+- the general checks' dev halves (mirror.checks), base against blend,
+and keeps the α with the most held-out MRR@10 among those no check's dev half puts more than half its margin below
+the base: the presets' rule (mirror/config.py), now per run. Candidates are measured on the held-out rows first and
+checked in that order, so a run usually pays for one or two rounds of checks. When no α keeps every check, the lowest
+is served and the choice says so. The encoder is left at the chosen α.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ALPHAS = (1.0, 0.75, 0.5, 0.25)
+POOL = 2000  # strings the choice rows' partners are searched among, at each α
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One α as measured: held-out MRR@10 on the choice rows, each check's change (blend - base) on its dev half,
+    and whether it keeps the rule (None: its checks were not needed)."""
+
+    alpha: float
+    mrr10: float
+    checks: dict[str, float] = field(default_factory=dict)
+    within: bool | None = None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The α served and why, with every candidate measured and the base's MRR@10 on the same rows."""
+
+    alpha: float
+    base_mrr10: float
+    candidates: tuple[Candidate, ...]
+    rows: int
+    pool: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "base_mrr10": round(self.base_mrr10, 2),
+            "rows": self.rows,
+            "pool": self.pool,
+            "reason": self.reason,
+            "candidates": [
+                {"alpha": c.alpha, "mrr10": round(c.mrr10, 2), "checks": c.checks, "within": c.within}
+                for c in self.candidates
+            ],
+        }
+
+
+def pool_of(n_strings: int, targets: Sequence[int], size: int = POOL, seed: int = 0) -> list[int]:
+    """The strings searched: every target and a seeded sample of the others, `size` in all (at most all)."""
+    chosen = set(targets)
+    others = [i for i in range(n_strings) if i not in chosen]
+    extra = max(0, size - len(chosen))
+    return sorted(chosen | set(random.Random(seed).sample(others, min(extra, len(others)))))
+
+
+def held_mrr(encoder: Any, strings: Sequence[str], partners: Sequence[str | None], rows: Sequence[int],
+             pool: Sequence[int]) -> float:  # fmt: skip
+    """MRR@10 (in %) of finding each row's string from its partner among the `pool` strings."""
+    from mirror.pairs import figures, retrieval
+
+    where = {s: j for j, s in enumerate(pool)}
+    vectors = np.asarray(encoder.encode([strings[i] for i in pool], normalize=True), dtype=np.float32)
+    queries = np.asarray(encoder.encode([partners[i] for i in rows], normalize=True), dtype=np.float32)
+    return figures(retrieval(vectors, queries, [where[i] for i in rows]))["mrr10"]
+
+
+def check_changes(base: Any, tuned: Any, checks: Sequence[Any], base_sides: dict[str, Any]) -> dict[str, float]:
+    """Each check's dev-half score, blend minus base (points), the base's side computed once into `base_sides`."""
+    from mirror.checks import check_items, score, side
+
+    out = {}
+    for check in checks:
+        items = check_items(check, "dev")
+        if check.name not in base_sides:
+            base_sides[check.name] = side(base, check, items)
+        out[check.name] = round(score(items, side(tuned, check, items)) - score(items, base_sides[check.name]), 2)
+    return out
+
+
+def within_rule(changes: dict[str, float], checks: Sequence[Any]) -> bool:
+    """No check's dev half more than half its margin below the base (the presets' rule)."""
+    margins = {c.name: c.margin for c in checks}
+    return all(delta >= -0.5 * margins[name] for name, delta in changes.items())
+
+
+def choose_blend(
+    base: Any,
+    tuned: Any,
+    strings: Sequence[str],
+    partners: Sequence[str | None],
+    rows: Sequence[int],
+    alphas: Sequence[float] = ALPHAS,
+    *,
+    checks: Sequence[Any] | None = None,
+    pool_size: int = POOL,
+    seed: int = 0,
+    on_alpha: Callable[[str], None] | None = None,
+) -> Choice:
+    """Measure `tuned` (an Encoder, trained, unblended) blended with `base` (the Encoder it was tuned from) at each α
+    on the choice `rows` and the checks' dev halves; leave `tuned` at the chosen α and return the Choice."""
+    import torch
+
+    from mirror.blend import mix_weights
+    from mirror.checks import CHECKS
+
+    checks = list(CHECKS if checks is None else checks)
+    pool = pool_of(len(strings), rows, pool_size, seed)
+    say = on_alpha or (lambda text: None)
+    trained = {k: v.detach().clone() for k, v in tuned.model.state_dict().items()}
+
+    def set_alpha(alpha: float) -> None:
+        with tuned.changing_weights(), torch.no_grad():
+            tuned.model.load_state_dict(trained)
+            mix_weights(tuned.model, base.model, alpha)
+
+    base_mrr = held_mrr(base, strings, partners, rows, pool)
+    measured: dict[float, float] = {}
+    for alpha in alphas:
+        say(f"held-out rows at α {alpha:g}")
+        set_alpha(alpha)
+        measured[alpha] = held_mrr(tuned, strings, partners, rows, pool)
+    order = sorted(alphas, key=lambda a: (-measured[a], -a))  # most held-out gain first; a tie keeps more tuning
+    candidates: dict[float, Candidate] = {a: Candidate(a, measured[a]) for a in alphas}
+    base_sides: dict[str, Any] = {}
+    chosen = None
+    for alpha in order:
+        say(f"general checks at α {alpha:g}")
+        set_alpha(alpha)
+        changes = check_changes(base, tuned, checks, base_sides)
+        ok = within_rule(changes, checks)
+        candidates[alpha] = Candidate(alpha, measured[alpha], changes, ok)
+        if ok:
+            chosen = alpha
+            break
+    if chosen is not None:
+        reason = (
+            f"α {chosen:g}: the most held-out gain ({measured[chosen] - base_mrr:+.1f} MRR@10 on {len(rows):,} rows) "
+            "of the blends that keep every general check's dev half within half a margin of the base"
+        )
+    else:
+        chosen = min(alphas)
+        reason = f"α {chosen:g}: no blend kept every general check within half a margin of the base; the lowest"
+    set_alpha(chosen)
+    return Choice(chosen, base_mrr, tuple(candidates[a] for a in alphas), len(rows), len(pool), reason)

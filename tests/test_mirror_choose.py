@@ -1,0 +1,109 @@
+"""A pairs run's blend chosen by the run (issue 60, mirror/choose.py): the rule, the weights it leaves, and the whole
+path (index.pipeline.tune_and_index): the unblended weights kept, the served model the chosen blend, its index what
+that model computes, the gain reported on the rows that did not choose."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+
+import numpy as np
+import torch
+
+from mirror.checks import CHECKS
+from mirror.choose import ALPHAS, choose_blend, pool_of, within_rule
+from mirror.config import MirrorConfig
+from tests.conftest import VOCAB_WORDS
+
+TINY_PAIRS = {"batch_size": 8, "lr": 1e-3, "device": "cpu", "pair_max_length": 32}
+WORD_CHECKS = [c for c in CHECKS if c.name in ("SimLex-999", "WordSim-353")]  # cheap for a tiny model
+
+
+def rows_of_pairs(n: int) -> tuple[list[str], list[str]]:
+    """`n` distinct strings of the tiny vocabulary, each with a partner of its own."""
+    combos = itertools.product(VOCAB_WORDS, VOCAB_WORDS, VOCAB_WORDS)
+    texts = [" ".join(c) for c, _ in zip(combos, range(n), strict=False)]
+    return texts, [" ".join(reversed(t.split())) + " here" for t in texts]
+
+
+def weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+
+
+def test_the_rule_keeps_every_check_within_half_its_margin():
+    margins = {c.name: c.margin for c in CHECKS}
+    name = next(iter(margins))
+    assert within_rule({name: -0.5 * margins[name]}, CHECKS)
+    assert not within_rule({name: -0.5 * margins[name] - 0.01}, CHECKS)
+    assert within_rule({n: 3.0 for n in margins}, CHECKS)
+
+
+def test_the_pool_holds_every_target_and_a_seeded_sample():
+    pool = pool_of(5000, [3, 10, 4999], size=100, seed=1)
+    assert len(pool) == 100 and {3, 10, 4999} <= set(pool) and pool == pool_of(5000, [3, 10, 4999], 100, 1)
+    assert pool_of(50, [1, 2], size=100) == list(range(50))
+
+
+def test_the_choice_is_the_best_held_out_alpha_within_the_rule_and_the_weights_are_its_blend(tiny_bert):
+    from mirror.encoder import load_encoder
+
+    base = load_encoder(str(tiny_bert), device="cpu")
+    tuned = copy.deepcopy(base)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for w in tuned.model.parameters():
+            w.add_(0.05 * torch.randn_like(w))  # "trained": another model of the same shape
+    trained, original = weights(tuned.model), weights(base.model)
+    texts, partners = rows_of_pairs(300)
+    choice = choose_blend(base, tuned, texts, partners, list(range(0, 300, 7)), checks=WORD_CHECKS, pool_size=120)
+    assert [c.alpha for c in choice.candidates] == list(ALPHAS) and choice.rows == 43 and choice.pool == 120
+    kept = [c for c in choice.candidates if c.within]
+    if kept:  # the most held-out MRR@10 among the ones within the rule, and none measured better was within it
+        best = max(kept, key=lambda c: (c.mrr10, c.alpha))
+        assert choice.alpha == best.alpha
+        assert all(c.within is False for c in choice.candidates if (c.mrr10, c.alpha) > (best.mrr10, best.alpha))
+    else:
+        assert choice.alpha == min(ALPHAS) and "no blend kept" in choice.reason
+    a = choice.alpha
+    for key, w in weights(tuned.model).items():  # the encoder is left at the chosen blend of the weights as trained
+        torch.testing.assert_close(w, (1 - a) * original[key] + a * trained[key], rtol=1e-5, atol=1e-6)
+    assert weights(base.model).keys() == original.keys()
+    assert all(torch.equal(weights(base.model)[k], original[k]) for k in original)  # the base untouched
+
+
+def test_a_pairs_run_serves_its_chosen_blend_keeps_the_weights_as_trained_and_reports_the_other_rows(
+    tiny_bert, tmp_path
+):
+    from index.pipeline import Finished, tune_and_index
+    from index.store import VectorIndex
+    from mirror.encoder import load_encoder
+
+    texts, partners = rows_of_pairs(440)  # 44 held out: 22 choose, 22 report
+    config = MirrorConfig.preset("sentences", model=str(tiny_bert), pairs=True, max_steps=2, **TINY_PAIRS)
+    assert config.blend_choose  # the pairs preset chooses
+    events: list = []
+    run = tmp_path / "run"
+    tune_and_index(texts, config, run, emit=events.append, pairs=partners, columns=("name", "text"))
+    stats = next(e for e in events if isinstance(e, Finished)).stats
+    choice = stats["blend_choice"]
+    assert stats["run_alpha"] == choice["alpha"] and choice["rows"] == 22
+    assert [c["alpha"] for c in choice["candidates"]] == list(ALPHAS)
+    assert stats["pairs"]["held_out"] == 44 and stats["pairs"]["gain"]["rows"] == 22  # reported on the others
+    # the served model is the chosen blend of the base and the weights as trained (kept in tuned_model/)
+    served = load_encoder(str(run / "model"), device="cpu", allowed_roots=[run])
+    trained = load_encoder(str(run / "tuned_model"), device="cpu", allowed_roots=[run])
+    base = load_encoder(str(tiny_bert), device="cpu")
+    a = choice["alpha"]
+    b, t, s = weights(base.model), weights(trained.model), weights(served.model)
+    for key in s:
+        torch.testing.assert_close(s[key], (1 - a) * b[key] + a * t[key], rtol=1e-5, atol=1e-5)
+    saved = json.loads((run / "model" / "mirror_config.json").read_text())
+    assert saved["config"]["blend_alpha"] == a and saved["config"]["blend_choose"] is True
+    # what a search finds is what the served model computes
+    index = VectorIndex.load(run / "tuned_index")
+    some = [0, 17, 300]
+    np.testing.assert_allclose(index.stored(some), served.encode([texts[i] for i in some], normalize=True), atol=1e-5)
+    from index.pipeline import Phase
+
+    assert any(isinstance(e, Phase) and e.text.startswith("Choosing the blend") for e in events)
