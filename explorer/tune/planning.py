@@ -272,25 +272,29 @@ class Planner:
 
     def restored(self, session: Session, launched_by: Session | None = None) -> tuple[Tuning, list[str]] | None:
         """The settings a page (re)loaded shows, held by `session` from now on: its own; else those of the session
-        that launched the run the page follows (`launched_by`: a reload during the run); else those its served run
-        was launched with on this server, or that run's recorded config; None when there are none. With them, the
-        names of those that differ from the preset of the strings (changed by hand: a later load keeps them)."""
-        tuning = session.tuning or (launched_by.tuning if launched_by is not None else None)
-        if tuning is None and session.run is not None:
-            tuning = self._launched.get(session.run.folder.name) or recorded_tuning(session.run, session.detected_mode)
-        if tuning is None:
-            return None
-        session.tuning = tuning  # (a page reattached to a run: its strings come back with the run's end)
-        strings = session if session.texts or launched_by is None else launched_by
-        resolved = tuning.mode if tuning.mode != "auto" else strings.detected_mode
-        preset = preset_overrides(resolved, strings.partners is not None)
+        that launched the run the page follows (`launched_by`: this browser's page before its reload); else those its
+        served run (a blend: its parent) was launched with on this server, or that run's recorded config; None when
+        there are none. With them, the names of those changed by hand (those that differ from the strings' preset)
+        where they are this browser's own settings: a later load keeps them; a run's settings are nobody's here."""
+        held = session if session.tuning is not None else launched_by
+        if held is None or held.tuning is None:
+            run = session.run
+            if run is None:
+                return None
+            tuning = self._launched.get(run.folder.name) or self._launched.get(run.record.origin.parent or "")
+            session.tuning = tuning or recorded_tuning(run, session.detected_mode)
+            return (session.tuning, []) if session.tuning is not None else None
+        session.tuning = tuning = held.tuning  # (reattached to a run: its strings come back with the run's end)
+        resolved = tuning.mode if tuning.mode != "auto" else held.detected_mode
+        preset = preset_overrides(resolved, held.partners is not None)
         return tuning, [name for name, value in tuning.overrides.items() if name in preset and value != preset[name]]
 
-    def memory_budget(self, config) -> int | None:
-        """The memory a run of `config` will plan its steps with (index.pipeline.run_memory)."""
-        from index.pipeline import run_memory
+    def memory_budget(self, config) -> int:
+        """The memory a run of `config` plans its steps with (index.pipeline.plan_memory): the one a Launch plans
+        with is carried to its job, which keeps it (index.pipeline.kept_memory)."""
+        from index.pipeline import plan_memory
 
-        return run_memory(config, self.settings.train_memory_bytes)
+        return plan_memory(config, self.settings.train_memory_bytes)
 
     def check_encoders(self, base) -> int:
         """Encoders the general checks after a run encode: none when they are off, 1 when the base's scores are
@@ -301,14 +305,19 @@ class Planner:
             return 0
         return 1 if base_scored(base) else 2
 
-    def planned(self, texts: list[str], key: str, config, base, build_base: bool) -> Any:
-        """The calibrated estimate of the run about to start, if its key is calibrated (never calibrates: the run
-        is about to use the machine); None otherwise. Only for `Estimator.observe` after the run."""
+    def planned(
+        self, texts: list[str], key: str, config, base, build_base: bool, memory: int | None = None, partners=None
+    ) -> Any:
+        """The calibrated estimate of the run about to start within `memory` bytes (its plan's budget; None: read now),
+        of `texts` and their `partners` (a pairs run), if its key is calibrated (never calibrates: the run is about to
+        use the machine); None otherwise. What its live ETA re-times (explorer.tune.eta) and `Estimator.observe`
+        learns from after the run."""
         try:
             device, threads = device_and_threads(config.device)
+            budget = self.memory_budget(config) if memory is None else memory
             return self.estimator.estimate(
-                texts, key, config, device, threads, base, self.memory_budget(config), build_base,
-                wait=False, may_calibrate=False,
+                texts, key, config, device, threads, base, budget, build_base, wait=False, may_calibrate=False,
+                check_encoders=self.check_encoders(base), train_texts=second_sides(texts, partners),
             )  # fmt: skip
         except MirrorError as exc:  # a plan the run itself refuses (memory, length): said to the user, no traceback
             log.info("could not price the run for the estimator: %s", exc)
