@@ -16,6 +16,11 @@ from typing import Any
 
 import torch
 
+try:  # the lock around precision.json's writes (Unix); elsewhere processes measuring at once may keep one
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 from mirror.errors import MirrorError
 
 
@@ -162,18 +167,35 @@ def bf16_measured_faster(model: Any, kind: str = "encode") -> bool:
                 kept = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 kept = {}
+            if not isinstance(kept, dict):  # valid JSON of another shape (`[1, 2]`): measured again, rewritten
+                kept = {}
             if isinstance(kept.get(name), dict) and "bf16_chosen" in kept[name]:
                 MEASURED[key] = kept[name]
             else:
                 MEASURED[key] = kept[name] = _measure(getattr(model, "module", model), kind)
-                try:  # another process may write too: each writes whole files, the last one's stays
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-                    tmp.write_text(json.dumps(kept, indent=1, sort_keys=True), encoding="utf-8")
-                    tmp.replace(path)
-                except OSError:  # a read-only home: measured again by the next process
-                    pass
+                _keep(path, name, MEASURED[key])
     return bool(MEASURED[key]["bf16_chosen"])
+
+
+def _keep(path: Path, name: str, entry: dict[str, Any]) -> None:
+    """Add one measurement to `path` under an exclusive lock, read again inside it: processes measuring at once each
+    keep theirs (three at once kept one of three when each wrote the file it had read before measuring)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                kept = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                kept = {}
+            kept = kept if isinstance(kept, dict) else {}
+            kept[name] = entry
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(kept, indent=1, sort_keys=True), encoding="utf-8")
+            tmp.replace(path)
+    except OSError:  # a read-only home: measured again by the next process
+        pass
 
 
 def _measure(model: Any, kind: str, clock=time.perf_counter) -> dict[str, float]:

@@ -72,3 +72,21 @@ def test_the_oldest_links_are_forgotten_past_the_cap(served):
     assert client.get("/" + links[0]).status_code == 404
     assert all(client.get("/" + link).status_code == 200 for link in links[1:])
     assert downloads.link(files[0]) != links[0]  # offered again: a new link
+
+
+def test_one_visitors_links_push_out_only_its_own(tmp_path):
+    """Issue 58 (Low): one page made 300 links in 33 s; the shared registry would push out everyone's. A visitor
+    past its own cap loses its own oldest link, nobody else's."""
+    from explorer.share.downloads import Downloads
+
+    downloads = Downloads(max_links=1000, per_owner=3)
+    files = [tmp_path / f"f{i}.csv" for i in range(6)]
+    for f in files:
+        f.write_text("x")
+    victim = downloads.link(files[0], "victim")
+    spam = [downloads.link(f, "stranger") for f in files[1:]]
+    token = lambda link: link.split("/")[1]  # noqa: E731
+    assert downloads.file(token(victim), files[0].name) == files[0].resolve()  # still served
+    assert downloads.file(token(spam[0]), files[1].name) is None  # the stranger's oldest went
+    assert all(downloads.file(token(s), f.name) is not None for s, f in zip(spam[-3:], files[-3:], strict=True))
+    assert len(downloads.by_token) == 4 and set(downloads.by_owner) == {"victim", "stranger"}

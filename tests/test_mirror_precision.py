@@ -114,3 +114,32 @@ def test_bf16_must_win_by_the_margin(tiny_bert, fp32_s, bf16_s, chosen):
 
     figures = precision._measure(load_encoder(tiny_bert).model, "encode", clock=clock)
     assert figures == pytest.approx({"fp32": fp32_s, "bf16": bf16_s, "bf16_chosen": chosen})
+
+
+def test_a_file_of_another_shape_is_measured_again_and_rewritten(measured, fresh, tiny_bert):
+    """Issue 58 (Low): a precision.json holding valid JSON of another shape (`[1, 2]`) failed every run with an
+    AttributeError and was never rewritten."""
+    fresh.write_text("[1, 2]")
+    model = load_encoder(tiny_bert).model
+    assert precision.resolve_precision(CPU, "auto", model, "encode") is torch.bfloat16
+    kept = json.loads(fresh.read_text())
+    assert isinstance(kept, dict) and len(kept) == 1 and measured == ["encode"]
+
+
+def test_processes_measuring_at_once_each_keep_their_measurement(fresh):
+    """Three processes measuring at once kept 1 of 3 entries (each wrote the file it read before measuring)."""
+    import threading
+
+    entries = {f"machine {i}": {"fp32": 1.0, "bf16": 2.0, "bf16_chosen": 0.0} for i in range(3)}
+    start = threading.Barrier(3)
+
+    def keep(name: str) -> None:
+        start.wait()
+        precision._keep(fresh, name, entries[name])
+
+    threads = [threading.Thread(target=keep, args=(name,)) for name in entries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert json.loads(fresh.read_text()) == entries

@@ -116,7 +116,8 @@ def download(app: MirrorApp, path: Any, label: str) -> dict:
     if not path or not Path(path).is_file():
         return gr.update(value="", visible=False)
     file = Path(path)
-    href, name = html.escape(app.downloads.link(file)), html.escape(file.name)
+    visitor = current_visitor()  # each visitor's links are bounded apart (explorer.share.downloads)
+    href, name = html.escape(app.downloads.link(file, visitor.visitor if visitor else None)), html.escape(file.name)
     return gr.update(
         value=f'<div class="mx-download"><span class="mx-download-label">{html.escape(label)}</span>'
         f'<a href="{href}" download="{name}">⬇ {name}</a> <span class="mx-download-size">'

@@ -32,26 +32,49 @@ ROUTE = re.compile(rf"/{PREFIX}/([A-Za-z0-9_-]{{16,64}})/([^/]+)$")
 class Downloads:
     """The files the app offers for download, by token (at most `max_links`; the oldest forgotten first)."""
 
-    def __init__(self, max_links: int = 20_000):
-        self.max_links = max_links
+    def __init__(self, max_links: int = 20_000, per_owner: int = 500):
+        self.max_links, self.per_owner = max_links, per_owner
         self.by_token: collections.OrderedDict[str, Path] = collections.OrderedDict()
         self.by_path: dict[Path, str] = {}
+        # each visitor's own links, oldest first: past `per_owner` a visitor's oldest goes, nobody else's (issue 58:
+        # one page made 300 links in 33 s, and the shared registry would have pushed everyone's out in ~37 min)
+        self.by_owner: dict[str, collections.OrderedDict[str, None]] = {}
+        self.owner_of: dict[str, str] = {}
         self.lock = threading.Lock()
 
-    def link(self, path: str | Path) -> str:
-        """The link of the file at `path` (registered on first use): `download/<token>/<quoted name>`."""
+    def link(self, path: str | Path, owner: str | None = None) -> str:
+        """The link of the file at `path` (registered on first use, for `owner`: a visitor, or None for the
+        app's own): `download/<token>/<quoted name>`."""
         path = Path(path).resolve()
         with self.lock:
             token = self.by_path.get(path)
             if token is None:
                 token = secrets.token_urlsafe(18)
                 self.by_token[token], self.by_path[path] = path, token
+                if owner is not None:
+                    mine = self.by_owner.setdefault(owner, collections.OrderedDict())
+                    mine[token], self.owner_of[token] = None, owner
+                    while len(mine) > self.per_owner:
+                        self._forget(next(iter(mine)))
                 while len(self.by_token) > self.max_links:
-                    _, old = self.by_token.popitem(last=False)
-                    self.by_path.pop(old, None)
+                    self._forget(next(iter(self.by_token)))
             else:
                 self.by_token.move_to_end(token)
+                owned = self.owner_of.get(token)
+                if owned is not None:
+                    self.by_owner[owned].move_to_end(token)
         return f"{PREFIX}/{token}/{quote(path.name)}"
+
+    def _forget(self, token: str) -> None:
+        path = self.by_token.pop(token, None)
+        if path is not None:
+            self.by_path.pop(path, None)
+        owner = self.owner_of.pop(token, None)
+        if owner is not None:
+            mine = self.by_owner[owner]
+            mine.pop(token, None)
+            if not mine:
+                del self.by_owner[owner]
 
     def file(self, token: str, name: str) -> Path | None:
         """The registered file of `token`, if its name is `name` and it still exists."""
