@@ -1,8 +1,10 @@
 """Progress events: one frozen dataclass per kind, born in the job runner and drawn by the UI, the API and the CLI.
 
-A training job yields Phase, Step, Note and Tick while it runs, then one of Finished (its files are in its
-folder) or Stopped (cancelled, timed out, abandoned) or Failed (Phase, Step, Finished and Stopped are the tune -> index
-job's own, defined with it in index.pipeline). The service turns Finished into Served (the run it now serves) and,
+A training job yields Phase, Step, Note and Tick while it runs (and Replanned when the machine has less memory free
+than its plan was made with), then one of Finished (its files are in its folder) or Stopped (cancelled, timed out,
+abandoned) or Failed (Phase, Step, Replanned, Finished and Stopped are the tune -> index job's own, defined with it in
+index.pipeline). The training producer turns Replanned into a Note with the run's new step count, and fills in each
+Step's time left (explorer.tune.eta). The service turns Finished into Served (the run it now serves) and,
 once its general checks, card and downloads are made, Done; and Stopped into Cancelled (with the sentence to show).
 Adding a field is one edit here.
 Every event has a `kind` string, the same for an event and the dict an API client gets.
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from index.pipeline import Finished, Phase, Step, Stopped
+from index.pipeline import Finished, Phase, Replanned, Step, Stopped
 from mirror.errors import without_paths
 
 if TYPE_CHECKING:
@@ -85,6 +87,7 @@ __all__ = [
     "Finished",
     "Note",
     "Phase",
+    "Replanned",
     "Served",
     "Step",
     "Stopped",
@@ -92,5 +95,5 @@ __all__ = [
     "Tick",
 ]
 
-Event = Phase | Step | Note | Tick | Finished | Stopped | Served | Done | Cancelled | Failed
+Event = Phase | Step | Note | Tick | Finished | Stopped | Replanned | Served | Done | Cancelled | Failed
 TERMINAL = (Done, Cancelled, Failed)

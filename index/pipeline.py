@@ -64,6 +64,7 @@ class Stopped:
 # a run chooses its blend (mirror.choose) on half its held-out rows when both halves have at least this many
 CHOICE_ROWS_LEAST = 20
 
+
 @dataclass(frozen=True)
 class Replanned:
     """The run trains within less memory than its plan was made with (`planned` bytes): the machine has less than

@@ -10,21 +10,18 @@ abandoned), which reaches it as a STOP file in the run folder, or when it is clo
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import math
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from explorer.events import Event, Failed, Step, Tick
+from explorer.events import Event, Failed, Tick
 from explorer.runs.live import STOP_FILE, Run, Status
 from explorer.settings import spaces
-from explorer.tune.estimate import IO_PHASES, Estimate
 from explorer.tune.guess import estimate_seconds
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorError
@@ -197,13 +194,16 @@ def train_job(
     partners: list[str | None] | None = None,
     columns: list[str] | None = None,
 ) -> Iterator[Event]:
-    """Tune and index in `run_dir`, yielding Phase, Step, Note and Tick, then Finished, Stopped or Failed.
+    """Tune and index in `run_dir`, yielding Phase, Step, Replanned and Tick, then Finished, Stopped or Failed.
 
     Results are files in run_dir: model/ (sentence-transformers), base_index/ (unless build_base is False) and
     tuned_index/. The job stops between steps when a file named STOP appears in run_dir (its run's one stop,
     explorer.runs.live.Run.stop, across processes), or when it is closed before its end (its consumer is gone).
-    `limits["memory"]` bounds what a training step may plan for (None: the memory available); `limits["hub_cache"]`:
-    where the server keeps hub models (explorer.runs.hubcache: the base was downloaded there before the job).
+    `limits["memory"]`: the memory budget the run's plan was made with (explorer.tune.planning.Planner.memory_budget),
+    which the run keeps unless the machine has less than that free when it trains (then it says so: Replanned; None:
+    what the machine gives when it trains); `limits["hub_cache"]`: where the server keeps hub models
+    (explorer.runs.hubcache: the base was downloaded there before the job). Its Steps carry no time left: the service
+    times them against the run's plan (explorer.tune.eta).
     `partners`: each string's partner text (pairs, from the file's `columns` [strings, partners]): some held out,
     the gain on them in Finished's stats["pairs"] (index.pipeline.tune_and_index).
     """
@@ -229,7 +229,7 @@ def train_job(
                     build_base=build_base,
                     emit=events.put,
                     should_stop=should_stop,
-                    memory=limits.get("memory"),
+                    planned_memory=limits.get("memory"),
                     cache_dir=limits.get("hub_cache"),
                     pairs=partners,
                     columns=tuple(columns or ("string", "partner")),
@@ -252,7 +252,6 @@ def train_job(
 
     thread = threading.Thread(target=work, name="mirror-train", daemon=True)
     thread.start()
-    clock = StepClock()
     try:
         while True:
             try:
@@ -262,41 +261,8 @@ def train_job(
                 continue
             if item is None:
                 break
-            yield clock.timed(item) if isinstance(item, Step) else item
+            yield item
     finally:
         if thread.is_alive():  # closed before its end: the job stops at its next step, its results unused
             closed.set()
             thread.join()
-
-
-class StepClock:
-    """Fills in a Step's time left from the pace of the steps so far (the first step pays for warm-up, so it
-    only starts the clock)."""
-
-    def __init__(self) -> None:
-        self.t1: float | None = None
-        self.first = 0
-
-    def timed(self, ev: Step) -> Step:
-        now = time.perf_counter()
-        if self.t1 is None:
-            self.t1, self.first = now, ev.step
-            return ev
-        rate = (now - self.t1) / (ev.step - self.first) if ev.step > self.first else None
-        return dataclasses.replace(ev, eta=rate * (ev.total - ev.step) if rate is not None else None)
-
-
-AFTER_TRAINING = ("save", "tuned index", "downloads", "general checks")
-
-
-def time_left(step: Step, planned: Estimate | None) -> Step:
-    """A training Step whose ETA (the steps left at the pace of the steps so far) also covers what follows the
-    training (AFTER_TRAINING, as the run's plan priced them, at the pace the steps ran against that plan): the time
-    until the run is done, re-timed at every step. `step` as it is without a plan or a pace yet."""
-    if planned is None or step.eta is None or step.step >= step.total or not planned.steps:
-        return step
-    planned_rate = planned.phase("training") / planned.steps
-    rate = step.eta / max(1, step.total - step.step)
-    pace = min(8.0, max(0.25, rate / planned_rate)) if planned_rate > 0 else 1.0
-    after = sum(planned.phase(p) * (1.0 if p in IO_PHASES else pace) for p in AFTER_TRAINING)
-    return dataclasses.replace(step, eta=step.eta + after, after=after)

@@ -12,16 +12,17 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.events import Cancelled, Done, Event, Failed, Finished, Note, Phase, Served, Step, Stopped
+from explorer.events import Cancelled, Done, Event, Failed, Finished, Note, Phase, Replanned, Served, Step, Stopped
 from explorer.render import fmt_seconds, user_error
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes
-from explorer.runs.jobs import TrainQueue, time_left, train_job
+from explorer.runs.jobs import TrainQueue, train_job
 from explorer.runs.live import Run, RunRegistry, queue_key
 from explorer.runs.models import ModelCache
 from explorer.runs.record import Made, RunInfo, training_of
 from explorer.runs.sessions import Session, texts_key
 from explorer.runs.store import write_partners
 from explorer.settings import Settings
+from explorer.tune.eta import LiveEta
 from explorer.tune.inputs import build_config
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
@@ -64,7 +65,7 @@ class Trainer:
         if not run.stop("cancel"):
             return "This run is served already: its general checks and downloads follow in a few seconds."
         if self.registry.get(run.id) is run:
-            return "Stopping after the current step… the previous model and index stay served."
+            return STOPPING.get(run.kind, STOPPING["run"])
         return "Cancelled before it started. The previous model and index stay served."
 
     def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[Event]:
@@ -210,17 +211,27 @@ class Training(Producer):
             if (prev.folder / "base_index").is_dir():  # same strings, same base: reuse its index
                 shutil.copytree(prev.folder / "base_index", folder / "base_index")
                 build_base = False
-        self.planned = self.planner.planned(texts, key, config, self.base, build_base)
-        limits = {"memory": self.settings.train_memory_bytes, "hub_cache": str(self.models.hub.root)}
+        # the run's plan: its memory budget goes to the job, which keeps it (index.pipeline.kept_memory), and its
+        # priced phases time what is left of it as the steps go (explorer.tune.eta)
+        budget = self.planner.memory_budget(config)
+        self.planned = self.planner.planned(texts, key, config, self.base, build_base, budget, self.partners)
+        limits = {"memory": budget, "hub_cache": str(self.models.hub.root)}
         roots = [str(folder)] + [str(r) for r in self.settings.model_roots]
         columns = list(self.pairing.columns()) if self.pairing is not None else None
         run.job_starts(folder)  # the job may be in another process (ZeroGPU): a stop reaches it as a file
         job = train_job(texts, config.to_dict(), str(folder), roots, build_base, limits, self.partners, columns)
+        eta, replanned = LiveEta(self.planned), None
         with contextlib.closing(job):
             for ev in job:
+                if isinstance(ev, Replanned):  # said with its new step count, at its first step
+                    replanned = ev
+                    continue
                 if isinstance(ev, Step):
                     self.session.touch()  # a long run keeps its session from being swept as idle
-                    ev = time_left(ev, self.planned)  # its ETA: the steps left, and what follows them
+                    if replanned is not None:
+                        yield Note(replanned_text(replanned, ev.total, self.planned))
+                        replanned = None
+                    ev = eta.timed(ev)  # its ETA: the plan's phases left, its steps re-timed as they go
                 if isinstance(ev, Stopped) or (isinstance(ev, Finished) and run.stopping):
                     text = stopped_text(ev.stats, run.stop_reason, self.settings)
                     return Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
@@ -241,6 +252,33 @@ class Training(Producer):
 
     def failure(self, exc: Exception) -> str:
         return f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served"
+
+
+# what Cancel answers while a run of each kind goes on (explorer.runs.execute.Producer.kind)
+STOPPING = {
+    "run": "Stopping after the current step… the previous model and index stay served.",
+    # they stop between their phases and within an index build (explorer.runs.saved): nothing of them is served
+    "upload": (
+        "Stopping the model upload: it ends once the model is unpacked and loaded, or at the next batch of the index "
+        "it is building… the uploaded model is not served; the previous model and index stay served."
+    ),
+    "blend": (
+        "Stopping the blend: it ends once the weights are blended, or at the next batch of its index… the blend is "
+        "not served; the previous model and index stay served."
+    ),
+}
+
+
+def replanned_text(ev: Replanned, steps: int, planned: Any) -> str:
+    """What the page says when a run trains within less memory than its plan was made with: the plan changed."""
+    from mirror.memory import fmt_gb
+
+    was = f", not the {planned.steps:,} planned" if planned is not None and planned.steps != steps else ""
+    return (
+        f"The plan changed: this machine has less memory free than when the run was planned, so it trains within "
+        f"{fmt_gb(ev.budget)} (planned: {fmt_gb(ev.planned)}), in {steps:,} steps{was} (batches of long strings split "
+        "to fit: fewer negatives in those steps); the time left follows the new plan."
+    )
 
 
 def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:
