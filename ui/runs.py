@@ -379,9 +379,10 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
         for ev in app.saved.use_saved_model(session, path) if path else ():
             if isinstance(ev, Phase):
                 progress(None, desc=ev.text)
-            elif isinstance(ev, Failed):
+            elif isinstance(ev, Failed | Cancelled):  # cancelled (Cancel, the time cap): said, as a blend says it
                 gr.Warning(render.toast_text(ev.text))
-                return {ui.saved_md: render.message(ev.text), state: session}
+                kind = "error" if isinstance(ev, Failed) else "warning"
+                return {ui.saved_md: render.message(ev.text, kind), state: session}
             elif isinstance(ev, Done):
                 shown = render.message(f"Serving `{display_name(path)}`{render.blend_part(ev.run)}.", "ok")
                 took = render.status_box(render.done_status(ev.run), "ok")  # not the last run's "Tuned and indexed"

@@ -154,8 +154,9 @@ class Runner:
 
     def watch(self, run: Run) -> None:
         """The one place a run is found abandoned (nobody followed it for MIRROR_ABANDONED_S: its page closed, its
-        API client gone) or over its time (its job past MIRROR_MAX_RUN_SECONDS), and stopped for it. A run waiting
-        for a slot gives its place up; a served one is past stopping."""
+        API client gone) or over its time (MIRROR_MAX_RUN_SECONDS since its folder was made, whatever its kind: a
+        training, a model upload, a blend), and stopped for it. A run waiting for a slot gives its place up; a served
+        one is past stopping."""
         import explorer.runs.jobs as jobs
 
         if run.unwatched_for() > jobs.ABANDONED_S:
@@ -220,7 +221,8 @@ class Runner:
             folder = self.store.folder(run.id)
             folder.mkdir(parents=True)
             write_owner(folder, session.owner)  # charged to its visitor from its first byte
-            run.folder, clock = folder, (time.perf_counter(), time.time())
+            run.begins(folder)  # the time cap (MIRROR_MAX_RUN_SECONDS) counts from here, for every kind
+            clock = (time.perf_counter(), time.time())
             with discarded_unless_served(folder) as served, producer.holding():
                 made = yield from producer.produce(run, folder)
                 if not isinstance(made, RunInfo):

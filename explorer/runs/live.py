@@ -92,7 +92,7 @@ class Run:
     pair_columns: tuple[str, str] | None = None
     sessions: set[str] = field(default_factory=set)  # the sessions showing it (each can cancel it)
     last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
-    job_since: float | None = None  # when its job started (MIRROR_MAX_RUN_SECONDS counts from there)
+    job_since: float | None = None  # when its folder was made: MIRROR_MAX_RUN_SECONDS counts from there (every kind)
     ended: bool = False  # its last event is out and its thread is done
     watcher: Callable[[Run], None] | None = field(default=None, repr=False)  # its runner's watch (abandoned, overdue)
     _committed: bool = field(default=False, repr=False)  # about to be served: past stopping
@@ -139,12 +139,17 @@ class Run:
             self._cond.notify_all()
             return True
 
+    def begins(self, folder: Path) -> None:
+        """Its folder is made (explorer.runs.execute, for every kind: a training, a model upload, a blend): what it
+        makes goes there, and the wall-clock cap (MIRROR_MAX_RUN_SECONDS, `overdue`) counts from now."""
+        with self._cond:
+            self.folder, self.job_since = folder, time.monotonic()
+
     def job_starts(self, folder: Path) -> None:
         """Its job starts (explorer.runs.jobs.train_job, perhaps in another process), reading its stop from a STOP
-        file in `folder`: a stop asked before is written there now, a later one when it is asked; the wall-clock cap
-        counts from now."""
+        file in `folder`: a stop asked before is written there now, a later one when it is asked."""
         with self._cond:
-            self._stop_file, self.job_since = folder / STOP_FILE, time.monotonic()
+            self._stop_file = folder / STOP_FILE
             if self.stop_reason:
                 write_stop(folder, self.stop_reason)
 
@@ -252,7 +257,7 @@ class Run:
         return time.monotonic() - self.last_seen
 
     def overdue(self, limit: float | None) -> bool:
-        """Its job has run for more than `limit` seconds (None or 0: no limit)."""
+        """It has run for more than `limit` seconds since its folder was made (`begins`; None or 0: no limit)."""
         return bool(limit) and self.job_since is not None and time.monotonic() - self.job_since > limit
 
     @staticmethod
