@@ -756,7 +756,9 @@ def test_an_api_run_is_cancellable_from_its_first_event(app, tiny_bert):
     assert progress["status"] == "running" and len(progress["run_id"]) == 32 and model_zip is None
     assert app.registry.of(session) is not None and app.registry.of(session).id == progress["run_id"]
     assert "Stopping" in fns["api_cancel"](session)[0]
-    with pytest.raises(gr.Error, match="Cancelled after"):
+    # stopped where the stop finds it: between two steps, or before its first (every kind of run checks its stop
+    # between its phases, explorer.runs.execute)
+    with pytest.raises(gr.Error, match="Cancelled (after|before it was served)"):
         list(stream)
     assert app.registry.of(session) is None and session.run is None
 
