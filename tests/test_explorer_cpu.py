@@ -4,6 +4,8 @@ back. (Through the real server: tests/test_abuse.py.)"""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import explorer.runs.cpu as cpu
@@ -14,7 +16,7 @@ from mirror.errors import MirrorError
 def test_jobs_at_once_share_what_the_process_spent_and_the_budget_refuses_past_it(monkeypatch):
     now = {"cpu": 0.0, "wall": 1000.0}
     monkeypatch.setattr(cpu.time, "monotonic", lambda: now["wall"])
-    accounts = cpu.CpuAccounts(visitor_s=100, address_s=150, clock=lambda: now["cpu"])
+    accounts = cpu.CpuAccounts(visitor_s=100, address_s=150, clock=lambda: now["cpu"], threads=lambda tid: None)
     alice, bob, carol = Owner("a", "1.1.1.1"), Owner("b", "1.1.1.1"), Owner("c", "2.2.2.2")
     with accounts.metered(alice, "a run") as run:
         now["cpu"] += 40  # alone: all hers
@@ -42,6 +44,63 @@ def test_jobs_at_once_share_what_the_process_spent_and_the_budget_refuses_past_i
     now["wall"] += cpu.WINDOW_S + 1  # an hour later
     accounts.check(alice)
     assert accounts.used(alice) == (0, 0)
+
+
+def test_each_job_is_charged_its_own_threads_not_an_equal_share():
+    """Issue 58 (Medium): the process's CPU was split equally among the metered jobs, so a victim's run was charged
+    25 s instead of 9 s while a stranger's work ran. Here a busy job and an idle one at once: the busy one pays what
+    its thread spent, the idle one next to nothing."""
+    import threading
+
+    accounts = cpu.CpuAccounts(visitor_s=0, address_s=0)
+    both, done = threading.Barrier(2), threading.Event()
+    charged: dict[str, float] = {}
+
+    def busy() -> None:
+        with accounts.metered(Owner("busy", "1.1.1.1"), "a run") as job:
+            both.wait()
+            t = time.thread_time()
+            while time.thread_time() - t < 0.3:
+                pass
+            done.set()
+            accounts.used(Owner("busy", "1.1.1.1"))  # settled while both run
+        charged["busy"] = job.seconds
+
+    def idle() -> None:
+        with accounts.metered(Owner("idle", "2.2.2.2"), "a map") as job:
+            both.wait()
+            done.wait(30)
+            accounts.used(Owner("idle", "2.2.2.2"))
+        charged["idle"] = job.seconds
+
+    threads = [threading.Thread(target=busy), threading.Thread(target=idle)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert charged["busy"] >= 0.25, charged  # its own 0.3 s (the clock's ticks are 10 ms)
+    assert charged["idle"] < 0.1 * charged["busy"], charged  # an equal split gave it half
+
+
+def test_a_thread_a_job_starts_works_for_it():
+    import threading
+
+    accounts = cpu.CpuAccounts(visitor_s=0, address_s=0)
+    with accounts.metered(Owner("a", "1.1.1.1"), "a run") as job:
+        parent = cpu.current_job()
+
+        def work() -> None:
+            with cpu.working_for(parent):
+                t = time.thread_time()
+                while time.thread_time() - t < 0.2:
+                    pass
+
+        t = threading.Thread(target=work)
+        t.start()
+        t.join(30)
+        assert parent is job and len(job.threads) == 2  # this thread and the one it started
+    assert job.seconds >= 0.15
+    assert cpu.current_job() is None
 
 
 def test_no_budget_means_no_limit():
@@ -120,13 +179,14 @@ def test_every_kind_of_run_is_metered_and_refused_past_its_visitors_budget(app, 
     pause = TURNS.pause
     monkeypatch.setattr(TURNS, "pause", lambda: pauses.append(getattr(TURNS._local, "background", False)) or pause())
 
-    app.settings = dataclasses.replace(app.settings, visitor_cpu_s=1e-9, address_cpu_s=0)
     alice, bob = Owner("alice", "1.1.1.1"), Owner("bob", "2.2.2.2")
     a, b = app.sessions.get(None, alice), app.sessions.get(None, bob)
     for s in (a, b):
         app.loader.load_pasted(s, "\n".join(WORDS))
-    assert train(app, a, tiny_bert)[-1].kind == "done"  # within the budget when it started
+    app.settings = dataclasses.replace(app.settings, visitor_cpu_s=1e6, address_cpu_s=0)
+    assert train(app, a, tiny_bert)[-1].kind == "done"  # within the budget
     assert app.cpu.used(alice)[0] > 0 and app.cpu.used(bob) == (0, 0)
+    app.settings = dataclasses.replace(app.settings, visitor_cpu_s=1e-9, address_cpu_s=0)
     refused = train(app, a, tiny_bert)
     assert [e.kind for e in refused] == ["error"], refused  # at once: it never waited for a slot
     assert "MIRROR_VISITOR_CPU_S" in refused[0].text and "so a run cannot start now" in refused[0].text
@@ -134,11 +194,35 @@ def test_every_kind_of_run_is_metered_and_refused_past_its_visitors_budget(app, 
     assert blended[-1].kind == "error" and "so a blend cannot start now" in blended[-1].text, blended
     # another visitor: its own account (an upload of alice's model zip is charged to bob, then bob is past his)
     pauses.clear()
+    app.settings = dataclasses.replace(app.settings, visitor_cpu_s=1e6, address_cpu_s=0)  # within it while it runs
     assert list(app.saved.use_saved_model(b, str(a.run.model_zip)))[-1].kind == "done"
     assert app.cpu.used(bob)[0] > 0
+    app.settings = dataclasses.replace(app.settings, visitor_cpu_s=1e-9, address_cpu_s=0)
     assert pauses and all(pauses)  # its encode batches ran in the run's thread, as background work
     last = train(app, b, tiny_bert)[-1]
     assert last.kind == "error" and "MIRROR_VISITOR_CPU_S" in last.text, last
+    assert not app.registry.runs()
+
+
+def test_a_run_past_its_visitors_budget_is_stopped_mid_run_and_the_previous_model_stays(app, tiny_bert):
+    """Issue 58 (Medium): the budget was checked when a job started, never during it (a pairs run spent 76.7 CPU-s
+    for a visitor allowed 30). A visitor within its budget at the start, past it during the run: stopped there, its
+    previous model and index still served."""
+    import dataclasses
+
+    from tests.conftest import WORDS, train
+
+    carol = Owner("carol", "3.3.3.3")
+    c = app.sessions.get(None, carol)
+    app.loader.load_pasted(c, "\n".join(WORDS))
+    app.settings = dataclasses.replace(app.settings, visitor_cpu_s=1e6, address_cpu_s=0)
+    assert train(app, c, tiny_bert)[-1].kind == "done"
+    served = c.run
+    spent = app.cpu.used(carol)[0]
+    app.settings = dataclasses.replace(app.settings, visitor_cpu_s=spent + 0.5, address_cpu_s=0)  # within, barely
+    events = train(app, c, tiny_bert, max_steps=100_000, epochs=1000, min_steps=0)
+    assert events[-1].kind == "cancelled" and "CPU budget" in events[-1].text, events[-1]
+    assert c.run is served and app.cpu.used(carol)[0] >= spent + 0.5
     assert not app.registry.runs()
 
 

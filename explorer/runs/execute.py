@@ -163,6 +163,8 @@ class Runner:
             run.stop("abandoned")
         elif run.overdue(self.settings.max_run_seconds):
             run.stop("time")
+        elif run.session is not None and self.cpu.over(run.session.owner):
+            run.stop("cpu")  # its visitor's hour of CPU spent meanwhile: checked during a run, not only at its start
 
     def execute(self, run: Run, producer: Producer) -> Iterator[Event]:
         """A run from its first event to its last: it waits for a training slot (one place per visitor; how many
@@ -334,17 +336,23 @@ class Runner:
             return Checks(failed=True)
 
 
-def stopped_unserved(why: str, settings: Settings) -> str:
-    """What the user reads when a run was stopped before it was served (`why`: the stop's reason)."""
+def stopped_unserved(why: str, settings: Settings, done: str = "before it was served") -> str:
+    """What the user reads when a run was stopped before it was served (`why`: the stop's reason; `done`: how far it
+    got, "after 57 of 1000 steps" for a training stopped between steps)."""
     if why == "time":
         limit = fmt_seconds(settings.max_run_seconds or 0)
         return (
-            f"Stopped before it was served: this server stops a run after {limit} (MIRROR_MAX_RUN_SECONDS); "
-            "nothing was saved."
+            f"Stopped {done}: this server stops a run after {limit} (MIRROR_MAX_RUN_SECONDS); nothing was saved. "
+            "Try fewer strings, fewer epochs or a smaller model."
         )
     if why == "abandoned":
-        return "Stopped before it was served: the page or API client that started it went away; nothing was saved."
-    return "Cancelled before it was served; nothing was saved."
+        return f"Stopped {done}: the page or API client that started it went away; nothing was saved."
+    if why == "cpu":
+        return (
+            f"Stopped {done}: your visitor (or address) spent its hour's CPU budget on this server during the run "
+            "(MIRROR_VISITOR_CPU_S, MIRROR_ADDRESS_CPU_S); nothing was saved. Try again later."
+        )
+    return f"Cancelled {done}; nothing was saved."
 
 
 @contextlib.contextmanager

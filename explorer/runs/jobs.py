@@ -215,12 +215,17 @@ def train_job(
     def should_stop() -> bool:
         return closed.is_set() or stop.exists()
 
+    from explorer.runs.cpu import current_job, working_for
+
+    job = current_job()  # the metered job this training is part of: its thread's CPU time is that job's own
+
     def work() -> None:
         from explorer.runs.turns import TURNS
         from index.pipeline import tune_and_index
 
         try:
-            with TURNS.background():  # yields to interactive work at its steps and encode batches (explorer.runs.turns)
+            # yields to interactive work at its steps and encode batches (explorer.runs.turns)
+            with TURNS.background(), working_for(job):
                 tune_and_index(
                     texts,
                     MirrorConfig.from_dict(config),

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.events import Cancelled, Done, Event, Failed, Finished, Note, Phase, Replanned, Served, Step, Stopped
-from explorer.render import fmt_seconds, user_error
-from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes
+from explorer.render import user_error
+from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes, stopped_unserved
 from explorer.runs.jobs import TrainQueue, train_job
 from explorer.runs.live import Run, RunRegistry, queue_key
 from explorer.runs.models import ModelCache
@@ -282,15 +282,6 @@ def replanned_text(ev: Replanned, steps: int, planned: Any) -> str:
 
 
 def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:
-    """What the user reads when a run stopped before its end."""
+    """What the user reads when a run stopped before its end (explorer.runs.execute.stopped_unserved's words)."""
     t = training_of(stats)
-    done = f"after {t.steps or 0} of {t.total_steps or 0} steps"
-    if why == "time":
-        limit = fmt_seconds(settings.max_run_seconds or 0)
-        return (
-            f"Stopped {done}: this server stops a run after {limit} (MIRROR_MAX_RUN_SECONDS); nothing was saved. "
-            "Try fewer strings, fewer epochs or a smaller model."
-        )
-    if why == "abandoned":
-        return f"Stopped {done}: the page or API client that started it went away; nothing was saved."
-    return f"Cancelled {done}; nothing was saved."
+    return stopped_unserved(why, settings, f"after {t.steps or 0} of {t.total_steps or 0} steps")
