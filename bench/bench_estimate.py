@@ -11,7 +11,7 @@ measured per phase and in total, with the load average (2 cores shared with othe
 with it).
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_estimate.py [--sizes 400,1500,10000] [--cold] [--warm-up] [--fp32]
-        [--hogs 0,1,2]
+        [--hogs 0,1,2] [--pairs [foldoc|wordnet-glosses]]
 
 `--hogs`: for each number N given, N other training processes run the whole time (each `mirror_tune` of the words
 preset on 2,000 words, again and again: another visitor's run, a CLI job beside the server), so the run measured is
@@ -50,26 +50,31 @@ PHASE_OF = (
     ("Indexing your strings with the tuned", "tuned index"),
     ("Checking general similarity", "general checks"),
     ("Preparing downloads", "downloads"),
+    # a pairs run that chooses its blend (issue 60): not a phase of the estimate's, measured on its own
+    ("Saving the unblended tuned model", "blend choice"),
+    ("Choosing the blend", "blend choice"),
 )
 
 
-PAIRS: list[bool] = [False]  # --pairs: each size is that many FOLDOC rows (definitions, paired with their terms)
+# --pairs [NAME]: each size is that many rows of examples/pairs/NAME.tsv (default foldoc; wordnet-glosses: a general
+# dictionary's words and glosses, scripts/make_pairs_wordnet_glosses.py), each text paired with its term
+PAIRS: list[str] = [""]
 
 
 def texts_of(size: int) -> tuple[list[str], str]:
     if PAIRS[0]:
-        return foldoc(size)[0], f"foldoc.tsv[:{size}]"
+        return pairs_of(size)[0], f"{PAIRS[0]}.tsv[:{size}]"
     if size == 400:
         return (EXAMPLES / "small_words.txt").read_text(encoding="utf-8").splitlines(), "small_words.txt"
     lines = (EXAMPLES / "en_top10k.txt").read_text(encoding="utf-8").splitlines()
     return lines[:size], f"en_top10k.txt[:{size}]"
 
 
-def foldoc(size: int) -> tuple[list[str], list[str]]:
-    """The first `size` rows of FOLDOC's check half (examples/pairs): definitions and their terms."""
+def pairs_of(size: int) -> tuple[list[str], list[str]]:
+    """The first `size` rows of the check half of examples/pairs/<--pairs>.tsv: definitions and their terms."""
     import csv
 
-    with open(EXAMPLES / "pairs" / "foldoc.tsv", encoding="utf-8", newline="") as f:
+    with open(EXAMPLES / "pairs" / f"{PAIRS[0]}.tsv", encoding="utf-8", newline="") as f:
         rows = [r for r in csv.DictReader(f, delimiter="\t") if r["half"] == "check"][:size]
     return [r["text"] for r in rows], [r["term"] for r in rows]
 
@@ -100,20 +105,20 @@ def visit(app: MirrorApp, size: int, row: dict) -> dict:
     """The visitor: loads the strings, asks for the plan, launches the run; the row with the estimate vs measured."""
     session = app.session()
     raw, source = texts_of(size)
-    partners = foldoc(size)[1] if PAIRS[0] else None
+    partners = pairs_of(size)[1] if PAIRS[0] else None
     app.loader.set_texts(session, raw, source, partners=partners, columns=("definition", "term"))
     row.update(strings=len(session.texts), load_before=load())
     t = time.perf_counter()
     markdown = app.planner.estimate(session, "bundled", "auto", {})
     row["estimate_call_s"] = round(time.perf_counter() - t, 2)  # includes the calibration
-    config, _ = build_config(session.texts, "bundled", "auto", {}, app.settings.max_steps, pairs=PAIRS[0])
+    config, _ = build_config(session.texts, "bundled", "auto", {}, app.settings.max_steps, pairs=bool(PAIRS[0]))
     est, why = app.planner.estimate_of(session, config)  # the numbers behind that Markdown (calibrated: cached now)
     assert est.calibration is not None, why
     row.update(markdown=markdown, calibration_s=round(est.calibration.seconds, 2), steps=est.steps)
     row["calibration"] = dataclasses.asdict(est.calibration)
     row["estimated"] = {name: round(s, 2) for name, s in est.phases}
 
-    measured = dict.fromkeys(PHASES, 0.0)
+    measured = dict.fromkeys((*PHASES, "blend choice"), 0.0)
     current, mark = "load", time.perf_counter()
     started, steps = mark, []
     for ev in app.trainer.train(session, "bundled", "auto", {}):
@@ -175,7 +180,13 @@ def main() -> None:
         "--fp32", action="store_true", help="as a CPU without native bf16 runs it (precision auto = fp32 everywhere)"
     )
     parser.add_argument("--hogs", default="0", help="comma-separated: other training processes running meanwhile")
-    parser.add_argument("--pairs", action="store_true", help="sizes of FOLDOC rows, each definition with its term")
+    parser.add_argument(
+        "--pairs",
+        nargs="?",
+        const="foldoc",
+        default="",
+        help="sizes of rows of examples/pairs/PAIRS.tsv (default foldoc; or wordnet-glosses), each text with its term",
+    )
     args = parser.parse_args()
     PAIRS[0] = args.pairs
     if args.fp32:
@@ -219,6 +230,7 @@ def main() -> None:
                 f"{r['measured']['base index'] + r['measured']['tuned index']:.0f}"
             ),
             "checks est / meas s": f"{r['estimated']['general checks']:.0f} / {r['measured']['general checks']:.0f}",
+            "blend choice meas s": f"{r['measured']['blend choice']:.0f}",
             "searchable after s": r.get("served_s", "-"),
             "load avg before -> after": f"{r['load_before']} -> {r['load_after']}",
         }
@@ -231,7 +243,7 @@ def main() -> None:
         + ("-cold" if args.cold else "")
         + ("-warm-up" if args.warm_up else "")
         + ("-fp32" if args.fp32 else "")
-        + ("-pairs" if args.pairs else "")
+        + (f"-pairs{'' if args.pairs == 'foldoc' else '-' + args.pairs}" if args.pairs else "")
     )
     write_json(f"{name}.json", {"rows": rows, "cold": args.cold, "warm_up": args.warm_up, "fp32": args.fp32})
 
