@@ -147,3 +147,26 @@ def test_the_hub_cache_prices_each_download_and_keeps_its_budget_least_recently_
             (hub.folder("org/a") / "blobs").mkdir(parents=True)
             raise RuntimeError("the hub went away")
     assert not hub.folder("org/a").exists()
+
+
+def test_a_hub_that_under_reports_is_held_to_the_budget_by_what_it_sent(tmp_path):
+    """Issue 58 (Low): the cache trusted the sizes the hub reported; a hub that under-reported left 174 MiB against a
+    150 MiB cap. After a download its true size counts: the least recently used others go, and the next load of it is
+    priced by what it took."""
+    from explorer.runs.hubcache import HubCache
+
+    mb = 2**20
+    hub = HubCache(tmp_path / ".hub", budget=10 * mb, server_room=lambda n: None)
+    hub.sizes.update({"org/old": 4 * mb, "org/liar": 2 * mb})
+
+    def fetch(model: str, n: int) -> None:
+        snap = hub.folder(model) / "snapshots" / ("0" * 8)
+        snap.mkdir(parents=True, exist_ok=True)
+        (snap / "model.safetensors").write_bytes(b"x" * n)
+
+    with hub.use("org/old"):
+        fetch("org/old", 4 * mb)
+    with hub.use("org/liar"):  # said 2 MB, sends 8
+        fetch("org/liar", 8 * mb)
+    assert hub.usage() <= 10 * mb and not hub.folder("org/old").exists()  # the other made room for the truth
+    assert hub.sizes["org/liar"] >= 8 * mb  # priced by what it took from now on

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import shutil
 import threading
 import time
@@ -19,6 +20,8 @@ from pathlib import Path
 from explorer.runs.accounts import disk_usage
 from mirror.data import fmt_size
 from mirror.errors import MirrorError
+
+log = logging.getLogger("mirror.app")
 
 HUB_DIR = ".hub"  # under the work folder: a dot-folder, so no visitor's, but in the server's total
 USED = ".mirror_used"  # touched at each use of a model: the least recently used goes first
@@ -87,6 +90,8 @@ class HubCache:
                     del self.users[model]
             if ok:
                 self.touch(model)
+                if size is not None:
+                    self._settle(model, size)
             elif size is not None and not self.has(model):
                 shutil.rmtree(self.folder(model), ignore_errors=True)
 
@@ -123,6 +128,26 @@ class HubCache:
         self.server_room(max(0, size + spoken - sum(v for _, v in victims)))
         for old, _ in victims:
             shutil.rmtree(self.folder(old), ignore_errors=True)
+
+    def _settle(self, model: str, priced: int) -> None:
+        """After a download: what it really takes on disk, not what the hub said (issue 58: a hub that under-reported
+        left 174 MiB against a 150 MiB cap). Past the budget, the least recently used models not in use go; if the
+        new one alone is past it, it goes too (it is loaded already; the next load is refused by its true size)."""
+        with self.lock:
+            real = disk_usage(self.folder(model))
+            if real <= priced + max(2**20, priced // 20):  # a download's own small files and blocks: as priced
+                return
+            log.warning("hub model %s took %s on disk, the hub said %s", model, fmt_size(real), fmt_size(priced))
+            self.sizes[model] = real
+            held = self.usage()
+            for old, _ in sorted(self._models(), key=lambda m: m[1]):
+                if held <= self.budget:
+                    return
+                if old not in self.users and old != model:
+                    held -= disk_usage(self.folder(old))
+                    shutil.rmtree(self.folder(old), ignore_errors=True)
+            if held > self.budget and model not in self.users:
+                shutil.rmtree(self.folder(model), ignore_errors=True)
 
     def _models(self) -> list[tuple[str, float]]:
         """(hub id, last use) of every model here."""
