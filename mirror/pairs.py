@@ -7,13 +7,17 @@ exports hold the same strings with or without a partner column) and gives each i
   partners: the first row of a string keeps its partner;
 - an empty partner, or one equal to its string (no signal), leaves its string without a partner: it trains on its
   mirror views alone;
-- a partner an earlier row already has leaves the later strings without it: two copies of one text in a batch would
-  be each other's false negatives.
+- a short partner (SHARED_WORDS words at most: an acronym, a code, a name, a headword) that several strings share is
+  kept by each of them, up to SHARED_MOST rows a partner (a label more rows share is a category: the later ones train
+  alone); `partner_groups` marks the rows sharing one, and the plan (mirror.plan) never puts two of them in one batch:
+  each would be the other's false negative against the same positive;
+- a longer partner an earlier row already has (a description copied into two rows) leaves the later strings without
+  it, as before.
 
-The held-out rows (`holdout`) are a seeded slice of the rows with a partner that never train; after the run,
-`retrieval` ranks each one's string among all the strings for its partner as the query, under the base and under
-the tuned encoder (what Search does with a description typed in), and `gain` gives MRR@10 and recall@1/@10 with
-bootstrap intervals.
+The held-out rows (`holdout`) are a seeded slice of the rows with a partner that never train (rows sharing a partner
+held out, or not, together); after the run, `retrieval` ranks each one's string among all the strings for its partner
+as the query, under the base and under the tuned encoder (what Search does with a description typed in; any string
+of that partner counts as found), and `gain` gives MRR@10 and recall@1/@10 with bootstrap intervals.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ HOLDOUT_MOST = 500  # rows held out at most: enough for an interval of a few poi
 HOLDOUT_LEAST = 20  # fewer rows with a partner than 2x this: nothing is held out (an interval would say nothing)
 TOP_K = 10
 BOOTSTRAP = 1000
+SHARED_WORDS = 2  # a partner this short may be shared by several strings (an acronym with its expansions)
+SHARED_MOST = 8  # rows that keep one shared partner at most (more share a category's label: the rest train alone)
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,7 @@ class PairStats:
     paired: int  # strings with a partner
     empty: int  # rows whose partner was empty (or only invisible characters)
     same: int  # partners equal to their string (case aside)
-    shared: int  # partners an earlier row already had
+    shared: int  # partners an earlier row already had (a longer text, or a short one past SHARED_MOST rows)
 
     def summary(self, strings: int) -> str:
         why = [
@@ -78,37 +84,71 @@ def clean_pairs(
     first: dict[str, int] = {}  # cleaned string -> its first row
     for row, raw in enumerate(texts):
         first.setdefault(clean_text(raw), row)
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # partner (casefolded) -> the rows that keep it so far
     out: list[str | None] = []
     empty = same = shared = 0
     for text in kept:
         partner = clean_text(partners[first[text]])
+        key = partner.casefold()
         if not partner:
             empty += 1
             partner = None
-        elif partner.casefold() == text.casefold():
+        elif key == text.casefold():
             same += 1
             partner = None
-        elif partner.casefold() in seen:
+        elif key in seen and (len(partner.split()) > SHARED_WORDS or seen[key] >= SHARED_MOST):
             shared += 1
             partner = None
         else:
-            seen.add(partner.casefold())
+            seen[key] = seen.get(key, 0) + 1
         out.append(partner)
     paired = sum(p is not None for p in out)
     return kept, out, stats, PairStats(paired, empty, same, shared)
+
+
+def partner_groups(partners: Sequence[str | None] | None) -> list[int] | None:
+    """Each row's group of rows sharing its partner (case aside): the first such row's index, -1 for a row whose
+    partner no other row has (or that has none). None when no two rows share one (every pairs run before short
+    pairs): nothing to keep apart."""
+    if partners is None:
+        return None
+    first: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for i, p in enumerate(partners):
+        if p is not None:
+            first.setdefault(p.casefold(), i)
+            counts[p.casefold()] = counts.get(p.casefold(), 0) + 1
+    if all(n == 1 for n in counts.values()):
+        return None
+    return [-1 if p is None or counts[p.casefold()] == 1 else first[p.casefold()] for p in partners]
 
 
 def holdout(
     partners: Sequence[str | None], fraction: float = HOLDOUT_FRACTION, most: int = HOLDOUT_MOST, seed: int = 42
 ) -> list[int]:
     """The rows held out of training: a seeded `fraction` of those with a partner, at most `most` (none when fewer
-    than 2 * HOLDOUT_LEAST rows have one, or `fraction` is 0). Sorted."""
+    than 2 * HOLDOUT_LEAST rows have one, or `fraction` is 0). Rows sharing a partner (`partner_groups`) are held out
+    together, so that no held-out partner is trained on with another of its strings: whole groups are drawn until
+    the share is reached (never past `most`). Sorted."""
     rows = [i for i, p in enumerate(partners) if p is not None]
     if fraction <= 0 or len(rows) < 2 * HOLDOUT_LEAST:
         return []
     n = min(most, max(HOLDOUT_LEAST, round(fraction * len(rows))))
-    return sorted(random.Random(seed).sample(rows, n))
+    groups = partner_groups(partners)
+    if groups is None:
+        return sorted(random.Random(seed).sample(rows, n))
+    members: dict[int, list[int]] = {}
+    for i in rows:
+        members.setdefault(i if groups[i] < 0 else groups[i], []).append(i)
+    keys = sorted(members)
+    random.Random(seed).shuffle(keys)
+    held: list[int] = []
+    for key in keys:
+        if len(held) + len(members[key]) <= n:
+            held += members[key]
+        if len(held) >= n:
+            break
+    return sorted(held)
 
 
 def held_out_rows(partners: Sequence[str | None], config: Any) -> list[int]:
@@ -118,16 +158,23 @@ def held_out_rows(partners: Sequence[str | None], config: Any) -> list[int]:
 
 
 def retrieval(
-    string_vectors: np.ndarray, query_vectors: np.ndarray, targets: Sequence[int], k: int = TOP_K
+    string_vectors: np.ndarray,
+    query_vectors: np.ndarray,
+    targets: Sequence[int],
+    k: int = TOP_K,
+    accept: Sequence[Sequence[int]] | None = None,
 ) -> np.ndarray:
     """For each query (a held-out row's partner, as unit vectors) the rank (1-based) of its target string among all
-    the strings (`string_vectors`, unit rows) by cosine, or 0 when it is not in the top `k`. Exact, in blocks."""
+    the strings (`string_vectors`, unit rows) by cosine, or 0 when it is not in the top `k`. With `accept` (per query,
+    every string that counts as found: the strings sharing that partner), the rank of the first of them. Exact, in
+    blocks."""
     ranks = np.zeros(len(targets), dtype=np.int64)
     for start in range(0, len(targets), 256):
         scores = query_vectors[start : start + 256] @ string_vectors.T
         top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         for j, row in enumerate(top):
-            hit = np.nonzero(row == targets[start + j])[0]
+            wanted = [targets[start + j]] if accept is None else accept[start + j]
+            hit = np.nonzero(np.isin(row, wanted))[0]
             ranks[start + j] = int(hit[0]) + 1 if hit.size else 0
     return ranks
 
@@ -251,7 +298,20 @@ class HeldOut:
         if string_vectors is None:
             string_vectors = encoder.encode(self.texts, normalize=True)
         queries = encoder.encode([self.partners[i] for i in self.rows], normalize=True)
-        return retrieval(np.asarray(string_vectors, dtype=np.float32), np.asarray(queries, dtype=np.float32), self.rows)
+        vectors, queries = np.asarray(string_vectors, dtype=np.float32), np.asarray(queries, dtype=np.float32)
+        return retrieval(vectors, queries, self.rows, accept=self.accepted())
+
+    def accepted(self) -> list[list[int]] | None:
+        """Per held-out row, the strings that count as found from its partner: every row sharing it (an acronym's
+        expansions: `holdout` keeps them out of training together); None when no two rows share one."""
+        groups = partner_groups(self.partners)
+        if groups is None:
+            return None
+        members: dict[int, list[int]] = {}
+        for i, g in enumerate(groups):
+            if g >= 0:
+                members.setdefault(g, []).append(i)
+        return [members[groups[i]] if groups[i] >= 0 else [i] for i in self.rows]
 
     def gain(self, base_ranks: np.ndarray, tuned_ranks: np.ndarray) -> PairGain:
         return gain(base_ranks, tuned_ranks, *self.columns)

@@ -1,5 +1,5 @@
 """How a run's steps are planned: the rows that train (`training_rows`: cleaned, less a pairs run's held-out rows,
-joined), their batches (shuffled, bucketed by length, never a lone string), what one step may cost in memory
+joined), their batches (shuffled, bucketed by length, never a lone string, never two rows sharing a partner), what one step may cost in memory
 (`StepBudget`: a batch of long strings is split to fit it), how many steps a run takes and of what (`RunPlan`, made by
 `plan_run`/`plan_rows`: the one home of that count, which mirror_tune runs and `plan_steps`, `train --plan` and the
 app's estimate read) and the run's own plan as it goes (`Schedule`, replanned at a smaller batch after an
@@ -23,7 +23,7 @@ from mirror.encoder import Encoder
 from mirror.errors import MirrorError
 from mirror.general import mixed_count
 from mirror.lora import lora_targets
-from mirror.pairs import HeldOut, clean_pairs
+from mirror.pairs import HeldOut, clean_pairs, partner_groups
 from mirror.precision import resolve_device, resolve_precision
 from mirror.terms import joined, needs_base
 
@@ -31,13 +31,20 @@ BUCKET_CHUNK = 32  # batches per length-sorting chunk
 
 
 def plan_batches(
-    n: int, batch_size: int, rng: random.Random, min_size: int = 2, lengths: Sequence[int] | None = None
+    n: int,
+    batch_size: int,
+    rng: random.Random,
+    min_size: int = 2,
+    lengths: Sequence[int] | None = None,
+    groups: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """Shuffled batches covering all n strings once; never drops a partial batch.
 
     A final batch smaller than `min_size` (one string has no negatives; under torchrun each rank
     needs a string) joins the previous batch. With `lengths`, strings are sorted by length within
     random chunks of BUCKET_CHUNK batches and the batches are then shuffled: little padding, random order.
+    With `groups` (mirror.pairs.partner_groups: rows sharing a partner), no batch holds two rows of a group
+    (`separate`: the rng is not drawn again, so batches without shared partners are as they always were).
     """
     order = list(range(n))
     rng.shuffle(order)
@@ -49,7 +56,87 @@ def plan_batches(
         batches[-2].extend(batches.pop())
     if lengths is not None:
         rng.shuffle(batches)
-    return batches
+    return batches if groups is None else separate(batches, groups, lengths, min_size)
+
+
+def separate(
+    batches: list[list[int]], groups: Sequence[int], lengths: Sequence[int] | None = None, min_size: int = 2
+) -> list[list[int]]:
+    """The batches with no two rows of one group (`groups`: a row's group, -1 for none) in a batch: a row whose group
+    its batch already holds is swapped with a row of another batch that holds neither group (of the swaps that
+    work, the row nearest its length, so bucketed batches stay bucketed; sizes and the step count are kept). A row
+    no swap can place (a group with more rows than there are batches) sits this epoch out, and a batch left under
+    `min_size` joins one that holds none of its groups, or sits out too. Deterministic: the rng is not drawn."""
+    counts = [_group_counts(batch, groups) for batch in batches]
+    for b, batch in enumerate(batches):
+        pos = 0
+        while pos < len(batch):
+            row = batch[pos]
+            g = groups[row]
+            if g < 0 or counts[b][g] < 2:
+                pos += 1
+                continue
+            swap = _swap_for(row, b, batches, counts, groups, lengths)
+            counts[b][g] -= 1
+            if swap is None:  # nowhere to go without a false negative: not in this epoch
+                batch.pop(pos)
+                continue
+            c, q = swap
+            other = batches[c][q]
+            h = groups[other]
+            batch[pos], batches[c][q] = other, row
+            counts[c][g] = counts[c].get(g, 0) + 1
+            if h >= 0:
+                counts[c][h] -= 1
+                counts[b][h] = counts[b].get(h, 0) + 1
+            pos += 1
+    kept = [batch for batch in batches if len(batch) >= min_size]
+    for batch in batches:
+        if 0 < len(batch) < min_size:
+            home = next((k for k in kept if not _shares_group(batch, k, groups)), None)
+            if home is not None:
+                home.extend(batch)
+    return kept
+
+
+def _shares_group(batch: Sequence[int], other: Sequence[int], groups: Sequence[int]) -> bool:
+    theirs = {groups[j] for j in other if groups[j] >= 0}
+    return any(groups[i] in theirs for i in batch)
+
+
+def _group_counts(batch: Sequence[int], groups: Sequence[int]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for i in batch:
+        if groups[i] >= 0:
+            counts[groups[i]] = counts.get(groups[i], 0) + 1
+    return counts
+
+
+def _swap_for(
+    row: int,
+    b: int,
+    batches: Sequence[Sequence[int]],
+    counts: Sequence[dict[int, int]],
+    groups: Sequence[int],
+    lengths: Sequence[int] | None,
+) -> tuple[int, int] | None:
+    """(batch, position) of the row to trade places with `row` of batch `b` (separate), or None."""
+    g, best, gap = groups[row], None, None
+    for c, other in enumerate(batches):
+        if c == b or counts[c].get(g, 0):
+            continue
+        for q, i in enumerate(other):
+            h = groups[i]
+            if h >= 0 and counts[b].get(h, 0):
+                continue
+            if lengths is None:
+                return c, q
+            d = abs(lengths[i] - lengths[row])
+            if gap is None or d < gap:
+                best, gap = (c, q), d
+                if d == 0:
+                    return best
+    return best
 
 
 # A span mask can split a word around the mask token: count two tokens more than the string has.
@@ -189,10 +276,12 @@ def plan_epoch(
     budget: StepBudget,
     min_size: int = 2,
     bucket: bool = True,
+    groups: Sequence[int] | None = None,
 ) -> tuple[list[list[int]], int]:
-    """One epoch's batches (plan_batches, then split where a batch does not fit `budget`) and how many were split."""
+    """One epoch's batches (plan_batches, then split where a batch does not fit `budget`) and how many were split.
+    `groups`: rows sharing a partner, never in one batch (plan_batches)."""
     batches, split = [], 0
-    for batch in plan_batches(len(lengths), batch_size, rng, min_size, lengths if bucket else None):
+    for batch in plan_batches(len(lengths), batch_size, rng, min_size, lengths if bucket else None, groups):
         parts = budget.split(batch, lengths, min_size)
         split += len(parts) > 1
         batches.extend(parts)
@@ -208,6 +297,7 @@ def replay(
     min_size: int = 2,
     bucket: bool = True,
     max_steps: int | None = None,
+    groups: Sequence[int] | None = None,
 ) -> Iterator[tuple[list[list[int]], int]]:
     """Each epoch's batches and how many of them were split, as the run draws them (plan_epoch), on a copy of `rng`
     (left as it was); no epoch is drawn once `max_steps` steps are planned, as the run draws none."""
@@ -215,7 +305,7 @@ def replay(
     for _ in range(epochs):
         if max_steps and total >= max_steps:
             break
-        batches, split = plan_epoch(lengths, batch_size, rng, budget, min_size, bucket)
+        batches, split = plan_epoch(lengths, batch_size, rng, budget, min_size, bucket, groups)
         total += len(batches)
         yield batches, split
 
@@ -229,9 +319,11 @@ def count_steps(
     min_size: int = 2,
     bucket: bool = True,
     max_steps: int | None = None,
+    groups: Sequence[int] | None = None,
 ) -> int:
     """Steps of `epochs` planned epochs, replayed on a copy of `rng` (which is left as it was)."""
-    total = sum(len(b) for b, _ in replay(lengths, batch_size, rng, budget, epochs, min_size, bucket, max_steps))
+    plans = replay(lengths, batch_size, rng, budget, epochs, min_size, bucket, max_steps, groups)
+    total = sum(len(b) for b, _ in plans)
     return min(total, max_steps) if max_steps else total
 
 
@@ -280,6 +372,7 @@ class RunPlan:
     epochs: list[tuple[list[list[int]], int]]  # each planned epoch's batches and how many of them were split
     strings: int  # the user's strings that train
     held_out: int = 0  # a pairs run's rows held out of training
+    groups: list[int] | None = None  # rows sharing a partner (mirror.pairs.partner_groups): never in one batch
 
     @staticmethod
     def of(
@@ -289,8 +382,10 @@ class RunPlan:
         min_batch: int = 2,
         strings: int | None = None,
         held_out: int = 0,
+        groups: Sequence[int] | None = None,
     ) -> RunPlan:
-        """The plan of a run over strings of these planning lengths (none: fewer than `min_batch` strings)."""
+        """The plan of a run over strings of these planning lengths (none: fewer than `min_batch` strings); `groups`:
+        the rows sharing a partner (mirror.pairs.partner_groups), kept in separate batches."""
         config = config.scheduled(len(lengths))
         epochs = (
             list(
@@ -303,13 +398,14 @@ class RunPlan:
                     min_batch,
                     config.bucket_by_length,
                     config.max_steps,
+                    groups,
                 )
             )
             if len(lengths) >= min_batch
             else []
         )
         n = len(lengths) if strings is None else strings
-        return RunPlan(config, list(lengths), budget, min_batch, epochs, n, held_out)
+        return RunPlan(config, list(lengths), budget, min_batch, epochs, n, held_out, _listed(groups))
 
     @property
     def batches(self) -> list[list[int]]:
@@ -328,7 +424,8 @@ class RunPlan:
 
     def schedule(self) -> Schedule:
         """The run's own plan as it goes: the same batches drawn epoch by epoch from the same seeded stream."""
-        return Schedule(self.lengths, self.budget, random.Random(self.config.seed), self.min_batch, self.config)
+        rng = random.Random(self.config.seed)
+        return Schedule(self.lengths, self.budget, rng, self.min_batch, self.config, self.groups)
 
     def lines(self) -> list[str]:
         """The plan in a few lines for a terminal (`python -m mirror train --plan`)."""
@@ -367,7 +464,12 @@ def plan_rows(
     budget = step_budget(encoder, config, memory_budget, world_size, paired=rows.partners is not None)
     if agree is not None:
         budget = dataclasses.replace(budget, total=agree(budget.total))
-    return RunPlan.of(lengths, config, budget, max(2, world_size), len(rows.user), len(rows.held_out))
+    groups = partner_groups(rows.partners)
+    return RunPlan.of(lengths, config, budget, max(2, world_size), len(rows.user), len(rows.held_out), groups)
+
+
+def _listed(groups: Sequence[int] | None) -> list[int] | None:
+    return None if groups is None else list(groups)
 
 
 def plan_run(
@@ -424,23 +526,32 @@ class Schedule:
     memory budget, and replanned at a smaller batch after an out-of-memory step."""
 
     def __init__(
-        self, lengths: Sequence[int], budget: StepBudget, rng: random.Random, min_batch: int, config: MirrorConfig
+        self,
+        lengths: Sequence[int],
+        budget: StepBudget,
+        rng: random.Random,
+        min_batch: int,
+        config: MirrorConfig,
+        groups: Sequence[int] | None = None,
     ):
-        self.lengths, self.budget, self.rng, self.min_batch = lengths, budget, rng, min_batch
+        self.lengths, self.budget, self.rng, self.min_batch, self.groups = lengths, budget, rng, min_batch, groups
         self.bucket, self.epochs, self.max_steps = config.bucket_by_length, config.epochs, config.max_steps
         self.batch_size, self.split = config.batch_size, 0
 
     def count(self, epochs: int, max_steps: int | None = None) -> int:
         """Steps of `epochs` epochs at the batch size now (a replay: the stream is left as it was)."""
         return count_steps(
-            self.lengths, self.batch_size, self.rng, self.budget, epochs, self.min_batch, self.bucket, max_steps
-        )
+            self.lengths, self.batch_size, self.rng, self.budget, epochs, self.min_batch, self.bucket, max_steps,
+            self.groups,
+        )  # fmt: skip
 
     def total(self) -> int:
         return self.count(self.epochs, self.max_steps)
 
     def epoch(self) -> list[list[int]]:
-        queue, n_split = plan_epoch(self.lengths, self.batch_size, self.rng, self.budget, self.min_batch, self.bucket)
+        queue, n_split = plan_epoch(
+            self.lengths, self.batch_size, self.rng, self.budget, self.min_batch, self.bucket, self.groups
+        )
         self.split += n_split
         return queue
 
@@ -454,6 +565,8 @@ class Schedule:
         chunks = [rest[i : i + self.batch_size] for i in range(0, len(rest), self.batch_size)]
         if len(chunks) > 1 and len(chunks[-1]) < self.min_batch:
             chunks[-2].extend(chunks.pop())
+        if self.groups is not None:
+            chunks = separate(chunks, self.groups, self.lengths, self.min_batch)
         queue = [part for chunk in chunks for part in self.budget.split(chunk, self.lengths, self.min_batch)]
         later = self.count(epochs_after)
         total = step + len(queue) + later

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -226,10 +227,18 @@ def _check_partners(strings: Sequence[str], partners: Sequence[str], name: str, 
         )
 
 
+# A partner column may repeat its values (an acronym with several expansions, a category's name for each of its
+# aliases, a code several names share): rows sharing one never share a batch (mirror.plan). But a label that on
+# average more than this many rows share is a category of the strings (a kind, a section, a language), not each
+# row's own partner; nor is a column one value fills in more than FILLER_SHARE of its rows ("n/a", "other").
+PAIR_ROWS_PER_VALUE = 3
+FILLER_SHARE, FILLER_LEAST = 0.05, 8  # a value filling more than 5% of the rows (and more than 8 of them) is a filler
+
+
 def _pick_partner_column(header: Sequence[str], body: Sequence[Sequence[str]], idx: int) -> tuple[int | None, str]:
     """The partner column to propose for strings in column `idx`: of the other text columns (mostly non-numeric) that
-    most rows fill with a text of their own (mostly distinct, not the string again), the one of the longest text.
-    (None, why not) when there is none."""
+    most rows fill with a text of their own (not the string again; its values distinct enough: `_repeats`), the one
+    of the longest text. (None, why not) when there is none; the note names each column passed over and why."""
     sample = body[:SAMPLE_ROWS]
 
     def words(i: int) -> float:
@@ -237,24 +246,67 @@ def _pick_partner_column(header: Sequence[str], body: Sequence[Sequence[str]], i
         return sum(len(v.split()) for v in values) / len(values) if values else 0.0
 
     fits: dict[int, float] = {}
+    passed: list[str] = []  # each column passed over, and why
     for i in range(len(header)):
         if i == idx:
             continue
         cells = [(row[idx].strip() if idx < len(row) else "", row[i].strip() if i < len(row) else "") for row in sample]
         values = [p for _, p in cells if p]
-        if len(values) < 0.5 * max(1, len(sample)) or sum(not is_number(v) for v in values) < 0.8 * len(values):
-            continue  # mostly empty, or numbers (an id, a score)
-        if len({v.casefold() for v in values}) < 0.8 * len(values):
-            continue  # a label many rows share (a category): not a row's own text
+        if len(values) < 0.5 * max(1, len(sample)):
+            passed.append(f"{header[i]}: mostly empty ({len(values):,} of {len(sample):,} rows filled)")
+            continue
+        if sum(not is_number(v) for v in values) < 0.8 * len(values):
+            passed.append(f"{header[i]}: numbers (an id, a score), not a text")
+            continue
         if sum(s.casefold() == p.casefold() for s, p in cells if p) > 0.5 * len(values):
+            passed.append(f"{header[i]}: the {header[idx]} again")
+            continue
+        why = _repeats(header[i], body, i)
+        if why:
+            passed.append(why)
             continue
         fits[i] = words(i)
+    over = f": {'; '.join(passed)}" if passed else ""
     if not fits:
-        return None, "no other text column to pair the strings with"
+        return None, f"no other text column to pair the strings with{over}"
     best = max(fits, key=lambda i: (round(fits[i], 1), -i))
+    shared = _shared_note(header[best], body, best)
     return best, (
         f"two text columns: {header[idx]} ({words(idx):.1f} words a row) and {header[best]} ({fits[best]:.1f} words "
-        f"a row): tuning pairs each {header[idx]} with its {header[best]}"
+        f"a row): tuning pairs each {header[idx]} with its {header[best]}{shared}"
+        + (f" (not paired with {'; '.join(passed)})" if passed else "")
+    )
+
+
+def _column_values(body: Sequence[Sequence[str]], i: int) -> list[str]:
+    """Column `i`'s filled cells, all rows, case aside."""
+    return [row[i].strip().casefold() for row in body if i < len(row) and row[i].strip()]
+
+
+def _repeats(name: str, body: Sequence[Sequence[str]], i: int) -> str | None:
+    """Why column `i` (named `name`) is a label many rows share rather than each row's partner, or None: over all its
+    rows, more than PAIR_ROWS_PER_VALUE rows a distinct value on average (a category), or one value filling more than
+    FILLER_SHARE of them (a filler)."""
+    values = _column_values(body, i)
+    counts = Counter(values)
+    if len(counts) * PAIR_ROWS_PER_VALUE < len(values):
+        return f"{name}: only {len(counts):,} distinct values for {len(values):,} rows: a category, not a pair"
+    top, n = counts.most_common(1)[0]
+    if n > max(FILLER_LEAST, FILLER_SHARE * len(values)):
+        return f"{name}: {top!r} fills {n:,} of its {len(values):,} rows: a filler, not a pair"
+    return None
+
+
+def _shared_note(name: str, body: Sequence[Sequence[str]], i: int) -> str:
+    """What the note adds for a partner column whose values repeat: how many are distinct, and that rows sharing one
+    never share a batch ("" when every value is its row's own)."""
+    values = _column_values(body, i)
+    distinct = len(set(values))
+    if distinct == len(values):
+        return ""
+    return (
+        f" ({distinct:,} distinct {name} values for {len(values):,} rows: rows sharing one are never in one batch, "
+        "so none is another's false negative)"
     )
 
 
