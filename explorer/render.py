@@ -13,7 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from explorer.render_pairs import pairing_md, pairs_md, pairs_row, search_by_partner
+from explorer.render_hits import rank_move, render_results  # noqa: F401 (re-exported: render.render_results)
+from explorer.render_pairs import a_or_an, pairing_md, pairs_md, pairs_row, search_by_partner, strings_of
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError, without_paths
@@ -78,86 +79,7 @@ def fmt_seconds(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def rank_move(rank: int, base_rank: int | None) -> str:
-    """A tuned hit's move from its base rank: "↑3" (3 places higher with tuning), "↓2", "=" or "new" (not in
-    the base top k)."""
-    if base_rank is None:
-        return "new"
-    if base_rank == rank:
-        return "="
-    return f"↑{base_rank - rank}" if base_rank > rank else f"↓{rank - base_rank}"
-
-
-def render_results(results: list[dict[str, Any]], base_label: str, dom_id: str = "mx-search-hits") -> str:
-    """Side-by-side HTML tables per query; strings only one side found are highlighted, each tuned hit shows
-    its move from the base ranking. A base-only result (no tuned model yet) is one table, said so. All text is
-    escaped. `dom_id`: the wrapper's id, one per place on the page (the Search tab's hits, Explore's neighbours,
-    both shown at once); the class `mx-results` styles them all."""
-    new_bg, gone_bg = "rgba(34,197,94,0.18)", "rgba(245,158,11,0.20)"
-    base_only = any(r.get("base_only") for r in results)
-    legend = (
-        f'<p style="margin:0 0 8px 0;font-size:0.9em"><span style="background:{new_bg};padding:1px 6px;border-radius:4px">'
-        f'green</span> only the tuned encoder finds it · <span style="background:{gone_bg};padding:1px 6px;'
-        "border-radius:4px\">amber</span> only the base encoder finds it · <b>move</b>: a tuned hit's rank against "
-        "the base encoder's (↑3: three places higher after tuning, ↓2: lower, new: not in the base top k)</p>"
-    )
-    if base_only:
-        legend = (
-            '<p class="mx-base-only" style="margin:0 0 8px 0;font-size:0.9em">No tuned model yet: these are the '
-            f"<b>base encoder</b>'s hits alone ({html.escape(base_label)}). Tune a model in tab ① to see what "
-            "tuning changes.</p>"
-        )
-    blocks = []
-    for r in results:
-        if r.get("base_only"):
-            head, tables = "", _hits_table(r["base"], "Base · " + html.escape(base_label), "", "", False)
-        else:
-            changed = sum(h["only_here"] for h in r["tuned"])
-            head = f' <span style="opacity:0.7">· {changed} of {len(r["tuned"])} tuned hits are new</span>'
-            tables = _hits_table(r["tuned"], "Tuned (mirror)", new_bg, "mx-only-tuned", True) + _hits_table(
-                r["base"], "Base · " + html.escape(base_label), gone_bg, "mx-only-base", False
-            )
-        blocks.append(
-            f'<div class="mx-query" style="margin-bottom:18px"><div style="font-size:1.05em;margin-bottom:6px">'
-            f"Query: <b>{html.escape(r['query'])}</b>{head}</div>"
-            f'<div style="display:flex;gap:18px;flex-wrap:wrap">{tables}</div></div>'
-        )
-    return f'<div id="{html.escape(dom_id)}" class="mx-results">' + legend + "".join(blocks) + "</div>"
-
-
 SMOOTHING = 0.8  # exponential moving average of the raw losses: one batch's loss is noisy
-
-
-def _hits_table(hits: list[dict[str, Any]], title: str, bg: str, cls: str, moves: bool) -> str:
-    """One side's hits; `moves`: a column with each hit's rank move from the base ranking."""
-    cell = "padding:2px 8px"
-    colour = {"↑": "#16a34a", "↓": "#d97706", "n": "#16a34a"}
-
-    def move(h: dict[str, Any]) -> str:
-        if not moves:
-            return ""
-        mark = rank_move(h["rank"], h.get("base_rank"))
-        base = h.get("base_rank")
-        tip = f"base rank {base}" if base is not None else "not in the base top k"
-        return (
-            f'<td class="mx-move" title="{tip}" style="{cell};text-align:right;white-space:nowrap;'
-            f'color:{colour.get(mark[0], "inherit")}">{mark}</td>'
-        )
-
-    body = "".join(
-        f'<tr class="{cls if h["only_here"] else ""}" style="background:{bg if h["only_here"] else "transparent"}">'
-        f'<td style="{cell};opacity:0.7">{h["rank"]}</td>'
-        f'<td style="{cell}">{html.escape(h["text"])}</td>'
-        f'<td style="{cell};text-align:right;font-variant-numeric:tabular-nums">{h["score"]:.3f}</td>{move(h)}</tr>'
-        for h in hits
-    )
-    move_head = f'<th style="text-align:right;{cell};width:3.5em">move</th>' if moves else ""
-    return (
-        f'<div style="flex:1;min-width:260px"><div style="font-weight:600;margin-bottom:4px">{title}</div>'
-        f'<table style="width:100%;border-collapse:collapse"><thead><tr><th style="text-align:left;{cell};width:2.5em">#</th>'
-        f'<th style="text-align:left;{cell}">string</th><th style="text-align:right;{cell};width:5em">cosine</th>'
-        f"{move_head}</tr></thead><tbody>{body}</tbody></table></div>"
-    )
 
 
 def toast_text(text: str) -> str:
@@ -187,16 +109,24 @@ def moved_header(run: RunInfo | None) -> str:
 # The chart's title stays short: Vega-Lite lays a title out on one line, and on a phone a long one pushed the plot
 # out of its box (the chart drew its axis at the right edge and no curve). The rest is the caption under it.
 LOSS_TITLE = "Training loss ÷ log(2B−1)"
-LOSS_CAPTION = "1 = a model that knows nothing; each step, and smoothed (each step weighted by its strings)"
+LOSS_CAPTION = (
+    "1 = a model that knows nothing (a pairs run draws its own line); each step, and smoothed (each step weighted by "
+    "its strings)"
+)
+CHANCE_SERIES = "knows nothing (pairs)"  # a pairs run's own line (explorer.compare.chance)
 
 
-def loss_frame(losses: Sequence[float], batches: Sequence[int] | None = None) -> Any:
+def loss_frame(losses: Sequence[float], batches: Sequence[int] | None = None, chance: Any = None) -> Any:
     """The loss curve as rows (step, loss, series): each step's loss divided by log(2B-1) of its batch of B strings
     (mirror.loss.chance_loss: the loss of a model that knows nothing), and their moving average with each step
     weighted by its strings. Raw InfoNCE is not comparable across batch sizes (3.0 -> 0.52 -> 2.4 on the small
     example, whose third batch has 11 strings): divided, a batch of 11 still reads lower than one of 200 (fewer
     negatives make an easier task for a model that already knows something), hence the weighted average, which
-    a short batch hardly moves. Raw losses, plainly averaged, when the batch sizes are not known (older runs)."""
+    a short batch hardly moves. Raw losses, plainly averaged, when the batch sizes are not known (older runs).
+    `chance` (a pairs run's explorer.compare.chance.PairsChance): its own "knows nothing" line as a third series,
+    CHANCE_SERIES, at a full batch's value (the loss of a pairs run adds its distillation to the mirror loss; a short
+    last batch's own line is higher, as its loss is: the smoothed curve, which weighs steps by their strings, reads
+    against this one)."""
     import pandas as pd
 
     from mirror.loss import chance_loss
@@ -212,9 +142,13 @@ def loss_frame(losses: Sequence[float], batches: Sequence[int] | None = None) ->
         avg = x if avg is None else (1 - step) * avg + step * x
         smooth.append(avg)
     steps = list(range(1, len(raw) + 1))
-    return pd.DataFrame(
-        {"step": steps * 2, "loss": raw + smooth, "series": ["each step"] * len(raw) + ["smoothed"] * len(raw)}
-    )
+    series = ["each step"] * len(raw) + ["smoothed"] * len(raw)
+    if chance is not None and batches is not None and len(batches) == len(raw) and all(b > 0 for b in batches):
+        line = [round(chance.at(max(batches)), 4)] * len(raw)  # at a full batch, as the smoothed curve weighs them
+        return pd.DataFrame(
+            {"step": steps * 3, "loss": raw + smooth + line, "series": series + [CHANCE_SERIES] * len(raw)}
+        )
+    return pd.DataFrame({"step": steps * 2, "loss": raw + smooth, "series": series})
 
 
 def loss_summary(losses: Sequence[float], n: int = 10) -> str:
@@ -279,7 +213,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
             "Loss (raw InfoNCE)",
             loss_summary(run.losses) if run.losses else end_losses(t),
         ),
-        ("Strings", f"{run.n_texts:,} from `{run.corpus}`"),
+        ("Strings", f"{strings_of(run)} from `{run.corpus}`"),
         ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {t.mode or '?'} preset"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
@@ -450,12 +384,22 @@ def blend_part(run: RunInfo) -> str:
     return f" · blend α={alpha:g}" + (f" of run `{parent[:8]}`" if parent else "")
 
 
-def served_md(session: Session | None) -> str:
+def served_md(session: Session | None, example: dict[str, Any] | None = None) -> str:
+    """The Search tab's header: the run searched (a pairs run: which column, what its partner column is for, and a
+    held-out row to try: `example`, explorer.compare.searching.Searcher.example), or the base model alone."""
     run = getattr(session, "run", None)
     if run is None:
+        pairing = getattr(session, "pairing", None)
+        both = ""
+        if pairing is not None and getattr(session, "partners", None) is not None:
+            strings, partner = pairing.columns()
+            both = (
+                f" Searching the `{strings}` column; each hit's `{partner}` is shown under it (the column that will "
+                f"train the pairs): type {a_or_an(partner)} `{partner}` to find its `{strings}`."
+            )
         return message(
             "No tuned model yet: search your loaded strings with the base model now, then tune one in tab ① "
-            "(or upload a saved model there) to compare it with the tuned model.",
+            f"(or upload a saved model there) to compare it with the tuned model.{both}",
             "info",
         )
     other = getattr(session, "extra", None)  # this session's other corpus, for the run it serves
@@ -463,7 +407,7 @@ def served_md(session: Session | None) -> str:
     return (
         f"Run `{run.folder.name[:8]}`: searching **{run.n_texts:,} strings** from `{run.corpus}` · tuned from `{run.base_model}` "
         f"({run.pooling} pooling){blend_part(run)} at {time.strftime('%H:%M', time.localtime(run.created))}{extra}"
-        f"{search_by_partner(run)}"
+        f"{search_by_partner(run, example)}"
     )
 
 
@@ -525,11 +469,24 @@ def forgetting_md(run: RunInfo | None) -> str:
         f"{MARGIN:g} point with its whole interval below zero, *better* the same upwards; *Long documents* asks "
         "whether the top 10 for a real document are its related documents (World English Bible chapters: the next "
         "chapter, then its book, then books of its kind), *Short articles* the same for the Jargon File's entries "
-        f"of 40-110 words (one refers to the other, then both to a third).{took}"
+        f"of 40-110 words (one refers to the other, then both to a third).{sts_subset(check.rows)}{took}"
     )
     changed = "\n\n".join(x for x in (pairs_md(run), change_sentence(run)) if x)
     changed = f"{changed}\n\n" if changed else ""
     return f"{changed}{message(verdict, kind)}\n\n{head}\n{pairs_row(run)}{rows}{note}{own_long_md(check)}"
+
+
+def sts_subset(rows: Sequence[dict[str, Any]]) -> str:
+    """The general checks' STS-B dev is a subset (its check half, capped), not the Evaluate tab's whole set: said."""
+    sts = next((r for r in rows if r.get("name") == "STS-B dev"), None)
+    if sts is None:
+        return ""
+    items = sts.get("items", sts.get("pairs"))
+    n = f"{items:,} of its pairs" if isinstance(items, int) else "a subset of its pairs"
+    return (
+        f" *STS-B dev* here scores {n} (every other pair, capped: the check half), ×100; the Evaluate tab's STS-B dev "
+        "scores every pair of the set (ρ, 0-1): the two figures differ."
+    )
 
 
 def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:

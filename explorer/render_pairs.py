@@ -73,18 +73,67 @@ def pairs_row(run: RunInfo | None) -> str:
     )
 
 
-def search_by_partner(run: RunInfo | None) -> str:
-    """Under a pairs run's Search header: search by the partner side (type a description, find the name), with a
-    held-out row's partner to try (one the run never trained on)."""
+def a_or_an(word: str) -> str:
+    """The indefinite article for `word` (a column's name in a sentence): "an acronym", "a definition", "an `id`";
+    by its first letter, a u taking "a" ("a unit", "a url"): "an hour" is beyond it.
+
+    >>> a_or_an("acronym"), a_or_an("`term`"), a_or_an("Expansion")
+    ('an', 'a', 'an')
+    """
+    first = next((c for c in str(word) if c.isalnum()), "")
+    return "an" if first.lower() in tuple("aeio") else "a"
+
+
+def search_by_partner(run: RunInfo | None, example: dict[str, Any] | None = None) -> str:
+    """Under a pairs run's Search header: which column is searched, what its partner column is for (it trained the
+    pairs, it is shown under each hit), and searching by the partner side (type a description, find the name) with
+    a held-out row's partner to try, never trained on: `example` (explorer.compare.searching.Searcher.example: one
+    the tuned model finds higher than the base, or said to be found by the base too), else the first kept."""
     pairs = pairs_of(run)
     if pairs is None:
         return ""
     string_col, partner_col = pairs.columns
-    line = f"\n\nTuned on pairs: type a `{partner_col}` to find its `{string_col}`"
-    if pairs.examples:
+    line = (
+        f"\n\nSearching the `{string_col}` column (your strings); the `{partner_col}` column trained the pairs (each "
+        f"`{string_col}` with its `{partner_col}` as its positive) and is shown under each hit. Tuned on pairs: type "
+        f"{a_or_an(partner_col)} `{partner_col}` to find its `{string_col}`"
+    )
+    if example is None and pairs.examples:
         partner, string = pairs.examples[0]
-        line += f", e.g. a row it never trained on: *{_cut(partner)}* (its `{string_col}`: *{_cut(string)}*)"
+        example = {"partner": partner, "string": string}
+    if example is not None:
+        line += (
+            f", e.g. a row it never trained on: *{_cut(example['partner'])}* (its `{string_col}`: "
+            f"*{_cut(example['string'])}*){found_by(example)}"
+        )
     return line + "."
+
+
+def found_by(example: dict[str, Any]) -> str:
+    """Where the tuned and the base model rank an example's string (Searcher.example), in a few words; "" unknown."""
+    if "better" not in example:
+        return ""
+    tuned, base = example.get("tuned_rank"), example.get("base_rank")
+
+    def at(rank: Any) -> str:
+        return f"at rank {rank}" if rank is not None else "not in its top 10"
+
+    if example["better"]:
+        return f": the tuned model finds it {at(tuned)}, the base {at(base)}"
+    return (
+        f": the base finds it {at(base)} too (the tuned model {at(tuned)}), as it does each of the held-out rows "
+        "kept to try: your other queries show what tuning changed"
+    )
+
+
+def strings_of(run: RunInfo) -> str:
+    """A run's strings as its page and its model card count them: "12,640" and, for a pairs run that held rows out,
+    how many trained and how many were held out (mirror.pairs: the card's "strings" counts those that trained)."""
+    pairs = pairs_of(run)
+    held = pairs.held_out if pairs is not None else 0
+    if not held:
+        return f"{run.n_texts:,}"
+    return f"{run.n_texts:,} ({run.n_texts - held:,} trained on, {held:,} held out to measure the gain)"
 
 
 def _cut(text: str, n: int = 120) -> str:

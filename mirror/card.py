@@ -120,7 +120,7 @@ def model_card(
         if k in config and (config.get("pairs") or k not in PAIR_SETTINGS)
     ]
     out += _table(["setting", "value"], rows)
-    data = [("strings", _value(stats.get("strings")))]
+    data = [("strings", _strings(stats))]
     if stats.get("steps") is not None:
         data.append(("steps", f"{stats.get('steps')} of {stats.get('total_steps', stats.get('steps'))}"))
     if stats.get("seconds") is not None:
@@ -220,6 +220,16 @@ def _forgetting(check: Any) -> list[str]:
     if check.get("verdict"):
         out += ["", str(check["verdict"])]
     return out
+
+
+def _strings(stats: dict[str, Any]) -> str:
+    """The strings of the run: those it trained on, and for a pairs run that held rows out the strings its index
+    holds with how many were held out, as the app's page counts them ("12,640 (12,140 trained on, 500 held out…)")."""
+    strings, pairs = stats.get("strings"), stats.get("pairs")
+    held = pairs.get("held_out") if isinstance(pairs, dict) else None
+    if not isinstance(strings, int) or not isinstance(held, int) or held <= 0:
+        return _value(strings)
+    return f"{strings + held:,} ({strings:,} trained on, {held:,} held out to measure the gain)"
 
 
 def _pairs(pairs: Any) -> list[str]:

@@ -183,6 +183,18 @@ def first_names(names: list[str], n: int = SHOWN_NEIGHBOURS) -> str:
     return " · ".join(cut) + (f" · … +{more} more" if more > 0 else "")
 
 
+MOVED_SHOWN = 500  # rows of the what-moved table (its CSV has every string)
+
+
+def moved_head(shown: int, total: int, text_filter: str = "") -> str:
+    """What the what-moved table lists: every string (matching the filter), or the `shown` most moved of `total`
+    ("The 500 most moved of your 12,640 strings", never "500 strings" of a run of 12,640)."""
+    matching = f" matching “{text_filter}”" if text_filter else ""
+    if shown >= total:
+        return f"{render.count(total, 'string')}{matching}, most moved first."
+    return f"The {shown:,} most moved of your {total:,} strings{matching}, most moved first (the CSV has them all)."
+
+
 def moved_frame(rows: list[dict[str, Any]]) -> Any:
     """The what-moved rows as a table: string, moved (0-1), neighbours gained and lost (the first five of each)."""
     import pandas as pd
@@ -232,8 +244,9 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
             return "", gr.update(), gr.update(), session
 
         def figures(session: Session) -> tuple:
-            rows = ex.moved(session)
-            head = f"{render.count(len(rows), 'string')}, most moved first. Filter them, or select a row to see its neighbours."
+            every = ex.moved(session, limit=None)  # ranked once per run (kept): the table shows its first
+            rows = every[:MOVED_SHOWN]
+            head = moved_head(len(rows), len(every)) + " Filter them, or select a row to see its neighbours."
             return render.health_md(ex.health(session), session.run), render.message(head, "info"), moved_frame(rows)
 
         return call_service(app, s, 3, figures)
@@ -284,11 +297,10 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
 
     def on_moved(text_filter, s):
         def listed(session: Session) -> tuple:
-            rows = ex.moved(session, text_filter)
-            head = render.count(len(rows), "string") + (f" matching “{text_filter}”" if text_filter else "")
-            return render.message(
-                head + ", most moved first. Select a row to see its neighbours.", "info"
-            ), moved_frame(rows)
+            every = ex.moved(session, text_filter, limit=None)
+            rows = every[:MOVED_SHOWN]
+            head = moved_head(len(rows), len(every), text_filter) + " Select a row to see its neighbours."
+            return render.message(head, "info"), moved_frame(rows)
 
         return call_service(app, s, 2, listed)
 

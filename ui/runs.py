@@ -29,12 +29,50 @@ class TrainView:
 
     REDRAW_S = 1.0  # at most one redraw a second (see `due`)
 
-    def __init__(self, progress: gr.Progress | None) -> None:
+    def __init__(self, progress: gr.Progress | None, chance: Any = None) -> None:
+        """`chance`: a pairs run's "knows nothing" line, measured when its curve is first drawn (a callable giving an
+        explorer.compare.chance.PairsChance, or None: explorer.compare.chance.live); None for a mirror run."""
         self.progress = progress
         self.losses: list[float] = []
         self.batches: list[int] = []  # each step's strings: the curve divides its loss by log(2B-1)
         self.status = render.status_box("Starting…")
         self.last_drawn = 0.0
+        self._chance, self._line = chance, None
+        # this view's curves (`view.plot(view.losses, view.batches)`) draw its run's own line: the instance's `plot`
+        # shadows the static one, which draws a kept run's (`TrainView.plot(losses, batches, kept_chance(...))`)
+        self.plot = self.curve
+
+    def curve(self, values: Sequence[float], batches: Sequence[int] | None = None) -> Any:
+        """The live curve (`plot`) with the run's own "knows nothing" line once it has two steps."""
+        if self._chance is not None and len(values) >= 2:
+            measure, self._chance = self._chance, None  # measured once
+            self._line = TrainView.measured(measure)
+        return TrainView.plot(values, batches, self._line)
+
+    @staticmethod
+    def measured(measure: Any) -> Any:
+        """`measure()`, or None (no line: the mirror one) when it cannot say (a bug is logged, never shown)."""
+        try:
+            return measure()
+        except Exception:  # the curve without its line rather than no curve
+            import logging
+
+            logging.getLogger("mirror.app").exception("the pairs run's chance line could not be measured")
+            return None
+
+    @staticmethod
+    def kept_chance(run: RunInfo, app: MirrorApp) -> Any:
+        """A kept run's "knows nothing" line (explorer.compare.chance.of_run, on its partners as kept), or None."""
+        from explorer.compare import chance
+
+        return TrainView.measured(lambda: chance.of_run(run, app.models, app.searcher.partners(run)))
+
+    @staticmethod
+    def live_chance(session: Session, models: Any) -> Any:
+        """The line of the run `session` launches, measured at its curve's second step (explorer.compare.chance.live)."""
+        from explorer.compare import chance
+
+        return chance.live(session, models)
 
     def take(self, ev: Event) -> None:
         if isinstance(ev, Phase):
@@ -73,15 +111,17 @@ class TrainView:
         return True
 
     @staticmethod
-    def plot(values: Sequence[float], batches: Sequence[int] | None = None) -> Any:
-        """The loss curve (render.loss_frame); hidden until it has two points, and its value left alone until then:
+    def plot(values: Sequence[float], batches: Sequence[int] | None = None, chance: Any = None) -> Any:
+        """The loss curve (render.loss_frame, with a pairs run's `chance` line); hidden until it has two points, and its
+        value left alone until then:
         Gradio's plot hands a new value, rows or none (None), to the chart already drawn, and a chart without rows
         (a blend's redraws, a new run's first step) made Vega-Lite warn "Infinite extent for field" in the console."""
         if len(values) < 2:
             return gr.update(visible=False)
         # under 10 steps the axis spans 1-10: whole-number ticks (Vega put ticks at halves, printed "1, 2, 2, 3, 3");
         # past them, every step: always given (an update without x_lim kept the 1-10 of the run's first steps)
-        return gr.update(value=render.loss_frame(values, batches), visible=True, x_lim=[1, max(10, len(values))])
+        frame = render.loss_frame(values, batches, chance)
+        return gr.update(value=frame, visible=True, x_lim=[1, max(10, len(values))])
 
 
 class RunView:
@@ -121,8 +161,10 @@ class RunView:
         return {
             ui.result_md: render.run_md(run),
             **self.downloads(run),
-            ui.loss_plot: TrainView.plot(run.losses, run.record.training.batch_sizes),
-            self.search.served_md: render.served_md(session),
+            ui.loss_plot: TrainView.plot(
+                run.losses, run.record.training.batch_sizes, TrainView.kept_chance(run, self.app)
+            ),
+            self.search.served_md: render.served_md(session, self.app.searcher.example(run)),
             # the last search's hits were the previous run's: gone, with what to do for this run's
             self.search.results: render.status_box("A new run is served: press **Search** to see its neighbours."),
             self.evaluate.gold: ["SimLex-999", "WordSim-353"] if words else ["STS-B dev"],
@@ -183,7 +225,7 @@ class RunView:
     ) -> Iterator[dict]:
         """A run's events drawn as they come (at most once a second), then its end. A run served before its
         general checks (Served) is drawn served at once, and its checks and downloads when it is Done."""
-        ui, view, served = self.ui, TrainView(progress), False
+        ui, view, served = self.ui, TrainView(progress, TrainView.live_chance(session, self.app.models)), False
         idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
         for ev in events:
             if isinstance(ev, Served):

@@ -78,7 +78,8 @@ def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.
         def index(session: Session) -> tuple:
             progress(None, desc="Indexing with both encoders")
             text = app.searcher.index_corpus(session, path, (col or "").strip() or None, given_name(path))
-            return render.message(text, "ok"), gr.update(value="extra"), render.served_md(session)
+            served = render.served_md(session, app.searcher.example(session.run))
+            return render.message(text, "ok"), gr.update(value="extra"), served
 
         return call_service(app, s, 3, index)
 

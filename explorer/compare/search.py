@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from explorer.runs.sessions import texts_key
@@ -30,52 +31,91 @@ def without_query(hits: Sequence[Hit], query: str, k: int) -> list[Hit]:
     return [Hit(h.text, h.score, rank, h.id) for rank, h in enumerate(kept, 1)]
 
 
-def compare_hits(tuned: Sequence[Hit], base: Sequence[Hit]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def with_partner(row: dict[str, Any], hit: Hit, partners: Sequence[str | None] | None) -> dict[str, Any]:
+    """`row` with the hit's `partner` (its row's partner text in a pairs run, None for a row without one) when the
+    searched strings have partners (`partners`, row for row with the index); `row` as it was otherwise."""
+    if partners is not None:
+        row["partner"] = partners[hit.id] if 0 <= hit.id < len(partners) else None
+    return row
+
+
+def compare_hits(
+    tuned: Sequence[Hit], base: Sequence[Hit], partners: Sequence[str | None] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Both sides' hits as dicts. A tuned hit carries `base_rank` (its rank in the base top k, None when the
-    base encoder did not find it), a base hit `tuned_rank`; `only_here` marks a hit the other side lacks."""
+    base encoder did not find it), a base hit `tuned_rank`; `only_here` marks a hit the other side lacks; with
+    `partners` (a pairs run's, row for row with the indexes), each hit its `partner` too."""
     tuned_rank = {h.text: h.rank for h in tuned}
     base_rank = {h.text: h.rank for h in base}
 
     def rows(hits: Sequence[Hit], other: dict[str, int], key: str) -> list[dict[str, Any]]:
         return [
-            {
-                "rank": h.rank,
-                "text": h.text,
-                "score": round(float(h.score), 4),
-                "only_here": h.text not in other,
-                key: other.get(h.text),
-            }
+            with_partner(
+                {
+                    "rank": h.rank,
+                    "text": h.text,
+                    "score": round(float(h.score), 4),
+                    "only_here": h.text not in other,
+                    key: other.get(h.text),
+                },
+                h,
+                partners,
+            )
             for h in hits
         ]
 
     return rows(tuned, base_rank, "base_rank"), rows(base, tuned_rank, "tuned_rank")
 
 
-def base_only_hits(hits: Sequence[Hit]) -> list[dict[str, Any]]:
-    """The base encoder's hits when there is no tuned model to compare with."""
+def base_only_hits(hits: Sequence[Hit], partners: Sequence[str | None] | None = None) -> list[dict[str, Any]]:
+    """The base encoder's hits when there is no tuned model to compare with (each with its `partner`: `with_partner`)."""
     return [
-        {"rank": h.rank, "text": h.text, "score": round(float(h.score), 4), "only_here": False, "tuned_rank": None}
+        with_partner(
+            {"rank": h.rank, "text": h.text, "score": round(float(h.score), 4), "only_here": False, "tuned_rank": None},
+            h,
+            partners,
+        )
         for h in hits
     ]
 
 
 def search_both(
-    tuned: VectorIndex | None, base: VectorIndex, queries: list[str], k: int, hide_query: bool
+    tuned: VectorIndex | None,
+    base: VectorIndex,
+    queries: list[str],
+    k: int,
+    hide_query: bool,
+    partners: Partners | None = None,
 ) -> list[dict[str, Any]]:
     """Each query's hits with both indexes (only `base` when `tuned` is None: "base_only"), compared.
-    With `hide_query`, a hit that is the query itself is dropped and the next one takes its place."""
+    With `hide_query`, a hit that is the query itself is dropped and the next one takes its place. With `partners`
+    (a pairs run's strings: their partners row for row with the indexes, and the two columns), each hit carries its
+    `partner` and each query's result the `columns` searched and shown beside ({"strings": …, "partner": …})."""
     fetch = k + 1 if hide_query else k  # strings are unique up to case, so the query matches one row at most
     base_hits = base.search(queries, fetch)
     tuned_hits = tuned.search(queries, fetch) if tuned is not None else [[] for _ in queries]
     out = []
     for q, th, bh in zip(queries, tuned_hits, base_hits, strict=True):
         th, bh = (without_query(h, q, k) if hide_query else list(h[:k]) for h in (th, bh))
+        rows = partners.rows if partners is not None else None
         if tuned is None:
-            out.append({"query": q, "tuned": [], "base": base_only_hits(bh), "base_only": True})
+            found = {"query": q, "tuned": [], "base": base_only_hits(bh, rows), "base_only": True}
         else:
-            t_rows, b_rows = compare_hits(th, bh)
-            out.append({"query": q, "tuned": t_rows, "base": b_rows, "base_only": False})
+            t_rows, b_rows = compare_hits(th, bh, rows)
+            found = {"query": q, "tuned": t_rows, "base": b_rows, "base_only": False}
+        if partners is not None:
+            found["columns"] = {"strings": partners.columns[0], "partner": partners.columns[1]}
+        out.append(found)
     return out
+
+
+@dataclass(frozen=True)
+class Partners:
+    """The partners of searched strings (a pairs run's, or strings loaded with a partner column): row for row with
+    the indexes (None for a row without one), and the two columns' names (strings, partners)."""
+
+    rows: Sequence[str | None]
+    columns: tuple[str, str] = ("string", "partner")
 
 
 class BaseIndexes:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
-from explorer.compare.search import BaseIndexes, search_both
+from explorer.compare.search import BaseIndexes, Partners, search_both
 from explorer.events import Phase
 from explorer.render import moved_header, run_caption, served_label
 from explorer.runs.cpu import CpuAccounts
@@ -18,6 +21,7 @@ from explorer.runs.jobs import FairSlots
 from explorer.runs.models import ModelCache
 from explorer.runs.record import RunInfo
 from explorer.runs.sessions import ExtraCorpus, Session
+from explorer.runs.store import read_partners
 from explorer.settings import Settings
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import clamp_k, split_queries
@@ -26,6 +30,8 @@ from mirror.data import clean_texts, read_file
 from mirror.errors import MirrorError
 
 log = logging.getLogger("mirror.app")
+
+PARTNERS_KEPT = 8  # runs whose partners (pairs.json) are held in memory, least recently searched dropped
 
 
 class Searcher:
@@ -45,6 +51,9 @@ class Searcher:
     ):
         self.settings, self.models, self.kept, self.disk = settings, models, kept, disk
         self.search_slots, self.base_indexes, self.cpu = search_slots, base_indexes, cpu  # cpu: evaluations metered
+        self._partners: OrderedDict[Path, Partners | None] = OrderedDict()  # by run folder: `partners`
+        self._examples: OrderedDict[Path, dict[str, Any] | None] = OrderedDict()  # by run folder: `example`
+        self._lock = threading.Lock()
 
     def search(
         self,
@@ -57,7 +66,10 @@ class Searcher:
         run_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """Top-k hits of each query (one per line) for the tuned and the base encoder, compared (explorer.compare.search):
-        [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}], base_only}].
+        [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}], base_only}]. Searching
+        the strings of a pairs run (or strings loaded with a partner column, before any tuning), each hit also has its
+        `partner` (its row's partner text, or None) and each query's result the `columns` searched and shown beside
+        ({"strings": …, "partner": …}).
 
         `hide_query` drops the hit that is the query's own string (off by default: an API caller sees what the
         index holds). Before any tuning it searches the loaded strings with the base model `base_model` (default:
@@ -66,12 +78,12 @@ class Searcher:
         """
         qs, k = split_queries(queries), clamp_k(k)
         run = self.kept(run_id) if run_id else session.run
-        pair = None
+        pair, partners = None, None
         if run is not None:
             loaded = self.models.loaded(run)
             extra = session.extra
             if corpus != "extra":
-                pair = loaded.main
+                pair, partners = loaded.main, self.partners(run)
             elif extra is not None and extra.run == run.folder:  # this session's, indexed for this run
                 pair = self.models.corpus(extra.folder, loaded)
         if pair is None and corpus == "extra":
@@ -79,7 +91,61 @@ class Searcher:
         if pair is None:
             return self._search_base_only(session, qs, k, bool(hide_query), base_model or BUNDLED_MODEL)
         with self.search_slots:  # a few encodes at a time, in arrival order: no thread oversubscription
-            return search_both(pair.tuned, pair.base, qs, k, bool(hide_query))
+            return search_both(pair.tuned, pair.base, qs, k, bool(hide_query), partners)
+
+    def partners(self, run: RunInfo) -> Partners | None:
+        """The partners of a pairs run's strings, row for row with its indexes, as the run keeps them (pairs.json,
+        explorer.runs.store: a reloaded page, a run opened by its link, after a restart); a blend's are its parent
+        run's (the same strings). None for a run without pairs, or whose partners are no longer kept."""
+        folder = run.folder
+        with self._lock:
+            if folder in self._partners:
+                self._partners.move_to_end(folder)
+                return self._partners[folder]
+        kept = read_partners(folder, run.n_texts)
+        parent = run.record.origin.parent
+        if kept is None and parent and len(parent) == 32 and run.record.training.pairs is not None:
+            kept = read_partners(folder.parent / parent, run.n_texts)  # a blend of a pairs run made here
+        found = Partners(kept[0], (str(kept[1][0]), str(kept[1][1]))) if kept is not None else None
+        with self._lock:
+            self._partners[folder] = found
+            while len(self._partners) > PARTNERS_KEPT:
+                self._partners.popitem(last=False)
+        return found
+
+    def example(self, run: RunInfo | None) -> dict[str, Any] | None:
+        """The held-out row a pairs run's Search tab offers to try (its partner typed, its string to find): the first
+        of those the run keeps (never trained on) that the served model finds higher than the base ({partner,
+        string, tuned_rank, base_rank, better: True}); when it finds none of them higher, the first, `better` False
+        (the page says the base finds it as well). Ranks in the top 10, None past it. None without examples."""
+        pairs = run.record.training.pairs if run is not None else None
+        if run is None or pairs is None or not pairs.examples:
+            return None
+        with self._lock:
+            if run.folder in self._examples:
+                return self._examples[run.folder]
+        try:
+            main = self.models.loaded(run).main
+            with self.search_slots:
+                partners = [partner for partner, _ in pairs.examples]
+                tuned, base = main.tuned.search(partners, 10), main.base.search(partners, 10)
+        except Exception:  # the header offers the first kept row, unranked, rather than failing the page
+            log.exception("the held-out rows to try could not be ranked")
+            return None
+        tried = []
+        for (partner, string), t_hits, b_hits in zip(pairs.examples, tuned, base, strict=True):
+            t_rank = next((h.rank for h in t_hits if h.text == string), None)
+            b_rank = next((h.rank for h in b_hits if h.text == string), None)
+            better = t_rank is not None and (b_rank is None or t_rank < b_rank)
+            tried.append(
+                {"partner": partner, "string": string, "tuned_rank": t_rank, "base_rank": b_rank, "better": better}
+            )
+        chosen = next((row for row in tried if row["better"]), tried[0])
+        with self._lock:
+            self._examples[run.folder] = chosen
+            while len(self._examples) > PARTNERS_KEPT:
+                self._examples.popitem(last=False)
+        return chosen
 
     def _search_base_only(
         self, session: Session, queries: list[str], k: int, hide_query: bool, model: str
@@ -92,9 +158,11 @@ class Searcher:
             )
         model = self.models.check_download(model)
         encoder = self.models.base_encoder(model)
+        pairing, rows = session.pairing, session.partners  # strings loaded with a partner column: shown beside
+        partners = Partners(rows, pairing.columns()) if rows is not None and pairing is not None else None
         with self.search_slots:  # the first search of these strings embeds them all: one slot, like a search
             index = self.base_indexes.get(model, encoder, texts)
-            return search_both(None, index, queries, k, hide_query)
+            return search_both(None, index, queries, k, hide_query, partners)
 
     def index_corpus(
         self, session: Session, path: str | None, column: str | None = None, name: str | None = None
