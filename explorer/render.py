@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from explorer.render_hits import rank_move, render_results  # noqa: F401 (re-exported: render.render_results)
-from explorer.render_pairs import a_or_an, pairing_md, pairs_md, pairs_row, search_by_partner, strings_of
+from explorer.render_pairs import (
+    a_or_an,
+    blend_choice_md,
+    choice_of,
+    pairing_md,
+    pairs_md,
+    pairs_row,
+    search_by_partner,
+    strings_of,
+)
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError, without_paths
@@ -239,7 +248,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         head = f"### Done: your tuned model is served (run `{run_id[:8]}`)\n| Run | value |\n|---|---|\n{table}\n\n"
     pending = getattr(run, "checks_pending", False)  # served before its checks: its downloads come with them
     downloads = "Downloads follow with the general checks." if pending else "Downloads below."
-    changed = "\n\n".join(x for x in (pairs_md(run), change_sentence(run)) if x)
+    changed = "\n\n".join(x for x in (pairs_md(run), blend_choice_md(run), change_sentence(run)) if x)
     changed = f"{changed}\n\n" if changed else ""
     return (
         f"{head}{changed}Both encoders indexed your {run.n_texts:,} strings: try the **② Search** tab. {downloads} "
@@ -471,7 +480,7 @@ def forgetting_md(run: RunInfo | None) -> str:
         "chapter, then its book, then books of its kind), *Short articles* the same for the Jargon File's entries "
         f"of 40-110 words (one refers to the other, then both to a third).{sts_subset(check.rows)}{took}"
     )
-    changed = "\n\n".join(x for x in (pairs_md(run), change_sentence(run)) if x)
+    changed = "\n\n".join(x for x in (pairs_md(run), blend_choice_md(run), change_sentence(run)) if x)
     changed = f"{changed}\n\n" if changed else ""
     return f"{changed}{message(verdict, kind)}\n\n{head}\n{pairs_row(run)}{rows}{note}{own_long_md(check)}"
 
@@ -522,6 +531,8 @@ def default_alpha(run: RunInfo | None) -> float:
     blend = blend_of(run)
     if blend is not None:
         return blend[0]
+    if choice_of(run) is not None:  # the α the run chose for itself (mirror/choose.py)
+        return float(run.record.training.run_alpha or 1.0)
     checks = run.record.checks
     return float(SUGGESTED_ALPHA) if checks is not None and checks.worse else 1.0
 

@@ -152,3 +152,48 @@ def pairs_about(run: RunInfo | None) -> str:
         f"Tuned on pairs: each {string_col} with its {partner_col} as its positive ({pairs.stats.paired:,} strings "
         f"had one, {pairs.held_out:,} rows held out of training).{measured}"
     )
+
+
+def choice_of(run: RunInfo | None) -> dict[str, Any] | None:
+    """How a pairs run chose its blend (mirror.choose.Choice.to_dict), or None (no choice made)."""
+    choice = run.record.training.blend_choice if run is not None else None
+    return choice if isinstance(choice, dict) and choice.get("candidates") else None
+
+
+def served_alpha(run: RunInfo) -> float | None:
+    """The α of the tuned weights the served model is: a blend's own, else the run's (its choice, or its preset's)."""
+    origin = run.record.origin
+    return float(origin.alpha) if origin.alpha is not None else run.record.training.run_alpha
+
+
+def choice_alphas(run: RunInfo | None) -> list[float]:
+    """The α a run chose among, for the one-click picker; [] without a choice."""
+    choice = choice_of(run)
+    return [float(c["alpha"]) for c in choice["candidates"]] if choice else []
+
+
+def blend_choice_md(run: RunInfo | None) -> str:
+    """The blend a pairs run chose and the others it measured (mirror/choose.py), as a table; "" without one."""
+    choice = choice_of(run)
+    if choice is None or run is None:
+        return ""
+    served, chosen, base = served_alpha(run), float(choice["alpha"]), float(choice["base_mrr10"])
+    rows = []
+    for c in choice["candidates"]:
+        alpha, checks = float(c["alpha"]), c.get("checks") or {}
+        worst = min(checks.items(), key=lambda kv: kv[1]) if checks else None
+        worst_s = f"{worst[0]} {worst[1]:+.1f}" if worst else "not needed"
+        rule = {True: "yes", False: "**no**", None: "—"}[c.get("within")]
+        mark = " (served)" if served is not None and abs(alpha - served) < 1e-9 else ""
+        mark += " ← chosen" if abs(alpha - chosen) < 1e-9 else ""
+        rows.append(f"| α {alpha:g}{mark} | {c['mrr10']:.1f} | {c['mrr10'] - base:+.1f} | {worst_s} | {rule} |")
+    head = (
+        f"| blend | held-out MRR@10 ({choice['rows']:,} rows among {choice['pool']:,} strings) | vs the base "
+        f"({base:.1f}) | general checks' dev halves: the worst change | within the rule |\n|---|---:|---:|---|---|"
+    )
+    return (
+        f"**The blend this run chose:** {choice['reason']}. Measured after training on half its held-out rows (the "
+        "other half reports its gain) and the checks' dev halves; the rule: no check more than half its margin below "
+        "the base. Serve another with one click under *Serve another α* (the weights as trained are kept: no "
+        f"training again).\n\n{head}\n" + "\n".join(rows)
+    )

@@ -107,3 +107,44 @@ def test_a_pairs_run_serves_its_chosen_blend_keeps_the_weights_as_trained_and_re
     from index.pipeline import Phase
 
     assert any(isinstance(e, Phase) and e.text.startswith("Choosing the blend") for e in events)
+
+
+def test_the_page_shows_the_choice_and_one_click_serves_another_blend_of_the_weights_as_trained(
+    app, tiny_bert, tmp_path
+):
+    """Issue 60: the verdict table shows the α the run chose and the others it measured; picking another serves a
+    blend of the weights as trained (tuned_model/) at that α, whatever the served run's own α."""
+    import dataclasses
+
+    from explorer import render
+    from mirror.encoder import load_encoder
+    from tests.conftest import TINY
+    from ui.explore import choice_update
+
+    texts, partners = rows_of_pairs(440)
+    path = tmp_path / "pairs.csv"
+    path.write_text("name,summary\n" + "\n".join(f"{t},{p}" for t, p in zip(texts, partners, strict=True)) + "\n")
+    app.settings = dataclasses.replace(app.settings, general_checks=True)
+    s = app.session()
+    app.loader.load_file(s, str(path), "name", "pairs.csv", "summary")
+    assert list(app.trainer.train(s, str(tiny_bert), "auto", {**TINY, "blend_choose": True}))[-1].kind == "done"
+    run = s.run
+    choice = run.record.training.blend_choice
+    assert choice and run.record.training.run_alpha == choice["alpha"]
+    table = render.forgetting_md(run)
+    assert "**The blend this run chose:**" in table
+    assert all(f"| α {a:g}" in table for a in ALPHAS) and "← chosen" in table and "(served)" in table
+    picker = choice_update(run)
+    assert (
+        picker["visible"] and [v for _, v in picker["choices"]] == list(ALPHAS) and picker["value"] == choice["alpha"]
+    )
+    other = next(a for a in ALPHAS if a != choice["alpha"])
+    events = list(app.saved.blend_run(s, other))  # what the picker's click runs
+    assert events[-1].kind == "done", events[-1]
+    blended = s.run
+    b = weights(load_encoder(str(tiny_bert), device="cpu").model)
+    t = weights(load_encoder(str(run.folder / "tuned_model"), device="cpu", allowed_roots=[run.folder]).model)
+    served = weights(load_encoder(str(blended.folder / "model"), device="cpu", allowed_roots=[blended.folder]).model)
+    for key in served:
+        torch.testing.assert_close(served[key], (1 - other) * b[key] + other * t[key], rtol=1e-5, atol=1e-5)
+    assert choice_update(blended)["value"] == other  # the picker says which one is served now

@@ -102,6 +102,8 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
                 scale=3,
             )
             ui.blend_btn = gr.Button("Blend", elem_id="mx-blend-btn", scale=1)
+        # a pairs run's own choice among blends (mirror/choose.py): another of them served in one click
+        ui.choice = gr.Radio([], label="Serve another α (one click)", visible=False, elem_id="mx-choice")
         ui.blend_md = gr.Markdown("", elem_id="mx-blend-md")
     with gr.Accordion("Share on the Hugging Face Hub", open=False, visible=allow_hub):
         with gr.Row():
@@ -120,6 +122,18 @@ NO_MAP_YET = "No map yet: press Draw the maps to lay out this run's strings."
 SELECTION_HINT = "Lasso some points (the lasso tool above the maps) to export just those."
 
 
+def choice_update(run: Any) -> Any:
+    """The one-click picker of a pairs run's blends: the α it measured, the served one selected; hidden otherwise."""
+    from explorer.render_pairs import choice_alphas, served_alpha
+
+    alphas = choice_alphas(run)
+    if not alphas:
+        return gr.update(choices=[], value=None, visible=False)
+    served = served_alpha(run)
+    choices = [(f"α {a:g}", a) for a in alphas]
+    return gr.update(choices=choices, value=served if served in alphas else None, visible=True)
+
+
 def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
     """The Explore tab switched to a newly served run: its name, its general checks and blend, and nothing of the
     run before (neighbours shown, what moved, exports, the selection); its health and what moved follow at once
@@ -131,6 +145,7 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
         ui.forget_md: render.forgetting_md(run),
         ui.remedy_btn: gr.update(visible=render.remedy_offered(run)),
         ui.alpha: gr.update(value=render.default_alpha(run), info=render.blend_info(run)),
+        ui.choice: choice_update(run),
         # a blend's line under the Blend slider belongs to the blend: gone when another run is served
         ui.blend_md: render.message(render.blend_text(run), "ok") if render.blend_of(run) is not None else "",
         ui.map: {"texts": [], "note": NO_MAP_YET},  # the empty map, worded for a served run
@@ -156,6 +171,7 @@ def explore_outputs(ui: SimpleNamespace) -> list[Any]:
         "forget_md",
         "remedy_btn",
         "alpha",
+        "choice",
         "blend_md",
         "map",
         "map_md",

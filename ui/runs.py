@@ -463,6 +463,8 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
     # training slot in the app's queue (JOB_QUEUE), holding none of the encode workers searches need
     kw = {"show_progress_on": [ui.blend_md], **JOB_QUEUE, **PRIVATE}
     ui.blend_btn.click(on_blend, [ui.alpha, view.browser, view.state], outputs, **kw)
+    # one click on another of the α a pairs run chose among serves it (a user's pick only: `select`, not `change`)
+    ui.choice.select(on_blend, [ui.choice, view.browser, view.state], outputs, **kw)
 
     def on_remedy(memory, s, progress=gr.Progress()):  # noqa: B008
         yield from on_blend(render.SUGGESTED_ALPHA, memory, s, progress)  # the real blend, at the suggested α
