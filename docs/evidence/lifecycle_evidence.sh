@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The figures of bench/lifecycle-evidence.md (issue 51), from the repository root.
+# The figures of docs/evidence/lifecycle-evidence.md (issue 51), from the repository root.
 set -uo pipefail
 shopt -s globstar
 echo "## self.app. reach-ins (grep -c 'self\.app\.' explorer/**/*.py)"
