@@ -90,7 +90,8 @@ class Searcher:
             raise MirrorError("no other corpus is indexed yet: upload one below and press “Index it”")
         if pair is None:
             return self._search_base_only(session, qs, k, bool(hide_query), base_model or BUNDLED_MODEL)
-        with self.search_slots:  # a few encodes at a time, in arrival order: no thread oversubscription
+        # a few encodes at a time, in arrival order: no thread oversubscription; its CPU its visitor's (never refused)
+        with self.search_slots, self.cpu.metered(session.owner, "a search", refuse=False):
             return search_both(pair.tuned, pair.base, qs, k, bool(hide_query), partners)
 
     def partners(self, run: RunInfo) -> Partners | None:
@@ -160,7 +161,8 @@ class Searcher:
         encoder = self.models.base_encoder(model)
         pairing, rows = session.pairing, session.partners  # strings loaded with a partner column: shown beside
         partners = Partners(rows, pairing.columns()) if rows is not None and pairing is not None else None
-        with self.search_slots:  # the first search of these strings embeds them all: one slot, like a search
+        # the first search of these strings embeds them all: one slot, like a search; charged to its visitor
+        with self.search_slots, self.cpu.metered(session.owner, "a search", refuse=False):
             index = self.base_indexes.get(model, encoder, texts)
             return search_both(None, index, queries, k, hide_query, partners)
 

@@ -149,10 +149,15 @@ class CpuAccounts:
         )
 
     @contextlib.contextmanager
-    def metered(self, owner: Owner, what: str = "this", interactive: bool = False) -> Iterator[Job]:
-        """Around one costly job of `owner`: refused at its start past the budget, charged its share at its end.
-        `interactive`: someone waits for it (a map, an export): a training run yields to it (explorer.runs.turns)."""
-        self.check(owner, what)
+    def metered(
+        self, owner: Owner, what: str = "this", interactive: bool = False, refuse: bool = True
+    ) -> Iterator[Job]:
+        """Around one costly job of `owner`: refused at its start past the budget, charged its share as it goes.
+        `interactive`: someone waits for it (a map, an export): a training run yields to it (explorer.runs.turns).
+        `refuse` False: charged, never refused (a search: what a visitor does most, bounded by its slots; charged so
+        that what it spends is its visitor's, not the share of whoever's run is going)."""
+        if refuse:
+            self.check(owner, what)
         job = Job(owner, what, reader=self.threads)
         with self.lock:
             self._settle()
