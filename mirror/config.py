@@ -121,6 +121,8 @@ class MirrorConfig:
             base = dataclasses.replace(base, **SENTENCE_ENCODER_ADJUSTMENTS.get(mode, {}))
         if clean.get("pairs"):
             base = dataclasses.replace(base, **PAIRS_ADJUSTMENTS, **(PAIRS_ENCODER_ADJUSTMENTS if encoder_base else {}))
+            if mode == "words":  # short pairs: both columns single words or short names (issue 60)
+                base = dataclasses.replace(base, **PAIRS_WORDS_ADJUSTMENTS)
         return dataclasses.replace(base, **clean).validated()
 
     @staticmethod
@@ -297,6 +299,13 @@ SENTENCE_ENCODER_ADJUSTMENTS: dict[str, dict[str, Any]] = {
 # own by the same rule, on its own held-out rows and the checks' dev halves (bench/RESULTS.md "Pairs: a blend per run").
 PAIRS_ADJUSTMENTS: dict[str, Any] = {"temperature": 0.05, "lr": 2e-5, "epochs": 1, "min_steps": 50, "blend_choose": True}
 PAIRS_ENCODER_ADJUSTMENTS: dict[str, Any] = {"distill": 10.0, "blend_alpha": 0.5}
+# Words-mode pairs (issue 60: short <-> short, such as a word and its synset's headword, an acronym and its expansion),
+# chosen on examples/pairs/wordnet.tsv's dev half (1,000 rows, 197 held out, bundled model, 50 steps; bench/RESULTS.md
+# "Short pairs (issue 60)"): distillation to the base holds a word pair where the base already put it (held-out
+# MRR@10 +1.3 unblended, +0.8 at the preset's α 0.5, no better than mirror-only's +1.3); without it +2.2 [+1.0, +3.7]
+# unblended, +1.5 [+0.5, +2.7] at α 0.5; the words preset's τ 0.2 +0.4. The blend stays chosen per run (blend_choose,
+# on the run's own held-out rows and general checks), α 0.5 where there are too few held-out rows.
+PAIRS_WORDS_ADJUSTMENTS: dict[str, Any] = {"distill": 0.0}
 
 
 def is_sentence_encoder(model: str) -> bool:
