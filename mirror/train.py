@@ -112,67 +112,16 @@ def mirror_tune(
     guided negatives, the long-text anchor) are `mirror.terms` objects chosen once from the config; LoRA and the
     blend toward the base happen before and after it (`_trained`).
     """
-    config = (config or MirrorConfig.preset("words")).validated()
-    rows = training_rows(texts, config, pairs)  # cleaned (and joined): what trains
-    user, texts, partners = rows.user, rows.texts, rows.partners
-    if len(user) < 2:
-        raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {len(user)})")
-    n_texts = len(user)
-    if len(texts) < 2:
-        raise MirrorError(f"{n_texts} strings joined {config.join_views} at a time make 1 training string: join fewer")
-    config = config.scheduled(len(texts))  # a small upload: more epochs, up to min_steps
-    device = resolve_device(config.device)
-    torch.manual_seed(config.seed)
-    encoder = _ready_encoder(encoder, config, device)
-    config, notes = _as_run(config, encoder)
-    if config.join_views > 1:
-        notes.append(f"{n_texts:,} strings joined {config.join_views} at a time: {len(texts):,} training strings")
-    rank, world_size = distributed.world()
-    if world_size > 1 and config.guide_margin > 0:  # its mask is of this rank's strings, the loss of all ranks'
-        raise MirrorError("guided negatives (guide_margin) run on one process, not under torchrun")
-    min_batch = max(2, world_size)
-    if len(texts) < min_batch:
-        raise MirrorError(f"need at least {min_batch} distinct strings for {world_size} processes (got {len(texts)})")
-
-    # the plan (mirror.plan.RunPlan, what plan_steps and --plan count): every string tokenized (a pairs row's length
-    # is its longer side's), the memory budget all ranks agree on, the batches split to fit it
-    run = plan_rows(rows, config, encoder, memory_budget, world_size, lambda total: _smallest_over_ranks(total, device))
-    lengths, budget, plan = run.lengths, run.budget, run.schedule()
-    rng = random.Random(config.seed + 1)  # views draw from their own stream, so plan_steps can replay the plan's
-    mixer = Mixer.of(config.mode, config.mix_general, user, encoder.token_lengths)
-    mix_rng = random.Random(config.seed + 3)  # its own stream: without mixing, batches and views are as they were
-    if mixer is not None:
-        notes.append(mixer.note(config.mode))
-
-    model = encoder.model
-    set_trainable(model, config)
-    if config.lora_rank:  # before the base's copy: the copy's adapters are zero, it computes the base
-        adapted = add_lora(model, config.lora_rank, config.freeze_layers)
-        notes.append(f"LoRA rank {config.lora_rank} on {adapted} attention layers, merged into the weights at the end")
-    base = FrozenBase.of(model, encoder.pooling) if needs_base(config) else None
-    terms = terms_for(config, model, base, texts, lengths, encoder.tokenize, encoder.token_limit)
-    encoder.model = wrapped_for_training(model, config, world_size, device)
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=True)
-    amp_dtype = resolve_precision(device, config.precision, model, "train")
-    # fp16 needs loss scaling; bf16 has fp32's range and does not.
-    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+    setup = _Setup.of(texts, config, encoder, memory_budget, pairs)
+    config, device, plan, notes = setup.config, setup.device, setup.schedule, setup.notes
+    encoder, model, optimizer = setup.encoder, setup.model, setup.optimizer
     log = LossLog(_step_reporter(on_step), 1 if device.type == "cpu" else config.log_every)
-
-    def prepare(batch_ids: list[int]) -> StepInputs:
-        strings = [texts[i] for i in batch_ids] + _mixed_in(mixer, batch_ids, lengths, budget, mix_rng)
-        sides = (
-            None if partners is None else [partners[i] for i in batch_ids] + [None] * (len(strings) - len(batch_ids))
-        )
-        inputs = _prepare_step(encoder, strings, config, rng, device, sides)
-        inputs.extra = [term.prepare(batch_ids) for term in terms]
-        return inputs
-
     # On a GPU the next batch is made while this step runs (the host is what a GPU step waits for: bench/RESULTS.md
     # "GPU"); one batch at a time and in order, so the views draw what they draw without it.
-    ahead = Ahead(prepare, threaded=device.type == "cuda")
-    step, cancelled, total = 0, False, run.steps
+    ahead = Ahead(setup.prepare, threaded=device.type == "cuda")
+    step, cancelled, total = 0, False, setup.plan.steps
     started = time.perf_counter()
-    with _trained(encoder, model, base, config, ahead, optimizer) as ended:
+    with _trained(encoder, model, setup.base, config, ahead, optimizer) as ended:
         for epoch in range(config.epochs):
             queue = plan.epoch()
             while queue and step < total:
@@ -183,10 +132,10 @@ def mirror_tune(
                 batch_ids = queue.pop(0)
                 inputs = ahead.take(batch_ids, queue[0] if queue else None)
                 try:
-                    result = _train_step(encoder, optimizer, scaler, inputs, config, device, terms)
+                    result = _train_step(encoder, optimizer, setup.scaler, inputs, config, device, setup.terms)
                 except torch.OutOfMemoryError:  # fewer negatives per step, but the run finishes, and says so
                     ahead.drop()  # the next batch as planned before: the plan changes
-                    smaller = _halved_after_oom(plan.batch_size, min_batch, world_size, optimizer, device)
+                    smaller = _halved_after_oom(plan.batch_size, setup.min_batch, setup.world_size, optimizer, device)
                     queue, total = plan.replanned([batch_ids, *queue], smaller, step, config.epochs - epoch - 1)
                     notes.append(f"out of memory at step {step + 1}: continued with batch size {plan.batch_size}")
                     continue
@@ -199,7 +148,7 @@ def mirror_tune(
     if step:
         _check_finite(encoder, step)
     if plan.split:
-        notes.append(split_note(plan.split, budget.total))
+        notes.append(split_note(plan.split, setup.plan.budget.total))
     return MirrorResult(
         encoder=encoder,
         config=config,
@@ -208,11 +157,108 @@ def mirror_tune(
         steps=step,
         total_steps=total,
         seconds=time.perf_counter() - started,
-        device=_device_name(device) + ", " + {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype],
+        device=_device_name(device) + ", " + {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[setup.amp],
         cancelled=cancelled,
-        n_texts=n_texts,
+        n_texts=setup.n_texts,
         notes=notes,
     )
+
+
+@dataclass
+class _Setup:
+    """Everything a run holds before its first step: the rows that train, the encoder made ready, the plan (its
+    schedule of batches), the loss terms, the optimiser, and how a batch's inputs are made (`prepare`)."""
+
+    config: MirrorConfig
+    rows: Any  # mirror.plan.TrainingRows
+    n_texts: int
+    device: torch.device
+    encoder: Encoder
+    model: Any
+    notes: list[str]
+    world_size: int
+    min_batch: int
+    plan: RunPlan
+    schedule: Any
+    mixer: Mixer | None
+    base: FrozenBase | None
+    terms: list[Term]
+    optimizer: torch.optim.Optimizer
+    amp: torch.dtype | None
+    scaler: Any
+    rng: random.Random = field(default_factory=random.Random)
+    mix_rng: random.Random = field(default_factory=random.Random)
+
+    @staticmethod
+    def of(
+        texts: Sequence[str],
+        config: MirrorConfig | None,
+        encoder: Encoder | None,
+        memory_budget: int | None,
+        pairs: Sequence[str | None] | None,
+    ) -> _Setup:
+        config = (config or MirrorConfig.preset("words")).validated()
+        rows = training_rows(texts, config, pairs)  # cleaned (and joined): what trains
+        n_texts, n_train = len(rows.user), len(rows.texts)
+        if n_texts < 2:
+            raise MirrorError(f"need at least 2 distinct non-empty strings to tune (got {n_texts})")
+        if n_train < 2:
+            raise MirrorError(
+                f"{n_texts} strings joined {config.join_views} at a time make 1 training string: join fewer"
+            )
+        config = config.scheduled(n_train)  # a small upload: more epochs, up to min_steps
+        device = resolve_device(config.device)
+        torch.manual_seed(config.seed)
+        encoder = _ready_encoder(encoder, config, device)
+        config, notes = _as_run(config, encoder)
+        if config.join_views > 1:
+            notes.append(f"{n_texts:,} strings joined {config.join_views} at a time: {n_train:,} training strings")
+        _, world_size = distributed.world()
+        if world_size > 1 and config.guide_margin > 0:  # its mask is of this rank's strings, the loss of all ranks'
+            raise MirrorError("guided negatives (guide_margin) run on one process, not under torchrun")
+        min_batch = max(2, world_size)
+        if n_train < min_batch:
+            raise MirrorError(f"need at least {min_batch} distinct strings for {world_size} processes (got {n_train})")
+        # the plan (mirror.plan.RunPlan, what plan_steps and --plan count): every string tokenized (a pairs row's
+        # length is its longer side's), the memory budget all ranks agree on, the batches split to fit it
+        agree = lambda total: _smallest_over_ranks(total, device)  # noqa: E731
+        plan = plan_rows(rows, config, encoder, memory_budget, world_size, agree)
+        mixer = Mixer.of(config.mode, config.mix_general, rows.user, encoder.token_lengths)
+        if mixer is not None:
+            notes.append(mixer.note(config.mode))
+        model = encoder.model
+        set_trainable(model, config)
+        if config.lora_rank:  # before the base's copy: the copy's adapters are zero, it computes the base
+            adapted = add_lora(model, config.lora_rank, config.freeze_layers)
+            notes.append(
+                f"LoRA rank {config.lora_rank} on {adapted} attention layers, merged into the weights at the end"
+            )
+        base = FrozenBase.of(model, encoder.pooling) if needs_base(config) else None
+        terms = terms_for(config, model, base, rows.texts, plan.lengths, encoder.tokenize, encoder.token_limit)
+        encoder.model = wrapped_for_training(model, config, world_size, device)
+        optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr, fused=True)
+        amp = resolve_precision(device, config.precision, model, "train")
+        # fp16 needs loss scaling; bf16 has fp32's range and does not.
+        scaler = torch.amp.GradScaler(device.type) if amp == torch.float16 else None
+        return _Setup(
+            config, rows, n_texts, device, encoder, model, notes, world_size, min_batch, plan, plan.schedule(),
+            mixer, base, terms, optimizer, amp, scaler,
+            rng=random.Random(config.seed + 1),  # views draw from their own stream: plan_steps replays the plan's
+            mix_rng=random.Random(config.seed + 3),  # its own stream: without mixing, batches are as they were
+        )  # fmt: skip
+
+    def prepare(self, batch_ids: list[int]) -> StepInputs:
+        """One step's inputs: the batch's strings (and general text mixed in), their views, each term's extra."""
+        texts, partners, lengths = self.rows.texts, self.rows.partners, self.plan.lengths
+        strings = [texts[i] for i in batch_ids] + _mixed_in(
+            self.mixer, batch_ids, lengths, self.plan.budget, self.mix_rng
+        )
+        sides = (
+            None if partners is None else [partners[i] for i in batch_ids] + [None] * (len(strings) - len(batch_ids))
+        )
+        inputs = _prepare_step(self.encoder, strings, self.config, self.rng, self.device, sides)
+        inputs.extra = [term.prepare(batch_ids) for term in self.terms]
+        return inputs
 
 
 @contextlib.contextmanager
