@@ -118,3 +118,18 @@ def test_a_machine_with_truly_less_free_replans_and_the_page_says_so(app, tiny_b
     assert f"in {more:,} steps, not the {steps:,} planned" in note, note
     first = next(i for i, e in enumerate(events) if isinstance(e, Step))
     assert any(isinstance(e, Note) and "plan changed" in e.text for e in events[: first + 1])  # before its ETA shows
+
+
+def test_a_launch_runs_within_the_budget_of_the_plan_the_page_showed(app, tiny_bert, machine):
+    """The plan shown before Launch (Planner.estimate_of, as the page prices it) fixes the run's budget: memory that
+    other work takes between the plan and the Launch does not change the run's steps while the budget is still free."""
+    config, _ = build_config(TEXTS, str(tiny_bert), "words", dict(SETTINGS), app.settings.max_steps)
+    budget, steps = tightest(TEXTS, config, tiny_bert)
+    s = app.session()
+    app.loader.load_pasted(s, "\n".join(TEXTS))
+    machine["bytes"] = budget
+    app.planner.estimate_of(s, config, may_calibrate=False)  # the plan shown (priced rough here: no calibration)
+    machine["bytes"] = budget - 1  # a model loaded meanwhile, by another session: a byte less for a run, not less free
+    events = list(app.trainer.train(s, str(tiny_bert), "words", dict(SETTINGS)))
+    assert events[-1].kind == "done", events[-1]
+    assert {e.total for e in events if isinstance(e, Step)} == {steps}

@@ -211,9 +211,9 @@ class Training(Producer):
             if (prev.folder / "base_index").is_dir():  # same strings, same base: reuse its index
                 shutil.copytree(prev.folder / "base_index", folder / "base_index")
                 build_base = False
-        # the run's plan: its memory budget goes to the job, which keeps it (index.pipeline.kept_memory), and its
-        # priced phases time what is left of it as the steps go (explorer.tune.eta)
-        budget = self.planner.memory_budget(config)
+        # the run's plan, the one the page showed: its memory budget goes to the job, which keeps it
+        # (index.pipeline.kept_memory), and its priced phases time what is left of it as the steps go (explorer.tune.eta)
+        budget = self.planner.launch_budget(self.session, config)  # the plan shown's, else the machine's now
         self.planned = self.planner.planned(texts, key, config, self.base, build_base, budget, self.partners)
         limits = {"memory": budget, "hub_cache": str(self.models.hub.root)}
         roots = [str(folder)] + [str(r) for r in self.settings.model_roots]

@@ -35,6 +35,7 @@ class Planner:
     def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: RunRegistry):
         self.settings, self.models, self.estimator, self.registry = settings, models, estimator, registry
         self._launched: OrderedDict[str, Tuning] = OrderedDict()  # run id -> the settings its Launch ran (`launch`)
+        self._budgets: OrderedDict[str, int] = OrderedDict()  # session id -> its plan shown's memory (`shown_budget`)
 
     CALIBRATION_WAIT_S = 90.0  # an estimate waits this long for another request's calibration of the same key
 
@@ -100,7 +101,7 @@ class Planner:
             device,
             threads,
             base,
-            memory_budget=self.memory_budget(config),
+            memory_budget=self.shown_budget(session, config),
             build_base=build_base,
             # a second request while the first calibrates (the page asks again as a file lands) waits for it:
             # its answer is the one the page keeps
@@ -288,6 +289,20 @@ class Planner:
         resolved = tuning.mode if tuning.mode != "auto" else held.detected_mode
         preset = preset_overrides(resolved, held.partners is not None)
         return tuning, [name for name, value in tuning.overrides.items() if name in preset and value != preset[name]]
+
+    def shown_budget(self, session: Session, config) -> int:
+        """The memory a plan shown to the session is priced with (`memory_budget`, read now): kept as the budget of its
+        next Launch (`launch_budget`), so that the run is the plan the page shows."""
+        budget = self._budgets[session.id] = self.memory_budget(config)
+        self._budgets.move_to_end(session.id)
+        while len(self._budgets) > self.LAUNCHED_KEPT:
+            self._budgets.popitem(last=False)
+        return budget
+
+    def launch_budget(self, session: Session, config) -> int:
+        """The memory a Launch of the session plans its run with: that of the plan it was shown last, else what the
+        machine gives now. Its job keeps it unless the machine has less free by then (index.pipeline.kept_memory)."""
+        return self._budgets.get(session.id) or self.memory_budget(config)
 
     def memory_budget(self, config) -> int:
         """The memory a run of `config` plans its steps with (index.pipeline.plan_memory): the one a Launch plans
