@@ -62,7 +62,8 @@ class Choice:
 
 
 def pool_of(n_strings: int, targets: Sequence[int], size: int = POOL, seed: int = 0) -> list[int]:
-    """The strings searched: every target and a seeded sample of the others, `size` in all (at most all)."""
+    """The strings searched: every target (and its siblings, where the caller adds them) and a seeded sample of the
+    others, `size` in all (at most all)."""
     chosen = set(targets)
     others = [i for i in range(n_strings) if i not in chosen]
     extra = max(0, size - len(chosen))
@@ -71,13 +72,19 @@ def pool_of(n_strings: int, targets: Sequence[int], size: int = POOL, seed: int 
 
 def held_mrr(encoder: Any, strings: Sequence[str], partners: Sequence[str | None], rows: Sequence[int],
              pool: Sequence[int]) -> float:  # fmt: skip
-    """MRR@10 (in %) of finding each row's string from its partner among the `pool` strings."""
-    from mirror.pairs import figures, retrieval
+    """MRR@10 (in %) of finding each row's string from its partner among the `pool` strings; a row sharing its partner
+    with others (short pairs: an acronym with several expansions) is found by any of them."""
+    from mirror.pairs import TOP_K, figures
 
-    where = {s: j for j, s in enumerate(pool)}
     vectors = np.asarray(encoder.encode([strings[i] for i in pool], normalize=True), dtype=np.float32)
     queries = np.asarray(encoder.encode([partners[i] for i in rows], normalize=True), dtype=np.float32)
-    return figures(retrieval(vectors, queries, [where[i] for i in rows]))["mrr10"]
+    key = [(partners[i] or "").casefold() for i in pool]
+    ranks = np.zeros(len(rows), dtype=np.int64)
+    for q, row in enumerate(rows):
+        top = np.argsort(-(vectors @ queries[q]), kind="stable")[:TOP_K]
+        hits = [r for r, j in enumerate(top) if key[j] == (partners[row] or "").casefold()]
+        ranks[q] = hits[0] + 1 if hits else 0
+    return figures(ranks)["mrr10"]
 
 
 def check_changes(base: Any, tuned: Any, checks: Sequence[Any], base_sides: dict[str, Any]) -> dict[str, float]:
@@ -120,7 +127,11 @@ def choose_blend(
     from mirror.checks import CHECKS
 
     checks = list(CHECKS if checks is None else checks)
-    pool = pool_of(len(strings), rows, pool_size, seed)
+    shared = {(partners[i] or "").casefold() for i in rows}
+    siblings = [
+        i for i, p in enumerate(partners) if p is not None and p.casefold() in shared
+    ]  # the rows themselves too
+    pool = pool_of(len(strings), siblings, pool_size, seed)
     say = on_alpha or (lambda text: None)
     trained = {k: v.detach().clone() for k, v in tuned.model.state_dict().items()}
 

@@ -148,3 +148,17 @@ def test_the_page_shows_the_choice_and_one_click_serves_another_blend_of_the_wei
     for key in served:
         torch.testing.assert_close(served[key], (1 - other) * b[key] + other * t[key], rtol=1e-5, atol=1e-5)
     assert choice_update(blended)["value"] == other  # the picker says which one is served now
+
+
+def test_a_row_sharing_its_partner_is_found_by_any_of_its_siblings(tiny_bert):
+    """Short pairs (an acronym with several expansions): the choice's held-out measure counts a sibling found as the
+    row found, as the run's own measure does."""
+    from mirror.choose import held_mrr
+    from mirror.encoder import load_encoder
+
+    encoder = load_encoder(str(tiny_bert), device="cpu")
+    strings = ["cat dog", "dog cat", "red bus", "blue car"]
+    partners = ["pets", "pets", "bus", "car"]  # rows 0 and 1 share theirs
+    # the pool holds row 1 but not row 0: finding row 0's partner finds its sibling, at a rank within the top 10
+    assert held_mrr(encoder, strings, partners, [0], [1, 2, 3]) > 0
+    assert held_mrr(encoder, strings, partners, [2], [0, 1, 3]) == 0  # no row of its partner in the pool: not found

@@ -28,7 +28,7 @@ def train_plan(
     longest: (strings, padded by the first, padded by the second, ...). `partners` (a pairs run's, row for row,
     None for a row without one): the rows the run holds out of training (mirror.pairs.held_out_rows) are not
     planned, as they never train."""
-    from mirror.pairs import held_out_rows
+    from mirror.pairs import held_out_rows, partner_groups
     from mirror.plan import RunPlan, step_budget
 
     held = set(held_out_rows(partners, config)) if partners is not None else set()
@@ -36,11 +36,13 @@ def train_plan(
         keep = [i for i in range(len(lengths)) if i not in held]
         texts, lengths = [texts[i] for i in keep], [lengths[i] for i in keep]
         pad_by = [[side[i] for i in keep] for side in pad_by]
+        partners = [partners[i] for i in keep] if partners is not None else None
     if len(lengths) < 2:
         return []
     config = config.scheduled(len(lengths))  # a small upload's extra epochs, as mirror_tune runs them
     budget = step_budget(encoder, config, memory_budget, paired=config.pairs)
-    plan = RunPlan.of(lengths, config, budget)
+    # rows sharing a partner are kept in separate batches, as the run keeps them (mirror.pairs.partner_groups)
+    plan = RunPlan.of(lengths, config, budget, groups=partner_groups(partners))
     extra = encoder.tokenizer.num_special_tokens_to_add()
     maskable = [bool(encoder.mask_token) and config.mask_span > 0 and len(t) >= config.mask_min_chars for t in texts]
     sides = [[n + extra + m for n, m in zip(side, maskable, strict=True)] for side in (pad_by or (lengths,))]
