@@ -1,0 +1,96 @@
+"""A blend chosen per run against the fixed α (issue 60), on rows neither ever saw, with the peer beside them.
+
+    .venv/bin/pip install -r bench/requirements.txt   # the peer (sentence-transformers' trainer) needs them
+    .venv/bin/python bench/bench_blend_choice.py [--sets foldoc,stdlib] [--half check] [--limit 1000] [--seeds 0,1] [--peer]
+
+For each set's `half` (bench_pairs.SETS; the first `--limit` rows), a seeded 20% of the rows (at most 600) is held out
+of everything: the report rows. On the rest, one run of the app's own path (index.pipeline.tune_and_index with the
+pairs preset, which holds out a tenth of its rows, chooses its blend on half of them and the general checks' dev
+halves: mirror/choose.py) and, from the same trained weights (its tuned_model/), the fixed blend the preset served
+before (α 0.5 on a sentence-encoder base). Both are measured on the report rows (MRR@10 of each row's string found
+among all the half's strings from its partner, against the base) and on the general checks' check halves. `--peer`:
+sentence-transformers' trainer with MultipleNegativesRankingLoss on the same training rows (bench_pairs.run_peer).
+JSON: bench/out/blend-choice-<half>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import bench_pairs
+from common import print_table, write_json
+
+from mirror.config import MirrorConfig
+from mirror.pairs import HeldOut, holdout
+
+FIXED_ALPHA = 0.5  # what PAIRS_ENCODER_ADJUSTMENTS served before a run chose its own
+WORDS_SETS = {"wordnet"}  # short pairs: both columns single words (the words preset, as the app detects it)
+
+
+def one(name: str, half: str, limit: int, seed: int, peer: bool) -> list[dict]:
+    from index.pipeline import Finished, tune_and_index
+    from mirror.blend import blend
+    from mirror.encoder import load_encoder
+
+    texts, partners = bench_pairs.read_set(name, half, limit)
+    rows_out = holdout(partners, bench_pairs.HELD_FRACTION, bench_pairs.HELD_MOST, seed)
+    held = HeldOut(list(texts), list(partners), rows_out, ("string", "partner"))
+    mode = "words" if name in WORDS_SETS else "sentences"
+    config = MirrorConfig.preset(mode, pairs=True, seed=seed)
+    base = load_encoder(config.model, device="cpu")
+    base_ranks = held.ranks(base)
+    train_texts, train_partners = held.training()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        run, events = Path(tmp) / "run", []
+        started = time.perf_counter()
+        tune_and_index(train_texts, config, run, emit=events.append, pairs=train_partners)
+        seconds = time.perf_counter() - started
+        stats = next(e for e in events if isinstance(e, Finished)).stats
+        choice = stats.get("blend_choice") or {}
+        served = load_encoder(str(run / "model"), device="cpu", allowed_roots=[run])
+        trained = load_encoder(str(run / "tuned_model"), device="cpu", allowed_roots=[run])
+        fixed = blend(base, trained, FIXED_ALPHA)
+        tag = {"set": name, "seed": seed, "steps": stats.get("steps")}
+        for label, encoder, extra in (
+            (f"chosen α {choice.get('alpha', '?')}", served, {"alpha": choice.get("alpha")}),
+            (f"fixed α {FIXED_ALPHA:g}", fixed, {"alpha": FIXED_ALPHA}),
+        ):
+            more = {**tag, **extra, **bench_pairs.checks_of(base, encoder, "check")}
+            rows.append(bench_pairs.measured(held, base_ranks, encoder, label, seconds, more))
+        rows[0]["choice"] = json.dumps(choice.get("candidates"))
+    if peer:
+        from mirror.encoder import bundled_model_path
+
+        peer_config = dataclasses.replace(config, device="cpu")
+        path = str(bundled_model_path())
+        row = bench_pairs.run_peer(held, base_ranks, peer_config, "peer (MNRL)", path, True, "check")
+        rows.append({**row, "set": name, "seed": seed})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sets", default="foldoc,stdlib")
+    parser.add_argument("--half", default="check")
+    parser.add_argument("--limit", type=int, default=1000)
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--peer", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for name in args.sets.split(","):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            rows += one(name, args.half, args.limit, seed, args.peer)
+            print_table(rows[-3:], ["set", "seed", "run", "alpha", "mrr10", "mrr10_gain", "checks_ok", "checks_low"])
+            write_json(f"blend-choice-{args.half}.json", {"rows": rows, "args": vars(args), "partial": True})
+    print_table(rows, ["set", "seed", "run", "alpha", "mrr10", "mrr10_gain", "train_s", "checks_ok", "checks_low"])
+    write_json(f"blend-choice-{args.half}.json", {"rows": rows, "args": vars(args)})
+
+
+if __name__ == "__main__":
+    main()
