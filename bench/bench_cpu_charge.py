@@ -5,7 +5,7 @@ is running"), through the service with the bundled model and real threads (explo
 
 A victim's words run (`--strings` of examples/en_top10k.txt, `--steps` steps, general checks off) alone, then again
 while a stranger (another visitor, its own served run) searches back to back for the whole run. Reported: the CPU
-seconds the victim is charged each time (explorer.runs.cpu), the stranger's, the process's, and the run's wall time;
+seconds the victim is charged each time (explorer.resources.cpu), the stranger's, the process's, and the run's wall time;
 the aim: the victim's charge with the stranger within 1.2x of alone. JSON: bench/out/cpu-charge.json.
 """
 
@@ -21,7 +21,7 @@ import common  # puts the project on sys.path
 from common import print_table, write_json
 
 from explorer import MirrorApp, Settings  # noqa: E402
-from explorer.runs.accounts import Owner  # noqa: E402
+from explorer.resources.accounts import Owner  # noqa: E402
 
 
 def run_once(app: MirrorApp, victim, words: list[str], steps: int, stranger=None) -> dict:

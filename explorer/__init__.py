@@ -15,8 +15,8 @@ Imports go down only: explorer/ uses mirror/ and index/, never ui/ or app.py (te
 """
 
 from explorer.events import Cancelled, Done, Failed, Note, Phase, Served, Step, Tick
+from explorer.resources.sessions import RunInfo, Session
 from explorer.runs.live import Run, RunRegistry, Status
-from explorer.runs.sessions import RunInfo, Session
 from explorer.service import MirrorApp
 from explorer.settings import Settings
 

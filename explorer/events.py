@@ -19,7 +19,7 @@ from index.pipeline import Finished, Phase, Replanned, Step, Stopped
 from mirror.errors import without_paths
 
 if TYPE_CHECKING:
-    from explorer.runs.record import RunInfo
+    from explorer.resources.record import RunInfo
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.errors import MirrorError, without_paths
 
 if TYPE_CHECKING:
-    from explorer.runs.record import Checks, RunInfo, Training
-    from explorer.runs.sessions import Session
+    from explorer.resources.record import Checks, RunInfo, Training
+    from explorer.resources.sessions import Session
     from mirror.data import CleanStats
 
 log = logging.getLogger("mirror.app")

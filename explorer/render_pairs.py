@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from explorer.runs.record import Pairs, RunInfo
+    from explorer.resources.record import Pairs, RunInfo
     from mirror.pairs import PairGain
 
 
@@ -25,7 +25,7 @@ def pairing_md(info: dict[str, Any]) -> str:
 
 
 def pairs_of(run: RunInfo | None) -> Pairs | None:
-    """A pairs run's pairs (explorer.runs.record.Pairs), or None."""
+    """A pairs run's pairs (explorer.resources.record.Pairs), or None."""
     return run.record.training.pairs if run is not None else None
 
 

@@ -21,16 +21,17 @@ from pathlib import Path
 from explorer.compare.explore import RunExplorer
 from explorer.compare.search import BaseIndexes
 from explorer.compare.searching import Searcher
-from explorer.runs.accounts import DiskAccounts, Owner
-from explorer.runs.cpu import CpuAccounts
-from explorer.runs.disk import Disk
+from explorer.resources.accounts import DiskAccounts, Owner
+from explorer.resources.cpu import CpuAccounts
+from explorer.resources.disk import Disk
+from explorer.resources.models import Loaded, ModelCache
+from explorer.resources.sessions import RUNS_DIR, RunInfo, Session, SessionStore
+from explorer.resources.store import RunStore
+from explorer.resources.turns import FairSlots
 from explorer.runs.execute import Runner
-from explorer.runs.jobs import FairSlots, TrainQueue
+from explorer.runs.jobs import TrainQueue
 from explorer.runs.live import RunRegistry
-from explorer.runs.models import Loaded, ModelCache
 from explorer.runs.saved import SavedRuns
-from explorer.runs.sessions import RUNS_DIR, RunInfo, Session, SessionStore
-from explorer.runs.store import RunStore
 from explorer.runs.training import Trainer
 from explorer.settings import Settings
 from explorer.share.downloads import Downloads
@@ -161,11 +162,11 @@ class MirrorApp:
         self.sessions.close(state)
 
     def sweep(self, force: bool = False) -> list[Path]:
-        """Remove sessions idle past MIRROR_SESSION_TTL and runs unused for MIRROR_RUN_TTL (explorer.runs.disk)."""
+        """Remove sessions idle past MIRROR_SESSION_TTL and runs unused for MIRROR_RUN_TTL (explorer.resources.disk)."""
         return self.disk.sweep(force)
 
     def check_disk(self, session: Session, incoming: int = 0) -> list[str]:
-        """Room for a job that writes about `incoming` bytes for `session`, or MirrorError (explorer.runs.disk)."""
+        """Room for a job that writes about `incoming` bytes for `session`, or MirrorError (explorer.resources.disk)."""
         return self.disk.check(session, incoming)
 
     def warm_up(self) -> None:

@@ -97,7 +97,7 @@ class Settings:
     # What a training step may plan for, and never more than half the memory available when the run starts: the
     # default sentences run on the bundled model plans ~6 GB in fp32; a 1,300-token attack string stays bounded.
     train_memory_bytes: int | None = 8 * 1024**3
-    # Disk accounts (explorer.runs.accounts): everything written under work_dir, charged to the visitor who wrote it
+    # Disk accounts (explorer.resources.accounts): everything written under work_dir, charged to the visitor who wrote it
     disk_bytes: int = 10 * 1024**3  # everyone together
     visitor_disk_bytes: int = 2 * 1024**3  # one visitor, all its sessions
     address_disk_bytes: int = 4 * 1024**3  # one client address, all its visitors
@@ -110,7 +110,7 @@ class Settings:
     model_roots: tuple[Path, ...] = ()
     allow_hub: bool = True
     max_hub_bytes: int = 2048 * 1024 * 1024  # bert-large (1.3 GB) fits; a 7B checkpoint does not
-    hub_disk_bytes: int = 4096 * 1024 * 1024  # hub models kept, LRU (explorer.runs.hubcache)
+    hub_disk_bytes: int = 4096 * 1024 * 1024  # hub models kept, LRU (explorer.resources.hubcache)
     train_concurrency: int = 1
     loaded_runs: int = 32  # 20 active sessions on the bundled model (~95 MB each) stay loaded (bench/RESULTS.md)
     loaded_bytes: int = 3072 * 1024 * 1024  # ... but only ~6 runs of a bert-base-sized model
@@ -118,7 +118,9 @@ class Settings:
     train_queue: int = 16  # places waiting for a training slot (one per visitor)
     queue_size: int = 64  # Gradio's queue, every kind of event
     request_memory_bytes: int = 160 * 2**20  # large request bodies held at once (explorer.share.held)
-    visitor_cpu_s: float = 1800.0  # CPU seconds a visitor's jobs may spend in an hour (explorer.runs.cpu), 0 = none
+    visitor_cpu_s: float = (
+        1800.0  # CPU seconds a visitor's jobs may spend in an hour (explorer.resources.cpu), 0 = none
+    )
     address_cpu_s: float = 3600.0  # ... an address's
     max_pairs: int = 5000  # pairs in one evaluation
     general_checks: bool = True  # the forgetting check after each run (explorer.compare.forgetting); off saves seconds

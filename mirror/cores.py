@@ -13,7 +13,7 @@ shares as well but costs a job alone ~13%.
 torch, numba or faiss is imported. `import mirror` calls it (every entry point imports mirror first: the app, the
 CLIs, the tests and the benches); a variable the user set is never changed.
 
-Inside one process (the app's server) long background work and short interactive work take turns: explorer.runs.turns
+Inside one process (the app's server) long background work and short interactive work take turns: explorer.resources.turns
 (the engine only offers the places to wait: mirror.hooks). A
 run of any kind (a training's steps, index builds and checks; a blend's or an upload's encoding and checks: its
 thread, explorer.runs.execute) is background; a map's layout, an export, an evaluation are

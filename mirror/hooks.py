@@ -1,7 +1,7 @@
 """Where a caller may wait inside the engine's long loops: between two training steps and two encode batches.
 
 The engine knows nothing of who waits there or why. A server that runs the engine beside interactive work (the app:
-explorer.runs.turns) installs its own pause for the work it runs in the background (`pausing`); everywhere else
+explorer.resources.turns) installs its own pause for the work it runs in the background (`pausing`); everywhere else
 `pause()` costs one context-variable read. The hook is per context (a thread starts with none), so an interactive
 request's encode in another thread never waits on it.
 """

@@ -76,7 +76,7 @@ def pytest_collection_finish(session):
 
 def freeze_garbage() -> None:
     """Keep what is alive now (the modules, the collected tests, session fixtures) out of the garbage collector's
-    full passes: every run and calibration ends with one (explorer.runs.models.release_memory), and in a test
+    full passes: every run and calibration ends with one (explorer.resources.models.release_memory), and in a test
     process holding torch, gradio and transformers each pass took ~0.4 s, ~100 s of CPU over the suite's runs. What
     dies later is still freed (reference counts); only a reference cycle among these objects would stay. The
     server (app.py) freezes its own start the same way."""

@@ -1,4 +1,4 @@
-"""explorer.runs.accounts through MirrorApp (issue 37): one disk account per visitor (all its sessions), per address
+"""explorer.resources.accounts through MirrorApp (issue 37): one disk account per visitor (all its sessions), per address
 and for the server, on every path that writes; past the visitor's own budget its own oldest runs make room, past the
 address's or the server's the writer is refused, and nobody's runs are removed because someone else filled the disk.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from explorer import MirrorApp
-from explorer.runs.accounts import Owner, disk_usage, read_owner
+from explorer.resources.accounts import Owner, disk_usage, read_owner
 from explorer.runs.execute import run_bytes
 from mirror.errors import MirrorError
 from tests.conftest import WORDS, train
@@ -106,7 +106,7 @@ def test_a_model_zip_is_charged_unpacked_before_it_is_unpacked(app, tiny_bert, t
 def test_the_hub_cache_prices_each_download_and_keeps_its_budget_least_recently_used_first(tmp_path):
     """Issue 49, High row 2 (the piece under tests/test_abuse.py's server test): a download is priced before it
     comes; the least recently used model not in use makes room; a refusal holds nothing."""
-    from explorer.runs.hubcache import HubCache
+    from explorer.resources.hubcache import HubCache
 
     full = {"on": False}
 
@@ -153,7 +153,7 @@ def test_a_hub_that_under_reports_is_held_to_the_budget_by_what_it_sent(tmp_path
     """Issue 58 (Low): the cache trusted the sizes the hub reported; a hub that under-reported left 174 MiB against a
     150 MiB cap. After a download its true size counts: the least recently used others go, and the next load of it is
     priced by what it took."""
-    from explorer.runs.hubcache import HubCache
+    from explorer.resources.hubcache import HubCache
 
     mb = 2**20
     hub = HubCache(tmp_path / ".hub", budget=10 * mb, server_room=lambda n: None)

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-import explorer.runs.cpu as cpu
-from explorer.runs.accounts import Owner
+import explorer.resources.cpu as cpu
+from explorer.resources.accounts import Owner
 from mirror.errors import MirrorError
 
 
@@ -112,11 +112,11 @@ def test_no_budget_means_no_limit():
 
 def test_background_work_pauses_for_interactive_work_and_never_forever():
     """Issue 54: a run and a map at once took 3.2x and 2.4x their times alone; taking turns, the map has the cores
-    and the run waits at its next step (explorer.runs.turns.Turns)."""
+    and the run waits at its next step (explorer.resources.turns.Turns)."""
     import threading
     import time
 
-    from explorer.runs.turns import Turns
+    from explorer.resources.turns import Turns
 
     turns = Turns(most=5.0)
     log: list[str] = []
@@ -172,7 +172,7 @@ def test_every_kind_of_run_is_metered_and_refused_past_its_visitors_budget(app, 
     Issue 54: each kind is background work in its own thread (an upload's encode batches pause for a map)."""
     import dataclasses
 
-    from explorer.runs.turns import TURNS
+    from explorer.resources.turns import TURNS
     from tests.conftest import WORDS, train
 
     pauses: list[bool] = []
@@ -232,7 +232,7 @@ def test_turns_cost_a_run_at_most_its_factor_however_long_the_stream():
     import threading
     import time
 
-    from explorer.runs.turns import PAUSE_FLOOR_S, Turns
+    from explorer.resources.turns import PAUSE_FLOOR_S, Turns
 
     turns = Turns(most=60.0, factor=1.5)
     stream_on, done = threading.Event(), threading.Event()
@@ -260,7 +260,7 @@ def test_turns_cost_a_run_at_most_its_factor_however_long_the_stream():
 
 
 def test_the_engine_waits_only_where_a_server_installed_its_pause():
-    from explorer.runs.turns import Turns
+    from explorer.resources.turns import Turns
     from mirror import hooks
 
     calls: list[str] = []

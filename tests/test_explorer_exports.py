@@ -303,7 +303,7 @@ def test_the_cli_exports_a_tuned_folder_against_the_base_it_names(tuned, tiny_be
 def test_a_repeated_export_is_one_file_whoever_asks(app, tuned):
     import dataclasses
 
-    from explorer.runs.accounts import disk_usage
+    from explorer.resources.accounts import disk_usage
 
     folder = tuned.run.folder
     by_link = dataclasses.replace(app.session(), run=app.runs.load(folder.name))  # as ui.api.explore_call makes it
@@ -320,7 +320,7 @@ def test_a_repeated_export_is_one_file_whoever_asks(app, tuned):
 def test_a_runs_exports_stay_within_its_budget_oldest_first(app, tuned):
     import dataclasses
 
-    from explorer.runs.accounts import disk_usage
+    from explorer.resources.accounts import disk_usage
 
     folder = tuned.run.folder
     first = app.explore.export(tuned, "parquet", [0])
@@ -355,7 +355,7 @@ def test_an_export_of_a_run_opened_by_its_link_goes_to_the_openers_own_folder(ap
     """Issue 37: a link gives read access only; what its opener writes is theirs, not the run's."""
     import dataclasses
 
-    from explorer.runs.accounts import Owner, disk_usage
+    from explorer.resources.accounts import Owner, disk_usage
 
     folder = tuned.run.folder
     before = disk_usage(folder)

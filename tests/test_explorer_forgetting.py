@@ -12,7 +12,7 @@ import pytest
 from explorer import render
 from explorer.compare import forgetting
 from explorer.compare.forgetting import CHECKS, Check, forgetting_check, verdict
-from explorer.runs.record import record_of
+from explorer.resources.record import record_of
 from explorer.settings import Settings
 from mirror import checks as engine
 from mirror.checks import check_items

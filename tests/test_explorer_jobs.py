@@ -13,7 +13,8 @@ import threading
 import time
 
 from explorer import MirrorApp
-from explorer.runs.jobs import FairSlots, job_duration
+from explorer.resources.turns import FairSlots
+from explorer.runs.jobs import job_duration
 from mirror import MirrorConfig
 from tests.conftest import ENDLESS, ROOT, WORDS
 

@@ -1,4 +1,4 @@
-"""explorer.runs.models: the model-name policy as this server applies it (roots, hub switch, hub download size), the
+"""explorer.resources.models: the model-name policy as this server applies it (roots, hub switch, hub download size), the
 tuned runs kept in memory (count and memory limits), and remote code never trusted, whatever loads the model.
 All through `explorer`, without Gradio, on the tiny random BERT.
 """

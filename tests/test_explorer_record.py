@@ -1,4 +1,4 @@
-"""explorer.runs.record: a run's record is typed and serialised in one module. A run.json written before the record
+"""explorer.resources.record: a run's record is typed and serialised in one module. A run.json written before the record
 was typed (ad4c457) reads back into every field and writes back the same `stats`; nothing in explorer/ or ui/ reads
 a run's record by string keys (a renamed field is an AttributeError, never a blank cell)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.runs.record import Checks, Origin, RunRecord, Timing, flat, from_json, record_of, to_json
+from explorer.resources.record import Checks, Origin, RunRecord, Timing, flat, from_json, record_of, to_json
 from mirror.pairs import PairGain
 
 ROOT = Path(__file__).resolve().parent.parent

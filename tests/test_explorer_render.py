@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from explorer.render import render_results
-from explorer.runs.record import record_of
+from explorer.resources.record import record_of
 
 
 def test_render_results_escapes_and_marks_differences():

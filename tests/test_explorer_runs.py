@@ -1,4 +1,4 @@
-"""explorer.runs.store: finished runs kept by id under the work folder, for any session, after a restart, until the
+"""explorer.resources.store: finished runs kept by id under the work folder, for any session, after a restart, until the
 operator's age or size budget removes them (never one in use)."""
 
 from __future__ import annotations

@@ -283,7 +283,7 @@ def test_the_training_queue_takes_one_place_per_visitor_in_arrival_order(app, ti
     """MIRROR_TRAIN_CONCURRENCY jobs train at once; the others wait in the app's queue, saying how many are ahead, one
     place per visitor (issue 37: a visitor's second run held a place in line, and its request body, behind the
     first; a blend waited for a slot inside the encode queue and failed after 30 s)."""
-    from explorer.runs.accounts import Owner
+    from explorer.resources.accounts import Owner
 
     alice, alice2, bob = (app.sessions.get(None, Owner(v, "10.0.0.1")) for v in ("alice", "alice", "bob"))
     for s in (alice, alice2, bob):
@@ -311,7 +311,7 @@ def test_the_training_queue_takes_one_place_per_visitor_in_arrival_order(app, ti
 
 
 def test_a_blend_waits_for_a_training_slot_in_the_queue_and_can_be_cancelled(app, tiny_bert):
-    from explorer.runs.accounts import Owner
+    from explorer.resources.accounts import Owner
 
     owner = app.sessions.get(None, Owner("carol", "10.0.0.1"))
     app.loader.load_pasted(owner, "\n".join(WORDS))

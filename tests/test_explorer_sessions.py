@@ -1,4 +1,4 @@
-"""explorer.runs.sessions through MirrorApp: one folder per session, isolated; idle sessions swept past the TTL; disk
+"""explorer.resources.sessions through MirrorApp: one folder per session, isolated; idle sessions swept past the TTL; disk
 budgets for all sessions (least recently used idle ones evicted) and for one session.
 
 (Sessions expired by Gradio's own gr.State time_to_live: tests/test_app_ui.py.)

@@ -149,3 +149,29 @@ def test_files_stay_short_and_classes_small(path):
         if isinstance(node, ast.ClassDef):
             methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
             assert len(methods) <= most, f"{path.name}: {node.name} has {len(methods)} methods"
+
+
+# Inside the service (issue 59): the server's resources (sessions, models, accounts, disk, CPU, slots and turns, the
+# kept runs and their record) below everything; the files in and out (share) above them; planning (tune) and comparing
+# (compare) above those, each free to use the other; a run's lifecycle (runs) above all of those, and the service
+# that composes them on top. A package imports only its own level or below: nothing under runs/ is reached from
+# below, so runs/ is the lifecycle only.
+EXPLORER_LAYERS = {"resources": 0, "share": 1, "tune": 2, "compare": 2, "runs": 3, "service": 4}
+
+
+def explorer_level(module: str) -> tuple[str, int] | None:
+    parts = module.split(".")
+    if parts[0] != "explorer" or len(parts) < 2 or parts[1] not in EXPLORER_LAYERS:
+        return None
+    return parts[1], EXPLORER_LAYERS[parts[1]]
+
+
+def test_the_services_packages_import_only_down():
+    bad = []
+    for name, deps in graph().items():
+        mine = explorer_level(name)
+        for dep in deps:
+            theirs = explorer_level(dep)
+            if mine and theirs and theirs[1] > mine[1]:
+                bad.append(f"{name} -> {dep}")
+    assert not bad, "\n".join(sorted(bad))

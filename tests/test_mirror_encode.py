@@ -103,7 +103,7 @@ def test_auto_is_bf16_on_this_cpu_and_the_twin_gives_autocasts_numbers(tiny_bert
     linear_params = sum(
         p.numel() for m in enc.model.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters()
     )
-    assert enc.twin_nbytes == 2 * linear_params  # counted in a loaded run's memory (explorer.runs.models.Loaded)
+    assert enc.twin_nbytes == 2 * linear_params  # counted in a loaded run's memory (explorer.resources.models.Loaded)
 
     plain = load_encoder(tiny_bert)
     plain._inference_model = lambda: plain.model  # autocast casting the fp32 weights on every call

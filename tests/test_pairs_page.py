@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from explorer import render
-from explorer.runs.record import Pairs
+from explorer.resources.record import Pairs
 from mirror.data import AUTO
 from mirror.loss import chance_loss
 from mirror.pairs import PairStats

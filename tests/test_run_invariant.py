@@ -92,7 +92,7 @@ def finished(events) -> object:
 def assert_run_matches_its_model(app, session, run) -> None:
     """Every artifact of the served `run` against a fresh load of run/model (and the base index against the base)."""
     from explorer.compare.explore import vectors_of
-    from explorer.runs.models import REBUILT_NOTE
+    from explorer.resources.models import REBUILT_NOTE
     from mirror import moved
 
     loaded = app.models.loaded(run)
@@ -181,7 +181,7 @@ def test_a_run_whose_tuned_index_holds_base_vectors_is_rebuilt_when_opened(bundl
     import shutil
 
     from explorer import MirrorApp
-    from explorer.runs.models import REBUILT_NOTE
+    from explorer.resources.models import REBUILT_NOTE
 
     app = bundled_app
     session = app.session()

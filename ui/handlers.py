@@ -12,8 +12,8 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session, render
-from explorer.runs.accounts import Owner
-from explorer.runs.models import release_memory
+from explorer.resources.accounts import Owner
+from explorer.resources.models import release_memory
 from mirror.data import fmt_size
 
 PRIVATE = {"api_visibility": "private"}

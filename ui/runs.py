@@ -13,8 +13,8 @@ import gradio as gr
 
 from explorer import MirrorApp, Session, render
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Step
-from explorer.runs.sessions import RunInfo
-from explorer.runs.store import remember
+from explorer.resources.sessions import RunInfo
+from explorer.resources.store import remember
 from explorer.share.uploads import display_name
 from mirror.errors import MirrorError
 from ui.explore import explore_outputs, explore_panels

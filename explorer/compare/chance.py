@@ -39,9 +39,9 @@ import numpy as np
 from mirror.loss import chance_loss
 
 if TYPE_CHECKING:
-    from explorer.runs.models import ModelCache
-    from explorer.runs.record import RunInfo
-    from explorer.runs.sessions import Session
+    from explorer.resources.models import ModelCache
+    from explorer.resources.record import RunInfo
+    from explorer.resources.sessions import Session
 
 SAMPLE = 128  # rows whose cosines stand for c0 (a seeded sample: the live and the kept curve draw one line)
 KEPT = 16  # kept runs' lines held in memory (each costs an encode of its sample): by run folder
@@ -140,7 +140,7 @@ def of_run(run: RunInfo | None, models: ModelCache, kept: Any = None) -> PairsCh
 
 
 def _measured(run: RunInfo, models: ModelCache, kept: Any) -> PairsChance | None:
-    from explorer.runs.saved import tuned_weights
+    from explorer.resources.store import tuned_weights
     from mirror.card import read_mirror_config
 
     pairs = run.record.training.pairs

@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.render import blend_of, run_caption
 from explorer.render_pairs import pairs_about
-from explorer.runs.accounts import DiskAccounts
-from explorer.runs.cpu import CpuAccounts
-from explorer.runs.disk import Disk
-from explorer.runs.jobs import FairSlots
-from explorer.runs.models import ModelCache, kept
-from explorer.runs.sessions import RunInfo, Session
-from explorer.runs.turns import TURNS
+from explorer.resources.accounts import DiskAccounts
+from explorer.resources.cpu import CpuAccounts
+from explorer.resources.disk import Disk
+from explorer.resources.models import ModelCache, kept
+from explorer.resources.sessions import RunInfo, Session
+from explorer.resources.turns import TURNS, FairSlots
 from explorer.settings import Settings
 from mirror.errors import MirrorError
 
@@ -82,7 +81,7 @@ class RunExplorer:
     """The Explore tab's service over a session's served run: it reads the run's encoders and indexes from `models`,
     finds a string's neighbours with `search` (tab 2's), encodes in `search_slots`, and asks `disk` before it
     writes an export (fitted to its visitor's account: `accounts`); a map's layout and an export are metered in
-    `cpu`, and a training run yields to them (explorer.runs.turns). One per MirrorApp (`app.explore`)."""
+    `cpu`, and a training run yields to them (explorer.resources.turns). One per MirrorApp (`app.explore`)."""
 
     def __init__(
         self,
@@ -206,7 +205,7 @@ class RunExplorer:
         exports/ for its visitor (reused by each of its sessions), else the session's own exports/, the run's id
         first (a run opened by its link is read only). Either way they are charged to the visitor who asked, and
         each is one entry of an exports/ folder, which a budget removes oldest first (mirror.exports)."""
-        from explorer.runs.accounts import read_owner
+        from explorer.resources.accounts import read_owner
 
         owner = read_owner(run)
         if owner is None or owner.visitor == session.owner.visitor:

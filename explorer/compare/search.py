@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from explorer.runs.sessions import texts_key
+from explorer.resources.sessions import texts_key
 
 if TYPE_CHECKING:
     from index.store import Hit, VectorIndex

@@ -15,13 +15,13 @@ from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.compare.search import BaseIndexes, Partners, search_both
 from explorer.events import Phase
 from explorer.render import moved_header, run_caption, served_label
-from explorer.runs.cpu import CpuAccounts
-from explorer.runs.disk import Disk
-from explorer.runs.jobs import FairSlots
-from explorer.runs.models import ModelCache
-from explorer.runs.record import RunInfo
-from explorer.runs.sessions import ExtraCorpus, Session
-from explorer.runs.store import read_partners
+from explorer.resources.cpu import CpuAccounts
+from explorer.resources.disk import Disk
+from explorer.resources.models import ModelCache
+from explorer.resources.record import RunInfo
+from explorer.resources.sessions import ExtraCorpus, Session
+from explorer.resources.store import read_partners
+from explorer.resources.turns import FairSlots
 from explorer.settings import Settings
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import clamp_k, split_queries
@@ -96,7 +96,7 @@ class Searcher:
 
     def partners(self, run: RunInfo) -> Partners | None:
         """The partners of a pairs run's strings, row for row with its indexes, as the run keeps them (pairs.json,
-        explorer.runs.store: a reloaded page, a run opened by its link, after a restart); a blend's are its parent
+        explorer.resources.store: a reloaded page, a run opened by its link, after a restart); a blend's are its parent
         run's (the same strings). None for a run without pairs, or whose partners are no longer kept."""
         folder = run.folder
         with self._lock:

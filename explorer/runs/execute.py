@@ -25,15 +25,15 @@ from typing import Any
 
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Tick
 from explorer.render import fmt_seconds, user_error
-from explorer.runs.accounts import write_owner
-from explorer.runs.cpu import CpuAccounts
-from explorer.runs.jobs import FairSlots, TrainQueue
+from explorer.resources.accounts import write_owner
+from explorer.resources.cpu import CpuAccounts
+from explorer.resources.models import ModelCache, release_memory
+from explorer.resources.record import Checks, Made, RunInfo
+from explorer.resources.sessions import Session, texts_key
+from explorer.resources.store import RunStore
+from explorer.resources.turns import TURNS, FairSlots
+from explorer.runs.jobs import TrainQueue
 from explorer.runs.live import Run, RunRegistry, Status, StopAsked
-from explorer.runs.models import ModelCache, release_memory
-from explorer.runs.record import Checks, Made, RunInfo
-from explorer.runs.sessions import Session, texts_key
-from explorer.runs.store import RunStore
-from explorer.runs.turns import TURNS
 from explorer.settings import Settings
 from explorer.share.card import write_card
 from explorer.share.uploads import model_folder_in_zip, zip_folder
@@ -108,7 +108,7 @@ class Producer:
 
 class Runner:
     """Runs of every kind, each in a thread of its own, through one path (`execute`): background work that yields
-    to interactive work (explorer.runs.turns), its CPU charged to its visitor (`cpu`). One per MirrorApp
+    to interactive work (explorer.resources.turns), its CPU charged to its visitor (`cpu`). One per MirrorApp
     (`app.runner`)."""
 
     def __init__(
@@ -139,7 +139,7 @@ class Runner:
 
     def _drive(self, run: Run, producer: Producer) -> None:
         """The run's thread: its events into the run, watched after each. All of it is background work: its steps,
-        its index builds and its checks pause while a map, an export or an evaluation runs (explorer.runs.turns)."""
+        its index builds and its checks pause while a map, an export or an evaluation runs (explorer.resources.turns)."""
         try:
             with TURNS.background():
                 for ev in self.execute(run, producer):

@@ -9,7 +9,6 @@ abandoned), which reaches it as a STOP file in the run folder, or when it is clo
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import os
@@ -43,30 +42,6 @@ def abandoned_seconds(env: dict[str, str] | None = None) -> float:
 
 
 ABANDONED_S = abandoned_seconds()
-
-
-class FairSlots:
-    """A counting semaphore that admits waiters in arrival order (threading.Semaphore lets late ones overtake)."""
-
-    def __init__(self, n: int):
-        self._free = n
-        self._waiting: collections.deque[object] = collections.deque()
-        self._cond = threading.Condition()
-
-    def __enter__(self) -> None:
-        me = object()
-        with self._cond:
-            self._waiting.append(me)
-            while self._free <= 0 or self._waiting[0] is not me:
-                self._cond.wait()
-            self._waiting.popleft()
-            self._free -= 1
-            self._cond.notify_all()  # the next in line may be able to go too
-
-    def __exit__(self, *exc: object) -> None:
-        with self._cond:
-            self._free += 1
-            self._cond.notify_all()
 
 
 class TrainQueue:
@@ -202,7 +177,7 @@ def train_job(
     `limits["memory"]`: the memory budget the run's plan was made with (explorer.tune.planning.Planner.memory_budget),
     which the run keeps unless the machine has less than that free when it trains (then it says so: Replanned; None:
     what the machine gives when it trains); `limits["hub_cache"]`: where the server keeps hub models
-    (explorer.runs.hubcache: the base was downloaded there before the job). Its Steps carry no time left: the service
+    (explorer.resources.hubcache: the base was downloaded there before the job). Its Steps carry no time left: the service
     times them against the run's plan (explorer.tune.eta).
     `partners`: each string's partner text (pairs, from the file's `columns` [strings, partners]): some held out,
     the gain on them in Finished's stats["pairs"] (index.pipeline.tune_and_index).
@@ -215,16 +190,16 @@ def train_job(
     def should_stop() -> bool:
         return closed.is_set() or stop.exists()
 
-    from explorer.runs.cpu import current_job, working_for
+    from explorer.resources.cpu import current_job, working_for
 
     job = current_job()  # the metered job this training is part of: its thread's CPU time is that job's own
 
     def work() -> None:
-        from explorer.runs.turns import TURNS
+        from explorer.resources.turns import TURNS
         from index.pipeline import tune_and_index
 
         try:
-            # yields to interactive work at its steps and encode batches (explorer.runs.turns)
+            # yields to interactive work at its steps and encode batches (explorer.resources.turns)
             with TURNS.background(), working_for(job):
                 tune_and_index(
                     texts,

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from explorer.events import Cancelled, Done, Failed, Served, Tick
 
 if TYPE_CHECKING:
-    from explorer.runs.record import RunInfo
-    from explorer.runs.sessions import Session
+    from explorer.resources.record import RunInfo
+    from explorer.resources.sessions import Session
 
 log = logging.getLogger("mirror.app")
 STOP_FILE = "STOP"

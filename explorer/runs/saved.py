@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from explorer.events import Event, Failed, Phase
+from explorer.resources.models import REBUILT_NOTE, ModelCache
+from explorer.resources.record import Checks, Made, Origin, RunInfo, RunRecord, Timing, training_of
+from explorer.resources.sessions import Session
+from explorer.resources.store import RunStore, tuned_weights
 from explorer.runs.execute import Plan, Producer, Runner, made_info, package_run, run_bytes
 from explorer.runs.live import Run, RunRegistry
-from explorer.runs.models import REBUILT_NOTE, ModelCache
-from explorer.runs.record import Checks, Made, Origin, RunInfo, RunRecord, Timing, training_of
-from explorer.runs.sessions import Session
-from explorer.runs.store import RunStore
 from explorer.settings import Settings, inference_device
 from explorer.share.uploads import display_name, extract_model_zip, model_zip_bytes
 from mirror.config import BUNDLED_MODEL
@@ -232,11 +232,6 @@ def uploaded_made(tuned: Any, name: str, notes: list[str]) -> Made:
     origin = Origin("uploaded", alpha, parent, zip=name)
     summary = f"uploaded model {name}" + (f" ({saved['summary']})" if saved.get("summary") else "")
     return Made(RunRecord(training=training, origin=origin, notes=list(notes)), tuned.pooling, summary)
-
-
-def tuned_weights(run: Path) -> Path:
-    """The unblended tuned model of a run folder: tuned_model/ of a blend, model/ otherwise."""
-    return run / "tuned_model" if (run / "tuned_model").is_dir() else run / "model"
 
 
 def link_tree(src: Path, dst: Path) -> Path:

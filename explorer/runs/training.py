@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.events import Cancelled, Done, Event, Failed, Finished, Note, Phase, Replanned, Served, Step, Stopped
 from explorer.render import user_error
+from explorer.resources.models import ModelCache
+from explorer.resources.record import Made, RunInfo, training_of
+from explorer.resources.sessions import Session, texts_key
+from explorer.resources.store import write_partners
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes, stopped_unserved
 from explorer.runs.jobs import TrainQueue, train_job
 from explorer.runs.live import Run, RunRegistry, queue_key
-from explorer.runs.models import ModelCache
-from explorer.runs.record import Made, RunInfo, training_of
-from explorer.runs.sessions import Session, texts_key
-from explorer.runs.store import write_partners
 from explorer.settings import Settings
 from explorer.tune.eta import LiveEta
 from explorer.tune.inputs import build_config
@@ -124,7 +124,7 @@ class Trainer:
                 raise MirrorError(ev.text)
             if isinstance(ev, Done):
                 run = ev.run
-                # the run's record as the API has always said it (explorer.runs.record.flat), and what it was made of
+                # the run's record as the API has always said it (explorer.resources.record.flat), and what it was made of
                 summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
                 summary.update(notes=notes + list(run.record.notes), run_id=run.folder.name)
                 yield summary, run

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from explorer.runs.accounts import disk_usage
+from explorer.resources.accounts import disk_usage
 from explorer.share.card import CARD_FILE, write_card
 from mirror.config import MIRROR_CONFIG_FILE
 from mirror.data import fmt_size, read_file

@@ -218,7 +218,7 @@ def speed_probe(base: Encoder, clock: Clock = time.perf_counter) -> float:
 def _calibrate(
     base: Encoder, config: MirrorConfig, scratch: Path, clock: Clock, length: int, like: Calibration | None = None
 ) -> Calibration:
-    from explorer.runs.models import release_memory
+    from explorer.resources.models import release_memory
     from explorer.share.uploads import zip_folder
     from mirror.encoder import load_encoder, resolve_device, resolve_precision, save_encoder
     from mirror.train import mirror_tune

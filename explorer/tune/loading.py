@@ -10,9 +10,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from explorer.runs.models import ModelCache
-from explorer.runs.sessions import Pairing, Session
-from explorer.runs.store import read_partners
+from explorer.resources.models import ModelCache
+from explorer.resources.sessions import Pairing, Session
+from explorer.resources.store import read_partners
 from explorer.settings import Settings
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR

@@ -10,9 +10,8 @@ from collections import OrderedDict
 from typing import Any
 
 from explorer.render import message
-from explorer.runs.live import RunRegistry
-from explorer.runs.models import ModelCache
-from explorer.runs.sessions import RunInfo, Session, Tuning, texts_key
+from explorer.resources.models import ModelCache
+from explorer.resources.sessions import RunInfo, Session, Tuning, texts_key
 from explorer.settings import Settings
 from explorer.tune.estimate import IO_PHASES, Estimator
 from explorer.tune.guess import device_and_threads, rough_estimate
@@ -32,7 +31,7 @@ class Planner:
     with the base encoders `models` holds; it calibrates only while no run is live in `registry`). One per
     MirrorApp (`app.planner`)."""
 
-    def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: RunRegistry):
+    def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: Any):
         self.settings, self.models, self.estimator, self.registry = settings, models, estimator, registry
         self._launched: OrderedDict[str, Tuning] = OrderedDict()  # run id -> the settings its Launch ran (`launch`)
         self._budgets: OrderedDict[str, int] = OrderedDict()  # session id -> its plan shown's memory (`shown_budget`)

@@ -1,6 +1,6 @@
 """The disk a job may write: before it writes, sessions idle past their TTL and runs unused past theirs are swept
 (never a live run's folder, nor a live run's session), then its visitor's, its address's and the server's accounts
-(explorer.runs.accounts) are asked for room; the visitor's own least recently used runs may make it.
+(explorer.resources.accounts) are asked for room; the visitor's own least recently used runs may make it.
 """
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from explorer.runs.accounts import DiskAccounts, last_used
-from explorer.runs.live import RunRegistry
-from explorer.runs.sessions import EVICT_MIN_IDLE_S, Session, SessionStore
-from explorer.runs.store import RunStore
+from explorer.resources.accounts import DiskAccounts, last_used
+from explorer.resources.sessions import EVICT_MIN_IDLE_S, Session, SessionStore
+from explorer.resources.store import RunStore
 from explorer.settings import Settings
 
 
@@ -25,7 +25,7 @@ class Disk:
         sessions: SessionStore,
         store: RunStore,
         accounts: DiskAccounts,
-        registry: RunRegistry,
+        registry: Any,
     ):
         self.settings, self.sessions, self.store = settings, sessions, store
         self.accounts, self.registry = accounts, registry

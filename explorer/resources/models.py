@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.runs.hubcache import HUB_DIR, HubCache
+from explorer.resources.hubcache import HUB_DIR, HubCache
 from explorer.settings import Settings, inference_device
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
-    from explorer.runs.record import RunInfo
+    from explorer.resources.record import RunInfo
     from index.store import VectorIndex
     from mirror.encoder import Encoder
 

@@ -1,6 +1,6 @@
 """Durable runs: every finished run kept under `<work dir>/runs/<run id>/`, reachable by its id from any session,
 any browser and after a restart, until MIRROR_RUN_TTL after its last use (opened, searched; a run list naming it is
-not a use). Its disk is charged to the visitor who made it (explorer.runs.accounts), and only its age removes it,
+not a use). Its disk is charged to the visitor who made it (explorer.resources.accounts), and only its age removes it,
 or its own visitor's next run when that visitor is past its budget: never someone else's.
 
 A run folder holds model/, base_index/, tuned_index/, the two download zips, run.json (the RunInfo, paths
@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from explorer.runs.accounts import LAST_USED, RUN_FILE, last_used, stale_unfinished
-from explorer.runs.record import RunInfo, from_json, to_json
+from explorer.resources.accounts import LAST_USED, RUN_FILE, last_used, stale_unfinished
+from explorer.resources.record import RunInfo, from_json, to_json
 from mirror.errors import MirrorError
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -81,7 +81,7 @@ class RunStore:
         return self.root / run_id.strip()
 
     def save(self, info: RunInfo, checks_pending: bool = False) -> None:
-        """Write run.json (atomically) next to the run's files (explorer.runs.record.to_json); `checks_pending`: it is
+        """Write run.json (atomically) next to the run's files (explorer.resources.record.to_json); `checks_pending`: it is
         served before its general checks, which are still to come."""
         tmp = info.folder / (RUN_FILE + ".tmp")
         tmp.write_text(json.dumps(to_json(info, checks_pending), indent=1, default=str), encoding="utf-8")
@@ -122,7 +122,7 @@ class RunStore:
     def sweep(self, max_age: float, keep: set[Path], unfinished_age: float) -> list[Path]:
         """Remove the runs unused for `max_age` seconds, and the folders without run.json (a run a restart cut short)
         untouched for `unfinished_age`; never one in `keep` (being made now). Disk budgets never remove a run:
-        explorer.runs.accounts refuses the writer instead."""
+        explorer.resources.accounts refuses the writer instead."""
         now, removed = time.time(), []
         for folder in self.root.iterdir() if self.root.is_dir() else []:
             if not folder.is_dir() or folder in keep:
@@ -132,3 +132,8 @@ class RunStore:
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
         return removed
+
+
+def tuned_weights(run: Path) -> Path:
+    """The unblended tuned model of a run folder: tuned_model/ of a blend, model/ otherwise."""
+    return run / "tuned_model" if (run / "tuned_model").is_dir() else run / "model"

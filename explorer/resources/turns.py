@@ -1,4 +1,5 @@
-"""Turns between a server's background work and its interactive work, with a bound on what turns cost a run.
+"""Sharing the cores: turns between a server's background work and its interactive work, with a bound on what
+turns cost a run; and `FairSlots`, a counting semaphore that admits in arrival order (the search and job slots).
 
 A run of any kind (a training's steps, index builds and checks; a blend's or an upload's encoding and checks: its
 thread, explorer.runs.execute) is background; a map's layout, an export, an evaluation are interactive, asked for by
@@ -14,6 +15,7 @@ wait is at most `most` seconds.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -90,3 +92,27 @@ class Turns:
 
 
 TURNS = Turns(enabled=not sharing_off())  # this process's one
+
+
+class FairSlots:
+    """A counting semaphore that admits waiters in arrival order (threading.Semaphore lets late ones overtake)."""
+
+    def __init__(self, n: int):
+        self._free = n
+        self._waiting: collections.deque[object] = collections.deque()
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> None:
+        me = object()
+        with self._cond:
+            self._waiting.append(me)
+            while self._free <= 0 or self._waiting[0] is not me:
+                self._cond.wait()
+            self._waiting.popleft()
+            self._free -= 1
+            self._cond.notify_all()  # the next in line may be able to go too
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()

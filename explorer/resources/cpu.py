@@ -1,5 +1,5 @@
 """CPU accounts: the compute each visitor (and each address) spent on this server in the last hour, and a refusal
-past its budget, the way disk is bounded (explorer.runs.accounts).
+past its budget, the way disk is bounded (explorer.resources.accounts).
 
 Every costly job a visitor asks for (a training run with its checks, a blend, a model upload, a map's layout, an
 export, an evaluation) runs `metered(owner, what)`: refused at its start when the visitor or its address has spent
@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from explorer.runs.accounts import Owner
-from explorer.runs.turns import TURNS
+from explorer.resources.accounts import Owner
+from explorer.resources.turns import TURNS
 from mirror.errors import MirrorError
 
 WINDOW_S = 3600.0
@@ -153,7 +153,7 @@ class CpuAccounts:
         self, owner: Owner, what: str = "this", interactive: bool = False, refuse: bool = True
     ) -> Iterator[Job]:
         """Around one costly job of `owner`: refused at its start past the budget, charged its share as it goes.
-        `interactive`: someone waits for it (a map, an export): a training run yields to it (explorer.runs.turns).
+        `interactive`: someone waits for it (a map, an export): a training run yields to it (explorer.resources.turns).
         `refuse` False: charged, never refused (a search: what a visitor does most, bounded by its slots; charged so
         that what it spends is its visitor's, not the share of whoever's run is going)."""
         if refuse:

@@ -6,7 +6,7 @@ checks the three budgets with what the job will add: past the visitor's own budg
 its own least recently used runs make room (never one being made, served by the session that writes, or used in the
 last few minutes); past the address's or the server's budget the writer is refused (exports, which can be made
 again, go first). Nobody's runs are removed because someone else filled the disk: only their age
-(MIRROR_RUN_TTL after their last use) removes them (explorer.runs.store).
+(MIRROR_RUN_TTL after their last use) removes them (explorer.resources.store).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ its live run: explorer.runs.live).
 A Session lives in Gradio's gr.State (or any caller's hands); its folder is the only place its own files go (another
 corpus indexed against the run it serves, exports of a run it opened by link). `SessionStore` makes and removes those
 folders: closed sessions and idle ones past the TTL. Each folder is charged to the visitor who made it
-(explorer.runs.accounts); none is removed because the disk is full.
+(explorer.resources.accounts); none is removed because the disk is full.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from explorer.runs.accounts import Owner, write_owner
-from explorer.runs.record import RunInfo
+from explorer.resources.accounts import Owner, write_owner
+from explorer.resources.record import RunInfo
 from explorer.settings import Settings
 from mirror.data import CleanStats
 from mirror.pairs import PairStats
 
-RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.runs.store), not a session
+RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.resources.store), not a session
 SWEEP_EVERY_S = 60.0
 EVICT_MIN_IDLE_S = 300.0  # a run used this recently never makes room for its visitor's next one
 
@@ -148,7 +148,7 @@ class SessionStore:
             self.registry.when_idle(state, lambda: self.discard(state))
 
     def discard(self, session: Session) -> None:
-        from explorer.runs.models import release_memory
+        from explorer.resources.models import release_memory
 
         self.forget(session.folder)
         self.registry.asked(session)  # a Launch click whose run never started: it never will now
@@ -158,7 +158,7 @@ class SessionStore:
     def sweep(self, force: bool = False) -> list[Path]:
         """Delete session folders idle past the TTL (never one with a job running). Runs at most once a minute
         unless forced."""
-        from explorer.runs.accounts import last_used
+        from explorer.resources.accounts import last_used
 
         now = time.time()
         if not force and now - self._last_sweep < SWEEP_EVERY_S:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from explorer.runs.accounts import disk_usage
+from explorer.resources.accounts import disk_usage
 from mirror.data import fmt_size
 from mirror.errors import MirrorError
 
