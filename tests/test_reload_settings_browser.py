@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import VOCAB_WORDS
+from tests.server import page_errors
 from tests.test_browser import review_shot, shot_on_failure, upload_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -114,8 +115,7 @@ def test_a_reload_during_a_run_keeps_the_settings_launch_runs(gated_server, brow
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(60_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    errors = page_errors(page)  # (but Gradio's own plot race: tests/server.py)
     with shot_on_failure(page, "reload_settings_failure.png", closing=context):
         page.goto(url)
         model = page.locator("#mx-model input")
