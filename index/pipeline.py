@@ -203,15 +203,20 @@ def _choose_blend(base, result, held, run: Path, emit, should_stop, fallback_alp
         f"{a:g}" for a in ALPHAS
     )
     emit(Phase(label))
-    choice = choose_blend(
-        base,
-        result.encoder,
-        held.texts,
-        held.partners,
-        choosing,
-        seed=result.config.seed,
-        on_alpha=lambda what: emit(Phase(f"{label}: {what}")),
-    )
+
+    class Asked(Exception):  # a stop asked while it measures: it ends there, nothing saved as served
+        pass
+
+    def measuring(what: str) -> None:
+        if should_stop():
+            raise Asked
+        emit(Phase(f"{label}: {what}"))
+
+    try:
+        choice = choose_blend(base, result.encoder, held.texts, held.partners, choosing, seed=result.config.seed,
+                              on_alpha=measuring)  # fmt: skip
+    except Asked:
+        return reporting, None
     result.config = dataclasses.replace(result.config, blend_alpha=choice.alpha)
     result.notes.append(choice.reason)
     return reporting, choice

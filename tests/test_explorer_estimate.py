@@ -151,6 +151,28 @@ def test_a_pairs_step_is_priced_as_its_strings_and_its_partners_each_padded_to_t
     assert est.phase("training") < price(long, lengths, config, base, cal).phase("training")
 
 
+def test_a_pairs_runs_blend_choice_is_priced_only_where_the_run_chooses(base, tiny_bert, tmp_path, monkeypatch):
+    """Issue 60: a pairs run with enough held-out rows measures its blends after training (mirror/choose.py): a pool
+    of its strings at each α and the checks' dev halves. The plan prices it (it was left out: a dictionary's run took
+    1.71x its estimate at 2 jobs, 1.24x without the choice), and only where the run will choose."""
+    from mirror.choose import ALPHAS, POOL
+
+    clock = VirtualClock(monkeypatch)
+    config = words_config(tiny_bert, batch_size=10, max_steps=4)
+    cal = calibrate(base, config, tmp_path, clock)
+    texts = three_token_words(600)
+    partners = [f"{t} here" for t in texts]
+    lengths = base.token_lengths(texts)
+    chooses = dataclasses.replace(config, pairs=True, blend_choose=True)
+    est = price(texts, lengths, chooses, base, cal, partners=partners)
+    index = est.phase("tuned index")
+    assert est.phase("blend choice") > (1 + len(ALPHAS)) * min(1.0, POOL / len(texts)) * index > 0
+    fixed = price(texts, lengths, dataclasses.replace(chooses, blend_choose=False), base, cal, partners=partners)
+    few = price(texts[:100], lengths[:100], chooses, base, cal, partners=partners[:100])  # 20 held out: no choice
+    assert fixed.phase("blend choice") == 0 and few.phase("blend choice") == 0
+    assert est.total > fixed.total
+
+
 def test_a_machine_four_times_slower_gets_an_estimate_four_times_longer(base, tiny_bert, tmp_path, monkeypatch):
     clock = VirtualClock(monkeypatch)
     config = words_config(tiny_bert, batch_size=32)

@@ -162,3 +162,22 @@ def test_a_row_sharing_its_partner_is_found_by_any_of_its_siblings(tiny_bert):
     # the pool holds row 1 but not row 0: finding row 0's partner finds its sibling, at a rank within the top 10
     assert held_mrr(encoder, strings, partners, [0], [1, 2, 3]) > 0
     assert held_mrr(encoder, strings, partners, [2], [0, 1, 3]) == 0  # no row of its partner in the pool: not found
+
+
+def test_a_stop_asked_while_it_chooses_ends_the_run_there_with_nothing_served(tiny_bert, tmp_path):
+    from index.pipeline import Finished, Phase, Stopped, tune_and_index
+
+    texts, partners = rows_of_pairs(440)
+    config = MirrorConfig.preset("sentences", model=str(tiny_bert), pairs=True, max_steps=2, **TINY_PAIRS)
+    events: list = []
+    asked = {"stop": False}
+
+    def emit(ev) -> None:
+        events.append(ev)
+        if isinstance(ev, Phase) and ev.text.startswith("Choosing the blend"):
+            asked["stop"] = True  # the user presses Cancel as the choice begins
+
+    run = tmp_path / "run"
+    tune_and_index(texts, config, run, emit=emit, should_stop=lambda: asked["stop"], pairs=partners)
+    assert isinstance(events[-1], Stopped) and not any(isinstance(e, Finished) for e in events)
+    assert not (run / "model").exists() and not (run / "tuned_index").exists()

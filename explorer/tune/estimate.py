@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from explorer.tune.steps import train_plan
+from explorer.tune.steps import choice_price, train_plan
 from mirror.config import MirrorConfig
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ ENCODE_SHAPES = ((128, 8), (64, 32), (16, 128), (16, 256))
 # states, allocations and kernels for new shapes: mostly the first step), the rest are timed (the fastest sample of
 # each size counts). 4 and 1 rather than 5 and 2: the calibration must cost less than the small run it prices.
 TIMED_EPOCHS, WARM_EPOCHS = 4, 1
-PHASES = ("load", "base index", "training", "save", "tuned index", "downloads", "general checks")
+PHASES = ("load", "base index", "training", "blend choice", "save", "tuned index", "downloads", "general checks")
 IO_PHASES = ("load", "save", "downloads")  # disk and zip: not scaled by the CPU's speed now
 
 # A calibration timed while the machine is this busy (load average per core) says so: on 2 cores shared with other
@@ -151,7 +151,8 @@ class Estimate:
         return sum(s for _, s in self.phases)
 
     def phase(self, name: str) -> float:
-        return dict(self.phases)[name]
+        """One phase's seconds; 0 for a phase this estimate does not have (made before it was priced)."""
+        return dict(self.phases).get(name, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------- calibration
@@ -398,10 +399,12 @@ def price(
     train_s = sum((cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) for n, p, q in steps)
     train_s += (cal.warmup_s + tokenize_s) * bool(steps)
     train_s *= observed.train_ratio
+    choice_s = choice_price(lengths, config, partners, index_s, per_encoder, cal) if steps else 0.0
     phases = (
         ("load", cal.load_s),
         ("base index", index_s if build_base else 0.0),
         ("training", train_s),
+        ("blend choice", choice_s),
         ("save", cal.save_s),
         ("tuned index", index_s),
         # the served run reloads the tuned model, then zips it; the job ends with a clean-up

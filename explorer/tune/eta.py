@@ -17,7 +17,13 @@ from time import perf_counter
 from explorer.events import Step
 from explorer.tune.estimate import Estimate
 
-AFTER_TRAINING = ("save", "tuned index", "downloads", "general checks")  # the plan's phases that follow the training
+AFTER_TRAINING = (
+    "blend choice",
+    "save",
+    "tuned index",
+    "downloads",
+    "general checks",
+)  # the plan's phases that follow the training
 BURST_S = 1e-3  # steps that reach the service this close together were reported at once (a GPU's log_every)
 
 

@@ -4,7 +4,7 @@ that train, without training."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mirror.config import MirrorConfig
 
@@ -47,3 +47,29 @@ def train_plan(
     maskable = [bool(encoder.mask_token) and config.mask_span > 0 and len(t) >= config.mask_min_chars for t in texts]
     sides = [[n + extra + m for n, m in zip(side, maskable, strict=True)] for side in (pad_by or (lengths,))]
     return [(len(b), *(min(max(side[i] for i in b), budget.max_length) for side in sides)) for b in plan.batches]
+
+
+def choice_price(
+    lengths: Sequence[int],
+    config: MirrorConfig,
+    partners: Sequence[str | None] | None,
+    index_s: float,
+    per_encoder: float,
+    cal: Any,
+) -> float:
+    """What a pairs run's blend choice costs (mirror/choose.py), 0 for a run that does not choose: the weights as
+    trained saved once more, a pool of at most POOL strings encoded by the base and at each α, and the general checks'
+    dev halves scored for the base and, typically, one or two α (checked in the order of their held-out gain)."""
+    from index.pipeline import CHOICE_ROWS_LEAST
+    from mirror.choose import ALPHAS, POOL
+    from mirror.pairs import held_out_rows
+
+    if not config.blend_choose or partners is None or not lengths:
+        return 0.0
+    if len(held_out_rows(partners, config)) < 2 * CHOICE_ROWS_LEAST:
+        return 0.0  # too few held-out rows: the preset's own α, nothing chosen
+    pool = min(1.0, POOL / len(lengths))
+    return cal.save_s + (1 + len(ALPHAS)) * pool * index_s + CHOICE_CHECK_ROUNDS * per_encoder
+
+
+CHOICE_CHECK_ROUNDS = 2.5  # the base's side of the dev halves and ~1.5 α's (the first α that keeps them is served)
