@@ -8,7 +8,8 @@ Defaults suit a public CPU Space (see the README's table):
   MIRROR_MAX_MODEL_MB       largest model zip upload, packed and unpacked (default: 600)
   MIRROR_MAX_STRINGS        strings kept from one input (default: 20000)
   MIRROR_MAX_STEPS          cap on training steps per run, 0 = none (default: 1000)
-  MIRROR_MAX_RUN_SECONDS    a run still training after this long is stopped, nothing saved, 0 = none (default: 1800)
+  MIRROR_MAX_RUN_SECONDS    a run of any kind (a training, a model upload, a blend) not served this long after it
+                            began is stopped, nothing saved, 0 = none (default: 1800)
   MIRROR_TRAIN_MEMORY_MB    memory a training step may plan for, at most half of what is free; 0 = that half (default:
                             half of the machine's or container's memory after MIRROR_LOADED_MB and 1.5 GB for the
                             process, at most 8192: 5.75 GB on a 16 GB CPU Space; mirror.memory.host_train_budget)
