@@ -35,14 +35,13 @@ The same packages give the same bytes; the script prints the file's sha256.
 from __future__ import annotations
 
 import gzip
-import hashlib
-import random
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 
 from make_jargon_docs import deb_members, jargon_entries  # the shipped check's reader (scripts/ is on sys.path)
+from pairs_halves import halves, sha256, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "examples" / "pairs" / "foldoc.tsv"
@@ -245,16 +244,7 @@ def build(foldoc_deb: Path, jargon_deb: Path) -> list[tuple[str, str, str, str, 
     terms = Counter(r[2].lower() for r in rows)
     texts = Counter(r[3] for r in rows)
     rows = [r for r in rows if terms[r[2].lower()] == 1 and texts[r[3]] == 1]
-    groups = sorted({r[1] for r in rows})
-    random.Random(SPLIT_SEED).shuffle(groups)
-    sizes = Counter(r[1] for r in rows)
-    groups.sort(key=lambda g: -sizes[g])  # stable: the shuffle breaks ties
-    half: dict[str, str] = {}
-    held = {"dev": 0, "check": 0}
-    for g in groups:
-        h = min(held, key=lambda k: (held[k], k == "check"))
-        half[g] = h
-        held[h] += sizes[g]
+    half = halves(Counter(r[1] for r in rows), SPLIT_SEED)
     return [(i, half[g], g, term, text) for i, g, term, text in rows]
 
 
@@ -263,14 +253,11 @@ def main() -> None:
         sys.exit(__doc__)
     out = Path(sys.argv[3]) if len(sys.argv) == 4 else OUT
     rows = build(Path(sys.argv[1]), Path(sys.argv[2]))
-    lines = ["id\thalf\tgroup\tterm\ttext"] + ["\t".join(r) for r in rows]
-    data = ("\n".join(lines) + "\n").encode()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
+    data = write_table(out, "id\thalf\tgroup\tterm\ttext", rows)
     n = Counter(r[1] for r in rows)
     print(
         f"{out}: {len(rows):,} rows ({n['dev']:,} dev, {n['check']:,} check) in {len({r[2] for r in rows})} groups; "
-        f"sha256 {hashlib.sha256(data).hexdigest()}"
+        f"sha256 {sha256(data)}"
     )
 
 

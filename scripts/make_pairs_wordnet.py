@@ -32,7 +32,6 @@ script prints the file's sha256.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import random
 import re
 import sys
@@ -40,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 from make_jargon_docs import deb_members  # a .deb's files, read in place (scripts/ is on sys.path)
+from pairs_halves import halves, sha256, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "examples" / "pairs" / "wordnet.tsv"
@@ -91,16 +91,7 @@ def build(deb: Path) -> list[tuple[str, str, str, str, str]]:
             rows.append((f"{sid}.{k}", sid, names[lexfile], word, head))
     uses = Counter(r[3].casefold() for r in rows)
     rows = [r for r in rows if uses[r[3].casefold()] == 1 and "\t" not in r[3] + r[4]]
-    sizes = Counter(r[2] for r in rows)
-    groups = sorted(sizes)
-    random.Random(SPLIT_SEED).shuffle(groups)
-    groups.sort(key=lambda g: -sizes[g])  # stable: the shuffle breaks ties
-    half: dict[str, str] = {}
-    held = {"dev": 0, "check": 0}
-    for g in groups:
-        h = min(held, key=lambda k: (held[k], k == "check"))
-        half[g] = h
-        held[h] += sizes[g]
+    half = halves(Counter(r[2] for r in rows), SPLIT_SEED)
     kept: set[str] = set()
     rng = random.Random(SPLIT_SEED)
     for h in ("dev", "check"):
@@ -120,15 +111,12 @@ def main() -> None:
         sys.exit(__doc__)
     out = Path(sys.argv[2]) if len(sys.argv) == 3 else OUT
     rows = build(Path(sys.argv[1]))
-    lines = ["id\thalf\tgroup\tword\theadword"] + ["\t".join(r) for r in rows]
-    data = ("\n".join(lines) + "\n").encode()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
+    data = write_table(out, "id\thalf\tgroup\tword\theadword", rows)
     n = Counter(r[1] for r in rows)
     heads = {h: len({r[4].casefold() for r in rows if r[1] == h}) for h in ("dev", "check")}
     print(
         f"{out}: {len(rows):,} rows ({n['dev']:,} dev with {heads['dev']:,} headwords, {n['check']:,} check with "
-        f"{heads['check']:,}) in {len({r[2] for r in rows})} groups; sha256 {hashlib.sha256(data).hexdigest()}"
+        f"{heads['check']:,}) in {len({r[2] for r in rows})} groups; sha256 {sha256(data)}"
     )
 
 

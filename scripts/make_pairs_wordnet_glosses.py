@@ -33,14 +33,13 @@ package gives the same bytes; the script prints the file's sha256.
 
 from __future__ import annotations
 
-import hashlib
-import random
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 
 from make_jargon_docs import deb_members  # reads a .deb's files in place (scripts/ is on sys.path)
+from pairs_halves import halves, sha256, write_table
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "examples" / "pairs" / "wordnet-glosses.tsv"
@@ -107,16 +106,7 @@ def build(deb: Path) -> list[tuple[str, str, str, str, str]]:
     kept = sorted(rows.values(), key=lambda r: (r[3], r[1]))  # in the order of a dictionary
     squashed = Counter(re.sub(r"[ -]", "", r[3]) for r in kept)
     kept = [r for r in kept if squashed[re.sub(r"[ -]", "", r[3])] == 1]
-    groups = sorted({r[2] for r in kept})
-    random.Random(SPLIT_SEED).shuffle(groups)
-    sizes = Counter(r[2] for r in kept)
-    groups.sort(key=lambda g: -sizes[g])  # stable: the shuffle breaks ties
-    half: dict[str, str] = {}
-    held = {"dev": 0, "check": 0}
-    for g in groups:
-        h = min(held, key=lambda k: (held[k], k == "check"))
-        half[g] = h
-        held[h] += sizes[g]
+    half = halves(Counter(r[2] for r in kept), SPLIT_SEED)
     return [(i, half[g], g, term, text) for _, i, g, term, text in kept]
 
 
@@ -125,14 +115,11 @@ def main() -> None:
         sys.exit(__doc__)
     out = Path(sys.argv[2]) if len(sys.argv) == 3 else OUT
     rows = build(Path(sys.argv[1]))
-    lines = ["id\thalf\tgroup\tterm\ttext"] + ["\t".join(r) for r in rows]
-    data = ("\n".join(lines) + "\n").encode()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
+    data = write_table(out, "id\thalf\tgroup\tterm\ttext", rows)
     n = Counter(r[1] for r in rows)
     print(
         f"{out}: {len(rows):,} rows ({n['dev']:,} dev, {n['check']:,} check) in {len({r[2] for r in rows})} groups; "
-        f"{len(data):,} bytes; sha256 {hashlib.sha256(data).hexdigest()}"
+        f"{len(data):,} bytes; sha256 {sha256(data)}"
     )
 
 
