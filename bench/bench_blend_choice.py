@@ -63,7 +63,7 @@ def one(name: str, half: str, limit: int, seed: int, peer: bool) -> list[dict]:
         ):
             more = {**tag, **extra, **bench_pairs.checks_of(base, encoder, "check")}
             rows.append(bench_pairs.measured(held, base_ranks, encoder, label, seconds, more))
-        rows[0]["choice"] = json.dumps(choice.get("candidates"))
+        rows[0]["choice"] = json.dumps({k: choice.get(k) for k in ("rows", "pool", "base_mrr10", "candidates")})
     if peer:
         from mirror.encoder import bundled_model_path
 
