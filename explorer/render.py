@@ -9,6 +9,7 @@ import contextlib
 import html
 import logging
 import re
+import secrets
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -42,16 +43,25 @@ def message(text: str, kind: str = "error") -> str:
     return f"> {prefix}{text}"
 
 
+def incident(exc: BaseException, what: str = "unexpected error in a handler") -> str:
+    """A short code for an unexpected error, its traceback logged once under it: what the user reads and may quote
+    instead of the error's type and text (which can name the server's classes and paths: issue 58)."""
+    ref = getattr(exc, "_mx_ref", None)
+    if ref is None:
+        ref = secrets.token_hex(3)
+        log.error("%s [error %s]", what, ref, exc_info=exc)
+        with contextlib.suppress(AttributeError):
+            exc._mx_ref = ref  # type: ignore[attr-defined]
+    return ref
+
+
 def user_error(exc: BaseException) -> str:
     """What the user reads: a MirrorError's own message, or a short note for a bug (whose traceback is logged)."""
     if isinstance(exc, MirrorError):
         return without_paths(str(exc))
-    if not getattr(exc, "_mx_logged", False):  # log a bug once, however often its message is shown
-        log.error("unexpected error in a handler", exc_info=exc)
-        with contextlib.suppress(AttributeError):
-            exc._mx_logged = True  # type: ignore[attr-defined]
-    return without_paths(
-        f"something went wrong ({type(exc).__name__}: {exc}). Your previous results are kept; please report this."
+    return (
+        f"something went wrong on the server (error {incident(exc)} in its log). Your previous results are kept; "
+        "please report this with that code."
     )
 
 

@@ -255,3 +255,19 @@ def test_the_plan_says_why_a_small_upload_trains_more_epochs():
     assert big.epochs == 1 and small_upload_note(106, big) == ""
     asked, _ = build_config(texts, "bundled", "sentences", {"min_steps": 50, "epochs": 12})
     assert asked.epochs == 12 and small_upload_note(60, asked) == ""  # the epochs asked for: no note
+
+
+def test_an_unexpected_error_is_shown_as_a_code_and_logged_under_it(caplog):
+    """Issue 58 (Low): messages named the server's exception types (and their text); now a code the user may quote,
+    the traceback logged once under it."""
+    import logging
+
+    from explorer import render
+
+    exc = KeyError("/srv/mirror/runs/secret")
+    with caplog.at_level(logging.ERROR, logger="mirror.app"):
+        shown, again = render.user_error(exc), render.user_error(exc)
+    code = shown.split("error ")[1].split(" ")[0]
+    assert "KeyError" not in shown and "/srv" not in shown and len(code) == 6 and shown == again
+    logged = [r for r in caplog.records if code in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None  # once, with its traceback

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Tick
-from explorer.render import fmt_seconds, user_error
+from explorer.render import fmt_seconds, incident, user_error
 from explorer.resources.accounts import write_owner
 from explorer.resources.cpu import CpuAccounts
 from explorer.resources.models import ModelCache, release_memory
@@ -103,7 +103,7 @@ class Producer:
 
     def failure(self, exc: Exception) -> str:
         """What the user reads when making it raised something other than a MirrorError (logged)."""
-        return f"the {self.kind} failed ({type(exc).__name__}); the previous model stays served"
+        return f"the {self.kind} failed (error {incident(exc)} in the server's log); the previous model stays served"
 
 
 class Runner:
@@ -239,7 +239,7 @@ class Runner:
         except MirrorError as exc:
             return Failed(str(exc))
         except Exception as exc:
-            log.exception("%s failed", producer.kind)  # details (which may name server paths) stay in the log
+            incident(exc, f"{producer.kind} failed")  # details (which may name server paths) stay in the log
             return Failed(producer.failure(exc))
 
     def _serve(

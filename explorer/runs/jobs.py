@@ -217,16 +217,15 @@ def train_job(
         except MirrorError as exc:
             events.put(Failed(str(exc)))
         except Exception as exc:  # a bug or an OOM: report it, keep the server alive
-            log.exception("training job failed")
+            from explorer.render import incident
+
+            ref = incident(exc, "training job failed")  # its traceback logged under a code the page shows
             if is_out_of_memory(exc):
                 events.put(
-                    Failed(
-                        f"out of memory ({type(exc).__name__}); try fewer strings, a smaller batch size or max "
-                        "length, or a smaller model"
-                    )
+                    Failed("out of memory; try fewer strings, a smaller batch size or max length, or a smaller model")
                 )
             else:
-                events.put(Failed(f"training failed unexpectedly ({type(exc).__name__}: {exc})"))
+                events.put(Failed(f"training failed unexpectedly (error {ref} in the server's log)"))
         finally:
             events.put(None)
 

@@ -165,7 +165,9 @@ class Upload(Producer):
             return BUNDLED_MODEL, self.models.base_encoder(BUNDLED_MODEL, tuned.pooling), [note]
 
     def failure(self, exc: Exception) -> str:
-        return f"could not use this model ({type(exc).__name__}); is it a zip saved by this app?"
+        from explorer.render import incident
+
+        return f"could not use this model (error {incident(exc)} in the server's log); is it a zip saved by this app?"
 
 
 class Blend(Producer):

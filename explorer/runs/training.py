@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.events import Cancelled, Done, Event, Failed, Finished, Note, Phase, Replanned, Served, Step, Stopped
-from explorer.render import user_error
+from explorer.render import incident, user_error
 from explorer.resources.models import ModelCache
 from explorer.resources.record import Made, RunInfo, training_of
 from explorer.resources.sessions import Session, texts_key
@@ -251,7 +251,9 @@ class Training(Producer):
             self.estimator.observe(self.planned.key, self.planned.phase("training"), self.train_s, check_s)
 
     def failure(self, exc: Exception) -> str:
-        return f"the run failed unexpectedly ({type(exc).__name__}: {exc}); the previous model stays served"
+        return (
+            f"the run failed unexpectedly (error {incident(exc)} in the server's log); the previous model stays served"
+        )
 
 
 # what Cancel answers while a run of each kind goes on (explorer.runs.execute.Producer.kind)
