@@ -217,15 +217,16 @@ def train_job(
         except MirrorError as exc:
             events.put(Failed(str(exc)))
         except Exception as exc:  # a bug or an OOM: report it, keep the server alive
-            from explorer.render import incident
-
-            ref = incident(exc, "training job failed")  # its traceback logged under a code the page shows
+            log.exception("training job failed")
             if is_out_of_memory(exc):
                 events.put(
-                    Failed("out of memory; try fewer strings, a smaller batch size or max length, or a smaller model")
+                    Failed(
+                        f"out of memory ({type(exc).__name__}); try fewer strings, a smaller batch size or max "
+                        "length, or a smaller model"
+                    )
                 )
             else:
-                events.put(Failed(f"training failed unexpectedly (error {ref} in the server's log)"))
+                events.put(Failed(f"training failed unexpectedly ({type(exc).__name__}: {exc})"))
         finally:
             events.put(None)
 
