@@ -375,11 +375,12 @@ def neighbours_changed(loaded: Any, k: int = 10) -> float:
     return round(changed_share(vectors_of(loaded.main.base), vectors_of(loaded.main.tuned), k), 4)
 
 
-def run_bytes(encoder: Any, n_texts: int) -> int:
-    """About what a run on `encoder` writes: its model twice (the folder and its zip, weights barely compress) and
-    two indexes of `n_texts` rows (vectors and texts)."""
+def run_bytes(encoder: Any, n_texts: int, models: int = 2) -> int:
+    """About what a run on `encoder` writes: its model `models` times (the folder and its zip, weights barely
+    compress; a pairs run that chooses its blend keeps the weights as trained too: 3) and two indexes of `n_texts`
+    rows (vectors and texts)."""
     weights = sum(p.numel() * p.element_size() for p in encoder.model.parameters())
-    return 2 * weights + 2 * n_texts * (4 * encoder.dim + 64)
+    return models * weights + 2 * n_texts * (4 * encoder.dim + 64)
 
 
 def made_info(

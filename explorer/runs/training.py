@@ -199,7 +199,8 @@ class Training(Producer):
         )
         yield Phase(f"Checking the base model {self.config.model}")
         self.base = self.models.base_encoder(self.config.model, self.config.pooling)
-        return Plan(run_bytes(self.base, len(self.texts)), tuple(notes))
+        models = 3 if self.config.blend_choose and pairs else 2  # tuned_model/ as well (index.pipeline._choose_blend)
+        return Plan(run_bytes(self.base, len(self.texts), models), tuple(notes))
 
     def holding(self) -> contextlib.AbstractContextManager:
         return self.models.using(self.config.model)  # a hub base's files stay on disk while the run uses them
