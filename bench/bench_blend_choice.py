@@ -1,7 +1,7 @@
 """A blend chosen per run against the fixed α (issue 60), on rows neither ever saw, with the peer beside them.
 
     .venv/bin/pip install -r bench/requirements.txt   # the peer (sentence-transformers' trainer) needs them
-    .venv/bin/python bench/bench_blend_choice.py [--sets foldoc,stdlib] [--half check] [--limit 1000] [--seeds 0,1] [--peer]
+    .venv/bin/python bench/bench_blend_choice.py [--sets foldoc,stdlib,wordnet,go] [--half check] [--limit 1000] [--seeds 0,1] [--peer] [--out NAME]
 
 For each set's `half` (bench_pairs.SETS; the first `--limit` rows), a seeded 20% of the rows (at most 600) is held out
 of everything: the report rows. On the rest, one run of the app's own path (index.pipeline.tune_and_index with the
@@ -10,7 +10,7 @@ halves: mirror/choose.py) and, from the same trained weights (its tuned_model/),
 before (α 0.5 on a sentence-encoder base). Both are measured on the report rows (MRR@10 of each row's string found
 among all the half's strings from its partner, against the base) and on the general checks' check halves. `--peer`:
 sentence-transformers' trainer with MultipleNegativesRankingLoss on the same training rows (bench_pairs.run_peer).
-JSON: bench/out/blend-choice-<half>.json.
+JSON: bench/out/blend-choice-<half>.json (or `--out NAME`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ import time
 from pathlib import Path
 
 import bench_pairs
-from common import print_table, write_json
+from common import EXAMPLES, print_table, write_json
 
 from mirror.config import MirrorConfig
 from mirror.pairs import HeldOut, holdout
 
 FIXED_ALPHA = 0.5  # what PAIRS_ENCODER_ADJUSTMENTS served before a run chose its own
+# one more source than bench_pairs has: the Gene Ontology's term definitions (strings) and terms (partners), a biology
+# glossary nobody on the project wrote (examples/pairs/gene-ontology.tsv, CC BY 4.0; scripts/make_pairs_go.py)
+bench_pairs.SETS.setdefault("go", (EXAMPLES / "pairs" / "gene-ontology.tsv", "text", "term"))
 WORDS_SETS = {"wordnet"}  # short pairs: both columns single words (the words preset, as the app detects it)
 
 
@@ -81,15 +84,17 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--peer", action="store_true")
+    parser.add_argument("--out", default="", help="the JSON's name under bench/out/ (default blend-choice-<half>.json)")
     args = parser.parse_args()
+    out = args.out or f"blend-choice-{args.half}.json"
     rows = []
     for name in args.sets.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
             rows += one(name, args.half, args.limit, seed, args.peer)
             print_table(rows[-3:], ["set", "seed", "run", "alpha", "mrr10", "mrr10_gain", "checks_ok", "checks_low"])
-            write_json(f"blend-choice-{args.half}.json", {"rows": rows, "args": vars(args), "partial": True})
+            write_json(out, {"rows": rows, "args": vars(args), "partial": True})
     print_table(rows, ["set", "seed", "run", "alpha", "mrr10", "mrr10_gain", "train_s", "checks_ok", "checks_low"])
-    write_json(f"blend-choice-{args.half}.json", {"rows": rows, "args": vars(args)})
+    write_json(out, {"rows": rows, "args": vars(args)})
 
 
 if __name__ == "__main__":
