@@ -529,7 +529,7 @@ def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkey
 
 
 def test_the_calibration_trains_and_encodes_in_a_thread_of_its_own(base, tiny_bert, tmp_path, monkeypatch):
-    """Issue 28: a run trains and indexes in a thread of its own (runs.jobs.train_job), where a step took ~20% longer
+    """Issue 28: a run trains and indexes in a thread of its own (its run's, explorer.runs.execute), where a step took ~20% longer
     on this CPU than in the main thread: the calibration is timed in a fresh thread too, whoever calls it."""
     import mirror.train
 

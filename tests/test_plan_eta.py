@@ -54,14 +54,14 @@ def test_steps_reported_together_restart_the_clock():
 
 
 def fake_job(now: list[float], steps: int):
-    """A train_job that trains nothing: a phase, `steps` steps each STEP_S apart on the test's clock, then stopped."""
+    """A run_job that trains nothing: a phase, `steps` steps each STEP_S apart on the test's clock, then stopped."""
 
-    def job(texts, config, run_dir, roots, build_base, limits, partners=None, columns=None):
-        yield Phase("Loading the base model")
+    def job(texts, config, run, roots, build_base, limits, emit, should_stop, partners=None, columns=None):
+        emit(Phase("Loading the base model"))
         for i in range(1, steps + 1):
             now[0] += STEP_S
-            yield Step(i, steps, 2.0)
-        yield Stopped({"steps": steps, "total_steps": steps, "losses": [2.0] * steps})
+            emit(Step(i, steps, 2.0))
+        emit(Stopped({"steps": steps, "total_steps": steps, "losses": [2.0] * steps}))
 
     return job
 
@@ -69,7 +69,7 @@ def fake_job(now: list[float], steps: int):
 def test_the_live_eta_is_the_plans_re_timed_by_the_steps(app, tiny_bert, monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(eta, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(training, "train_job", fake_job(now, 75))
+    monkeypatch.setattr(training, "run_job", fake_job(now, 75))
     monkeypatch.setattr(app.planner, "planned", lambda *a, **k: PLAN)
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))

@@ -3,7 +3,8 @@ thread of its own; `Runner.execute(run, producer)` takes it through the training
 (removed unless served), serving, its general checks, packaging and failure, once for every kind.
 
 A kind of run is a `Producer`: what it says before its folder exists (`prepare`: the bytes it will write) and what it
-makes in its folder (`produce`: a RunInfo, not served yet). A training (explorer.runs.training.Training), a model zip
+makes in its folder (`produce`: a RunInfo, not served yet). Both run in the run's own thread and report through the
+run (`Run.emit`, `Run.report`): the run is the one buffer its followers read (the page, the API, a reattached tab). A training (explorer.runs.training.Training), a model zip
 (explorer.runs.saved.Upload) and a blend (explorer.runs.saved.Blend) are the three; the next kind is one more class.
 A stop (explorer.runs.live.Run.stop) is honoured here for every kind: after it is prepared, between its phases (its
 producer's `Run.checkpoint` and `Run.emit` calls), and just before it is served (`Run.commit`); it ends Cancelled
@@ -18,7 +19,7 @@ import posixpath
 import shutil
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,16 +83,17 @@ class Producer:
         """Why the run cannot begin at all (said before it joins the queue), or None."""
         return None
 
-    def prepare(self, run: Run) -> Generator[Event, None, Plan]:
-        """Holding its training slot, before its folder exists: events, then what it will write."""
+    def prepare(self, run: Run) -> Plan:
+        """Holding its training slot, before its folder exists: what it will write (its events through
+        `run.emit`)."""
         raise NotImplementedError
 
-    def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo | Cancelled | Failed]:
-        """Make the run in `folder`: events, then its RunInfo (not served yet), or the Cancelled or Failed that ends
-        it. An exception fails it (`failure` says how); its folder is removed unless it is served. Between its
-        phases it calls `run.checkpoint()`, and a phase that reports as it goes (an index build) reports through
-        `run.emit` (its followers see it live): a stop asked meanwhile raises StopAsked there, which ends it
-        Cancelled."""
+    def produce(self, run: Run, folder: Path) -> RunInfo | Cancelled | Failed:
+        """Make the run in `folder`: its RunInfo (not served yet), or the Cancelled or Failed that ends it. An
+        exception fails it (`failure` says how); its folder is removed unless it is served. It reports through
+        `run.emit` (its followers see each event as it comes; a stop asked meanwhile raises StopAsked there, which
+        ends it Cancelled) and calls `run.checkpoint()` between its phases; a job that honours a stop itself (a
+        training, between steps) reports through `run.report`, which never raises."""
         raise NotImplementedError
 
     def holding(self) -> contextlib.AbstractContextManager:
@@ -138,13 +140,12 @@ class Runner:
         return run
 
     def _drive(self, run: Run, producer: Producer) -> None:
-        """The run's thread: its events into the run, watched after each. All of it is background work: its steps,
-        its index builds and its checks pause while a map, an export or an evaluation runs (explorer.resources.turns)."""
+        """The run's thread: it executes the run, whose events go into the run as they come, then its last. All of
+        it is background work: its steps, its index builds and its checks pause while a map, an export or an
+        evaluation runs (explorer.resources.turns)."""
         try:
             with TURNS.background():
-                for ev in self.execute(run, producer):
-                    run.publish(ev)
-                    self.watch(run)
+                run.publish(self.execute(run, producer))
         except Exception as exc:  # a bug: the followers get a message, the server goes on
             log.exception("run thread failed")
             run.publish(Failed(user_error(exc)))
@@ -166,59 +167,54 @@ class Runner:
         elif run.session is not None and self.cpu.over(run.session.owner):
             run.stop("cpu")  # its visitor's hour of CPU spent meanwhile: checked during a run, not only at its start
 
-    def execute(self, run: Run, producer: Producer) -> Iterator[Event]:
+    def execute(self, run: Run, producer: Producer) -> Event:
         """A run from its first event to its last: it waits for a training slot (one place per visitor; how many
         are ahead, cancellable), holds it while it is made, served, checked and packaged, and gives it back before
         its last event (Done, Cancelled or Failed). Its CPU is charged to its visitor while it holds the slot (a
-        visitor or address past its hour's budget is refused before it waits, and again when its slot comes). Never
-        raises for bad input: it ends Failed."""
+        visitor or address past its hour's budget is refused before it waits, and again when its slot comes). Its
+        events go into the run as they come; it returns its last. Never raises for bad input: it ends Failed."""
         if run.stopping:
-            yield Cancelled("Cancelled before it started.")
-            return
+            return Cancelled("Cancelled before it started.")
         refusal = producer.refusal()
         if refusal:
-            yield Failed(refusal)
-            return
+            return Failed(refusal)
         owner = run.session.owner
         try:
             self.cpu.check(owner, producer.what)  # before it waits for a slot it would be refused at
-        except MirrorError as exc:
-            yield Failed(str(exc))
-            return
-        try:
             self.queue.join(run)  # refused at once when its visitor has another run in line, or the line is full
         except MirrorError as exc:
-            yield Failed(str(exc))
-            return
+            return Failed(str(exc))
         end: Event = Cancelled("Cancelled before it started.")
         try:
             shown = None
             for ahead in self.queue.wait(run):
                 if ahead != shown:
                     shown = ahead
-                    yield Phase(f"Waiting for a training slot ({ahead} job{'s' if ahead != 1 else ''} ahead of yours)")
+                    jobs = f"{ahead} job{'s' if ahead != 1 else ''}"
+                    run.report(Phase(f"Waiting for a training slot ({jobs} ahead of yours)"))
                 else:
-                    yield Tick()
+                    run.report(Tick())  # watched while it waits: abandoned, it gives its place up
             if run.status is not Status.QUEUED:  # it holds a slot (else it was asked to stop while it waited)
                 try:
                     with self.cpu.metered(owner, producer.what):  # its work, checks included: its visitor's CPU
-                        end = yield from self._make(run, producer)
+                        end = self._make(run, producer)
                 except MirrorError as exc:  # its visitor's CPU budget ran out while it waited
                     end = Failed(str(exc))
                 finally:
                     release_memory()
         finally:
             self.queue.leave(run)
-        yield end
+        return end
 
-    def _make(self, run: Run, producer: Producer) -> Generator[Event, None, Event]:
+    def _make(self, run: Run, producer: Producer) -> Event:
         """Holding the slot: prepared, the disk asked, made in a fresh folder (removed unless served), served, checked
         and packaged. Returns its last event."""
         session = run.session
         try:
-            plan = yield from producer.prepare(run)
+            plan = producer.prepare(run)
             notes = [*self.check_disk(session, plan.incoming), *plan.notes]
-            yield from (Note(n) for n in notes)
+            for n in notes:
+                run.report(Note(n))
             run.checkpoint()  # stopped while it was prepared: no folder made
             folder = self.store.folder(run.id)
             folder.mkdir(parents=True)
@@ -226,11 +222,11 @@ class Runner:
             run.begins(folder)  # the time cap (MIRROR_MAX_RUN_SECONDS) counts from here, for every kind
             clock = (time.perf_counter(), time.time())
             with discarded_unless_served(folder) as served, producer.holding():
-                made = yield from producer.produce(run, folder)
+                made = producer.produce(run, folder)
                 if not isinstance(made, RunInfo):
                     return made
                 try:
-                    yield from self._serve(run, producer, made, served, clock)
+                    self._serve(run, producer, made, served, clock)
                 except StopAsked as stop:  # stopped before it was served: its losses so far, for the page's curve
                     return Cancelled(stopped_unserved(str(stop), self.settings), tuple(made.losses), dict(made.stats))
                 return Done(made, tuple(notes) + tuple(made.record.notes))
@@ -244,7 +240,7 @@ class Runner:
 
     def _serve(
         self, run: Run, producer: Producer, info: RunInfo, served: list[RunInfo], clock: tuple[float, float]
-    ) -> Iterator[Event]:
+    ) -> None:
         """Serve what the run made: packaged first when no general checks follow; else served before them (search
         and Explore use it while they run), then checked, then packaged (its card and downloads carry them). A stop
         asked before it is served raises StopAsked (`Run.commit`): nothing of it is served; one asked later is
@@ -252,7 +248,7 @@ class Runner:
         session, timed = run.session, producer.timed
         if not (producer.checked and self.settings.general_checks):
             run.checkpoint()
-            yield Phase("Preparing downloads")
+            run.report(Phase("Preparing downloads"))
             package_run(info)
             run.commit()  # past stopping from here: served, or failed
             producer.learn(None)
@@ -267,8 +263,8 @@ class Runner:
         served.append(self.serve(session, info, checks_pending=True))  # a broken model fails here, before the swap
         if timed:
             info.record.timing.served_seconds = round(time.perf_counter() - clock[0], 1)
-        yield Served(info)
-        yield from self.check_and_package(info, producer)
+        run.report(Served(info))
+        self.check_and_package(run, info, producer)
         self.store.save(finished(info, *clock) if timed else info)
 
     def serve(self, session: Session, info: RunInfo, checks_pending: bool = False) -> RunInfo:
@@ -281,14 +277,14 @@ class Runner:
             session.run_ids.append(info.folder.name)
         return info
 
-    def check_and_package(self, info: RunInfo, producer: Producer) -> Iterator[Event]:
+    def check_and_package(self, run: Run, info: RunInfo, producer: Producer) -> None:
         """A served run's general checks, then its card and downloads (which carry them). Nothing here fails the
         run: it is served already; a check that cannot run is left out (logged), downloads that cannot be made are
         said. run.json keeps `checks_pending` until the caller saves it after this (a server stopped before that
         leaves it: the run's next opening repairs it)."""
         from explorer.compare.forgetting import base_scored
 
-        yield Phase("Checking general similarity (the forgetting check)")
+        run.report(Phase("Checking general similarity (the forgetting check)"))
         try:
             loaded = self.models.loaded(info)  # loaded by `serve` just before
             encoders = 1 if base_scored(loaded.base) else 2
@@ -299,7 +295,7 @@ class Runner:
             log.exception("the general checks of a served run failed")
             info.record.checks = Checks(failed=True)
         self.measure_change(info)
-        yield Phase("Preparing downloads")
+        run.report(Phase("Preparing downloads"))
         try:
             package_run(info)  # its card has the checks' results
         except Exception as exc:

@@ -1,9 +1,9 @@
-"""The training job and the slots it runs in: one thread per job, typed events out, a stop file in.
+"""The training job and the slots it runs in.
 
-`train_job` runs `index.pipeline.tune_and_index` in a thread and yields its events; it is a plain generator
-of picklable values, so on a ZeroGPU Space it runs inside `spaces.GPU` in another process. It stops the job
-between steps when its run was asked to stop (explorer.runs.live.Run.stop: cancelled, past the wall-clock cap,
-abandoned), which reaches it as a STOP file in the run folder, or when it is closed before its end.
+`run_job` tunes and indexes (`index.pipeline.tune_and_index`) in the calling thread, reporting through a callback
+and stopping when asked: a run calls it in its own thread, and its events go straight into the run
+(explorer.runs.training). Only on a ZeroGPU Space, where the job runs inside `spaces.GPU` in another process, does
+`train_job` wrap it as a generator of picklable events, its stop carried as a STOP file in the run folder.
 `TrainQueue` holds the live runs (explorer.runs.live) waiting for a training slot and admits them in turn.
 """
 
@@ -158,6 +158,61 @@ def _gpu(fn: Callable) -> Callable:
     return spaces.GPU(duration=job_duration)(fn)
 
 
+def run_job(
+    texts: list[str],
+    config: MirrorConfig,
+    run: Path,
+    roots: list[Path],
+    build_base: bool,
+    limits: dict,
+    emit: Callable[[Event], None],
+    should_stop: Callable[[], bool],
+    partners: list[str | None] | None = None,
+    columns: list[str] | None = None,
+) -> None:
+    """Tune and index in the folder `run`, reporting through `emit`: Phase, Step and Replanned as they come, then one
+    of Finished, Stopped or Failed. Never raises for a failed training (a bug or an OOM is said as Failed, logged).
+
+    Results are files in `run`: model/ (sentence-transformers), base_index/ (unless build_base is False) and
+    tuned_index/. It stops between steps and phases once `should_stop()` is true. `limits["memory"]`: the memory
+    budget the run's plan was made with (explorer.tune.planning.Planner.memory_budget), which the run keeps unless the
+    machine has less than that free when it trains (then it says so: Replanned; None: what the machine gives when it
+    trains); `limits["hub_cache"]`: where the server keeps hub models (explorer.resources.hubcache: the base was
+    downloaded there before the job). Its Steps carry no time left: the service times them against the run's plan
+    (explorer.tune.eta). `partners`: each string's partner text (pairs, from the file's `columns` [strings,
+    partners]): some held out, the gain on them in Finished's stats["pairs"] (index.pipeline.tune_and_index).
+    """
+    from index.pipeline import tune_and_index
+
+    try:
+        tune_and_index(
+            texts,
+            config,
+            run,
+            roots=roots,
+            build_base=build_base,
+            emit=emit,
+            should_stop=should_stop,
+            planned_memory=limits.get("memory"),
+            cache_dir=limits.get("hub_cache"),
+            pairs=partners,
+            columns=tuple(columns or ("string", "partner")),
+        )
+    except MirrorError as exc:
+        emit(Failed(str(exc)))
+    except Exception as exc:  # a bug or an OOM: report it, keep the server alive
+        log.exception("training job failed")
+        if is_out_of_memory(exc):
+            emit(
+                Failed(
+                    f"out of memory ({type(exc).__name__}); try fewer strings, a smaller batch size or max "
+                    "length, or a smaller model"
+                )
+            )
+        else:
+            emit(Failed(f"training failed unexpectedly ({type(exc).__name__}: {exc})"))
+
+
 @_gpu
 def train_job(
     texts: list[str],
@@ -169,64 +224,31 @@ def train_job(
     partners: list[str | None] | None = None,
     columns: list[str] | None = None,
 ) -> Iterator[Event]:
-    """Tune and index in `run_dir`, yielding Phase, Step, Replanned and Tick, then Finished, Stopped or Failed.
+    """`run_job` as a generator of picklable values, for ZeroGPU only: `spaces.GPU` runs it in another process and
+    carries what it yields back. Everywhere else a run calls `run_job` in its own thread (explorer.runs.training).
 
-    Results are files in run_dir: model/ (sentence-transformers), base_index/ (unless build_base is False) and
-    tuned_index/. The job stops between steps when a file named STOP appears in run_dir (its run's one stop,
-    explorer.runs.live.Run.stop, across processes), or when it is closed before its end (its consumer is gone).
-    `limits["memory"]`: the memory budget the run's plan was made with (explorer.tune.planning.Planner.memory_budget),
-    which the run keeps unless the machine has less than that free when it trains (then it says so: Replanned; None:
-    what the machine gives when it trains); `limits["hub_cache"]`: where the server keeps hub models
-    (explorer.resources.hubcache: the base was downloaded there before the job). Its Steps carry no time left: the service
-    times them against the run's plan (explorer.tune.eta).
-    `partners`: each string's partner text (pairs, from the file's `columns` [strings, partners]): some held out,
-    the gain on them in Finished's stats["pairs"] (index.pipeline.tune_and_index).
-    """
+    Yields what `run_job` emits, and a Tick every half second without one. The job stops between steps when a file
+    named STOP appears in run_dir (its run's one stop, explorer.runs.live.Run.stop, across processes), or when this
+    generator is closed before its end (its consumer is gone)."""
     run = Path(run_dir)
     stop = run / STOP_FILE
     events: queue.Queue = queue.Queue()
     closed = threading.Event()  # this generator was closed before its end: nobody takes the job's events any more
 
-    def should_stop() -> bool:
-        return closed.is_set() or stop.exists()
-
-    from explorer.resources.cpu import current_job, working_for
-
-    job = current_job()  # the metered job this training is part of: its thread's CPU time is that job's own
-
     def work() -> None:
-        from explorer.resources.turns import TURNS
-        from index.pipeline import tune_and_index
-
         try:
-            # yields to interactive work at its steps and encode batches (explorer.resources.turns)
-            with TURNS.background(), working_for(job):
-                tune_and_index(
-                    texts,
-                    MirrorConfig.from_dict(config),
-                    run,
-                    roots=[Path(r) for r in roots],
-                    build_base=build_base,
-                    emit=events.put,
-                    should_stop=should_stop,
-                    planned_memory=limits.get("memory"),
-                    cache_dir=limits.get("hub_cache"),
-                    pairs=partners,
-                    columns=tuple(columns or ("string", "partner")),
-                )
-        except MirrorError as exc:
-            events.put(Failed(str(exc)))
-        except Exception as exc:  # a bug or an OOM: report it, keep the server alive
-            log.exception("training job failed")
-            if is_out_of_memory(exc):
-                events.put(
-                    Failed(
-                        f"out of memory ({type(exc).__name__}); try fewer strings, a smaller batch size or max "
-                        "length, or a smaller model"
-                    )
-                )
-            else:
-                events.put(Failed(f"training failed unexpectedly ({type(exc).__name__}: {exc})"))
+            run_job(
+                texts,
+                MirrorConfig.from_dict(config),
+                run,
+                [Path(r) for r in roots],
+                build_base,
+                limits,
+                events.put,
+                lambda: closed.is_set() or stop.exists(),
+                partners,
+                columns,
+            )
         finally:
             events.put(None)
 

@@ -5,8 +5,8 @@ A run's status is one field of its Run: queued (asked for, or waiting for a trai
 checking (served: its general checks and downloads follow), then done, failed or cancelled. It changes in this
 module only (the queue admits a run, the run is served, its last event ends it); the page, the API and a reattached
 tab read it here, and nothing keeps a copy. A run is stopped by one call, `Run.stop(reason)`: the first reason is
-kept on the run and, once it has a job that reads its stop from a file (explorer.runs.jobs.train_job, which may run
-in a ZeroGPU worker process), carried to that job as a STOP file in its folder. Every kind of run honours it between
+kept on the run and, on ZeroGPU, where its job runs in a worker process (explorer.runs.jobs.train_job), carried to
+that job as a STOP file in its folder. Every kind of run honours it between
 its phases (`Run.checkpoint`, `Run.emit`) and at the latest just before it is served (`Run.commit`): it then ends
 Cancelled, nothing of it served. Its events are kept for whoever follows it later (a reattached tab); heartbeats
 (Tick) are not: they only wake its followers.
@@ -146,7 +146,7 @@ class Run:
             self.folder, self.job_since = folder, time.monotonic()
 
     def job_starts(self, folder: Path) -> None:
-        """Its job starts (explorer.runs.jobs.train_job, perhaps in another process), reading its stop from a STOP
+        """Its job starts in another process (ZeroGPU: explorer.runs.jobs.train_job), reading its stop from a STOP
         file in `folder`: a stop asked before is written there now, a later one when it is asked."""
         with self._cond:
             self._stop_file = folder / STOP_FILE
@@ -196,6 +196,13 @@ class Run:
         the run is watched (abandoned, over its time) and a stop asked meanwhile is honoured here (StopAsked)."""
         self.publish(event)
         self.checkpoint()
+
+    def report(self, event: Any) -> None:
+        """An event from a job that honours a stop itself (a training reads `stopping` between its steps, and ends
+        with what it did so far): out to its followers, then the run is watched; never raises."""
+        self.publish(event)
+        if self.watcher is not None:
+            self.watcher(self)
 
     def checkpoint(self) -> None:
         """Between two of its phases: its runner watches it (`watcher`), then StopAsked when a stop was asked."""

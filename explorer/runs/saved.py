@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,19 +120,18 @@ class Upload(Producer):
         self.session, self.models, self.settings = session, models, settings
         self.zip_path, self.name = Path(zip_path), display_name(zip_path)  # the name as the user gave it
 
-    def prepare(self, run: Run) -> Generator[Event, None, Plan]:
+    def prepare(self, run: Run) -> Plan:
         # what it will hold, unpacked, is known before a byte is written: the accounts are asked for that
         self.room = model_zip_bytes(self.zip_path, self.settings.max_model_bytes)
-        yield from ()
         return Plan(self.room + self.zip_path.stat().st_size)
 
-    def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo]:
+    def produce(self, run: Run, folder: Path) -> RunInfo:
         from index.pipeline import index_with
         from mirror.encoder import load_encoder
 
         started = time.perf_counter()  # this upload's own seconds (its record keeps the training's, done earlier)
         texts, source = list(self.session.texts), self.session.source
-        yield Phase("Unpacking the model")
+        run.emit(Phase("Unpacking the model"))
         limit = self.settings.max_model_bytes
         unpacked = extract_model_zip(self.zip_path, folder / "unpacked", limit, room=self.room)
         os.replace(unpacked, folder / "model")
@@ -179,13 +178,12 @@ class Blend(Producer):
     def __init__(self, parent: RunInfo, alpha: float, models: ModelCache):
         self.parent, self.alpha, self.models = parent, alpha, models
 
-    def prepare(self, run: Run) -> Generator[Event, None, Plan]:
+    def prepare(self, run: Run) -> Plan:
         self.loaded = self.models.loaded(self.parent)
-        yield from ()
         # a new run of its own (its model twice, its index; the parent's files are linked, not copied)
         return Plan(run_bytes(self.loaded.tuned, self.parent.n_texts))
 
-    def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo]:
+    def produce(self, run: Run, folder: Path) -> RunInfo:
         from index.pipeline import index_with
         from mirror.blend import blend_folder
         from mirror.encoder import load_encoder
@@ -196,7 +194,7 @@ class Blend(Producer):
         origin = str((of.parent if of.alpha is not None else None) or parent.folder.name)
         of_summary = re.sub(r"^blend α=\S+ of ", "", parent.summary)
         texts = list(self.loaded.main.tuned.texts)
-        yield Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base")
+        run.emit(Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base"))
         # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
         # mirror.blend blends it as α of the tuned weights it came from)
         link_tree(tuned_weights(parent.folder), folder / "tuned_model")

@@ -1,5 +1,6 @@
 """Training runs: `Trainer` starts one (Launch, /train), follows it (a reloaded page reattaches), cancels it; the
-`Training` producer tunes and indexes the session's strings in the run's folder (explorer.runs.jobs.train_job).
+`Training` producer tunes and indexes the session's strings in the run's folder (explorer.runs.jobs.run_job), in the
+run's own thread, its events straight into the run.
 The slot, the disk, serving, the checks and packaging are every run's: explorer.runs.execute.
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +20,9 @@ from explorer.resources.record import Made, RunInfo, training_of
 from explorer.resources.sessions import Session, texts_key
 from explorer.resources.store import write_partners
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes, stopped_unserved
-from explorer.runs.jobs import TrainQueue, train_job
+from explorer.runs.jobs import TrainQueue, run_job, train_job
 from explorer.runs.live import Run, RunRegistry, queue_key
-from explorer.settings import Settings
+from explorer.settings import Settings, zero_gpu
 from explorer.tune.eta import LiveEta
 from explorer.tune.inputs import build_config
 from mirror.config import BUNDLED_MODEL
@@ -159,7 +160,7 @@ class Trainer:
 
 class Training(Producer):
     """A run tuned here: the session's strings (and partners) tuned and indexed in the run's folder by
-    `train_job` (in another process on ZeroGPU), its base index reused when the served run has the same strings
+    `run_job` (`train_job`, in another process, on ZeroGPU), its base index reused when the served run has the same strings
     and base. It learns the estimate what it took."""
 
     kind, timed = "run", True
@@ -189,7 +190,7 @@ class Training(Producer):
             return user_error(exc)
         return None
 
-    def prepare(self, run: Run) -> Generator[Event, None, Plan]:
+    def prepare(self, run: Run) -> Plan:
         s = self.session  # its strings as they are when it gets its slot
         self.texts, self.source, self.partners, self.pairing = list(s.texts), s.source, s.partners, s.pairing
         model = self.models.check_download(self.model)
@@ -197,7 +198,7 @@ class Training(Producer):
         self.config, notes = build_config(
             self.texts, model, self.mode, self.overrides, self.settings.max_steps, pairs=pairs
         )
-        yield Phase(f"Checking the base model {self.config.model}")
+        run.emit(Phase(f"Checking the base model {self.config.model}"))
         self.base = self.models.base_encoder(self.config.model, self.config.pooling)
         models = 3 if self.config.blend_choose and pairs else 2  # tuned_model/ as well (index.pipeline._choose_blend)
         return Plan(run_bytes(self.base, len(self.texts), models), tuple(notes))
@@ -205,7 +206,7 @@ class Training(Producer):
     def holding(self) -> contextlib.AbstractContextManager:
         return self.models.using(self.config.model)  # a hub base's files stay on disk while the run uses them
 
-    def produce(self, run: Run, folder: Path) -> Generator[Event, None, RunInfo | Cancelled | Failed]:
+    def produce(self, run: Run, folder: Path) -> RunInfo | Cancelled | Failed:
         config, texts, key, prev = self.config, self.texts, texts_key(self.texts), self.session.run
         build_base = True
         if prev and (prev.base_model, prev.pooling, prev.texts_key) == (config.model, self.base.pooling, key):
@@ -217,34 +218,31 @@ class Training(Producer):
         budget = self.planner.launch_budget(self.session, config)  # the plan shown's, else the machine's now
         self.planned = self.planner.planned(texts, key, config, self.base, build_base, budget, self.partners)
         limits = {"memory": budget, "hub_cache": str(self.models.hub.root)}
-        roots = [str(folder)] + [str(r) for r in self.settings.model_roots]
+        roots = [folder, *self.settings.model_roots]
         columns = list(self.pairing.columns()) if self.pairing is not None else None
-        run.job_starts(folder)  # the job may be in another process (ZeroGPU): a stop reaches it as a file
-        job = train_job(texts, config.to_dict(), str(folder), roots, build_base, limits, self.partners, columns)
-        eta, replanned = LiveEta(self.planned), None
-        with contextlib.closing(job):
-            for ev in job:
-                if isinstance(ev, Replanned):  # said with its new step count, at its first step
-                    replanned = ev
-                    continue
-                if isinstance(ev, Step):
-                    self.session.touch()  # a long run keeps its session from being swept as idle
-                    if replanned is not None:
-                        yield Note(replanned_text(replanned, ev.total, self.planned))
-                        replanned = None
-                    ev = eta.timed(ev)  # its ETA: the plan's phases left, its steps re-timed as they go
-                if isinstance(ev, Stopped) or (isinstance(ev, Finished) and run.stopping):
-                    text = stopped_text(ev.stats, run.stop_reason, self.settings)
-                    return Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
-                if isinstance(ev, Finished):
-                    if self.partners is not None and columns:  # its strings loaded again pair with them again
-                        write_partners(folder, list(self.partners), (columns[0], columns[1]))
-                    made = Made.of_training(ev.stats)
-                    self.train_s = made.record.training.seconds
-                    return made_info(folder, config.model, texts, self.source, made)
-                if isinstance(ev, Failed):
-                    return ev
-                yield ev
+        relay = Relay(run, self.session, self.planned)
+        if zero_gpu():  # the job runs in a GPU worker process: its events come back through a generator
+            run.job_starts(folder)  # its stop reaches it as a file
+            job = train_job(texts, config.to_dict(), str(folder), [str(r) for r in roots], build_base, limits,
+                            self.partners, columns)  # fmt: skip
+            with contextlib.closing(job):
+                for ev in job:
+                    relay(ev)
+        else:  # here, in the run's own thread: its events go straight into the run
+            run_job(texts, config, folder, roots, build_base, limits, relay, lambda: run.stopping, self.partners,
+                    columns)  # fmt: skip
+        end = relay.end
+        if isinstance(end, Stopped) or (isinstance(end, Finished) and run.stopping):
+            text = stopped_text(end.stats, run.stop_reason, self.settings)
+            return Cancelled(text, tuple(end.stats.get("losses", [])), end.stats)
+        if isinstance(end, Finished):
+            if self.partners is not None and columns:  # its strings loaded again pair with them again
+                write_partners(folder, list(self.partners), (columns[0], columns[1]))
+            made = Made.of_training(end.stats)
+            self.train_s = made.record.training.seconds
+            return made_info(folder, config.model, texts, self.source, made)
+        if isinstance(end, Failed):
+            return end
         return Failed("the run ended without a result; the previous model stays served")
 
     def learn(self, check_s: float | None) -> None:
@@ -255,6 +253,31 @@ class Training(Producer):
         return (
             f"the run failed unexpectedly (error {incident(exc)} in the server's log); the previous model stays served"
         )
+
+
+class Relay:
+    """A training job's `emit`: each event straight into the run (its followers see it as it comes), its Steps timed
+    against the run's plan (explorer.tune.eta) and a changed plan said at the first step that follows it; the job's
+    last event (Finished, Stopped, Failed) is kept as `end` for the producer to turn into the run's end."""
+
+    def __init__(self, run: Run, session: Session, planned: Any):
+        self.run, self.session, self.planned = run, session, planned
+        self.eta, self.replanned, self.end = LiveEta(planned), None, None
+
+    def __call__(self, ev: Event) -> None:
+        if isinstance(ev, Finished | Stopped | Failed):
+            self.end = ev
+            return
+        if isinstance(ev, Replanned):  # said with its new step count, at its first step
+            self.replanned = ev
+            return
+        if isinstance(ev, Step):
+            self.session.touch()  # a long run keeps its session from being swept as idle
+            if self.replanned is not None:
+                self.run.report(Note(replanned_text(self.replanned, ev.total, self.planned)))
+                self.replanned = None
+            ev = self.eta.timed(ev)  # its ETA: the plan's phases left, its steps re-timed as they go
+        self.run.report(ev)  # watched after each: abandoned, over its time or its visitor's CPU stops it
 
 
 # what Cancel answers while a run of each kind goes on (explorer.runs.execute.Producer.kind)

@@ -189,7 +189,7 @@ def calibrate(
 
     `base` is only read (encoded with): the steps train a deep copy. `scratch` is a folder for the saved copy,
     removed after. Takes a few seconds for the bundled model on 2 CPU cores. Timed in a thread of its own, as a run
-    trains in one (runs.jobs.train_job): a step there took ~20% longer than in the main thread (bench/RESULTS.md).
+    trains in one (its run's, runs.execute): a step there took ~20% longer than in the main thread (bench/RESULTS.md).
     `like`: the calibration of the same model at another padded length: its encodes, save, zip, load and probe hold
     for this one too (none depends on the training length), so only the training steps are timed."""
     return in_fresh_thread(lambda: _calibrate(base, config, scratch, clock, length, like))
