@@ -20,12 +20,7 @@ from collections.abc import Sequence
 import gradio as gr
 
 from explorer import MirrorApp, Session, Settings
-from explorer.share.connections import ConnectionGuard, default_total, on_a_space, raise_open_files
-from explorer.share.connections import install as install_guard
-from explorer.share.downloads import DownloadRoute
-from explorer.share.held import HeldRequests
-from explorer.share.logbound import bound_output
-from explorer.share.uploads import UploadQuota, parse_proxies
+from explorer.settings import parse_proxies
 from mirror.errors import MirrorError
 from ui.api import api_components, wire_api
 from ui.evaluate import evaluate_tab, wire_evaluate
@@ -34,6 +29,12 @@ from ui.handlers import current_visitor, quiet_queue, strict_inputs
 from ui.runs import RunView, wire_blend, wire_runs, wire_saved_zip, wire_training
 from ui.search import search_tab, wire_search
 from ui.tune import tune_tab, wire_bases, wire_inputs
+from ui.web.connections import ConnectionGuard, default_total, on_a_space, raise_open_files
+from ui.web.connections import install as install_guard
+from ui.web.downloads import DownloadRoute
+from ui.web.held import HeldRequests
+from ui.web.logbound import bound_output
+from ui.web.quota import UploadQuota
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -222,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         css=CSS,
         head=HEAD,
         show_error=False,
-        # the app's download links (explorer.share.downloads), answered before the quota's accounting
+        # the app's download links (ui.web.downloads), answered before the quota's accounting
         app_kwargs={"middleware": [Middleware(DownloadRoute, downloads=app.downloads), quota]},
     )
     return 0

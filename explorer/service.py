@@ -130,7 +130,7 @@ class MirrorApp:
 
     @functools.cached_property
     def visitor_key(self) -> bytes:
-        """The key the visitor cookie is signed with (explorer.share.uploads.sign_visitor): made once, kept in the
+        """The key the visitor cookie is signed with (ui.web.quota.sign_visitor): made once, kept in the
         work folder, never sent anywhere, so a client cannot invent a visitor (a fresh quota) for itself."""
         return bytes.fromhex(self._key_file(".visitor-key"))
 

@@ -69,8 +69,10 @@ Defaults suit a public CPU Space (see the README's table):
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,7 +104,7 @@ class Settings:
     disk_bytes: int = 10 * 1024**3  # everyone together
     visitor_disk_bytes: int = 2 * 1024**3  # one visitor, all its sessions
     address_disk_bytes: int = 4 * 1024**3  # one client address, all its visitors
-    # Gradio's upload route (explorer.share.uploads.UploadQuota): bytes uploaded in the last hour and still on disk
+    # Gradio's upload route (ui.web.quota.UploadQuota): bytes uploaded in the last hour and still on disk
     upload_quota_bytes: int = 1024**3  # per visitor (a browser's cookie; a model zip is at most 600 MB)
     upload_address_bytes: int = 4 * 1024**3  # per client address (all its visitors: a NAT, a proxy)
     upload_disk_bytes: int = 8 * 1024**3  # everyone together
@@ -118,7 +120,7 @@ class Settings:
     search_concurrency: int = 4
     train_queue: int = 16  # places waiting for a training slot (one per visitor)
     queue_size: int = 64  # Gradio's queue, every kind of event
-    request_memory_bytes: int = 160 * 2**20  # large request bodies held at once (explorer.share.held)
+    request_memory_bytes: int = 160 * 2**20  # large request bodies held at once (ui.web.held)
     visitor_cpu_s: float = (
         1800.0  # CPU seconds a visitor's jobs may spend in an hour (explorer.resources.cpu), 0 = none
     )
@@ -128,11 +130,11 @@ class Settings:
     warm_up: bool = True  # at start: the general checks' base scores and UMAP's kernels (a background thread)
     check_items: int = 0  # at most this many items of each general check (mirror.checks reads it at import), 0 = all
     abandoned_s: float = 20.0  # a run nobody follows stops after this long (explorer.runs.jobs reads it at import)
-    max_connections_per_address: int = 64  # open connections of one client address (explorer.share.connections)
+    max_connections_per_address: int = 64  # open connections of one client address (ui.web.connections)
     max_connections: int = 0  # ... of everyone, 0 = from the open-files limit
     header_timeout_s: float = 10.0  # a request's headers must be whole this long after the connection is made
     min_body_bytes_s: float = 4096.0  # a body's minimum average pace after header_timeout_s
-    log_bytes_minute: int = 256 * 1024  # the server's output a minute (explorer.share.logbound)
+    log_bytes_minute: int = 256 * 1024  # the server's output a minute (ui.web.logbound)
     speed_probe_s: float = 15.0  # one probe of the machine's speed prices every plan made within this long (estimate)
 
     @staticmethod
@@ -217,11 +219,25 @@ class Settings:
 
 def trusted_proxies(raw: str) -> tuple[str, ...]:
     """MIRROR_TRUSTED_PROXIES as a tuple of addresses/CIDRs ("*": any), each checked (MirrorError if not one)."""
-    from explorer.share.uploads import parse_proxies
-
     items = tuple(x.strip() for x in raw.split(",") if x.strip())
     parse_proxies(items)
     return items
+
+
+def parse_proxies(raw: str | Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Trusted proxies from `MIRROR_TRUSTED_PROXIES` ("10.0.0.0/8, 127.0.0.1"): addresses or CIDRs; "*" (every
+    address) is 0.0.0.0/0 and ::/0. MirrorError for anything else."""
+    items = [x.strip() for x in (raw.split(",") if isinstance(raw, str) else raw) if x.strip()]
+    nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for item in items:
+        if item == "*":
+            nets += [ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")]
+            continue
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise MirrorError(f"MIRROR_TRUSTED_PROXIES: {item!r} is not an address or a CIDR (10.0.0.0/8)") from None
+    return tuple(nets)
 
 
 def default_work_dir(env: dict[str, str]) -> Path:

@@ -9,8 +9,8 @@ import ipaddress
 
 import pytest
 
-from explorer.share.connections import ConnectionGuard, Pace, SlowBody, default_total, refusal_bytes
-from explorer.share.logbound import BoundedStream
+from ui.web.connections import ConnectionGuard, Pace, SlowBody, default_total, refusal_bytes
+from ui.web.logbound import BoundedStream
 
 
 def test_the_guard_counts_each_address_and_the_total_and_releases():
@@ -90,7 +90,7 @@ def test_the_log_cuts_each_write_and_keeps_to_its_budget(monkeypatch):
     assert len(out.getvalue()) <= 1000  # past the budget, dropped…
     kept = len(out.getvalue())
     now = stream.since + 61  # …until the window turns: then one line says how much
-    monkeypatch.setattr("explorer.share.logbound.time.monotonic", lambda: now)
+    monkeypatch.setattr("ui.web.logbound.time.monotonic", lambda: now)
     stream.write("z\n")
     tail = out.getvalue()[kept:]
     assert tail.startswith("[log] ") and "characters of output dropped" in tail and tail.endswith("z\n")

@@ -1,4 +1,5 @@
-"""The app's download links (explorer.share.downloads): no server path in them, only registered files served."""
+"""The app's download links (explorer.share.downloads, served by ui.web.downloads): no server path in them, only
+registered files served."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from explorer.share.downloads import DownloadRoute, Downloads
+from explorer.share.downloads import Downloads
+from ui.web.downloads import DownloadRoute
 
 
 @pytest.fixture

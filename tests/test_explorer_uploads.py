@@ -1,6 +1,6 @@
 """explorer.share.uploads through MirrorApp: a model zip handed out is taken back and served again; hostile zips
 (unsafe paths, links, module paths out of the zip, zip bombs) are refused before anything is unpacked; an upload's
-file name never becomes a path; the per-client upload quota (ASGI middleware) counts and forgets.
+file name never becomes a path; the per-client upload quota (ASGI middleware: ui.web.quota) counts and forgets.
 
 (The quota over HTTP, against the real server: tests/test_app_ui.py.)
 """
@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from explorer import MirrorApp, Settings
-from explorer.share.held import HeldRequests
-from explorer.share.uploads import UploadQuota, display_name, sign_visitor
+from explorer.share.uploads import display_name
 from tests.conftest import WORDS, train, tree, tuned_session
 from tests.upload_corpus import rewrite_zip
+from ui.web.held import HeldRequests
+from ui.web.quota import UploadQuota, sign_visitor
 
 # ---------------------------------------------------------------------------------------------- model zips
 

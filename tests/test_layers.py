@@ -12,8 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"mirror": 0, "index": 1, "explorer": 2, "ui": 3, "app": 4}  # the engine, search, the service, Gradio, the app
-# The engine's command line (`python -m mirror train --index`) builds the indexes through index.pipeline: an entry
-# point, imported by nothing, may use the layer just above its package; never explorer/, ui/ or app.py.
+# The engine's command line (`python -m mirror train --index`) hands the job (mirror.job) the indexes of index.store:
+# an entry point, imported by nothing, may use the layer just above its package; never explorer/, ui/ or app.py.
 ENTRY_POINTS = {"mirror.__main__": {"index"}}
 MAX_LINES = 600
 # methods a class may have: a service class that grows past 20 is two concerns. The engine's are the objects a user
@@ -175,3 +175,64 @@ def test_the_services_packages_import_only_down():
             if mine and theirs and theirs[1] > mine[1]:
                 bad.append(f"{name} -> {dep}")
     assert not bad, "\n".join(sorted(bad))
+
+
+# The web server is the UI's (issue 59): ASGI middleware in front of Gradio, uvicorn's connections and Gradio itself
+# live in ui/ (ui.web: the quotas, the connection caps, the download route) and app.py. The service and the engine
+# below it never see a request: no module of theirs imports a web framework or server, at module level or in a
+# function, and no class of theirs is ASGI middleware (an `async def __call__(self, scope, receive, send)`).
+WEB_PACKAGES = {"gradio", "gradio_client", "starlette", "fastapi", "uvicorn", "h11", "httptools", "websockets"}
+NO_WEB = ("mirror", "index", "explorer")
+
+
+def web_parts(path: Path) -> list[str]:
+    """What of the web server `path` holds: the web packages it imports, and the ASGI middleware it defines."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            names = []
+        found += [f"imports {n}" for n in names if n.split(".")[0] in WEB_PACKAGES]
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AsyncFunctionDef) and item.name == "__call__":
+                    if [a.arg for a in item.args.args][1:4] == ["scope", "receive", "send"]:
+                        found.append(f"ASGI middleware {node.name}")
+    return found
+
+
+def test_the_web_check_catches_what_it_forbids(tmp_path):
+    planted = tmp_path / "mod.py"
+    planted.write_text(
+        "def serve():\n    from starlette.responses import FileResponse\n"
+        "class Route:\n    async def __call__(self, scope, receive, send):\n        pass\n"
+        "import uvicorn.config\n"
+    )
+    assert sorted(web_parts(planted)) == [
+        "ASGI middleware Route",
+        "imports starlette.responses",
+        "imports uvicorn.config",
+    ]
+
+
+@pytest.mark.parametrize(
+    "path", [p for pkg in NO_WEB for p in sorted((ROOT / pkg).rglob("*.py"))], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_no_web_server_below_the_ui(path):
+    assert web_parts(path) == [], f"{path.relative_to(ROOT)}: the web server's part belongs in ui/ (ui.web)"
+
+
+# index/ is search only (issue 59): the training job and its events live in the engine (mirror.job), which builds its
+# indexes through the `Indexes` it is handed; nothing in index/ trains or runs the job.
+TRAINING = {"mirror.job", "mirror.train", "mirror.choose", "mirror.loss", "mirror.augment", "mirror.terms"}
+
+
+def test_index_is_search_only():
+    g = graph()
+    assert {m for m in g if m.startswith("index")}, "no index/ modules found"
+    bad = sorted(f"{m} -> {d}" for m, deps in g.items() if m.split(".")[0] == "index" for d in deps if d in TRAINING)
+    assert not bad, bad
+    assert "mirror.job" in g and not any(d.split(".")[0] == "index" for d in g["mirror.job"])

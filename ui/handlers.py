@@ -52,7 +52,7 @@ def strict_inputs(demo: gr.Blocks) -> None:
 
 def current_visitor() -> Owner | None:
     """Who sent the request a handler is serving: the visitor and address the server's middleware read from it
-    (explorer.share.uploads.UploadQuota: a signed cookie, or the address's anonymous visitor), or None outside a
+    (ui.web.quota.UploadQuota: a signed cookie, or the address's anonymous visitor), or None outside a
     request (or without the middleware). `MirrorApp.identify`: every session is charged to it."""
     from gradio.context import LocalContext
 
@@ -69,7 +69,7 @@ def current_visitor() -> Owner | None:
 def consume_request() -> None:
     """The handler serving this request has read its inputs (a large paste is the session's strings now): drop the
     copies Gradio keeps while the event lives (the request's raw body and parsed JSON, the event's input values) and
-    give the body's bytes back to the server's account of held requests (explorer.share.held). Without it a 20 MB
+    give the body's bytes back to the server's account of held requests (ui.web.held). Without it a 20 MB
     /train body stayed in memory, three times over, for as long as its run waited and trained."""
     from gradio.context import LocalContext
 
@@ -84,7 +84,7 @@ def consume_request() -> None:
     if isinstance(data, list):  # later steps of a generator do not read it again (Gradio keeps the iterator)
         data[:] = ["" if isinstance(v, str) and len(v) > 65536 else v for v in data]
     release = ((getattr(request, "scope", None) or {}).get("state") or {}).get("mirror_release")
-    if callable(release):  # a large body (explorer.share.held): its parsing's garbage goes back to the OS too
+    if callable(release):  # a large body (ui.web.held): its parsing's garbage goes back to the OS too
         release()
         release_memory(collect=False)
 

@@ -1,5 +1,5 @@
 """Request bodies the server holds: what a large request costs in memory from its first byte until its handler has
-read it, bounded per visitor, per address and in all before the body is read (explorer.share.uploads.UploadQuota).
+read it, bounded per visitor, per address and in all before the body is read (ui.web.quota.UploadQuota).
 
 A 20 MB paste sent to /train is parsed by Gradio (its bytes, the JSON, the event's copy) and held while its event
 waits and runs; 30 such requests at once once took the server from 4.1 to 9.6 GB. Here each body over `small` bytes

@@ -6,7 +6,7 @@ a time: 21,000 such connections from one address filled the server's open files 
 30 s for /config (issue 58). Here a connection is refused the moment it is made when its address already holds
 `per_address` of them (429) or the server holds `total` (503), with a one-line answer, and a connection that has
 not completed a request's headers within `header_timeout` seconds of being made, or of its last request, is closed.
-A body that arrives too slowly is the middleware's to drop (explorer.share.uploads.UploadQuota, `min_rate`): it
+A body that arrives too slowly is the middleware's to drop (ui.web.quota.UploadQuota, `min_rate`): it
 knows how much each request declared and holds.
 
 A trusted proxy's address (MIRROR_TRUSTED_PROXIES) is exempt from the per-address cap (every visitor behind it shares
