@@ -106,6 +106,7 @@ def test_the_explore_endpoints_on_this_clients_run_and_on_a_kept_run(server, tmp
     assert (twin["n_shown"], twin["n_total"], len(twin["base"]), len(twin["tuned"])) == (40, 50, 40, 40)
     assert len(set(twin["ids"])) == 40 and set(twin["texts"]) <= set(WORDS) and "sample of 40" in twin["note"]
     assert twin["queries"][0]["text"] == "kitten" and len(twin["queries"][0]["tuned"]) == 2
+    assert twin["caption"].startswith("Run `") and "run" not in twin  # named by the UI; the run itself stays
     with pytest.raises(Exception, match="between 10 and"):
         client.predict(n=5, api_name="/map")
 

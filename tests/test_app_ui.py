@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import app as mx
-from explorer import MirrorApp, Session, Settings, render
+from explorer import MirrorApp, Session, Settings
 from explorer.tune.inputs import ADVANCED, label
 from mirror import MirrorConfig
 from mirror.errors import MirrorError
@@ -39,6 +39,7 @@ from mirror.names import is_under
 from tests.conftest import ENDLESS, ROOT, TINY, WORDS, inject_oom, train, tuned_session
 from tests.server import Served, serve
 from tests.upload_corpus import BAD_UPLOADS, write
+from ui import render
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +239,7 @@ def test_a_run_is_redrawn_once_a_second_and_a_hidden_progress_is_never_sent(app,
     """Every streamed update costs the page's Gradio frontend ~0.1 s of a small machine's core: a run's steps (ten a
     second here) are drawn once a second, and Launch and a reattached page, which hide Gradio's progress (the status
     line is the bar), send none; a blend, which shows it on its own line, does."""
-    from mirror.job import Step
+    from index.pipeline import Step
     from ui import runs
 
     demo = mx.build_demo(app)

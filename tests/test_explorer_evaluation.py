@@ -17,8 +17,9 @@ import app as mx
 from explorer.compare import evaluation
 from explorer.compare.evaluation import FEW_PAIRS, EtaClock, evaluate_sets
 from explorer.events import Phase
-from explorer.render_eval import eval_chart, eval_table_rows, fmt_interval, served_columns
 from mirror.evaluate import bootstrap_spearman, interval, moved_pairs, spearman
+from ui import render
+from ui.render_eval import eval_chart, eval_table_rows, fmt_interval, served_columns
 
 
 def noisy(n: int, noise: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -187,7 +188,9 @@ def test_the_service_keeps_its_rows_and_adds_intervals_and_notes(app, tuned, tmp
     assert report.notes == [n for n in report.notes if "pairs.txt" in n] and "only 5 pairs" in report.notes[0]
     assert {m["gold set"] for m in report.moved} <= {"WordSim-353", "pairs.txt"}
     assert seen and seen[-1].done == seen[-1].total
-    assert f"Run `{tuned.run.folder.name[:8]}`" in report.caption and tuned.run.corpus in report.caption
+    assert report.run is tuned.run  # the page names it (its caption: ui.render.run_caption)
+    caption = render.run_caption(report.run)
+    assert f"Run `{tuned.run.folder.name[:8]}`" in caption and tuned.run.corpus in caption
 
 
 def test_an_evaluation_names_the_run_it_scored_even_when_another_is_served_by_then(app, tuned, tmp_path):
@@ -199,13 +202,14 @@ def test_an_evaluation_names_the_run_it_scored_even_when_another_is_served_by_th
         tuned.run = None
 
     report = app.searcher.evaluate_report(tuned, [], str(pairs), swap)
-    assert report.encoders == ("base", "tuned") and scored.folder.name[:8] in report.caption
-    assert "Base encoder only" in app.searcher.evaluate_report(tuned, [], str(pairs)).caption
+    assert report.encoders == ("base", "tuned") and report.run is scored
+    assert scored.folder.name[:8] in render.run_caption(report.run)
+    assert "Base encoder only" in render.run_caption(app.searcher.evaluate_report(tuned, [], str(pairs)).run)
 
 
 def test_the_evaluate_tab_names_a_served_blend_as_the_blend(app, tuned, tmp_path):
     """A newcomer pass: after a blend, tab ③ headed its columns and bars "tuned" (the other tabs say "blend α=0.5");
-    the blend's columns, bars and moved-pair ranks now carry its name (render.served_label)."""
+    the blend's columns, bars and moved-pair ranks now carry its name (runfacts.served_label)."""
     fns = {f.name: f for f in mx.build_demo(app).fns.values()}
     assert list(app.saved.blend_run(tuned, 0.5))[-1].kind == "done"
     pairs = tmp_path / "pairs.txt"
@@ -223,7 +227,7 @@ def test_the_evaluate_tab_names_a_served_blend_as_the_blend(app, tuned, tmp_path
     seen: list[Phase] = []
     report = app.searcher.evaluate_report(tuned, [], str(pairs), seen.append)
     rows = report.rows
-    assert report.moved_header == header  # the report names its run's heading, whatever is served by the time
+    assert render.moved_header(report.run) == header  # the report names its run, whatever is served by the time
     assert rows[0]["tuned"] is not None  # the service's rows (the API's) keep their keys
     said = {p.text for p in seen}
     assert "Encoding pairs.txt with the blend α=0.5 encoder" in said and not any("tuned" in t for t in said)

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from explorer import MirrorApp, Settings
-from explorer.render import load_md
 from explorer.tune.guess import estimate_seconds
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, GOLD_SETS, build_config, coerce_overrides
 from mirror import MirrorConfig
 from mirror.errors import MirrorError
 from tests.conftest import TINY, WORDS, train, tree, tuned_session
 from tests.upload_corpus import GOOD_UPLOADS, write
+from ui.render import load_md
 
 # ---------------------------------------------------------------------------------------------- strings
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from explorer import render
 from mirror.data import AUTO
 from mirror.errors import MirrorError
 from tests.conftest import TINY, VOCAB_WORDS, WORDS
+from ui import render
 
 ROWS = [f"{a} {b} {c}" for a in VOCAB_WORDS[:8] for b in VOCAB_WORDS[4:10] for c in ("cat", "dog")]
 

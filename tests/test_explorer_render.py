@@ -1,11 +1,13 @@
-"""explorer.render: what the user reads is escaped, and the search tables mark what only one encoder found."""
+"""ui.render: what the user reads is escaped, and the search tables mark what only one encoder found."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from explorer.render import render_results
+from explorer.errors import user_error
+from explorer.resources import runfacts
 from explorer.resources.record import record_of
+from ui.render import render_results
 
 
 def test_render_results_escapes_and_marks_differences():
@@ -35,7 +37,7 @@ def test_the_loss_curve_divides_each_step_by_the_loss_of_knowing_nothing():
     curve divides each by log(2B-1), so both read 1 (a model that knows nothing), not a jump."""
     import math
 
-    from explorer import render
+    from ui import render
 
     frame = render.loss_frame([math.log(399), math.log(21), 0.3 * math.log(399)], [200, 11, 200])
     each = frame[frame.series == "each step"]["loss"].round(6).tolist()
@@ -93,8 +95,8 @@ def test_a_blend_is_named_a_blend_in_tab_one_and_in_its_health_and_checks():
     """A newcomer pass: after a blend, tab ① read "Done: your tuned model is served" with the parent's training time
     and "Tuned and indexed in 40 s" (the parent's seconds), and the health and check tables called the blend
     "tuned", its verdict suggesting to blend what is already a blend."""
-    from explorer import render
     from explorer.compare.health import compare_health
+    from ui import render
 
     blend, trained = blend_run(), blend_run(blend_alpha=None, blended_from=None)
     shown = render.run_md(blend)
@@ -123,7 +125,7 @@ def test_a_blend_is_named_a_blend_in_tab_one_and_in_its_health_and_checks():
 def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
     """A model zip reused in tab ① read "Tuned and indexed in <its training's seconds>" and "Done: your tuned model
     is served": the status gives the seconds loading and indexing took now, the training as done earlier."""
-    from explorer import render
+    from ui import render
 
     uploaded = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=3.0)
     assert render.done_status(uploaded) == "Loaded and indexed in 3 s; trained earlier in 31 s."
@@ -146,10 +148,10 @@ def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
 def test_a_reused_zip_of_a_blend_is_named_a_blend_loaded_now():
     """A newcomer pass: the zip of a blend, reused in tab ①, read "Loaded and indexed" and "the model you uploaded"
     and was called "tuned" everywhere: it reads as the blend it is, loaded now (its own seconds), trained earlier."""
-    from explorer import render
+    from ui import render
 
     zipped = blend_run(blend_seconds=None, uploaded="blend.zip", load_seconds=3.0, blend_alpha=0.25)
-    assert render.uploaded_zip(zipped) == "blend.zip"
+    assert runfacts.uploaded_zip(zipped) == "blend.zip"
     assert render.done_status(zipped) == (
         "Loaded a blend (α = 0.25 of run `aaaaaaaa`) and indexed in 3 s; trained earlier in 31 s."
     )
@@ -158,19 +160,19 @@ def test_a_reused_zip_of_a_blend_is_named_a_blend_loaded_now():
         "### Served: a blend you uploaded (`blend.zip`, run `bbbbbbbb`), α = 0.25 of run `aaaaaaaa`"
     )
     assert "Loaded now, trained and blended earlier: its weights are 0.75 × the base's + 0.25 × the tuned" in shown
-    assert "the model you uploaded" not in shown and render.served_label(zipped) == "blend α=0.25"
+    assert "the model you uploaded" not in shown and runfacts.served_label(zipped) == "blend α=0.25"
     assert "| base | blend α=0.25 | change |" in render.forgetting_md(zipped)
     unknown = blend_run(blend_seconds=None, blended_from=None, uploaded="cli.zip", load_seconds=3.0)  # `mirror blend`
     assert render.done_status(unknown).startswith("Loaded a blend (α = 0.5 of the tuned weights) and indexed in 3 s")
     made_here = blend_run(uploaded="blend.zip", load_seconds=3.0)  # a blend made here of a reused zip
-    assert render.uploaded_zip(made_here) is None and render.done_status(made_here) == "Blended and indexed in 2 s."
-    assert render.uploaded_zip(blend_run(blend_alpha=None, blended_from=None)) is None
+    assert runfacts.uploaded_zip(made_here) is None and render.done_status(made_here) == "Blended and indexed in 2 s."
+    assert runfacts.uploaded_zip(blend_run(blend_alpha=None, blended_from=None)) is None
 
 
 def test_the_evaluate_tabs_moved_heading_names_a_blend():
     """Tab ③ headed a blend's moved pairs "Pairs whose rank moved most with tuning" (a static heading), while its
     table and bars already said "blend α=0.5"."""
-    from explorer import render
+    from ui import render
 
     blend, trained = blend_run(), blend_run(blend_alpha=None, blended_from=None)
     shown = render.moved_header(blend)
@@ -185,7 +187,7 @@ def test_the_evaluate_tabs_moved_heading_names_a_blend():
 def test_status_lines_belong_to_the_run_served_and_counts_read_as_words():
     """Issue 36's small print: an opened run's status line is its own (not "Blended and indexed" of the run before),
     a new run says what stays served instead of keeping the last run's summary, "1 string", a one-step loss."""
-    from explorer import render
+    from ui import render
 
     blend, trained = blend_run(), blend_run(blend_alpha=None, blended_from=None)
     assert render.opened_status(trained) == (
@@ -201,7 +203,7 @@ def test_status_lines_belong_to_the_run_served_and_counts_read_as_words():
 
 def test_a_page_reattached_to_its_run_says_which_strings_it_tunes():
     """Issue 36, reload mid-run: the reloaded page said "Load some strings" under a run training 10,419 of them."""
-    from explorer import render
+    from ui import render
 
     assert render.reattached_md((10419, "words12k.txt")) == (
         "Your run in progress tunes **10,419 strings** from `words12k.txt`; they are loaded here again when it ends."
@@ -211,16 +213,15 @@ def test_a_page_reattached_to_its_run_says_which_strings_it_tunes():
 
 def test_no_message_shows_a_server_path():
     """Issue 37: a model zip whose index named another encoder showed `/…/mirror-explorer/runs/<id>/tuned_index`."""
-    from explorer import render
     from explorer.events import Cancelled, Failed
     from mirror.errors import MirrorError
 
     where = "/srv/tmp/gradio/mirror-explorer/runs/0a1b2c/tuned_index"
     text = f"{where}: this index was built with the encoder '/srv/x/runs/0a1b2c/model'; see https://hf.co/org/m"
-    for shown in (Failed(text).text, Cancelled(text).text, render.user_error(MirrorError(text))):
+    for shown in (Failed(text).text, Cancelled(text).text, user_error(MirrorError(text))):
         assert "/srv" not in shown and shown.startswith("tuned_index: ") and "'model'" in shown
         assert "https://hf.co/org/m" in shown  # a URL is not a path
-    assert "/srv" not in render.user_error(RuntimeError(f"cannot open {where}"))
+    assert "/srv" not in user_error(RuntimeError(f"cannot open {where}"))
 
 
 def test_the_change_sentence_says_how_much_moved_and_why():
@@ -228,7 +229,7 @@ def test_the_change_sentence_says_how_much_moved_and_why():
     harder; a blend made in the app names itself; a run made before the figure was kept says nothing."""
     from types import SimpleNamespace
 
-    from explorer import render
+    from ui import render
 
     stats = {"neighbours_changed": 0.031, "steps": 50, "epochs": 10, "run_alpha": 0.25}
     run = SimpleNamespace(record=record_of(stats))
@@ -262,11 +263,9 @@ def test_an_unexpected_error_is_shown_as_a_code_and_logged_under_it(caplog):
     the traceback logged once under it."""
     import logging
 
-    from explorer import render
-
     exc = KeyError("/srv/mirror/runs/secret")
     with caplog.at_level(logging.ERROR, logger="mirror.app"):
-        shown, again = render.user_error(exc), render.user_error(exc)
+        shown, again = user_error(exc), user_error(exc)
     code = shown.split("error ")[1].split(" ")[0]
     assert "KeyError" not in shown and "/srv" not in shown and len(code) == 6 and shown == again
     logged = [r for r in caplog.records if code in r.getMessage()]

@@ -135,7 +135,7 @@ def test_a_bad_or_failed_blend_leaves_the_served_run(app, tuned, monkeypatch):
 def test_a_run_says_how_much_its_strings_neighbours_changed_and_a_blend_its_own(app, tuned):
     """Issue 40: the figure the page words is the mean of what "what moved" ranks, for the run and, measured again,
     for a blend of it (α = 0: the base's own neighbours, nothing changed); kept in run.json."""
-    from explorer import render
+    from ui import render
 
     rows = app.explore.moved(tuned)
     share = tuned.run.stats["neighbours_changed"]

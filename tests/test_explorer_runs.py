@@ -104,7 +104,7 @@ def test_the_browser_key_is_made_once_and_kept(app):
 
 def test_a_blend_is_listed_and_captioned_as_a_blend_of_its_parent(app, tiny_bert):
     """Issue 28: a blend read exactly like its parent in the run list (only the time differed)."""
-    from explorer import render
+    from ui import render
 
     s = tuned_session(app, tiny_bert)
     parent = s.run.folder.name

@@ -1,6 +1,6 @@
 """The Search tab: each hit's rank move between base and tuned, the query's own string hidden, the base-only
 search before any tuning, strings merged case-insensitively at load, Enter wired to search, errors shown as HTML
-(explorer.compare.search, explorer.render, app.searcher.search, ui/search.py's adapters).
+(explorer.compare.search, ui.render, app.searcher.search, ui/search.py's adapters).
 
 Ranking is checked on hand-made vectors with known neighbours (a real FAISS index over them); the tiny random
 model only drives the service and the adapters, where no order is asserted."""
@@ -14,13 +14,13 @@ import pytest
 
 import app as mx
 from explorer.compare.search import search_both, without_query
-from explorer.render import load_md, rank_move, render_results, toast_text
 from index.store import Hit, VectorIndex
 from mirror.config import MirrorConfig
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
 from mirror.train import mirror_tune
 from tests.conftest import WORDS
+from ui.render import load_md, rank_move, render_results, toast_text
 
 # Query "Whisk" points at angle 0; each string's angle from it, per encoder (smaller = more similar).
 BASE_ANGLES = {"whisk": 0.0, "spoon": 0.1, "fork": 0.2, "beater": 0.3, "mixer": 0.4, "ladle": 1.0}

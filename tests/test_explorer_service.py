@@ -17,9 +17,9 @@ import zipfile
 import pytest
 
 from explorer import Failed, MirrorApp
-from explorer.render import run_md
 from mirror.errors import MirrorError
 from tests.conftest import TINY, WORDS, digest, half_written_weights, inject_oom, train, tuned_session
+from ui.render import run_md
 
 # ---------------------------------------------------------------------------------------------- training
 
@@ -170,7 +170,7 @@ def test_twin_map_lays_out_both_spaces_of_the_served_run(app, tuned):
     assert data["base"].shape == data["tuned"].shape == (10, 2)
     everything = app.explore.twin_map(tuned)  # no number asked for: every string of the run, no sample
     assert everything["n_shown"] == everything["n_total"] == len(WORDS) and sorted(everything["texts"]) == sorted(WORDS)
-    assert data["caption"]  # names the run it belongs to
+    assert data["run"] is tuned.run  # the run it belongs to (the page names it: ui.render.run_caption)
     with pytest.raises(MirrorError, match="between 10 and"):
         app.explore.twin_map(tuned, 5)
     with pytest.raises(MirrorError, match="Nothing to explore yet"):

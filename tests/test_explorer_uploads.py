@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from explorer import MirrorApp, Settings
+from explorer.resources import runfacts
 from explorer.share.uploads import display_name
 from tests.conftest import WORDS, train, tree, tuned_session
 from tests.upload_corpus import rewrite_zip
@@ -42,8 +43,8 @@ def test_a_reused_zip_of_a_blend_is_served_as_that_blend(app, tuned, tiny_bert):
     """A newcomer pass: the model zip of a blend, reused, was served as a tuned model ("Loaded and indexed", the
     column "tuned", a blend slider starting at 1 that then blended the blend again): its folder records the blend,
     so the reused run is that blend (α and the run it blends), and a blend of it is α of the tuned weights again."""
-    from explorer import render
     from mirror.encoder import load_encoder
+    from ui import render
 
     parent = tuned.run.folder.name
     assert list(app.saved.blend_run(tuned, 0.5))[-1].kind == "done"
@@ -52,13 +53,13 @@ def test_a_reused_zip_of_a_blend_is_served_as_that_blend(app, tuned, tiny_bert):
     app.loader.load_pasted(s, "\n".join(WORDS[:8]))
     assert list(app.saved.use_saved_model(s, str(made.model_zip)))[-1].kind == "done"
     run = s.run
-    assert run.stats["uploaded"] == made.model_zip.name and render.blend_of(run) == (0.5, parent[:8])
+    assert run.stats["uploaded"] == made.model_zip.name and runfacts.blend_of(run) == (0.5, parent[:8])
     with zipfile.ZipFile(made.model_zip) as z:  # shared with others maybe: no full run id, which would open the run
         assert parent[:8] in z.read("mirror-model/mirror_config.json").decode() and not any(
             parent in z.read(n).decode("utf-8", "replace") for n in z.namelist()
         )
     assert render.done_status(run).startswith(f"Loaded a blend (α = 0.5 of run `{parent[:8]}`) and indexed")
-    assert render.served_label(run) == "blend α=0.5" and render.default_alpha(run) == 0.5
+    assert runfacts.served_label(run) == "blend α=0.5" and render.default_alpha(run) == 0.5
     assert "blend α=0.5 of 8 strings from" in app.saved.list_runs([run.folder.name])[0]["label"]
 
     assert list(app.saved.blend_run(s, 0.5))[-1].kind == "done"  # the same α again: the same weights as the first

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from explorer import render
 from explorer.resources.record import Pairs
 from mirror.data import AUTO
 from mirror.loss import chance_loss
 from mirror.pairs import PairStats
 from tests.conftest import TINY, VOCAB_WORDS, WORDS
+from ui import render
 
 ROWS = [f"{a} {b} {c}" for a in VOCAB_WORDS[:8] for b in VOCAB_WORDS[4:10] for c in ("cat", "dog")]
 
@@ -167,7 +167,7 @@ def fake_run(pairs: Pairs) -> SimpleNamespace:
 
 
 def test_a_prompt_built_from_a_column_name_takes_its_article():
-    from explorer.render_pairs import a_or_an, search_by_partner
+    from ui.render_pairs import a_or_an, search_by_partner
 
     run = fake_run(
         Pairs(PairStats(50, 0, 0, 0), ("expansion", "acronym"), 0, None, (("CPU", "central processing unit"),))
@@ -207,7 +207,7 @@ def example_of(app, tuned: dict, base: dict, examples) -> dict | None:
 
 
 def test_the_search_example_is_one_tuning_improves_or_the_page_says_the_base_finds_it_too(app):
-    from explorer.render_pairs import search_by_partner
+    from ui.render_pairs import search_by_partner
 
     examples = (("CPU", "central processing unit"), ("RAM", "random access memory"))
     # the first held-out row is found at rank 1 by the base as well; the second moved up with tuning: offered
@@ -233,7 +233,7 @@ def test_what_moved_says_what_its_500_are():
 
 
 def test_the_two_sts_b_devs_say_they_are_different_subsets():
-    from explorer.render_eval import eval_md
+    from ui.render_eval import eval_md
 
     evaluated = eval_md([{"gold set": "STS-B dev", "pairs": 1500}], [])
     assert "STS-B dev here is all 1,500 of its pairs" in evaluated and "general checks' *STS-B dev* row" in evaluated

@@ -11,9 +11,11 @@ from typing import Any
 
 import gradio as gr
 
-from explorer import MirrorApp, Session, render
+from explorer import MirrorApp, Session
+from explorer.errors import user_error
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
+from ui import render
 from ui.handlers import JOB_QUEUE, consume_request
 from ui.numbers import Number, Text
 
@@ -111,7 +113,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         except Exception as exc:  # MirrorError, or a bug: a render.message either way
             if session is not s:  # a client's first call failed: its new session folder is never reused
                 app.close_session(session)
-            raise gr.Error(render.user_error(exc), print_exception=False) from None
+            raise gr.Error(user_error(exc), print_exception=False) from None
 
     def api_cancel(s: Session | None = None):
         """Stop this client's run (from another call of the same Client while /train runs)."""
@@ -140,9 +142,12 @@ def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> N
         tuned encoder, the tuned map aligned to the base one; `queries` (one per line) placed on both. Returns
         {ids, texts, base: [[x, y]], tuned: [[x, y]], base_cluster, tuned_cluster, moved, clusters: {base, tuned},
         queries, method, n_total, n_shown, note, seconds}: row j is the run's string number ids[j]."""
-        return explore_call(
-            app, s, run, lambda session: maps.map_json(ex.twin_map(session, (n or None), queries or ""))
-        )
+
+        def draw(session: Session) -> dict:
+            data = ex.twin_map(session, (n or None), queries or "")
+            return {**maps.map_json(data), "caption": render.run_caption(data["run"])}
+
+        return explore_call(app, s, run, draw)
 
     def api_export(fmt: str = "all", rows: list | None = None, run: str = "", s: Session | None = None):
         """One export of the run's strings (all, or the row numbers in `rows`): fmt "projector" (a zip of Embedding
@@ -207,7 +212,7 @@ def explore_call(app: MirrorApp, s: Session | None, run: str, call: Any) -> tupl
     except Exception as exc:  # MirrorError, or a bug: a render.message either way
         if session is not s:  # a client's first call failed: its new session folder is never reused
             app.close_session(session)
-        raise gr.Error(render.user_error(exc), print_exception=False) from None
+        raise gr.Error(user_error(exc), print_exception=False) from None
 
 
 def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> Iterator[tuple]:

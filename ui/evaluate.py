@@ -6,10 +6,11 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from explorer import MirrorApp, render, render_eval
+from explorer import MirrorApp
 from explorer.compare.evaluation import EtaClock, EvalReport
 from explorer.events import Phase
 from explorer.tune.inputs import GOLD_SETS
+from ui import render, render_eval
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
 
 
@@ -66,8 +67,8 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             render_eval.eval_chart(report.rows, report.encoders, report.served),
         )
         shown = gr.update(value=table, visible=True)
-        header = report.moved_header or render.moved_header(None)
-        return render_eval.eval_md(report.rows, report.notes, report.caption), shown, chart, header, moved
+        header, caption = render.moved_header(report.run), render.run_caption(report.run)  # the run evaluated
+        return render_eval.eval_md(report.rows, report.notes, caption), shown, chart, header, moved
 
     outputs = [ui.eval_md, ui.eval_table, ui.eval_plot, ui.moved_head, ui.moved, state]
     # one progress bar (with the time left), over the scores' line: not a copy over every output

@@ -10,7 +10,9 @@ from typing import Any
 
 import gradio as gr
 
-from explorer import MirrorApp, Session, render
+from explorer import MirrorApp, Session
+from explorer.resources.runfacts import blend_of
+from ui import render
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service, download
 from ui.numbers import Slider
 from ui.twinmap import TwinMap
@@ -124,7 +126,7 @@ SELECTION_HINT = "Lasso some points (the lasso tool above the maps) to export ju
 
 def choice_update(run: Any) -> Any:
     """The one-click picker of a pairs run's blends: the α it measured, the served one selected; hidden otherwise."""
-    from explorer.render_pairs import choice_alphas, served_alpha
+    from explorer.resources.runfacts import choice_alphas, served_alpha
 
     alphas = choice_alphas(run)
     if not alphas:
@@ -147,7 +149,7 @@ def explore_panels(ui: SimpleNamespace, run: Any) -> dict[Any, Any]:
         ui.alpha: gr.update(value=render.default_alpha(run), info=render.blend_info(run)),
         ui.choice: choice_update(run),
         # a blend's line under the Blend slider belongs to the blend: gone when another run is served
-        ui.blend_md: render.message(render.blend_text(run), "ok") if render.blend_of(run) is not None else "",
+        ui.blend_md: render.message(render.blend_text(run), "ok") if blend_of(run) is not None else "",
         ui.map: {"texts": [], "note": NO_MAP_YET},  # the empty map, worded for a served run
         ui.map_md: "",  # the empty map itself says what to do
         ui.health_md: render.message("Measuring this run's space health…", "info"),
@@ -241,7 +243,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
             if data["n_shown"] < data["n_total"]:
                 shown = f"{data['n_shown']:,} of {data['n_total']:,} strings"
             note = f"{shown} · {data['method'].upper()} · laid out in {data['seconds']:.1f} s. {data['note']}"
-            return render.message(note.strip(), "ok"), data, data["caption"], *panels(session)
+            return render.message(note.strip(), "ok"), data, render.run_caption(data["run"]), *panels(session)
 
         return call_service(app, s, 6, draw)
 

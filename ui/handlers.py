@@ -11,10 +11,12 @@ from typing import Any
 
 import gradio as gr
 
-from explorer import MirrorApp, Session, render
+from explorer import MirrorApp, Session
+from explorer.errors import user_error
 from explorer.resources.accounts import Owner
 from explorer.resources.models import release_memory
 from mirror.data import fmt_size
+from ui import render
 
 PRIVATE = {"api_visibility": "private"}
 ENCODE_QUEUE = {"concurrency_id": "encode", "concurrency_limit": 2}
@@ -104,7 +106,7 @@ def call_service(
     try:
         out = call(session)
     except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
-        text = render.user_error(exc)
+        text = user_error(exc)
         gr.Warning(render.toast_text(text))
         return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), session)
     return (*(out if isinstance(out, tuple) else (out,)), session)

@@ -11,12 +11,14 @@ from typing import Any
 
 import gradio as gr
 
-from explorer import MirrorApp, Session, render
+from explorer import MirrorApp, Session
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Step
 from explorer.resources.sessions import RunInfo
 from explorer.resources.store import remember
 from explorer.share.uploads import display_name
+from explorer.words import fmt_seconds
 from mirror.errors import MirrorError
+from ui import render
 from ui.explore import explore_outputs, explore_panels
 from ui.handlers import JOB_QUEUE, PRIVATE, download
 from ui.tune import estimate_only
@@ -88,9 +90,9 @@ class TrainView:
         elif isinstance(ev, Step):
             self.losses.append(ev.loss)
             self.batches.append(ev.batch)
-            eta = f"ETA {render.fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
+            eta = f"ETA {fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
             if ev.eta is not None and getattr(ev, "after", None):  # the ETA covers the phases after training too
-                eta += f" (of which ~{render.fmt_seconds(ev.after)} after the training: the tuned index and checks)"
+                eta += f" (of which ~{fmt_seconds(ev.after)} after the training: the tuned index and checks)"
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
             self.tell((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")

@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from explorer import MirrorApp, Session, render
+from explorer import MirrorApp, Session
 from explorer.tune.inputs import MAX_K
 from mirror.config import BUNDLED_MODEL
+from ui import render
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
 from ui.numbers import Slider
 from ui.uploads import NamedFile, given_name

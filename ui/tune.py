@@ -8,10 +8,12 @@ from typing import Any
 
 import gradio as gr
 
-from explorer import MirrorApp, Session, render
+from explorer import MirrorApp, Session
+from explorer.errors import user_error
 from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, HUB_MODELS, MODES, label
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.data import AUTO
+from ui import render
 from ui.handlers import PRIVATE
 from ui.numbers import Number
 from ui.uploads import NamedFile, given_name
@@ -175,7 +177,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         try:
             info = load()
         except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
-            error = render.user_error(exc)
+            error = user_error(exc)
             gr.Warning(render.toast_text(error))
             if not session.texts:
                 failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]

@@ -1,7 +1,8 @@
 """The Evaluate tab's work: Spearman of cosine vs gold scores per encoder, with bootstrap 95% intervals, the pairs
 whose rank moved most with tuning, notes for sets too small to trust, and progress while strings are encoded.
 
-Plain values in and out; `app.searcher.evaluate_report` (explorer.compare.searching) picks the encoders, app.py draws the report.
+Plain values in and out; `app.searcher.evaluate_report` (explorer.compare.searching) picks the encoders, ui/evaluate.py draws the report
+(ui.render_eval).
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from explorer.events import Phase
-from explorer.render import fmt_seconds
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import EXAMPLES_DIR, GOLD_SETS
+from explorer.words import fmt_seconds
 from mirror.data import decode, fmt_size
 from mirror.errors import MirrorError
 from mirror.evaluate import (
@@ -35,6 +36,9 @@ N_RESAMPLES = 1000
 SEED = 0  # fixed: the same pairs give the same interval every time
 MOVED_SHOWN = 5  # pairs per direction (toward / away from gold) in the moved-pairs table
 
+if TYPE_CHECKING:
+    from explorer.resources.record import RunInfo
+
 
 @dataclass(frozen=True)
 class EvalReport:
@@ -45,9 +49,10 @@ class EvalReport:
     moved: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     encoders: tuple[str, ...] = ("base", "tuned")
-    caption: str = ""  # which run (or the base model alone) was evaluated
-    moved_header: str = ""  # the heading over `moved` (render.moved_header: "…moved most with the blend…" for one)
-    served: str = "tuned"  # the "tuned" encoder's name on screen: "blend α=0.5" for a blend (render.served_label)
+    # the run evaluated (None: the base model alone), whatever is served by the time the report is drawn: the page
+    # names it (ui.render.run_caption) and heads its moved pairs for it (ui.render.moved_header: "…with the blend…")
+    run: RunInfo | None = None
+    served: str = "tuned"  # the "tuned" encoder's name on screen: "blend α=0.5" for a blend (runfacts.served_label)
 
 
 def load_sets(

@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.render import blend_of, run_caption
-from explorer.render_pairs import pairs_about
 from explorer.resources.accounts import DiskAccounts
 from explorer.resources.cpu import CpuAccounts
 from explorer.resources.disk import Disk
 from explorer.resources.models import ModelCache, kept
+from explorer.resources.runfacts import blend_of, pairs_about
 from explorer.resources.sessions import RunInfo, Session
 from explorer.resources.turns import TURNS, FairSlots
 from explorer.settings import Settings
@@ -128,7 +127,7 @@ class RunExplorer:
     def twin_map(self, session: Session, n_points: Any = None, queries: str = "") -> dict[str, Any]:
         """Aligned 2-D layouts of the base and tuned spaces (explorer.compare.maps.twin_map) of every string, or of a
         seeded sample of `n_points` (at most MIRROR_MAX_MAP_POINTS), with `queries` (one per line) placed on both
-        and a caption naming the run."""
+        and the run it is of (`run`: the page names it, ui.render.run_caption)."""
         import explorer.compare.maps as maps
 
         space = self.space(session)
@@ -158,7 +157,7 @@ class RunExplorer:
                 space.base[shown],
                 space.tuned[shown],
             )
-        data["caption"] = run_caption(space.run)
+        data["run"] = space.run
         return data
 
     def neighbours(self, session: Session, text: str, k: int = 10) -> list[dict[str, Any]]:

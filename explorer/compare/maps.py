@@ -147,8 +147,10 @@ def sample_of(full: dict[str, Any], n: int, seed: int = 0) -> dict[str, Any]:
 
 
 def map_json(data: dict[str, Any]) -> dict[str, Any]:
-    """A twin-map dict as plain JSON values (lists, rounded floats): what the /map API endpoint returns."""
-    out = {k: v for k, v in data.items() if k not in ("ids", "base", "tuned", "base_cluster", "tuned_cluster", "moved")}
+    """A twin-map dict as plain JSON values (lists, rounded floats): what the /map API endpoint returns (without the
+    run it is of: the endpoint names it in its caption)."""
+    arrays = ("ids", "base", "tuned", "base_cluster", "tuned_cluster", "moved")
+    out = {k: v for k, v in data.items() if k not in (*arrays, "run")}
     out["ids"] = [int(i) for i in data["ids"]]
     for side in ("base", "tuned"):
         out[side] = np.round(np.asarray(data[side], dtype=np.float64), 5).tolist()

@@ -2,7 +2,7 @@
 side, what only one side found), the query's own string hidden on request, and base-encoder indexes of the
 loaded strings for searching before any tuning.
 
-Plain values in and out; `app.searcher.search` (explorer.compare.searching) picks the indexes, explorer.render draws the results.
+Plain values in and out; `app.searcher.search` (explorer.compare.searching) picks the indexes, ui.render draws the results.
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ from typing import Any
 from explorer.compare.evaluation import EvalReport, evaluate_sets, load_sets
 from explorer.compare.search import BaseIndexes, Partners, search_both
 from explorer.events import Phase
-from explorer.render import moved_header, run_caption, served_label
 from explorer.resources.cpu import CpuAccounts
 from explorer.resources.disk import Disk
 from explorer.resources.models import ModelCache
 from explorer.resources.record import RunInfo
+from explorer.resources.runfacts import served_label
 from explorer.resources.sessions import ExtraCorpus, Session
 from explorer.resources.store import read_partners
 from explorer.resources.turns import FairSlots
@@ -245,5 +245,4 @@ class Searcher:
             notes.append("no tuned model yet: these are the bundled base model's scores (tune one in tab ① to compare)")
         with self.cpu.metered(session.owner, "an evaluation", interactive=True):
             report = evaluate_sets(sets, encoders, progress, served_label(run))
-        caption, header = run_caption(run), moved_header(run)
-        return dataclasses.replace(report, notes=notes + report.notes, caption=caption, moved_header=header)
+        return dataclasses.replace(report, notes=notes + report.notes, run=run)

@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from explorer.tune.estimate import BUSY_LOAD, SPEED_SHOWN, Estimate
+from explorer.words import fmt_seconds
 from mirror.config import MirrorConfig
 
 
 def short_seconds(s: float) -> str:
     """A phase's seconds in a few characters: "<1 s", "12 s", "3 min"."""
-    from explorer.render import fmt_seconds
-
     return "<1 s" if s < 1 else fmt_seconds(s)
 
 
@@ -30,8 +29,6 @@ def small_upload_note(steps: int, config: MirrorConfig) -> str:
 
 def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), why_rough: str = "") -> str:
     """The Tune tab's Markdown: the plan, the estimated total and its phases, and how the costs were measured."""
-    from explorer.render import fmt_seconds
-
     plan = (
         f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
         f"{'s' if config.epochs != 1 else ''}{small_upload_note(est.steps, config)})"

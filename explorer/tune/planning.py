@@ -9,7 +9,6 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from explorer.render import message
 from explorer.resources.models import ModelCache
 from explorer.resources.sessions import RunInfo, Session, Tuning, texts_key
 from explorer.settings import Settings
@@ -17,6 +16,7 @@ from explorer.tune.estimate import IO_PHASES, Estimator
 from explorer.tune.guess import device_and_threads, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config, preset_overrides, recorded_overrides
 from explorer.tune.plan_md import estimate_md
+from explorer.words import message
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
@@ -300,13 +300,13 @@ class Planner:
 
     def launch_budget(self, session: Session, config) -> int:
         """The memory a Launch of the session plans its run with: that of the plan it was shown last, else what the
-        machine gives now. Its job keeps it unless the machine has less free by then (mirror.job.kept_memory)."""
+        machine gives now. Its job keeps it unless the machine has less free by then (index.pipeline.kept_memory)."""
         return self._budgets.get(session.id) or self.memory_budget(config)
 
     def memory_budget(self, config) -> int:
-        """The memory a run of `config` plans its steps with (mirror.job.plan_memory): the one a Launch plans
-        with is carried to its job, which keeps it (mirror.job.kept_memory)."""
-        from mirror.job import plan_memory
+        """The memory a run of `config` plans its steps with (index.pipeline.plan_memory): the one a Launch plans
+        with is carried to its job, which keeps it (index.pipeline.kept_memory)."""
+        from index.pipeline import plan_memory
 
         return plan_memory(config, self.settings.train_memory_bytes)
 

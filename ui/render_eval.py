@@ -1,6 +1,6 @@
 """What the Evaluate tab shows: the before/after table with its intervals, the bar chart with its interval bars, the
 caption and notes, and the served encoder's columns named for it (a blend's, an uploaded model's). Every string a
-user or an upload supplied is escaped here, as in explorer.render."""
+user or an upload supplied is escaped here, as in ui.render."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from explorer.render import message
+from explorer.words import message
 
 
 def fmt_interval(ci: Sequence[float] | None, signed: bool = False) -> str:

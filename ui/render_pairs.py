@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from explorer.resources.runfacts import choice_of, gain_of, pairs_of, served_alpha
+
 if TYPE_CHECKING:
-    from explorer.resources.record import Pairs, RunInfo
-    from mirror.pairs import PairGain
+    from explorer.resources.record import RunInfo
 
 
 def pairing_md(info: dict[str, Any]) -> str:
@@ -22,17 +23,6 @@ def pairing_md(info: dict[str, Any]) -> str:
         f"**Pairs:** each `{string_col}` is tuned with its `{partner_col}` as its positive{why}. "
         f"{pairing.stats.summary(info['strings'])}. Pick *(none)* under *Paired with* to tune on the strings alone."
     )
-
-
-def pairs_of(run: RunInfo | None) -> Pairs | None:
-    """A pairs run's pairs (explorer.resources.record.Pairs), or None."""
-    return run.record.training.pairs if run is not None else None
-
-
-def gain_of(run: RunInfo | None) -> PairGain | None:
-    """A pairs run's held-out gain (mirror.pairs.PairGain), or None."""
-    pairs = pairs_of(run)
-    return pairs.gain if pairs is not None else None
 
 
 def pairs_md(run: RunInfo | None) -> str:
@@ -139,37 +129,6 @@ def strings_of(run: RunInfo) -> str:
 def _cut(text: str, n: int = 120) -> str:
     text = " ".join(str(text).split()).replace("*", "")
     return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def pairs_about(run: RunInfo | None) -> str:
-    """A pairs run in plain text, for an export's README: the columns paired, the counts, the held-out gain."""
-    pairs = pairs_of(run)
-    if pairs is None:
-        return ""
-    string_col, partner_col = pairs.columns
-    measured = f" {pairs.gain.sentence()}" if pairs.gain else " None were held out: nothing measured the gain."
-    return (
-        f"Tuned on pairs: each {string_col} with its {partner_col} as its positive ({pairs.stats.paired:,} strings "
-        f"had one, {pairs.held_out:,} rows held out of training).{measured}"
-    )
-
-
-def choice_of(run: RunInfo | None) -> dict[str, Any] | None:
-    """How a pairs run chose its blend (mirror.choose.Choice.to_dict), or None (no choice made)."""
-    choice = run.record.training.blend_choice if run is not None else None
-    return choice if isinstance(choice, dict) and choice.get("candidates") else None
-
-
-def served_alpha(run: RunInfo) -> float | None:
-    """The α of the tuned weights the served model is: a blend's own, else the run's (its choice, or its preset's)."""
-    origin = run.record.origin
-    return float(origin.alpha) if origin.alpha is not None else run.record.training.run_alpha
-
-
-def choice_alphas(run: RunInfo | None) -> list[float]:
-    """The α a run chose among, for the one-click picker; [] without a choice."""
-    choice = choice_of(run)
-    return [float(c["alpha"]) for c in choice["candidates"]] if choice else []
 
 
 def blend_choice_md(run: RunInfo | None) -> str:

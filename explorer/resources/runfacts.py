@@ -1,0 +1,73 @@
+"""What a run's record says of it, as plain values: whether it is a blend (its α and parent) or an uploaded model, the
+name of its served column, a pairs run's pairs, held-out gain and blend choice, and a pairs run in plain text for an
+export's README. The service and the pages read a run through these; drawing it is ui.render's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from explorer.resources.record import Pairs, RunInfo
+    from mirror.pairs import PairGain
+
+
+def blend_of(run: RunInfo | None) -> tuple[float, str] | None:
+    """A blend's α and the id of the run it blends ("" when not known); None for a run as trained, or no run."""
+    origin = run.record.origin if run is not None else None
+    return None if origin is None or origin.alpha is None else (float(origin.alpha), origin.parent or "")
+
+
+def uploaded_zip(run: RunInfo) -> str | None:
+    """The name of the model zip the served model itself was loaded from, None when it was made here: trained, or
+    blended (a blend made here of an uploaded run copies its parent's stats, "uploaded" included, beside its own
+    blend_seconds)."""
+    origin = run.record.origin
+    return origin.zip if origin.kind == "uploaded" else None
+
+
+def served_label(run: RunInfo | None) -> str:
+    """The served model's column in a base-against-served table: "tuned", or "blend α=0.5" for a blend."""
+    blend = blend_of(run)
+    return "tuned" if blend is None else f"blend α={blend[0]:g}"
+
+
+def pairs_of(run: RunInfo | None) -> Pairs | None:
+    """A pairs run's pairs (explorer.resources.record.Pairs), or None."""
+    return run.record.training.pairs if run is not None else None
+
+
+def gain_of(run: RunInfo | None) -> PairGain | None:
+    """A pairs run's held-out gain (mirror.pairs.PairGain), or None."""
+    pairs = pairs_of(run)
+    return pairs.gain if pairs is not None else None
+
+
+def pairs_about(run: RunInfo | None) -> str:
+    """A pairs run in plain text, for an export's README: the columns paired, the counts, the held-out gain."""
+    pairs = pairs_of(run)
+    if pairs is None:
+        return ""
+    string_col, partner_col = pairs.columns
+    measured = f" {pairs.gain.sentence()}" if pairs.gain else " None were held out: nothing measured the gain."
+    return (
+        f"Tuned on pairs: each {string_col} with its {partner_col} as its positive ({pairs.stats.paired:,} strings "
+        f"had one, {pairs.held_out:,} rows held out of training).{measured}"
+    )
+
+
+def choice_of(run: RunInfo | None) -> dict[str, Any] | None:
+    """How a pairs run chose its blend (mirror.choose.Choice.to_dict), or None (no choice made)."""
+    choice = run.record.training.blend_choice if run is not None else None
+    return choice if isinstance(choice, dict) and choice.get("candidates") else None
+
+
+def served_alpha(run: RunInfo) -> float | None:
+    """The α of the tuned weights the served model is: a blend's own, else the run's (its choice, or its preset's)."""
+    origin = run.record.origin
+    return float(origin.alpha) if origin.alpha is not None else run.record.training.run_alpha
+
+
+def choice_alphas(run: RunInfo | None) -> list[float]:
+    """The α a run chose among, for the one-click picker; [] without a choice."""
+    choice = choice_of(run)
+    return [float(c["alpha"]) for c in choice["candidates"]] if choice else []
