@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_blend_choice.py [--sets foldoc,stdlib,wordnet,go] [--half check] [--limit 1000] [--seeds 0,1] [--peer] [--out NAME]
 
 For each set's `half` (bench_pairs.SETS; the first `--limit` rows), a seeded 20% of the rows (at most 600) is held out
-of everything: the report rows. On the rest, one run of the app's own path (index.pipeline.tune_and_index with the
+of everything: the report rows. On the rest, one run of the app's own path (mirror.job.tune_and_index with the
 pairs preset, which holds out a tenth of its rows, chooses its blend on half of them and the general checks' dev
 halves: mirror/choose.py) and, from the same trained weights (its tuned_model/), the fixed blend the preset served
 before (α 0.5 on a sentence-encoder base). Both are measured on the report rows (MRR@10 of each row's string found
@@ -36,9 +36,10 @@ WORDS_SETS = {"wordnet"}  # short pairs: both columns single words (the words pr
 
 
 def one(name: str, half: str, limit: int, seed: int, peer: bool) -> list[dict]:
-    from index.pipeline import Finished, tune_and_index
+    from index.store import FolderIndexes
     from mirror.blend import blend
     from mirror.encoder import load_encoder
+    from mirror.job import Finished, tune_and_index
 
     texts, partners = bench_pairs.read_set(name, half, limit)
     rows_out = holdout(partners, bench_pairs.HELD_FRACTION, bench_pairs.HELD_MOST, seed)
@@ -52,7 +53,7 @@ def one(name: str, half: str, limit: int, seed: int, peer: bool) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         run, events = Path(tmp) / "run", []
         started = time.perf_counter()
-        tune_and_index(train_texts, config, run, emit=events.append, pairs=train_partners)
+        tune_and_index(train_texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=train_partners)
         seconds = time.perf_counter() - started
         stats = next(e for e in events if isinstance(e, Finished)).stats
         choice = stats.get("blend_choice") or {}

@@ -40,7 +40,7 @@ from explorer.events import Cancelled, Done, Failed, Phase, Served, Step
 from explorer.tune.estimate import PHASES, in_fresh_thread
 from explorer.tune.inputs import build_config
 
-# A job's Phase texts (index.pipeline, explorer.service) -> the estimate's phase they belong to.
+# A job's Phase texts (mirror.job, explorer.service) -> the estimate's phase they belong to.
 PHASE_OF = (
     ("Checking the base model", "load"),
     ("Loading the base model", "load"),

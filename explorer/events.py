@@ -3,7 +3,7 @@
 A training job yields Phase, Step, Note and Tick while it runs (and Replanned when the machine has less memory free
 than its plan was made with), then one of Finished (its files are in its folder) or Stopped (cancelled, timed out,
 abandoned) or Failed (Phase, Step, Replanned, Finished and Stopped are the tune -> index job's own, defined with it in
-index.pipeline). The training producer turns Replanned into a Note with the run's new step count, and fills in each
+mirror.job). The training producer turns Replanned into a Note with the run's new step count, and fills in each
 Step's time left (explorer.tune.eta). The service turns Finished into Served (the run it now serves) and,
 once its general checks, card and downloads are made, Done; and Stopped into Cancelled (with the sentence to show).
 Adding a field is one edit here.
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from index.pipeline import Finished, Phase, Replanned, Step, Stopped
 from mirror.errors import without_paths
+from mirror.job import Finished, Phase, Replanned, Step, Stopped
 
 if TYPE_CHECKING:
     from explorer.resources.record import RunInfo

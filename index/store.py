@@ -514,3 +514,14 @@ def _training_sample(rows: Rows, index: faiss.IndexIVF) -> np.ndarray:
     else:
         ids = np.sort(np.random.default_rng(1234).choice(n, size=wanted, replace=False))
     return as_matrix(rows.take(ids), rows.dim, "vectors")
+
+
+class FolderIndexes:
+    """A training job's indexes (mirror.job.Indexes) as VectorIndex folders: exact, on the CPU."""
+
+    def build(self, encoder: Encoder, texts: list[str], folder: Path, on_progress: ProgressFn) -> None:
+        VectorIndex.build(encoder, texts, gpu=False, on_progress=on_progress).save(folder)
+
+    def vectors(self, folder: Path, encoder: Encoder) -> np.ndarray | None:
+        index = VectorIndex.load(folder, encoder, gpu=False)
+        return index.stored(range(len(index)))

@@ -231,10 +231,11 @@ def train_and_index(
     partners: list[str | None] | None = None,
     columns: tuple[str, str] = ("string", "partner"),
 ) -> int:
-    """`train --index`: the web app's job (index.pipeline) in one process: tune, save model/, and index the
+    """`train --index`: the web app's job (mirror.job) in one process: tune, save model/, and index the
     strings with the base and the tuned encoder (base_index/, tuned_index/), for `python -m index query`."""
-    from index.pipeline import Finished, Phase, Step, Stopped, tune_and_index
+    from index.store import FolderIndexes
     from mirror.card import write_card
+    from mirror.job import Finished, Phase, Step, Stopped, tune_and_index
 
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -248,7 +249,9 @@ def train_and_index(
         elif isinstance(ev, Finished | Stopped):
             last.append(ev)
 
-    tune_and_index(texts, config, out, emit=show, memory=budget, pairs=partners, columns=columns)
+    tune_and_index(
+        texts, config, out, indexes=FolderIndexes(), emit=show, memory=budget, pairs=partners, columns=columns
+    )
     if not last or isinstance(last[-1], Stopped):
         raise MirrorError("the run stopped before its end; nothing was saved")
     write_card(out / "model")

@@ -342,7 +342,7 @@ def training_rows(
     texts: Sequence[str], config: MirrorConfig, pairs: Sequence[str | None] | None = None, hold_out: bool = False
 ) -> Rows:
     """The rows a run of `config` on `texts` (and `pairs`) trains: cleaned as mirror_tune cleans them and, with
-    `hold_out`, less the rows the CLI and index.pipeline hold out of a pairs run before calling it (HeldOut.for_run).
+    `hold_out`, less the rows the CLI and mirror.job hold out of a pairs run before calling it (HeldOut.for_run).
     MirrorError for pairs with joined views."""
     partners: list[str | None] | None = None
     held: list[int] = []
@@ -481,7 +481,7 @@ def plan_run(
     hold_out: bool = False,
 ) -> RunPlan:
     """The plan of `mirror_tune(texts, config, encoder=encoder, memory_budget=..., pairs=...)` on one process; with
-    `hold_out`, of the run the CLI or index.pipeline makes of a pairs file (its held-out rows never train)."""
+    `hold_out`, of the run the CLI or mirror.job makes of a pairs file (its held-out rows never train)."""
     config = config.validated()
     return plan_rows(training_rows(texts, config, pairs, hold_out), config, encoder, memory_budget)
 

@@ -239,7 +239,7 @@ def test_a_run_is_redrawn_once_a_second_and_a_hidden_progress_is_never_sent(app,
     """Every streamed update costs the page's Gradio frontend ~0.1 s of a small machine's core: a run's steps (ten a
     second here) are drawn once a second, and Launch and a reattached page, which hide Gradio's progress (the status
     line is the bar), send none; a blend, which shows it on its own line, does."""
-    from index.pipeline import Step
+    from mirror.job import Step
     from ui import runs
 
     demo = mx.build_demo(app)

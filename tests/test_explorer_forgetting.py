@@ -269,7 +269,7 @@ def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
     assert kinds.index("served") < kinds.index("Checking general similarity (the forgetting check)")  # served first
     assert render.served_status(run).startswith("Blended and indexed")  # its own time, not its parent's
     assert "served_seconds" not in run.stats and run.stats["blend_seconds"] >= 0
-    # what a blend re-encodes, timed: the parent's tuned index (index.pipeline), and the blend's own for a blend of it
+    # what a blend re-encodes, timed: the parent's tuned index (mirror.job), and the blend's own for a blend of it
     for served in (parent, run):
         took = served.record.timing.tuned_index_seconds
         assert took is not None and f"about {render.fmt_seconds(took)} here" in render.blend_info(served)

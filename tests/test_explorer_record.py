@@ -151,7 +151,7 @@ def test_nothing_in_the_app_reads_a_record_by_string_keys():
 
 
 def test_a_runs_tuned_index_time_and_held_out_examples_are_typed_kept_and_said(tmp_path):
-    """Issue 52 (main's 40d7943): index.pipeline times the tuned index (what a blend of the run re-encodes: the
+    """Issue 52 (main's 40d7943): mirror.job times the tuned index (what a blend of the run re-encodes: the
     Explore tab's blend slider says it) and keeps the first held-out rows of a pairs run (the Search tab offers one
     to try); typed fields of the record, in run.json's stats as the pipeline wrote them."""
     from explorer.resources.runfacts import pairs_about

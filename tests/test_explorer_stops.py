@@ -2,7 +2,7 @@
 mid-index end Cancelled with the previous model and index still served; a stop asked just before serving is too;
 their index builds reach a follower as they go; heartbeats (Tick) wake followers but are not kept in `Run.events`.
 
-Cancels are deterministic: a hook in the index build (index.pipeline.index_with, which explorer.runs.saved calls)
+Cancels are deterministic: a hook in the index build (mirror.job.index_with, which explorer.runs.saved calls)
 blocks the run's thread inside the build until the test has asked the stop; the waits' timeouts only keep a broken
 run from hanging the suite, they synchronise nothing.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import index.pipeline as pipeline
+import mirror.job as job
 from explorer.events import Cancelled, Phase, Tick
 from explorer.runs.execute import Plan, Producer
 from explorer.runs.live import Run, Status
@@ -35,9 +35,9 @@ def gate_index(
     ends). `gate["reached"]` is set once it blocks; `gate["published"]`: whether that event was in the run's events
     (what every follower reads) at that moment."""
     gate = {"reached": threading.Event(), "release": threading.Event(), "published": None}
-    real = pipeline.index_with
+    real = job.index_with
 
-    def gated(encoder, texts, folder, text, emit):
+    def gated(indexes, encoder, texts, folder, text, emit):
         def hooked(ev):
             emit(ev)
             if text == label and at(ev) and not gate["reached"].is_set():
@@ -46,9 +46,9 @@ def gate_index(
                 gate["reached"].set()
                 assert gate["release"].wait(HANG), "the test never released the index build"
 
-        real(encoder, texts, folder, text, hooked)
+        real(indexes, encoder, texts, folder, text, hooked)
 
-    monkeypatch.setattr(pipeline, "index_with", gated)
+    monkeypatch.setattr(job, "index_with", gated)
     try:
         yield gate
     finally:

@@ -12,8 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"mirror": 0, "index": 1, "explorer": 2, "ui": 3, "app": 4}  # the engine, search, the service, Gradio, the app
-# The engine's command line (`python -m mirror train --index`) builds the indexes through index.pipeline: an entry
-# point, imported by nothing, may use the layer just above its package; never explorer/, ui/ or app.py.
+# The engine's command line (`python -m mirror train --index`) hands the job (mirror.job) the indexes of index.store:
+# an entry point, imported by nothing, may use the layer just above its package; never explorer/, ui/ or app.py.
 ENTRY_POINTS = {"mirror.__main__": {"index"}}
 MAX_LINES = 600
 # methods a class may have: a service class that grows past 20 is two concerns. The engine's are the objects a user
@@ -223,3 +223,16 @@ def test_the_web_check_catches_what_it_forbids(tmp_path):
 )
 def test_no_web_server_below_the_ui(path):
     assert web_parts(path) == [], f"{path.relative_to(ROOT)}: the web server's part belongs in ui/ (ui.web)"
+
+
+# index/ is search only (issue 59): the training job and its events live in the engine (mirror.job), which builds its
+# indexes through the `Indexes` it is handed; nothing in index/ trains or runs the job.
+TRAINING = {"mirror.job", "mirror.train", "mirror.choose", "mirror.loss", "mirror.augment", "mirror.terms"}
+
+
+def test_index_is_search_only():
+    g = graph()
+    assert {m for m in g if m.startswith("index")}, "no index/ modules found"
+    bad = sorted(f"{m} -> {d}" for m, deps in g.items() if m.split(".")[0] == "index" for d in deps if d in TRAINING)
+    assert not bad, bad
+    assert "mirror.job" in g and not any(d.split(".")[0] == "index" for d in g["mirror.job"])

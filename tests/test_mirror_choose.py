@@ -1,5 +1,5 @@
 """A pairs run's blend chosen by the run (issue 60, mirror/choose.py): the rule, the weights it leaves, and the whole
-path (index.pipeline.tune_and_index): the unblended weights kept, the served model the chosen blend, its index what
+path (mirror.job.tune_and_index): the unblended weights kept, the served model the chosen blend, its index what
 that model computes, the gain reported on the rows that did not choose."""
 
 from __future__ import annotations
@@ -75,16 +75,18 @@ def test_the_choice_is_the_best_held_out_alpha_within_the_rule_and_the_weights_a
 def test_a_pairs_run_serves_its_chosen_blend_keeps_the_weights_as_trained_and_reports_the_other_rows(
     tiny_bert, tmp_path
 ):
-    from index.pipeline import Finished, tune_and_index
-    from index.store import VectorIndex
+    from index.store import FolderIndexes, VectorIndex
     from mirror.encoder import load_encoder
+    from mirror.job import Finished, tune_and_index
 
     texts, partners = rows_of_pairs(440)  # 44 held out: 22 choose, 22 report
     config = MirrorConfig.preset("sentences", model=str(tiny_bert), pairs=True, max_steps=2, **TINY_PAIRS)
     assert config.blend_choose  # the pairs preset chooses
     events: list = []
     run = tmp_path / "run"
-    tune_and_index(texts, config, run, emit=events.append, pairs=partners, columns=("name", "text"))
+    tune_and_index(
+        texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners, columns=("name", "text")
+    )
     stats = next(e for e in events if isinstance(e, Finished)).stats
     choice = stats["blend_choice"]
     assert stats["run_alpha"] == choice["alpha"] and choice["rows"] == 22
@@ -104,7 +106,7 @@ def test_a_pairs_run_serves_its_chosen_blend_keeps_the_weights_as_trained_and_re
     index = VectorIndex.load(run / "tuned_index")
     some = [0, 17, 300]
     np.testing.assert_allclose(index.stored(some), served.encode([texts[i] for i in some], normalize=True), atol=1e-5)
-    from index.pipeline import Phase
+    from mirror.job import Phase
 
     assert any(isinstance(e, Phase) and e.text.startswith("Choosing the blend") for e in events)
 
@@ -165,7 +167,8 @@ def test_a_row_sharing_its_partner_is_found_by_any_of_its_siblings(tiny_bert):
 
 
 def test_a_stop_asked_while_it_chooses_ends_the_run_there_with_nothing_served(tiny_bert, tmp_path):
-    from index.pipeline import Finished, Phase, Stopped, tune_and_index
+    from index.store import FolderIndexes
+    from mirror.job import Finished, Phase, Stopped, tune_and_index
 
     texts, partners = rows_of_pairs(440)
     config = MirrorConfig.preset("sentences", model=str(tiny_bert), pairs=True, max_steps=2, **TINY_PAIRS)
@@ -178,6 +181,8 @@ def test_a_stop_asked_while_it_chooses_ends_the_run_there_with_nothing_served(ti
             asked["stop"] = True  # the user presses Cancel as the choice begins
 
     run = tmp_path / "run"
-    tune_and_index(texts, config, run, emit=emit, should_stop=lambda: asked["stop"], pairs=partners)
+    tune_and_index(
+        texts, config, run, indexes=FolderIndexes(), emit=emit, should_stop=lambda: asked["stop"], pairs=partners
+    )
     assert isinstance(events[-1], Stopped) and not any(isinstance(e, Finished) for e in events)
     assert not (run / "model").exists() and not (run / "tuned_index").exists()

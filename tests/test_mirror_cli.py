@@ -256,7 +256,7 @@ def test_a_run_whose_last_step_breaks_the_weights_exits_2_and_saves_nothing(
 
 
 def test_train_with_index_writes_the_apps_run_folder_and_it_answers_queries(tiny_bert, words_file, tmp_path, capsys):
-    """`train --index` runs the web app's job (index.pipeline): model/ plus an index per encoder."""
+    """`train --index` runs the web app's job (mirror.job): model/ plus an index per encoder."""
     from index.store import VectorIndex
     from mirror.encoder import load_encoder
 

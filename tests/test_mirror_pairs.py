@@ -180,14 +180,23 @@ def test_without_partners_a_run_is_what_it_was_and_pairs_refuse_joined_views(tin
 
 
 def test_tune_and_index_holds_rows_out_and_records_the_gain_in_the_model_folder(tiny_bert, tmp_path):
-    from index.pipeline import Finished, tune_and_index
+    from index.store import FolderIndexes
     from mirror.card import model_card
+    from mirror.job import Finished, tune_and_index
 
     texts = [f"{a} {b} {c}" for a in VOCAB_WORDS[:8] for b in VOCAB_WORDS[4:10] for c in ("cat", "dog")]
     partners = [" ".join(reversed(t.split())) + " here" for t in texts]
     events: list = []
     config = MirrorConfig.preset("sentences", model=str(tiny_bert), pairs=True, max_steps=3, **TINY_PAIRS)
-    tune_and_index(texts, config, tmp_path / "run", emit=events.append, pairs=partners, columns=("name", "text"))
+    tune_and_index(
+        texts,
+        config,
+        tmp_path / "run",
+        indexes=FolderIndexes(),
+        emit=events.append,
+        pairs=partners,
+        columns=("name", "text"),
+    )
     stats = next(e for e in events if isinstance(e, Finished)).stats
     pairs = stats["pairs"]
     assert pairs["paired"] == len(texts) and pairs["held_out"] == 20 and pairs["columns"] == ["name", "text"]

@@ -83,7 +83,8 @@ def test_the_app_s_estimate_plans_the_steps_the_app_s_run_takes(tiny_bert, tmp_p
     string): it plans without the held-out rows, and splits what the run splits."""
     from explorer.tune import estimate as est_mod
     from explorer.tune.estimate import Calibration, Estimator, Fit
-    from index.pipeline import Finished, tune_and_index
+    from index.store import FolderIndexes
+    from mirror.job import Finished, tune_and_index
 
     names, partners = rows()
     texts, kept, _, _ = clean_pairs(names, partners)  # the session's strings and partners
@@ -97,7 +98,9 @@ def test_the_app_s_estimate_plans_the_steps_the_app_s_run_takes(tiny_bert, tmp_p
         texts, "key", config, "cpu", 1, base, budget, check_encoders=0, train_texts=second
     )
     events: list = []
-    tune_and_index(texts, config, tmp_path / "run", emit=events.append, memory=budget, pairs=kept)
+    tune_and_index(
+        texts, config, tmp_path / "run", indexes=FolderIndexes(), emit=events.append, memory=budget, pairs=kept
+    )
     stats = next(e for e in events if isinstance(e, Finished)).stats
     assert stats["pairs"]["held_out"] == 20 and any("split to fit" in n for n in stats["notes"])
     assert est.steps == stats["steps"] == stats["total_steps"]

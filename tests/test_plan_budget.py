@@ -14,8 +14,8 @@ import mirror.memory as memory
 from explorer.events import Note, Step
 from explorer.tune.estimate import PHASES, Estimate
 from explorer.tune.inputs import build_config
-from index.pipeline import kept_memory, plan_memory
 from mirror.config import MirrorConfig
+from mirror.job import kept_memory, plan_memory
 from tests.conftest import WORDS
 
 # strings of 1 to 7 words: batches of several padded lengths, so a budget a little short splits some of them

@@ -42,7 +42,7 @@ class Pairs:
 
 @dataclass
 class Training:
-    """What the training did: the engine's `MirrorResult.stats()` and what index.pipeline adds. A blend's and an
+    """What the training did: the engine's `MirrorResult.stats()` and what mirror.job adds. A blend's and an
     uploaded model's are those of the training their weights came from (the table their page shows)."""
 
     steps: int | None = None
@@ -107,7 +107,7 @@ class Timing:
     served_seconds: float | None = None  # a training: from its folder to searchable
     load_seconds: float | None = None  # an uploaded zip
     blend_seconds: float | None = None  # a blend
-    tuned_index_seconds: float | None = None  # its tuned index built (index.pipeline times a training's)
+    tuned_index_seconds: float | None = None  # its tuned index built (mirror.job times a training's)
 
 
 @dataclass
@@ -133,13 +133,13 @@ TRAINED_MORE = (
     "min_steps",
     "run_alpha",
     "blend_choice",
-)  # after summary, pooling: index.pipeline
+)  # after summary, pooling: mirror.job
 TIMING = ("load_seconds", "blend_seconds", "served_seconds", "wall_seconds", "started_at", "finished_at")
 TIMING += ("tuned_index_seconds",)
 
 
 def training_of(stats: Mapping[str, Any]) -> Training:
-    """The Training of a flat stats dict: index.pipeline's Finished(stats), a saved model's mirror_config.json
+    """The Training of a flat stats dict: mirror.job's Finished(stats), a saved model's mirror_config.json
     `stats`, or run.json's."""
     fields = {k: stats.get(k) for k in (*TRAINING, *TRAINED_MORE)}
     return Training(**fields, pairs=pairs_of(stats.get("pairs")))
@@ -255,7 +255,7 @@ class Made:
 
     @staticmethod
     def of_training(stats: Mapping[str, Any]) -> Made:
-        """What a training made, from index.pipeline's Finished(stats)."""
+        """What a training made, from mirror.job's Finished(stats)."""
         losses = [float(x) for x in stats.get("losses") or []]
         return Made(record_of(stats), str(stats["pooling"]), str(stats.get("summary") or ""), losses)
 

@@ -4,7 +4,7 @@ thread of its own; `Runner.execute(run, producer)` takes it through the training
 
 A kind of run is a `Producer`: what it says before its folder exists (`prepare`: the bytes it will write) and what it
 makes in its folder (`produce`: a RunInfo, not served yet). Both run in the run's own thread and report through the
-run (`Run.emit`, `Run.report`): the run is the one buffer its followers read (the page, the API, a reattached tab). A training (explorer.runs.training.Training), a model zip
+run (`Run.emit`): the run is the one buffer its followers read (the page, the API, a reattached tab). A training (explorer.runs.training.Training), a model zip
 (explorer.runs.saved.Upload) and a blend (explorer.runs.saved.Blend) are the three; the next kind is one more class.
 A stop (explorer.runs.live.Run.stop) is honoured here for every kind: after it is prepared, between its phases (its
 producer's `Run.checkpoint` and `Run.emit` calls), and just before it is served (`Run.commit`); it ends Cancelled
@@ -93,7 +93,7 @@ class Producer:
         exception fails it (`failure` says how); its folder is removed unless it is served. It reports through
         `run.emit` (its followers see each event as it comes; a stop asked meanwhile raises StopAsked there, which
         ends it Cancelled) and calls `run.checkpoint()` between its phases; a job that honours a stop itself (a
-        training, between steps) reports through `run.report`, which never raises."""
+        training, between steps) reports through `run.emit(event, stops=False)`, which never raises."""
         raise NotImplementedError
 
     def holding(self) -> contextlib.AbstractContextManager:
@@ -191,9 +191,9 @@ class Runner:
                 if ahead != shown:
                     shown = ahead
                     jobs = f"{ahead} job{'s' if ahead != 1 else ''}"
-                    run.report(Phase(f"Waiting for a training slot ({jobs} ahead of yours)"))
+                    run.emit(Phase(f"Waiting for a training slot ({jobs} ahead of yours)"), stops=False)
                 else:
-                    run.report(Tick())  # watched while it waits: abandoned, it gives its place up
+                    run.emit(Tick(), stops=False)  # watched while it waits: abandoned, it gives its place up
             if run.status is not Status.QUEUED:  # it holds a slot (else it was asked to stop while it waited)
                 try:
                     with self.cpu.metered(owner, producer.what):  # its work, checks included: its visitor's CPU
@@ -214,7 +214,7 @@ class Runner:
             plan = producer.prepare(run)
             notes = [*self.check_disk(session, plan.incoming), *plan.notes]
             for n in notes:
-                run.report(Note(n))
+                run.emit(Note(n), stops=False)
             run.checkpoint()  # stopped while it was prepared: no folder made
             folder = self.store.folder(run.id)
             folder.mkdir(parents=True)
@@ -248,7 +248,7 @@ class Runner:
         session, timed = run.session, producer.timed
         if not (producer.checked and self.settings.general_checks):
             run.checkpoint()
-            run.report(Phase("Preparing downloads"))
+            run.emit(Phase("Preparing downloads"), stops=False)
             package_run(info)
             run.commit()  # past stopping from here: served, or failed
             producer.learn(None)
@@ -263,7 +263,7 @@ class Runner:
         served.append(self.serve(session, info, checks_pending=True))  # a broken model fails here, before the swap
         if timed:
             info.record.timing.served_seconds = round(time.perf_counter() - clock[0], 1)
-        run.report(Served(info))
+        run.emit(Served(info), stops=False)
         self.check_and_package(run, info, producer)
         self.store.save(finished(info, *clock) if timed else info)
 
@@ -284,7 +284,7 @@ class Runner:
         leaves it: the run's next opening repairs it)."""
         from explorer.compare.forgetting import base_scored
 
-        run.report(Phase("Checking general similarity (the forgetting check)"))
+        run.emit(Phase("Checking general similarity (the forgetting check)"), stops=False)
         try:
             loaded = self.models.loaded(info)  # loaded by `serve` just before
             encoders = 1 if base_scored(loaded.base) else 2
@@ -295,7 +295,7 @@ class Runner:
             log.exception("the general checks of a served run failed")
             info.record.checks = Checks(failed=True)
         self.measure_change(info)
-        run.report(Phase("Preparing downloads"))
+        run.emit(Phase("Preparing downloads"), stops=False)
         try:
             package_run(info)  # its card has the checks' results
         except Exception as exc:

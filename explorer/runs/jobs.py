@@ -1,6 +1,6 @@
 """The training job and the slots it runs in.
 
-`run_job` tunes and indexes (`index.pipeline.tune_and_index`) in the calling thread, reporting through a callback
+`run_job` tunes and indexes (`mirror.job.tune_and_index`) in the calling thread, reporting through a callback
 and stopping when asked: a run calls it in its own thread, and its events go straight into the run
 (explorer.runs.training). Only on a ZeroGPU Space, where the job runs inside `spaces.GPU` in another process, does
 `train_job` wrap it as a generator of picklable events, its stop carried as a STOP file in the run folder.
@@ -180,15 +180,17 @@ def run_job(
     trains); `limits["hub_cache"]`: where the server keeps hub models (explorer.resources.hubcache: the base was
     downloaded there before the job). Its Steps carry no time left: the service times them against the run's plan
     (explorer.tune.eta). `partners`: each string's partner text (pairs, from the file's `columns` [strings,
-    partners]): some held out, the gain on them in Finished's stats["pairs"] (index.pipeline.tune_and_index).
+    partners]): some held out, the gain on them in Finished's stats["pairs"] (mirror.job.tune_and_index).
     """
-    from index.pipeline import tune_and_index
+    from index.store import FolderIndexes
+    from mirror.job import tune_and_index
 
     try:
         tune_and_index(
             texts,
             config,
             run,
+            indexes=FolderIndexes(),
             roots=roots,
             build_base=build_base,
             emit=emit,

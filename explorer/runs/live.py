@@ -191,17 +191,15 @@ class Run:
             self.events.append(event)
             self._cond.notify_all()
 
-    def emit(self, event: Any) -> None:
+    def emit(self, event: Any, stops: bool = True) -> None:
         """An event from within one of its phases (an index being built), out to its followers as it comes; then
-        the run is watched (abandoned, over its time) and a stop asked meanwhile is honoured here (StopAsked)."""
+        the run is watched (abandoned, over its time) and a stop asked meanwhile is honoured here (StopAsked).
+        `stops` False: from a job that honours a stop itself (a training reads `stopping` between its steps, and
+        ends with what it did so far), or from the runner's own phases: watched, never raised."""
         self.publish(event)
-        self.checkpoint()
-
-    def report(self, event: Any) -> None:
-        """An event from a job that honours a stop itself (a training reads `stopping` between its steps, and ends
-        with what it did so far): out to its followers, then the run is watched; never raises."""
-        self.publish(event)
-        if self.watcher is not None:
+        if stops:
+            self.checkpoint()
+        elif self.watcher is not None:
             self.watcher(self)
 
     def checkpoint(self) -> None:

@@ -126,8 +126,9 @@ class Upload(Producer):
         return Plan(self.room + self.zip_path.stat().st_size)
 
     def produce(self, run: Run, folder: Path) -> RunInfo:
-        from index.pipeline import index_with
+        from index.store import FolderIndexes
         from mirror.encoder import load_encoder
+        from mirror.job import index_with
 
         started = time.perf_counter()  # this upload's own seconds (its record keeps the training's, done earlier)
         texts, source = list(self.session.texts), self.session.source
@@ -143,7 +144,14 @@ class Upload(Producer):
             run.checkpoint()  # stopped meanwhile: it ends here, before this index
             indexed = time.perf_counter()
             # its progress reaches the followers as the index is built; a stop asked meanwhile ends it there
-            index_with(enc, texts, folder / f"{name}_index", f"Indexing your strings with the {name} encoder", run.emit)
+            index_with(
+                FolderIndexes(),
+                enc,
+                texts,
+                folder / f"{name}_index",
+                f"Indexing your strings with the {name} encoder",
+                run.emit,
+            )
         tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of it re-encodes
         made = uploaded_made(tuned, self.name, base_notes)
         made.record.timing.tuned_index_seconds = tuned_index_s
@@ -184,9 +192,10 @@ class Blend(Producer):
         return Plan(run_bytes(self.loaded.tuned, self.parent.n_texts))
 
     def produce(self, run: Run, folder: Path) -> RunInfo:
-        from index.pipeline import index_with
+        from index.store import FolderIndexes
         from mirror.blend import blend_folder
         from mirror.encoder import load_encoder
+        from mirror.job import index_with
 
         started, parent, alpha = time.perf_counter(), self.parent, self.alpha  # the blend's own seconds
         # a blend of a blend blends the tuned weights of the run they both come from: named as that run's blend
@@ -206,7 +215,9 @@ class Blend(Producer):
         run.checkpoint()  # stopped while it blended: it ends here, before its index
         indexed = time.perf_counter()
         # its progress reaches the followers as the index is built; a stop asked meanwhile ends it there
-        index_with(blended, texts, folder / "tuned_index", "Indexing your strings with the blend", run.emit)
+        index_with(
+            FolderIndexes(), blended, texts, folder / "tuned_index", "Indexing your strings with the blend", run.emit
+        )
         tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of this blend re-encodes
         # the parent's training, notes and zip; its checks, times and neighbours are not the blend's
         record = RunRecord(

@@ -200,7 +200,7 @@ class Training(Producer):
         )
         run.emit(Phase(f"Checking the base model {self.config.model}"))
         self.base = self.models.base_encoder(self.config.model, self.config.pooling)
-        models = 3 if self.config.blend_choose and pairs else 2  # tuned_model/ as well (index.pipeline._choose_blend)
+        models = 3 if self.config.blend_choose and pairs else 2  # tuned_model/ as well (mirror.job._choose_blend)
         return Plan(run_bytes(self.base, len(self.texts), models), tuple(notes))
 
     def holding(self) -> contextlib.AbstractContextManager:
@@ -214,7 +214,7 @@ class Training(Producer):
                 shutil.copytree(prev.folder / "base_index", folder / "base_index")
                 build_base = False
         # the run's plan, the one the page showed: its memory budget goes to the job, which keeps it
-        # (index.pipeline.kept_memory), and its priced phases time what is left of it as the steps go (explorer.tune.eta)
+        # (mirror.job.kept_memory), and its priced phases time what is left of it as the steps go (explorer.tune.eta)
         budget = self.planner.launch_budget(self.session, config)  # the plan shown's, else the machine's now
         self.planned = self.planner.planned(texts, key, config, self.base, build_base, budget, self.partners)
         limits = {"memory": budget, "hub_cache": str(self.models.hub.root)}
@@ -231,18 +231,18 @@ class Training(Producer):
         else:  # here, in the run's own thread: its events go straight into the run
             run_job(texts, config, folder, roots, build_base, limits, relay, lambda: run.stopping, self.partners,
                     columns)  # fmt: skip
-        end = relay.end
-        if isinstance(end, Stopped) or (isinstance(end, Finished) and run.stopping):
-            text = stopped_text(end.stats, run.stop_reason, self.settings)
-            return Cancelled(text, tuple(end.stats.get("losses", [])), end.stats)
-        if isinstance(end, Finished):
+        ev = relay.end  # the job's last event
+        if isinstance(ev, Stopped) or (isinstance(ev, Finished) and run.stopping):
+            text = stopped_text(ev.stats, run.stop_reason, self.settings)
+            return Cancelled(text, tuple(ev.stats.get("losses", [])), ev.stats)
+        if isinstance(ev, Finished):
             if self.partners is not None and columns:  # its strings loaded again pair with them again
                 write_partners(folder, list(self.partners), (columns[0], columns[1]))
-            made = Made.of_training(end.stats)
+            made = Made.of_training(ev.stats)
             self.train_s = made.record.training.seconds
             return made_info(folder, config.model, texts, self.source, made)
-        if isinstance(end, Failed):
-            return end
+        if isinstance(ev, Failed):
+            return ev
         return Failed("the run ended without a result; the previous model stays served")
 
     def learn(self, check_s: float | None) -> None:
@@ -274,10 +274,10 @@ class Relay:
         if isinstance(ev, Step):
             self.session.touch()  # a long run keeps its session from being swept as idle
             if self.replanned is not None:
-                self.run.report(Note(replanned_text(self.replanned, ev.total, self.planned)))
+                self.run.emit(Note(replanned_text(self.replanned, ev.total, self.planned)), stops=False)
                 self.replanned = None
             ev = self.eta.timed(ev)  # its ETA: the plan's phases left, its steps re-timed as they go
-        self.run.report(ev)  # watched after each: abandoned, over its time or its visitor's CPU stops it
+        self.run.emit(ev, stops=False)  # watched after each: abandoned, over its time or its visitor's CPU stops it
 
 
 # what Cancel answers while a run of each kind goes on (explorer.runs.execute.Producer.kind)

@@ -300,13 +300,13 @@ class Planner:
 
     def launch_budget(self, session: Session, config) -> int:
         """The memory a Launch of the session plans its run with: that of the plan it was shown last, else what the
-        machine gives now. Its job keeps it unless the machine has less free by then (index.pipeline.kept_memory)."""
+        machine gives now. Its job keeps it unless the machine has less free by then (mirror.job.kept_memory)."""
         return self._budgets.get(session.id) or self.memory_budget(config)
 
     def memory_budget(self, config) -> int:
-        """The memory a run of `config` plans its steps with (index.pipeline.plan_memory): the one a Launch plans
-        with is carried to its job, which keeps it (index.pipeline.kept_memory)."""
-        from index.pipeline import plan_memory
+        """The memory a run of `config` plans its steps with (mirror.job.plan_memory): the one a Launch plans
+        with is carried to its job, which keeps it (mirror.job.kept_memory)."""
+        from mirror.job import plan_memory
 
         return plan_memory(config, self.settings.train_memory_bytes)
 

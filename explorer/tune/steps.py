@@ -60,8 +60,8 @@ def choice_price(
     """What a pairs run's blend choice costs (mirror/choose.py), 0 for a run that does not choose: the weights as
     trained saved once more, a pool of at most POOL strings encoded by the base and at each α, and the general checks'
     dev halves scored for the base and, typically, one or two α (checked in the order of their held-out gain)."""
-    from index.pipeline import CHOICE_ROWS_LEAST
     from mirror.choose import ALPHAS, POOL
+    from mirror.job import CHOICE_ROWS_LEAST
     from mirror.pairs import held_out_rows
 
     if not config.blend_choose or partners is None or not lengths:

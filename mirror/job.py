@@ -1,9 +1,13 @@
-"""Tune, then index the strings with both encoders: the job behind the app's Launch, callable from Python.
+"""The job behind the app's Launch: tune, then index the strings with both encoders; its events, its memory budget.
 
-    from index.pipeline import tune_and_index
-    tune_and_index(texts, MirrorConfig.preset("words"), Path("runs/r1"))   # model/, base_index/, tuned_index/
+    from index.store import FolderIndexes
+    from mirror.job import tune_and_index
+    tune_and_index(texts, MirrorConfig.preset("words"), Path("runs/r1"), indexes=FolderIndexes())
+    # model/, base_index/, tuned_index/
 
-`python -m mirror train FILE --out DIR --index` runs it from the command line.
+The job reports through `emit` and stops when `should_stop()` says so; it builds and reads its indexes through the
+`Indexes` it is handed (index.store.FolderIndexes: FAISS folders), so the engine knows nothing of FAISS and index/
+holds search only. `python -m mirror train FILE --out DIR --index` runs it from the command line.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -79,11 +83,22 @@ class Replanned:
 Event = Phase | Step | Finished | Stopped | Replanned  # the job's events (the app adds its own: explorer.events)
 
 
+class Indexes(Protocol):
+    """Where the job's indexes are built and read: a folder per index (index.store.FolderIndexes)."""
+
+    def build(self, encoder: Any, texts: list[str], folder: Path, on_progress: Callable[[int, int], None]) -> None:
+        """Encode `texts` with `encoder` and save their index in `folder`, calling on_progress(done, total)."""
+
+    def vectors(self, folder: Path, encoder: Any) -> Any:
+        """Every row of the index in `folder` as unit vectors (None when it keeps no exact copy)."""
+
+
 def tune_and_index(
     texts: Sequence[str],
     config: MirrorConfig,
     run: Path,
     *,
+    indexes: Indexes,
     roots: Sequence[Path] | None = None,
     build_base: bool = True,
     emit: Callable[[Event], None] = lambda ev: None,
@@ -95,7 +110,7 @@ def tune_and_index(
     planned_memory: int | None = None,
 ) -> None:
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
-    and run/tuned_index. Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
+    and run/tuned_index (built and read through `indexes`). Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
     true, Stopped(stats) with nothing saved. `roots`: where a local model may be loaded from (None: anywhere);
     `cache_dir`: where a hub model is (or is downloaded to; None: Hugging Face's cache). `pairs`: each string's
     partner text (mirror.pairs): `config.pair_holdout` of the rows with one never trains, and Finished's stats["pairs"]
@@ -123,11 +138,11 @@ def tune_and_index(
         cache_dir=cache_dir,
     )
     if build_base:
-        index_with(encoder, texts, run / "base_index", "Indexing your strings with the base encoder", emit)
+        index_with(indexes, encoder, texts, run / "base_index", "Indexing your strings with the base encoder", emit)
     base_ranks = None
     if held is not None and held.rows:  # before training: the encoder is tuned in place
         emit(Phase(f"Measuring the base on {len(held.rows):,} held-out rows"))
-        base_ranks = held.ranks(encoder, _vectors(run / "base_index", encoder))
+        base_ranks = held.ranks(encoder, indexes.vectors(run / "base_index", encoder))
     if should_stop():
         emit(Stopped({"steps": 0, "total_steps": 0}))
         return
@@ -168,7 +183,9 @@ def tune_and_index(
     emit(Phase("Saving the tuned model"))
     save_result(result, run / "model")
     started = time.perf_counter()
-    index_with(result.encoder, texts, run / "tuned_index", "Indexing your strings with the tuned encoder", emit)
+    index_with(
+        indexes, result.encoder, texts, run / "tuned_index", "Indexing your strings with the tuned encoder", emit
+    )
     stats["tuned_index_seconds"] = round(time.perf_counter() - started, 1)  # what a blend of it re-encodes, timed
     if pair_stats is not None:
         stats["pairs"] = {**dataclasses.asdict(pair_stats), "columns": list(columns), "held_out": len(held.rows)}
@@ -176,7 +193,7 @@ def tune_and_index(
         stats["pairs"]["examples"] = [[held.partners[i], held.texts[i]] for i in held.rows[:5]]
         if base_ranks is not None:
             emit(Phase(f"Measuring the tuned model on the {len(held.rows):,} held-out rows"))
-            tuned_ranks = held.ranks(result.encoder, _vectors(run / "tuned_index", result.encoder))
+            tuned_ranks = held.ranks(result.encoder, indexes.vectors(run / "tuned_index", result.encoder))
             # the gain on the rows that did not choose the blend (all of them when the run did not choose)
             keep = np.isin(held.rows, report_rows)
             stats["pairs"]["gain"] = held.gain(base_ranks[keep], tuned_ranks[keep]).to_dict()
@@ -222,20 +239,12 @@ def _choose_blend(base, result, held, run: Path, emit, should_stop, fallback_alp
     return reporting, choice
 
 
-def _vectors(folder: Path, encoder) -> Any:
-    """Every row of the index in `folder` as unit vectors (None when it keeps no exact copy: the ranks then encode)."""
-    from index.store import VectorIndex
-
-    index = VectorIndex.load(folder, encoder, gpu=False)
-    return index.stored(range(len(index)))
-
-
-def index_with(encoder, texts: list[str], folder: Path, label: str, emit: Callable[[Event], None]) -> None:
-    """Build and save the index of `texts` with `encoder`, reporting progress as Phase events."""
-    from index.store import VectorIndex
-
+def index_with(
+    indexes: Indexes, encoder: Any, texts: list[str], folder: Path, label: str, emit: Callable[[Event], None]
+) -> None:
+    """Build and save the index of `texts` with `encoder` in `folder`, reporting progress as Phase events."""
     emit(Phase(label, 0, len(texts)))
-    VectorIndex.build(encoder, texts, gpu=False, on_progress=lambda d, t: emit(Phase(label, d, t))).save(folder)
+    indexes.build(encoder, texts, folder, lambda d, t: emit(Phase(label, d, t)))
 
 
 def run_memory(config: MirrorConfig, memory: int | None) -> int | None:
