@@ -239,6 +239,7 @@ def test_a_run_is_redrawn_once_a_second_and_a_hidden_progress_is_never_sent(app,
     """Every streamed update costs the page's Gradio frontend ~0.1 s of a small machine's core: a run's steps (ten a
     second here) are drawn once a second, and Launch and a reattached page, which hide Gradio's progress (the status
     line is the bar), send none; a blend, which shows it on its own line, does."""
+    from explorer.runs import follow
     from mirror.job import Step
     from ui import runs
 
@@ -249,16 +250,18 @@ def test_a_run_is_redrawn_once_a_second_and_a_hidden_progress_is_never_sent(app,
     assert fns["on_blend"].tracks_progress and fns["on_blend"].show_progress_on
 
     now = [1000.0]
-    monkeypatch.setattr(runs.time, "monotonic", lambda: now[0])
+
+    def steps():  # 3 s of steps, ten a second
+        for i in range(30):
+            now[0] = 1000.0 + i / 10
+            yield Step(step=i + 1, total=30, loss=1.0, batch=8)
+
     told = []
     for progress in (None, lambda *a, **k: told.append(a)):
-        view, drawn = runs.TrainView(progress), []
-        for i in range(30):  # 3 s of steps, ten a second
-            now[0] = 1000.0 + i / 10
-            view.take(Step(step=i + 1, total=30, loss=1.0, batch=8))
-            drawn.append(view.due())
-        assert sum(drawn) == 3 and drawn[0] and drawn[10] and drawn[20]
-    assert len(told) == 30  # each step reaches a progress that is shown; Gradio sends it at its own pace
+        view = runs.TrainView(progress)
+        drawn = [(view.show(p), p.step.step)[1] for p in follow.progress(steps(), clock=lambda: now[0])]
+        assert drawn == [1, 11, 21]  # the page's one loop (explorer.runs.follow): a view a second
+    assert len(told) == 3  # each view reaches a progress that is shown (a blend's line); a hidden one gets none
 
 
 def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned, tmp_path):

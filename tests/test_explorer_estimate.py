@@ -13,11 +13,11 @@ import time
 import pytest
 import torch
 
-from explorer.render import fmt_seconds
 from explorer.runs.live import Run
 from explorer.tune import estimate as est_mod
 from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, price
 from explorer.tune.plan_md import estimate_md
+from explorer.words import fmt_seconds
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, load_encoder
 from mirror.train import mirror_tune

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import itertools
-import time
 from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -12,9 +11,11 @@ from typing import Any
 import gradio as gr
 
 from explorer import MirrorApp, Session
-from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Step
+from explorer.events import Cancelled, Done, Event, Failed, Phase, Step
 from explorer.resources.sessions import RunInfo
 from explorer.resources.store import remember
+from explorer.runs.follow import Progress
+from explorer.runs.follow import progress as follow_progress
 from explorer.share.uploads import display_name
 from explorer.words import fmt_seconds
 from mirror.errors import MirrorError
@@ -29,16 +30,14 @@ class TrainView:
     own progress, for an event that shows it (a blend's line); None where the event hides it (Launch, a reattached
     page): every progress message still costs the page the work of an update."""
 
-    REDRAW_S = 1.0  # at most one redraw a second (see `due`)
-
-    def __init__(self, progress: gr.Progress | None, chance: Any = None) -> None:
+    def __init__(self, progress: gr.Progress | None, chance: Any = None, outputs: tuple = ("status", "curve")) -> None:
         """`chance`: a pairs run's "knows nothing" line, measured when its curve is first drawn (a callable giving an
-        explorer.compare.chance.PairsChance, or None: explorer.compare.chance.live); None for a mirror run."""
-        self.progress = progress
+        explorer.compare.chance.PairsChance, or None: explorer.compare.chance.live); None for a mirror run.
+        `outputs`: the status line's and the curve's components (what `show` fills)."""
+        self.progress, self.outputs = progress, outputs
         self.losses: list[float] = []
         self.batches: list[int] = []  # each step's strings: the curve divides its loss by log(2B-1)
         self.status = render.status_box("Starting…")
-        self.last_drawn = 0.0
         self._chance, self._line = chance, None
         # this view's curves (`view.plot(view.losses, view.batches)`) draw its run's own line: the instance's `plot`
         # shadows the static one, which draws a kept run's (`TrainView.plot(losses, batches, kept_chance(...))`)
@@ -76,41 +75,34 @@ class TrainView:
 
         return chance.live(session, models)
 
-    def take(self, ev: Event) -> None:
-        if isinstance(ev, Phase):
-            if ev.total:
-                self.tell((ev.done, ev.total), desc=ev.text, unit="strings")
-                right = f"{ev.done:,} / {ev.total:,} strings"
-                self.status = render.progress_bar(f"<b>{html.escape(ev.text)}…</b>", ev.done, ev.total, right)
-            else:
-                self.tell(None, desc=ev.text)
-                self.status = render.status_box(f"**{ev.text}…**")
-        elif isinstance(ev, Note):
-            gr.Warning(render.toast_text(ev.text))
+    def show(self, view: Progress) -> dict:
+        """The status line (its phase's bar, or its training step's with the time left), the live curve, and on a
+        shown Gradio progress the same: one redraw of the run's view (explorer.runs.follow, at most once a second:
+        each message the page gets costs Gradio's frontend ~0.1 s of a small machine's core, whatever it changes;
+        redrawn twice a second with Gradio's hidden progress on every step, a training run took ~55% of a core in
+        Chromium, ~27% once a second: bench/bench_page_cpu.py). Its new notes are said as toasts."""
+        for text in view.take_notes():
+            gr.Warning(render.toast_text(text))
+        self.losses, self.batches, ev = view.losses, view.batches, view.now
+        if isinstance(ev, Phase) and ev.total:
+            self.tell((ev.done, ev.total), desc=ev.text, unit="strings")
+            right = f"{ev.done:,} / {ev.total:,} strings"
+            self.status = render.progress_bar(f"<b>{html.escape(ev.text)}…</b>", ev.done, ev.total, right)
+        elif isinstance(ev, Phase):
+            self.tell(None, desc=ev.text)
+            self.status = render.status_box(f"**{ev.text}…**")
         elif isinstance(ev, Step):
-            self.losses.append(ev.loss)
-            self.batches.append(ev.batch)
             eta = f"ETA {fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
             if ev.eta is not None and getattr(ev, "after", None):  # the ETA covers the phases after training too
                 eta += f" (of which ~{fmt_seconds(ev.after)} after the training: the tuned index and checks)"
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
             self.tell((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")
+        return {self.outputs[0]: self.status, self.outputs[1]: self.plot(self.losses, self.batches)}
 
     def tell(self, *args: Any, **kwargs: Any) -> None:
         if self.progress is not None:
             self.progress(*args, **kwargs)
-
-    def due(self) -> bool:
-        """At most one redraw a second. Each message the page gets costs Gradio's frontend ~0.1 s of a small
-        machine's core, whatever it changes (it re-derives every output's state): redrawn twice a second with Gradio's
-        hidden progress on every step, a training run took ~55% of a core in Chromium, ~27% now
-        (bench/bench_page_cpu.py)."""
-        now = time.monotonic()
-        if now - self.last_drawn < self.REDRAW_S:
-            return False
-        self.last_drawn = now
-        return True
 
     @staticmethod
     def plot(values: Sequence[float], batches: Sequence[int] | None = None, chance: Any = None) -> Any:
@@ -225,25 +217,28 @@ class RunView:
     def draw(
         self, events: Iterator[Event], session: Session, memory: dict, progress: gr.Progress | None = None
     ) -> Iterator[dict]:
-        """A run's events drawn as they come (at most once a second), then its end. A run served before its
-        general checks (Served) is drawn served at once, and its checks and downloads when it is Done."""
-        ui, view, served = self.ui, TrainView(progress, TrainView.live_chance(session, self.app.models)), False
+        """A run's events drawn as its view (explorer.runs.follow.progress: at most once a second, at once when it is
+        served, then its end). A run served before its general checks is drawn served at once, and its checks and
+        downloads when it is Done."""
+        ui, chance = self.ui, TrainView.live_chance(session, self.app.models)
+        view = TrainView(progress, chance, (ui.status_md, ui.loss_plot))
         idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
-        for ev in events:
-            if isinstance(ev, Served):
+        for now in follow_progress(events):
+            ev = now.end
+            if now.served is not None and ev is None:
+                if not now.newly_served:  # the status keeps saying it is served
+                    continue
                 active = (memory or {}).get("active")  # still followed: a reload reattaches, until Done
-                served, memory = True, remember(memory, ev.run.folder.name, active)  # Done's memory serves it too
-                box = render.status_box(render.served_status(ev.run), "ok")
+                memory = remember(memory, now.served.folder.name, active)  # Done's memory serves it too
+                box = render.status_box(render.served_status(now.served), "ok")
                 # Cancel cannot undo a served run; Launch waits for the checks (the run holds its training slot)
                 yield {
                     ui.status_md: box,
                     ui.cancel: gr.update(interactive=False),
-                    **self.served(ev.run, session, memory, active),
+                    **self.served(now.served, session, memory, active),
                 }
                 continue
-            if served and not isinstance(ev, Done | Failed | Cancelled):  # the status keeps saying it is served
-                continue
-            if served and isinstance(ev, Done):
+            if now.served is not None and isinstance(ev, Done):
                 box, memory = render.status_box(render.done_status(ev.run), "ok"), remember(memory)
                 shown = {ui.status_md: box, **idle, **self.checked(ev.run, memory), self.browser: memory}
                 yield {**self.with_strings(shown, session), self.state: session}
@@ -253,11 +248,11 @@ class RunView:
                 kept = " Your previous model and index are still served." if session.run else ""
                 failed = isinstance(ev, Failed)
                 box = render.status_box(ev.text, "error") if failed else render.status_box(ev.text + kept, "warning")
-                curve = view.plot(view.losses, view.batches) if view.losses else view.plot(getattr(ev, "losses", []))
+                losses = now.losses or list(getattr(ev, "losses", []))
                 yield {
                     ui.status_md: box,
                     ui.result_md: render.run_md(session.run) if session.run else "",  # the run still served
-                    ui.loss_plot: curve,
+                    ui.loss_plot: view.plot(losses, now.batches if now.losses else None),
                     **idle,
                     self.browser: remember(memory),
                     self.state: session,
@@ -267,9 +262,7 @@ class RunView:
                 box = render.status_box(render.done_status(ev.run), "ok")
                 yield self.with_strings({ui.status_md: box, **idle, **self.served(ev.run, session, memory)}, session)
                 return
-            view.take(ev)
-            if view.due():
-                yield {ui.status_md: view.status, ui.loss_plot: view.plot(view.losses, view.batches)}
+            yield view.show(now)
 
 
 def wire_training(app: MirrorApp, view: RunView) -> None:
@@ -420,9 +413,10 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
 
     def on_saved_zip(path, memory, s, progress=gr.Progress()):  # noqa: B008
         session = app.session(s)
-        for ev in app.saved.use_saved_model(session, path) if path else ():
-            if isinstance(ev, Phase):
-                progress(None, desc=ev.text)
+        for now in follow_progress(app.saved.use_saved_model(session, path) if path else ()):
+            ev = now.end
+            if ev is None and isinstance(now.now, Phase):  # its phases on Gradio's progress: it shows no curve
+                progress(None, desc=now.now.text)
             elif isinstance(ev, Failed | Cancelled):  # cancelled (Cancel, the time cap): said, as a blend says it
                 gr.Warning(render.toast_text(ev.text))
                 kind = "error" if isinstance(ev, Failed) else "warning"

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from explorer.errors import incident, user_error
 from explorer.events import Cancelled, Done, Event, Failed, Note, Phase, Served, Tick
-from explorer.render import fmt_seconds, incident, user_error
 from explorer.resources.accounts import write_owner
 from explorer.resources.cpu import CpuAccounts
 from explorer.resources.models import ModelCache, release_memory
@@ -38,6 +38,7 @@ from explorer.runs.live import Run, RunRegistry, Status, StopAsked
 from explorer.settings import Settings
 from explorer.share.card import write_card
 from explorer.share.uploads import model_folder_in_zip, zip_folder
+from explorer.words import fmt_seconds
 from mirror.errors import MirrorError
 from mirror.exports import download_name
 

@@ -172,7 +172,7 @@ class Upload(Producer):
             return BUNDLED_MODEL, self.models.base_encoder(BUNDLED_MODEL, tuned.pooling), [note]
 
     def failure(self, exc: Exception) -> str:
-        from explorer.render import incident
+        from explorer.errors import incident
 
         return f"could not use this model (error {incident(exc)} in the server's log); is it a zip saved by this app?"
 

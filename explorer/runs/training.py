@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from explorer.errors import incident, user_error
 from explorer.events import Cancelled, Done, Event, Failed, Finished, Note, Phase, Replanned, Served, Step, Stopped
-from explorer.render import incident, user_error
 from explorer.resources.models import ModelCache
 from explorer.resources.record import Made, RunInfo, training_of
 from explorer.resources.sessions import Session, texts_key
 from explorer.resources.store import write_partners
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes, stopped_unserved
+from explorer.runs.follow import progress
 from explorer.runs.jobs import TrainQueue, run_job, train_job
 from explorer.runs.live import Run, RunRegistry, queue_key
 from explorer.settings import Settings, zero_gpu
@@ -118,28 +118,22 @@ class Trainer:
         """The /train API's run on the strings `load_for_api` loaded (`info`): yields (progress, None) as the run goes
         (the run id with the first, so the client's /cancel can reach it; then at most once a second), then
         (summary, run). Errors raise MirrorError with the message the page would show."""
-        notes, progress, last = list(info.get("notes", [])), {"status": "queued"}, 0.0
+        notes = list(info.get("notes", []))
         live = self.start(session, model or BUNDLED_MODEL, mode or "auto", dict(settings or {}))
-        for ev in live.follow():
-            if isinstance(ev, Failed | Cancelled):
-                raise MirrorError(ev.text)
-            if isinstance(ev, Done):
-                run = ev.run
+        for view in progress(live.follow()):  # the page's loop too: at most once a second, then its end
+            if isinstance(view.end, Failed | Cancelled):
+                raise MirrorError(view.end.text)
+            if isinstance(view.end, Done):
+                run = view.end.run
                 # the run's record as the API has always said it (explorer.resources.record.flat), and what it was made of
                 summary = {**run.stats, "base_model": run.base_model, "strings": run.n_texts, "losses": run.losses}
-                summary.update(notes=notes + list(run.record.notes), run_id=run.folder.name)
+                summary.update(notes=notes + view.said + list(run.record.notes), run_id=run.folder.name)
                 yield summary, run
                 return
-            if isinstance(ev, Note):
-                notes.append(ev.text)
-            if isinstance(ev, Step):
-                progress.update(step=ev.step, total_steps=ev.total, loss=ev.loss)
-            if "run_id" not in progress:
-                progress.update(status="running", run_id=live.id)
-                last = 0.0
-            if time.monotonic() - last >= 1.0:
-                last = time.monotonic()
-                yield dict(progress), None
+            state = {"status": "running", "run_id": live.id}
+            if view.step is not None:
+                state.update(step=view.step.step, total_steps=view.step.total, loss=view.step.loss)
+            yield state, None
         raise MirrorError("the run ended without a result")
 
     def follow(self, run: str | Run, since: int = 0, session: Session | None = None) -> Iterator[Event]:

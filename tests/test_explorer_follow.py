@@ -1,0 +1,52 @@
+"""explorer.runs.follow: the one loop every consumer of a run goes through (the page for every kind, the /train API):
+a run's events folded into one view, handed on at most once a second, at once when it is served, and at its end."""
+
+from __future__ import annotations
+
+from explorer.events import Done, Failed, Note, Phase, Served, Step, Tick
+from explorer.runs.follow import progress
+
+
+class FakeInfo:
+    folder = None
+
+
+def clocked(events, now):
+    """`events`, each at its time: (seconds, event)."""
+    for t, ev in events:
+        now[0] = t
+        yield ev
+
+
+def test_views_come_once_a_second_at_once_when_served_and_last_at_the_end():
+    now, info = [0.0], FakeInfo()
+    events = [
+        (0.0, Phase("Loading the base model")),
+        (0.2, Step(1, 3, 2.0, batch=8)),
+        (0.4, Note("a cap applied")),
+        (0.6, Step(2, 3, 1.5, batch=8)),
+        (1.1, Tick()),  # a heartbeat still hands a view on: a consumer gone is noticed then
+        (1.3, Step(3, 3, 1.0, batch=8)),
+        (1.4, Served(info)),
+        (1.5, Phase("Checking general similarity")),
+        (1.6, Done(info)),
+        (1.7, Phase("never seen: after the end")),
+    ]
+    seen = []
+    for view in progress(clocked(events, now), clock=lambda: now[0]):
+        seen.append((now[0], view.step.step if view.step else None, view.served is info, view.take_notes()))
+        if view.end is not None:
+            assert view.end.kind == "done" and view.losses == [2.0, 1.5, 1.0] and view.said == ["a cap applied"]
+    assert seen == [
+        (0.0, None, False, []),  # the first at once
+        (1.1, 2, False, ["a cap applied"]),  # a second later, on the heartbeat: the note said once
+        (1.4, 3, True, []),  # served: at once
+        (1.6, 3, True, []),  # the end
+    ]
+
+
+def test_a_failed_run_ends_its_views_with_what_it_did_so_far():
+    events = [Phase("Starting"), Step(1, 5, 2.0), Step(2, 5, 1.8), Failed("out of memory")]
+    views = [(v.end, list(v.losses)) for v in progress(iter(events), every=60.0, clock=lambda: 0.0)]
+    assert views[0] == (None, []) and views[-1][0].kind == "error" and views[-1][1] == [2.0, 1.8]
+    assert len(views) == 2  # nothing between: every step within the minute
