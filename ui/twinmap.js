@@ -27,6 +27,7 @@ let shared = null; // the renderer (one WebGL context) both draw with
 const S = {
   colourBy: "base", mode: "pan", movement: false, hover: null, clicked: -1, selected: [], located: [],
   lassoing: { base: false, tuned: false }, offset: [0, 0], following: false, size: { w: 0, h: 0 },
+  labels: { base: [], tuned: [] }, // the label boxes each map's overlay shows (canvas CSS pixels), see placeLabels
 };
 
 // ---------- data ----------
@@ -355,6 +356,7 @@ function paint(m) {
   const ctx = cv.getContext("2d");
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.clearRect(0, 0, w, h);
+  S.labels[m] = [];
   if (!D || !plots) return;
   const th = colours(), focus = S.located.length ? S.located : S.selected;
   if (S.movement && m === "tuned") {
@@ -371,27 +373,105 @@ function paint(m) {
     ctx.stroke();
     ctx.globalAlpha = 1;
   }
+  // markers first, their labels after (placed by placeLabels, most important first: the hovered string's, then the
+  // located ones, then the queries); every marker is an obstacle no label covers
+  const marks = [], names = [];
+  const mark = (x, y, r) => marks.push({ x: x - r, y: y - r, w: 2 * r, h: 2 * r });
+  if (S.hover && S.hover.map !== m) { // the other map names the hovered string where it sits there
+    const k = S.hover.k, [x, y] = toScreen(m, D[`${m}X`][k], D[`${m}Y`][k]);
+    mark(x, y, 13);
+    names.push({ x, y, text: D.texts[k], dx: 15 });
+  }
   if (S.located.length && S.located.length <= 12)
     for (const k of S.located) {
       const [x, y] = toScreen(m, D[`${m}X`][k], D[`${m}Y`][k]);
       ring(ctx, x, y, 8, th.accent, 2);
-      label(ctx, x, y, D.texts[k], th, 12);
+      mark(x, y, 9);
+      names.push({ x, y, text: D.texts[k], dx: 12 });
     }
   for (const q of D.queries) {
     const [x, y] = toScreen(m, q[m][0], q[m][1]);
     star(ctx, x, y, th);
-    label(ctx, x, y, q.text, th, 12);
+    mark(x, y, 10);
+    names.push({ x, y, text: q.text, dx: 12 });
   }
   if (S.clicked >= 0) {
     const [x, y] = toScreen(m, D[`${m}X`][S.clicked], D[`${m}Y`][S.clicked]);
     ring(ctx, x, y, 9, th.accent, 2.5);
+    mark(x, y, 11);
   }
-  if (S.hover && S.hover.map !== m) { // the other map names the hovered string where it sits there
+  if (S.hover && S.hover.map !== m) {
     const k = S.hover.k, [x, y] = toScreen(m, D[`${m}X`][k], D[`${m}Y`][k]);
     ring(ctx, x, y, 10, th.bg, 5);
     ring(ctx, x, y, 10, th.accent, 2.5);
-    label(ctx, x, y, D.texts[k], th, 14);
   }
+  const title = box[m].querySelector(".tm-title"); // the map's name sits over its top-left corner
+  if (title) marks.push({ x: title.offsetLeft - 2, y: title.offsetTop - 2, w: title.offsetWidth + 4, h: title.offsetHeight + 4 });
+  S.labels[m] = placeLabels(ctx, names, marks, th);
+  root.dataset[`labels${m === "base" ? "Base" : "Tuned"}`] = `${S.labels[m].length}/${names.length}`;
+}
+
+// Labels inside the map and apart (greedy, in the order given): each goes to the first spot, right then left of its
+// point, level with it and then a line further up or down at a time, that lies inside the map and covers no label or
+// marker already placed; a label moved off its point's line gets a thin leader line. A label too long for the wider
+// side of its point is cut to fit it; one whose point is out of view, or that finds no free spot, is left out (the
+// ring still shows the string, and hovering it names it). Returns the boxes drawn (canvas CSS pixels).
+const LABEL_FONT = "600 12px system-ui, sans-serif";
+function placeLabels(ctx, names, marks, th) {
+  const { w, h } = S.size, PAD = 3, LINE = 16, placed = [];
+  if (!names.length || !w || !h) return placed;
+  ctx.font = LABEL_FONT;
+  const hits = (b) => (o) => b.x < o.x + o.w && o.x < b.x + b.w && b.y < o.y + o.h && o.y < b.y + b.h;
+  const taken = marks.slice();
+  for (const it of names) {
+    if (!(it.x >= 0 && it.x <= w && it.y >= 0 && it.y <= h)) continue; // its point is out of view
+    const room = Math.max(it.x, w - it.x) - it.dx - 2 * PAD;
+    if (room < 24) continue;
+    const t = fitText(ctx, it.text, room), tw = ctx.measureText(t).width, bh = 14;
+    let spot = null;
+    for (let j = 0; j <= 6 && !spot; j++) {
+      const dy = j === 0 ? 0 : (j % 2 ? -1 : 1) * Math.ceil(j / 2) * LINE;
+      for (const side of [1, -1]) {
+        const b = { x: side > 0 ? it.x + it.dx : it.x - it.dx - tw, y: it.y - bh / 2 + dy, w: tw, h: bh };
+        // inside the map, at PAD from its edges: the clamp of a label whose point is a few pixels from an edge
+        if (b.y < PAD && dy === 0) b.y = PAD;
+        if (b.y + bh > h - PAD && dy === 0) b.y = h - PAD - bh;
+        if (b.x < PAD || b.x + tw > w - PAD || b.y < PAD || b.y + bh > h - PAD) continue;
+        const halo = { x: b.x - 2, y: b.y - 2, w: b.w + 4, h: b.h + 4 };
+        if (taken.some(hits(halo))) continue;
+        spot = { ...b, side, dy };
+        break;
+      }
+    }
+    if (!spot) continue;
+    taken.push({ x: spot.x - 2, y: spot.y - 2, w: spot.w + 4, h: spot.h + 4 });
+    if (spot.dy) { // a leader from the point's marker to the label's near end
+      const ex = spot.side > 0 ? spot.x - 2 : spot.x + spot.w + 2, ey = spot.y + bh / 2;
+      ctx.strokeStyle = th.fg;
+      ctx.globalAlpha = 0.5;
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      ctx.moveTo(it.x + (spot.side > 0 ? 1 : -1) * (it.dx - 3), it.y);
+      ctx.lineTo(ex, ey);
+      ctx.stroke();
+      ctx.globalAlpha = 1;
+    }
+    const base = spot.y + 11; // 12px text: its baseline 11 px below the box's top, descenders within the box
+    ctx.lineWidth = 4;
+    ctx.strokeStyle = th.bg;
+    ctx.strokeText(t, spot.x, base);
+    ctx.fillStyle = th.fg;
+    ctx.fillText(t, spot.x, base);
+    placed.push({ text: t, x: spot.x, y: spot.y, w: spot.w, h: spot.h });
+  }
+  return placed;
+}
+
+// the text cut (with an ellipsis) to 48 characters and to `room` pixels
+function fitText(ctx, text, room) {
+  let t = text.length > 48 ? text.slice(0, 47) + "…" : text;
+  while (t.length > 2 && ctx.measureText(t).width > room) t = t.slice(0, -2) + "…";
+  return t;
 }
 function ring(ctx, x, y, r, colour, width) {
   ctx.strokeStyle = colour;
@@ -413,20 +493,6 @@ function star(ctx, x, y, th) {
   ctx.stroke();
   ctx.fill();
 }
-function label(ctx, x, y, text, th, dx) {
-  const t = text.length > 48 ? text.slice(0, 47) + "…" : text, { w, h } = S.size;
-  ctx.font = "600 12px system-ui, sans-serif";
-  const tw = ctx.measureText(t).width;
-  let lx = x + dx;
-  if (lx + tw + 6 > w) lx = x - dx - tw; // flip left rather than run off the map
-  const ly = Math.min(Math.max(y, 10), h - 8);
-  ctx.lineWidth = 4;
-  ctx.strokeStyle = th.bg;
-  ctx.strokeText(t, lx, ly + 4);
-  ctx.fillStyle = th.fg;
-  ctx.fillText(t, lx, ly + 4);
-}
-
 // ---------- tooltip ----------
 function tip(m, sx, sy, k, q) {
   const el = $(".tm-tip");
@@ -614,6 +680,7 @@ element.twinmap = root.twinmap = {
   libraryXY: (m, k) => plots[m].getScreenPosition(k),
   libraryPoint: (m, k) => plots[m].get("points")[k],
   ownPoint: (m, k) => [D[`${m}X`][k], D[`${m}Y`][k]],
+  labels: (m) => S.labels[m].map((b) => ({ ...b })), // the label boxes map m shows, in its canvas's CSS pixels
   librarySelection: (m) => (plots ? Array.from(plots[m].get("selectedPoints")) : []),
   state: () => ({ n: D ? D.n : 0, zoom: zoom(), hover: S.hover, selected: [...S.selected], located: [...S.located],
     clicked: S.clicked, colourBy: S.colourBy, movement: S.movement, mode: S.mode, offset: [...S.offset],
