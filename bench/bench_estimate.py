@@ -1,4 +1,4 @@
-"""Estimate vs measured: the Tune tab's calibrated time estimate (app.planner.estimate), then the real job the app
+"""Estimate vs measured: the Tune tab's calibrated time estimate (ui.plan_md.plan_text: app.planner.plan worded), then the real job the app
 runs on the same strings (app.trainer.train: load, base index, training, save, tuned index, downloads) plus the
 general checks it runs after training (explorer.compare.forgetting), each size on a fresh MirrorApp with its own work
 folder. Calibrations and what finished runs taught the estimator (Estimator.observe) are per process, as in a
@@ -39,6 +39,7 @@ from explorer import MirrorApp, Settings
 from explorer.events import Cancelled, Done, Failed, Phase, Served, Step
 from explorer.tune.estimate import PHASES, in_fresh_thread
 from explorer.tune.inputs import build_config
+from ui.plan_md import plan_text
 
 # A job's Phase texts (mirror.job, explorer.service) -> the estimate's phase they belong to.
 PHASE_OF = (
@@ -109,7 +110,7 @@ def visit(app: MirrorApp, size: int, row: dict) -> dict:
     app.loader.set_texts(session, raw, source, partners=partners, columns=("definition", "term"))
     row.update(strings=len(session.texts), load_before=load())
     t = time.perf_counter()
-    markdown = app.planner.estimate(session, "bundled", "auto", {})
+    markdown = plan_text(app, session, "bundled", "auto", {})
     row["estimate_call_s"] = round(time.perf_counter() - t, 2)  # includes the calibration
     config, _ = build_config(session.texts, "bundled", "auto", {}, app.settings.max_steps, pairs=bool(PAIRS[0]))
     est, why = app.planner.estimate_of(session, config)  # the numbers behind that Markdown (calibrated: cached now)

@@ -16,6 +16,7 @@ import pytest
 
 from tests.architectures import ARCHITECTURES, EAGER, SENTENCE_ENCODERS, build
 from tests.conftest import TINY, WORDS
+from ui.plan_md import plan_text
 
 TOL = 0.02  # largest component difference of unit vectors (the invariant test's rule): bf16 noise is ~0.005
 LONG = " ".join(["the big red cat is on the blue car"] * 60)  # ~600 tokens: past every position table here
@@ -129,7 +130,7 @@ def test_every_architecture_tunes_saves_reloads_and_indexes(arch, tmp_path, caps
     session = app.session()
     app.loader.load_pasted(session, "\n".join(TEXTS))
     if arch in EAGER:  # the plan shown before Launch says so too
-        assert "has no fused (SDPA) attention" in app.planner.estimate(session, str(base), "auto", dict(TINY))
+        assert "has no fused (SDPA) attention" in plan_text(app, session, str(base), "auto", dict(TINY))
     frozen = {"freeze_layers": 1, "freeze_embeddings": True}  # every weight trains but the lowest layer's and these
     events = list(app.trainer.train(session, str(base), "auto", {**TINY, **frozen}))
     assert events[-1].kind == "done", events[-1]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.architectures import build
+from ui.plan_md import bases_md, plan_text
 
 # Published sizes (model cards, papers) of the hub bases offered: KNOWN_CONFIGS must give these, in millions.
 PUBLISHED_M = {
@@ -56,7 +57,7 @@ def test_the_box_suggests_each_base_with_its_size_and_its_cost_here(app, monkeyp
     from explorer.tune.bases import SUGGESTED
     from explorer.tune.estimate import Calibration, Estimator, Fit
     from explorer.tune.inputs import build_config
-    from explorer.tune.plan_md import short_seconds
+    from ui.plan_md import short_seconds
 
     # this machine's costs, as a calibration would time them (fixed here: the test is about what is done with them)
     cal = Calibration(
@@ -64,15 +65,15 @@ def test_the_box_suggests_each_base_with_its_size_and_its_cost_here(app, monkeyp
     )
     monkeypatch.setattr(est_mod, "calibrate", lambda *args, **kwargs: cal)
     app.estimator = Estimator(app.settings.work_dir / ".estimate")  # not this process's calibrations
-    empty = app.planner.bases_md(None, "auto", {})
+    empty = bases_md(app.planner.bases(None, "auto", {}))
     assert "load some strings to see" in empty and "**all-MiniLM-L6-v2 (bundled)** · 22.7M |" in empty
     assert "Hub ids need internet" in empty and "MIRROR_MODEL_ROOTS" in empty
     s = app.session()
     app.loader.load_example(s, "small")
-    rough = app.planner.bases_md(s, "auto", {})  # the bundled model not timed yet: never timed for this table
+    rough = bases_md(app.planner.bases(s, "auto", {}))  # the bundled model not timed yet: never timed for this table
     assert "a rough guess so far" in rough and app.estimator.calibrations == {}
-    app.planner.estimate(s, "bundled", "auto", {})  # the plan shown for the bundled model calibrates it
-    md = app.planner.bases_md(s, "auto", {})
+    plan_text(app, s, "bundled", "auto", {})  # the plan shown for the bundled model calibrates it
+    md = bases_md(app.planner.bases(s, "auto", {}))
     rows = {row.split("**")[1]: row.split("|") for row in md.splitlines() if row.startswith("| **")}
     assert list(rows) == [b.name for b in SUGGESTED] and "(calibrated here)" in md
     assert all(f"`{b.model}`" in md for b in SUGGESTED)  # what to pick in the box
@@ -88,7 +89,7 @@ def test_a_server_without_the_hub_says_so(tmp_path):
     from explorer import MirrorApp, Settings
 
     app = MirrorApp(Settings(work_dir=tmp_path / "w", allow_hub=False, warm_up=False))
-    md = app.planner.bases_md(None, "auto", {})
+    md = bases_md(app.planner.bases(None, "auto", {}))
     assert "loads no hub models (MIRROR_ALLOW_HUB=0)" in md and "MIRROR_MODEL_ROOTS" not in md
 
 
@@ -100,6 +101,6 @@ def test_a_folder_outside_the_roots_is_refused_before_its_config_is_read(app, tm
     monkeypatch.setattr(bases, "_read_config", lambda folder: read.append(folder))
     s = app.session()
     app.loader.load_pasted(s, "cat\ndog\nbus")
-    shown = app.planner.estimate(s, str(build("bert", tmp_path / "elsewhere")), "auto", {})
+    shown = plan_text(app, s, str(build("bert", tmp_path / "elsewhere")), "auto", {})
     assert "only accepted under the allowed directories" in shown and read == []
     assert Path(tmp_path / "elsewhere").is_dir()

@@ -16,12 +16,12 @@ import torch
 from explorer.runs.live import Run
 from explorer.tune import estimate as est_mod
 from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, price
-from explorer.tune.plan_md import estimate_md
 from explorer.words import fmt_seconds
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, load_encoder
 from mirror.train import mirror_tune
 from tests.conftest import TINY, WORDS
+from ui.plan_md import estimate_md, plan_text
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -275,23 +275,23 @@ def test_the_service_calibrates_once_per_key_and_shows_every_phase(app, tiny_ber
     app.estimator = Estimator(app.settings.work_dir / ".estimate")  # not this process's: count from none
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))
-    first = app.planner.estimate(s, str(tiny_bert), "auto", TINY)
+    first = plan_text(app, s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 1 and "calibrated on this machine just now" in first
     assert "**Plan:** 2 steps" in first and "estimated \\~" in first  # escaped: two "~" a line are strikethrough
     assert "(searchable after \\~" in first  # served before its general checks and downloads
     for name in ("load", "base index", "training", "save", "tuned index", "downloads", "general checks"):
         assert name in first
-    again = app.planner.estimate(s, str(tiny_bert), "auto", {**TINY, "max_steps": 3})  # same key: a setting of the plan
+    again = plan_text(app, s, str(tiny_bert), "auto", {**TINY, "max_steps": 3})  # same key: a setting of the plan
     assert len(calls) == 1 and "calibrated on this machine" in again and "just now" not in again
     assert "**Plan:** 3 steps" in again
-    app.planner.estimate(s, str(tiny_bert), "auto", {**TINY, "pooling": "cls"})  # another key: another calibration
+    plan_text(app, s, str(tiny_bert), "auto", {**TINY, "pooling": "cls"})  # another key: another calibration
     assert len(calls) == 2
     import explorer.tune.planning
 
     monkeypatch.setattr(explorer.tune.planning, "device_and_threads", lambda device: ("cpu", 7))  # torch on 7 threads
-    app.planner.estimate(s, str(tiny_bert), "auto", TINY)
+    plan_text(app, s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 3 and {key[-2] for key in app.estimator.calibrations} == {torch.get_num_threads(), 7}
-    app.planner.estimate(s, str(tiny_bert), "auto", TINY)
+    plan_text(app, s, str(tiny_bert), "auto", TINY)
     assert len(calls) == 3
 
 
@@ -302,7 +302,7 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
     someone = Run()  # a run is training on this server: no calibration competes with it
     app.registry.begin(someone)
     try:
-        text = app.planner.estimate(s, str(tiny_bert), "auto", TINY)
+        text = plan_text(app, s, str(tiny_bert), "auto", TINY)
     finally:
         app.registry.end(someone)
     assert "rough guess" in text and "when no run is training" in text and not app.estimator.calibrations
@@ -311,9 +311,9 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
     lock = app.estimator._locks.setdefault(key, threading.Lock())
     app.planner.CALIBRATION_WAIT_S = 0.2
     with lock:  # another request is calibrating this key, for longer than this one waits
-        text = app.planner.estimate(s, str(tiny_bert), "auto", TINY)
+        text = plan_text(app, s, str(tiny_bert), "auto", TINY)
     assert "rough guess" in text and "calibrating" in text
-    assert "calibrated" in app.planner.estimate(s, str(tiny_bert), "auto", TINY)
+    assert "calibrated" in plan_text(app, s, str(tiny_bert), "auto", TINY)
 
 
 def test_fit_keeps_costs_positive_and_sees_the_length_term():
@@ -375,7 +375,7 @@ def test_the_service_learns_from_each_run_and_drops_checks_that_are_off(app, tin
     app.estimator = Estimator(app.settings.work_dir / ".estimate")
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))
-    assert "general checks" in app.planner.estimate(s, str(tiny_bert), "auto", TINY)  # calibrates
+    assert "general checks" in plan_text(app, s, str(tiny_bert), "auto", TINY)  # calibrates
     events = list(app.trainer.train(s, str(tiny_bert), "auto", TINY))
     assert events[-1].kind == "done"
     (seen,) = app.estimator.observed.values()
@@ -385,7 +385,7 @@ def test_the_service_learns_from_each_run_and_drops_checks_that_are_off(app, tin
     off.estimator = Estimator(off.settings.work_dir / ".estimate")
     t = off.session()
     off.loader.load_pasted(t, "\n".join(WORDS))
-    text = off.planner.estimate(t, str(tiny_bert), "auto", TINY)
+    text = plan_text(off, t, str(tiny_bert), "auto", TINY)
     assert "training" in text and "general checks" not in text and "searchable after" not in text
 
 
@@ -402,10 +402,10 @@ def test_a_second_request_waits_for_the_calibration_another_one_started(app, tin
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))
     first: list[str] = []
-    worker = threading.Thread(target=lambda: first.append(app.planner.estimate(s, str(tiny_bert), "auto", TINY)))
+    worker = threading.Thread(target=lambda: first.append(plan_text(app, s, str(tiny_bert), "auto", TINY)))
     worker.start()
     assert started.wait(30)
-    second = app.planner.estimate(s, str(tiny_bert), "auto", TINY)  # the page asks again while the first calibrates
+    second = plan_text(app, s, str(tiny_bert), "auto", TINY)  # the page asks again while the first calibrates
     worker.join(60)
     assert "calibrated on this machine just now" in first[0]
     assert "calibrated on this machine" in second and "rough guess" not in second
@@ -517,7 +517,7 @@ def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkey
     assert len(calls) == 1 and len(app.estimator.calibrations) == 1
     s = app.session()
     app.loader.load_example(s, "small")
-    shown = app.planner.estimate(s, str(tiny_bert), "auto", {})
+    shown = plan_text(app, s, str(tiny_bert), "auto", {})
     assert len(calls) == 1 and "just now" not in shown and "calibrated on this machine" in shown
     from explorer.tune.inputs import build_config
 

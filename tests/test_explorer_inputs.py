@@ -21,6 +21,7 @@ from mirror import MirrorConfig
 from mirror.errors import MirrorError
 from tests.conftest import TINY, WORDS, train, tree, tuned_session
 from tests.upload_corpus import GOOD_UPLOADS, write
+from ui.plan_md import plan_text
 from ui.render import load_md
 
 # ---------------------------------------------------------------------------------------------- strings
@@ -141,17 +142,17 @@ def test_estimate_and_server_step_cap(app, tiny_bert):
     model = str(tiny_bert)
     app = MirrorApp(dataclasses.replace(app.settings, max_strings=20_000))
     s = app.session()
-    assert "Load some strings" in app.planner.estimate(s, model, "auto", {})
+    assert "Load some strings" in plan_text(app, s, model, "auto", {})
     app.loader.load_example(s, "words10k")
-    text = app.planner.estimate(s, model, "auto", {})
+    text = plan_text(app, s, model, "auto", {})
     assert "100 steps" in text and "words preset" in text and "estimated" in text
     steps, train_s, index_s = estimate_seconds(s.texts, MirrorConfig.preset("words"), "cpu", 2)
     assert steps == 100 and 20 < train_s < 200 and index_s > 0  # bench: ~45 s on 2 cores
-    assert "max steps must be >= 1" in app.planner.estimate(s, model, "auto", {"max_steps": -3})
+    assert "max steps must be >= 1" in plan_text(app, s, model, "auto", {"max_steps": -3})
     capped = MirrorApp(dataclasses.replace(app.settings, max_steps=10))
     s2 = capped.session()
     capped.loader.load_example(s2, "words10k")
-    assert "caps a run at 10 steps" in capped.planner.estimate(s2, model, "auto", {})
+    assert "caps a run at 10 steps" in plan_text(capped, s2, model, "auto", {})
     config, notes = build_config(s2.texts, "bundled", "auto", {"epochs": 3.0, "max_steps": 0}, 10)
     assert config.max_steps == 10 and config.epochs == 3 and isinstance(config.epochs, int) and notes
 

@@ -12,6 +12,7 @@ from mirror.data import AUTO
 from mirror.errors import MirrorError
 from tests.conftest import TINY, VOCAB_WORDS, WORDS
 from ui import render
+from ui.plan_md import plan_text
 
 ROWS = [f"{a} {b} {c}" for a in VOCAB_WORDS[:8] for b in VOCAB_WORDS[4:10] for c in ("cat", "dog")]
 
@@ -31,7 +32,7 @@ def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measu
     shown = render.load_md(info)
     assert "**Pairs:** each `summary` is tuned with its `name` as its positive — two text columns" in shown
     assert f"{len(ROWS)} of {len(ROWS)} strings have a partner" in shown
-    plan = app.planner.estimate(s, str(tiny_bert), "auto", dict(TINY))
+    plan = plan_text(app, s, str(tiny_bert), "auto", dict(TINY))
     assert f"Pairs: {len(ROWS) - 20} rows train, each `summary` with its `name`" in plan and "20 rows held out" in plan
     events = list(app.trainer.train(s, str(tiny_bert), "auto", dict(TINY)))
     assert events[-1].kind == "done", events[-1]
@@ -60,8 +61,8 @@ def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measu
     again = app.loader.restore_texts(other)
     assert other.texts == s.texts and other.partners == partners and other.pairing.columns() == ("summary", "name")
     assert "and their `name`, loaded again" in render.load_md(again)
-    assert f"Pairs: {len(ROWS) - 20} rows train, each `summary` with its `name`" in app.planner.estimate(
-        other, str(tiny_bert), "auto", dict(TINY)
+    assert f"Pairs: {len(ROWS) - 20} rows train, each `summary` with its `name`" in plan_text(
+        app, other, str(tiny_bert), "auto", dict(TINY)
     )
     # a blend's held-out figures are its run's: said so (the helper's pass read the same numbers as measured anew)
     assert list(app.saved.blend_run(other, 0.5))[-1].kind == "done"
@@ -69,7 +70,7 @@ def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measu
     # (none): the same file, the strings alone
     plain = app.loader.load_file(s, str(glossary(tmp_path)), "summary", "glossary.csv", "")
     assert plain["pair_column"] is None and s.partners is None and s.pairing is None
-    assert "Pairs" not in app.planner.estimate(s, str(tiny_bert), "auto", dict(TINY))
+    assert "Pairs" not in plan_text(app, s, str(tiny_bert), "auto", dict(TINY))
 
 
 @pytest.mark.checks

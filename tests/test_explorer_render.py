@@ -246,7 +246,7 @@ def test_the_change_sentence_says_how_much_moved_and_why():
 
 def test_the_plan_says_why_a_small_upload_trains_more_epochs():
     from explorer.tune.inputs import build_config
-    from explorer.tune.plan_md import small_upload_note
+    from ui.plan_md import small_upload_note
 
     texts = [f"sentence number {i} of a small upload" for i in range(1000)]
     config, _ = build_config(texts, "bundled", "sentences", {"min_steps": 50})

@@ -16,6 +16,7 @@ from mirror.data import AUTO
 from ui import render
 from ui.handlers import PRIVATE
 from ui.numbers import Number
+from ui.plan_md import NO_STRINGS, bases_md, held_text, plan_text
 from ui.uploads import NamedFile, given_name
 
 
@@ -93,7 +94,7 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
             ui.mode = gr.Radio(MODES, value="auto", label="Preset", elem_id="mx-mode")
             ui.fields = advanced_settings()
     gr.Markdown("### 3. Tune", elem_classes="mx-step")
-    ui.estimate_md = gr.Markdown("Load some strings to see the plan and a time estimate.", elem_id="mx-estimate")
+    ui.estimate_md = gr.Markdown(NO_STRINGS, elem_id="mx-estimate")
     with gr.Row():
         # enabled only when they can act: Launch once strings are loaded, Cancel while a run goes on
         ui.launch = gr.Button(
@@ -180,7 +181,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             error = user_error(exc)
             gr.Warning(render.toast_text(error))
             if not session.texts:
-                failed = [render.message(error), *keep_fields, "Load some strings to see the plan and a time estimate."]
+                failed = [render.message(error), *keep_fields, NO_STRINGS]
                 return [*failed, gr.update(interactive=False), session], getattr(exc, "columns", []), None, None
             # the strings loaded before stay loaded (and armed), and the page says so plainly
             paired = f", each with its `{session.pairing.partner_column}`" if session.pairing is not None else ""
@@ -268,7 +269,7 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         values = app.planner.preset(session, mode_value, model_value)  # held by the session, as shown
         updates = [gr.update(value=values[n]) for n in fields]
         # a preset chosen on purpose: every setting is the preset's again
-        return [*updates, app.planner.estimate(session, model_value, mode_value, values), session, []]
+        return [*updates, plan_text(app, session, model_value, mode_value, values), session, []]
 
     def on_settings(mode_value, model_value, s, *vals):
         """A setting changed by hand: the settings shown, held, and their plan."""
@@ -321,8 +322,8 @@ def wire_bases(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
     def on_plan(mode_value, s, *vals):
         if s is None:  # no session yet: the sizes only
-            return app.planner.bases_md(None, mode_value, {})
-        return app.planner.bases_md(app.session(s), mode_value, dict(zip(fields, vals, strict=True)))
+            return bases_md(app.planner.bases(None, mode_value, {}))
+        return bases_md(app.planner.bases(app.session(s), mode_value, dict(zip(fields, vals, strict=True))))
 
     inputs = [ui.mode, state, *ui.fields.values()]
     ui.bases_box.expand(on_plan, inputs, ui.bases_md, show_progress="minimal", **PRIVATE)
@@ -339,4 +340,4 @@ def estimate_only(
     if not session.texts:  # nothing to plan; a fresh session is not sent back over one an upload just made
         return gr.update(), session if s is not None else gr.update()
     shown = dict(zip(ui.fields, vals, strict=True))
-    return app.planner.held_md(session, model_value, mode_value, shown), session
+    return held_text(app, session, model_value, mode_value, shown), session

@@ -1,12 +1,14 @@
 """The plan and time estimate of a run before it starts (explorer.tune.estimate does the pricing): what the page shows,
-the memory a run plans with, and the calibration at server start.
+as values (`Shown`, `Bases`; ui.plan_md words them), the memory a run plans with, and the calibration at server start.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from explorer.resources.models import ModelCache
@@ -15,8 +17,6 @@ from explorer.settings import Settings
 from explorer.tune.estimate import IO_PHASES, Estimator
 from explorer.tune.guess import device_and_threads, rough_estimate
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config, preset_overrides, recorded_overrides
-from explorer.tune.plan_md import estimate_md
-from explorer.words import message
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
@@ -24,6 +24,32 @@ from mirror.errors import MirrorError
 log = logging.getLogger("mirror.app")
 # What a base's size does not scale in the suggestions' times: loading it, saving and zipping (I/O, not compute).
 UNSCALED_PHASES = IO_PHASES
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The plan the page shows of a run before it starts: its Estimate (calibrated, or the rough guess and
+    `why_rough`) of `config` with its notes; or no plan: no strings loaded (`config` None), or settings refused
+    (`refused`: why)."""
+
+    est: Any = None
+    config: Any = None
+    notes: tuple[str, ...] = ()
+    why_rough: str = ""
+    refused: str = ""
+
+
+@dataclass(frozen=True)
+class Bases:
+    """What the base-model box says: the bundled model's Estimate of the session's run (None: no strings, or not
+    calibrated: `why`), whether strings are loaded, and where this server may load models from."""
+
+    est: Any
+    why: str
+    loaded: bool
+    allow_hub: bool
+    offline: bool
+    local_roots: bool
 
 
 class Planner:
@@ -38,16 +64,16 @@ class Planner:
 
     CALIBRATION_WAIT_S = 90.0  # an estimate waits this long for another request's calibration of the same key
 
-    def estimate(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
-        """Markdown: the planned steps and the whole job's time on this machine, phase by phase.
+    def plan(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Shown:
+        """The planned steps and the whole job's time on this machine, phase by phase (ui.plan_md words it).
 
         The first estimate for a model (and pooling, device, precision, threads) calibrates: a few real training
         steps and encodes of that model, timed here (explorer.tune.estimate; a few seconds). Until then, and where it
         cannot calibrate now (a hub model not loaded yet, a run training on this server, ZeroGPU, another request
-        calibrating the same key), it shows the rough guess from string lengths, saying why.
+        calibrating the same key), it is the rough guess from string lengths, saying why.
         """
         if not session.texts:
-            return "Load some strings to see the plan and a time estimate."
+            return Shown()
         try:
             config, notes = build_config(
                 session.texts,
@@ -60,12 +86,12 @@ class Planner:
             notes = [*pairs_notes(session, config), *notes]
             est, why = self.estimate_of(session, config)
         except MirrorError as exc:
-            return message(str(exc), "warning")
+            return Shown(refused=str(exc))
         from mirror.encoder import attention_note
 
         base = self.models.cached_base(config.model, config.pooling)  # loaded by the estimate when it could be
         attention = attention_note(base) if base is not None else None
-        return estimate_md(est, config, [*notes, *([attention] if attention else [])], why)
+        return Shown(est, config, (*notes, *([attention] if attention else [])), why)
 
     def estimate_of(self, session: Session, config, may_calibrate: bool = True) -> tuple[Any, str]:
         """The calibrated Estimate of a run of `config` on the session's strings, or the rough one and why.
@@ -144,61 +170,20 @@ class Planner:
         phases = tuple((name, s if name in UNSCALED_PHASES else s * factor) for name, s in est.phases)
         return dataclasses.replace(est, phases=phases, calibration=None)
 
-    def bases_md(self, session: Session | None, mode: str, overrides: dict[str, Any]) -> str:
-        """Markdown: the bases the box suggests by need, each with its size and what a run of the session's strings
-        (with these settings) would cost on this machine: the bundled model's estimate (calibrated here when it has
-        been, never calibrated for this), its compute phases scaled by each base's compute per token. `session`
-        None or without strings: the sizes, and no times yet."""
-        import os
-
-        from explorer.tune.bases import SUGGESTED, fmt_params, relative_compute, shape_of
-        from explorer.tune.plan_md import short_seconds
-        from mirror.memory import fmt_gb
-
+    def bases(self, session: Session | None, mode: str, overrides: dict[str, Any]) -> Bases:
+        """The bases the box suggests, priced (ui.plan_md.bases_md words it): the bundled model's estimate of a run of
+        the session's strings with these settings (calibrated here when it has been, never calibrated for this),
+        which each base's compute per token scales. `session` None or without strings: no times yet."""
         est, why = None, ""
-        if session is not None and session.texts:
+        loaded = session is not None and bool(session.texts)
+        if loaded:
             try:
                 config, _ = build_config(session.texts, BUNDLED_MODEL, mode, overrides, self.settings.max_steps)
                 est, why = self.estimate_of(session, config, may_calibrate=False)
             except MirrorError as exc:
                 why = str(exc)
-        # three columns: the box sits in a narrow column (and on a phone)
-        rows = ["| base · size | pick it for | time |", "|---|---|---:|"]
-        for base in SUGGESTED:
-            shape, ratio = shape_of(base.model), relative_compute(base.model)
-            size = "?" if shape is None else fmt_params(shape.params)
-            if base.model != BUNDLED_MODEL and shape is not None:
-                size += f", {fmt_gb(4 * shape.params)} download"
-            if est is None or ratio is None:
-                cost = "?" if session is not None and session.texts else "–"
-            else:
-                scaled = sum(s * (1 if name in UNSCALED_PHASES else ratio) for name, s in est.phases)
-                cost = f"~{short_seconds(scaled)}"
-            rows.append(f"| **{base.name}** · {size} | {base.need} | {cost} |")
-        ids = ", ".join(f"`{b.model}`" for b in SUGGESTED)
-        if est is None:
-            how = f"Times: {why}." if why else "Times: load some strings to see what a run of them costs here."
-        else:
-            which = "calibrated here" if est.calibration is not None else f"a rough guess so far; it {why}"
-            how = (
-                f"Times: this machine's estimate of the whole run for the bundled model ({which}), scaled by each "
-                "model's compute per token; a hub model's first run also downloads it."
-            )
         offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes")
-        hub = (
-            "This server loads no hub models (MIRROR_ALLOW_HUB=0)."
-            if not self.settings.allow_hub
-            else "Hub ids need internet: this server is offline (HF_HUB_OFFLINE), so only those downloaded before load."
-            if offline
-            else "Hub ids need internet on the server."
-        )
-        local = (
-            " A local folder (a sentence-transformers or Hugging Face model) is typed as its path; this server takes "
-            "folders under MIRROR_MODEL_ROOTS."
-            if self.settings.model_roots
-            else ""
-        )
-        return "\n".join(rows) + f"\n\nIn the Base model box: {ids}.\n\n_{how} {hub}{local}_"
+        return Bases(est, why, loaded, self.settings.allow_hub, offline, bool(self.settings.model_roots))
 
     # ------------------------------------------------------------ the settings a Launch runs, held (issue 59)
 
@@ -213,20 +198,20 @@ class Planner:
             session.tuning = tuning
         return tuning
 
-    def held_md(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> str:
+    def held(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Shown:
         """The plan the page shows: of the settings the session holds (those given, when it holds none). An event
         sent with the page's values of a moment before (a model picked while a load ran) plans what Launch runs; a
         plan made while the held settings changed (a setting edited during the first plan's calibration) is made
         again, so that the last plan to land is never an older one's."""
-        md = ""
+        shown = Shown()
         for _ in range(3):
             held = session.tuning
             if held is not None:
                 model, mode, overrides = held.model, held.mode, dict(held.overrides)
-            md = self.estimate(session, model, mode, overrides)
+            shown = self.plan(session, model, mode, overrides)
             if session.tuning is held:
                 break
-        return md
+        return shown
 
     def hold_model(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Tuning:
         """Another base model: held with the settings the session holds (those given, when it holds none: the model's
