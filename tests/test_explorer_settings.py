@@ -64,7 +64,7 @@ def test_settings_default_to_limits_suited_to_a_cpu_space():
     )
 
 
-# Attack review, disk: the zips handed out are served in place from Gradio's upload folder (one copy on disk).
+# Attack review, disk: the API's files are hard links from the work folder into Gradio's cache (one copy on disk).
 def test_the_served_zips_live_in_gradios_upload_folder_by_default(monkeypatch, tmp_path):
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "g"))
     assert (

@@ -4,8 +4,15 @@ reaches any kept run."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import hmac
+import os
+import secrets
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -153,7 +160,9 @@ def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> N
         """One export of the run's strings (all, or the row numbers in `rows`): fmt "projector" (a zip of Embedding
         Projector TSVs), "parquet" (text, both embeddings, map coordinates when drawn), "neighbours" (CSV) or
         "all" (a zip of the three with a README). Returns the file."""
-        return explore_call(app, s, run, lambda session: str(ex.export(session, str(fmt or "").strip(), rows or None)))
+        return explore_call(
+            app, s, run, lambda session: served(ex.export(session, str(fmt or "").strip(), rows or None))
+        )
 
     def api_moved(filter: str = "", limit: float = 500, run: str = "", s: Session | None = None):  # noqa: A002
         """The run's strings ranked by how much their 10 nearest neighbours changed with tuning (most first), those
@@ -220,9 +229,44 @@ def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> 
     first call leaves no session folder behind."""
     try:
         for progress, run in app.trainer.train_stream(session, *args):
-            files = (str(run.model_zip), str(run.index_zip)) if run is not None else (None, None)
+            files = (served(run.model_zip), served(run.index_zip)) if run is not None else (None, None)
             yield progress, *files, session
     except MirrorError as exc:
         if session is not s:  # a client's first call failed: its new session folder is never reused
             app.close_session(session)
         raise gr.Error(str(exc), print_exception=False) from None
+
+
+_KEY = secrets.token_bytes(32)  # names the cache folders of served files: stable in this process, guessed by nobody
+
+
+def served(path: Path | str) -> str:
+    """A file the API hands out, put where Gradio keeps what it serves, so that its answer (`path` and the URL
+    `/gradio_api/file=<Gradio's cache>/<64 hex>/<name>`, Gradio's own form for a cached file) names no folder of ours:
+    not the work folder, a session's or a run's (issue 58: they were served in place, the work folder being inside
+    Gradio's cache by default). A hard link where the file system allows (no second copy on disk), a copy otherwise.
+    Its folder is a keyed hash of the file's identity: the same file asked again is the same link (touched, as Gradio
+    touches a cached copy it hands out again, for delete_cache's ageing), a file written anew a new one. Gradio
+    serves it as any file in its cache and delete_cache removes it after the sessions' TTL; the run keeps its own."""
+    from gradio.utils import get_upload_folder
+
+    source = Path(path)
+    st = source.stat()
+    identity = f"{source.resolve()}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()
+    folder = Path(get_upload_folder()) / hmac.new(_KEY, identity, hashlib.sha256).hexdigest()
+    target = folder / source.name
+    with contextlib.suppress(FileNotFoundError):
+        now = target.stat()  # handed out before: its times set to themselves (a link's are the run's file's)
+        os.utime(target, ns=(now.st_atime_ns, now.st_mtime_ns))  # which moves its ctime, what delete_cache ages by
+        return str(target)
+    folder.mkdir(parents=True, exist_ok=True)
+    staging = folder / f".{source.name}.{secrets.token_hex(4)}"
+    try:
+        try:
+            os.link(source, staging)
+        except OSError:  # another file system, or links refused there: a copy
+            shutil.copyfile(source, staging)
+        os.replace(staging, target)  # whole or absent, for a call asking at the same time
+    finally:
+        staging.unlink(missing_ok=True)
+    return str(target)

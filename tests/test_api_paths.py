@@ -1,0 +1,98 @@
+"""Issue 58, Low row "server paths in API answers": what the API's file answers say of where the server keeps its
+files, through the real server with the work folder where it is by default (inside Gradio's cache).
+
+/train's zips and /export's file came back as `/gradio_api/file=<work folder>/<session>/runs/<id>/…`, naming the
+server's folders; now they are Gradio's cache form (`<Gradio's cache>/<64 hex>/<name>`: ui.api.served), and still
+download. Gradio's own upload answer names a path in its cache (`<cache>/<hash>/<name>`), not ours: the client hands
+it back to name the file it sent.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server import ROOT, Page, Served, serve
+
+WORDS = (ROOT / "examples" / "small_words.txt").read_text().split()[:40]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def default_layout(tmp_path_factory) -> Iterator[tuple[Served, Path, Path]]:
+    """A server whose work folder is where it is by default: `$GRADIO_TEMP_DIR/mirror-explorer`."""
+    root = tmp_path_factory.mktemp("api_paths")
+    cache = root / "gradio"
+    work = cache / "mirror-explorer"
+    env = {"GRADIO_TEMP_DIR": str(cache), "MIRROR_WORK_DIR": str(work), "MIRROR_GENERAL_CHECKS": "0"}
+    with serve(root, env) as served:
+        yield served, work.resolve(), cache.resolve()
+
+
+def strings(value) -> Iterator[str]:
+    """Every string in a JSON answer."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings(v)
+
+
+def files(answer: dict) -> list[dict]:
+    """The FileData values of an event's output."""
+    out = (answer.get("output") or {}).get("data") or []
+    return [v for v in out if isinstance(v, dict) and v.get("meta", {}).get("_type") == "gradio.FileData"]
+
+
+def assert_names_nothing_of_ours(answer: dict, work: Path, cache: Path) -> None:
+    for text in strings(answer.get("output")):
+        assert str(work) not in text and "mirror-explorer" not in text and "/runs/" not in text, text
+    for f in files(answer):
+        assert re.fullmatch(re.escape(str(cache)) + r"/[0-9a-f]{64}/[^/]+", f["path"]), f["path"]
+
+
+def test_train_and_export_answer_files_in_gradios_cache_form(default_layout):
+    served, work, cache = default_layout
+    page = Page(served.url)
+    settings = {"max_steps": 2, "batch_size": 16}
+    answer = page.event("train", {0: "\n".join(WORDS), 5: settings})
+    assert answer.get("success"), answer
+    zips = files(answer)
+    assert len(zips) == 2, answer
+    assert_names_nothing_of_ours(answer, work, cache)
+    for f, member in zip(zips, ("mirror-model/modules.json", "mirror-index/texts.json"), strict=True):
+        assert f["url"].startswith(served.url + "gradio_api/file=" + str(cache) + "/"), f["url"]
+        body = page.http.get(f["url"])  # Gradio serves it: what gradio_client downloads
+        assert body.status_code == 200, (f, body.status_code)
+        with zipfile.ZipFile(io.BytesIO(body.content)) as zf:
+            assert member in zf.namelist()
+        served_file = Path(f["path"])
+        run_file = next(work.rglob(served_file.name))
+        assert served_file.samefile(run_file)  # a hard link (one file system here): no second copy on disk
+    again = page.event("train", {0: "\n".join(WORDS), 5: {**settings, "seed": 3}})  # another run: its own files
+    assert again.get("success") and {f["path"] for f in files(again)}.isdisjoint(f["path"] for f in zips)
+
+    export = page.event("export", {0: "neighbours"})
+    assert export.get("success"), export
+    assert len(files(export)) == 1
+    assert_names_nothing_of_ours(export, work, cache)
+    twice = page.event("export", {0: "neighbours"})  # the same file asked again: the same served path
+    assert [f["path"] for f in files(twice)] == [f["path"] for f in files(export)]
+
+
+def test_an_upload_answer_names_a_path_in_gradios_cache_not_ours(default_layout, tmp_path):
+    served, work, cache = default_layout
+    table = tmp_path / "terms.csv"
+    table.write_text("term\n" + "".join(w + "\n" for w in WORDS))
+    uploaded = Page(served.url).upload(table)["path"]
+    assert re.fullmatch(re.escape(str(cache)) + r"/[0-9a-f]+/terms\.csv", uploaded), uploaded
+    assert str(work) not in uploaded
