@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import threading
 import time
 import zipfile
@@ -263,7 +264,11 @@ def test_a_run_that_raises_midway_leaves_the_session_usable(app, tiny_bert, monk
     events = train(app, s, tiny_bert, max_steps=4, seed=1)
     assert [e.step for e in events if e.kind == "step"] == [1]
     last = events[-1]
-    assert last.kind == "error" and "RuntimeError: simulated failure in step 2" in last.text, last
+    # a bug: a code to quote, its traceback in the log; not the exception's type and text (issue 58)
+    assert last.kind == "error" and re.search(
+        r"failed unexpectedly \(error [0-9a-f]{6} in the server's log\)", last.text
+    )
+    assert "RuntimeError" not in last.text and "simulated" not in last.text, last
     assert s.run is first and app.registry.of(s) is None and app.searcher.search(s, "cat", 2)[0]["tuned"]
     # the same session trains again (the training slot was given back) and serves the new run
     monkeypatch.setattr(mirror.train, "_train_step", real)

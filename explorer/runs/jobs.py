@@ -9,6 +9,7 @@ and stopping when asked: a run calls it in its own thread, and its events go str
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from explorer.errors import incident
 from explorer.events import Event, Failed, Tick
 from explorer.runs.live import STOP_FILE, Run, Status
 from explorer.settings import spaces
@@ -202,17 +204,25 @@ def run_job(
         )
     except MirrorError as exc:
         emit(Failed(str(exc)))
-    except Exception as exc:  # a bug or an OOM: report it, keep the server alive
-        log.exception("training job failed")
-        if is_out_of_memory(exc):
-            emit(
-                Failed(
-                    f"out of memory ({type(exc).__name__}); try fewer strings, a smaller batch size or max "
-                    "length, or a smaller model"
-                )
-            )
-        else:
-            emit(Failed(f"training failed unexpectedly ({type(exc).__name__}: {exc})"))
+    except Exception as exc:  # a bug, an OOM or a full disk: report it, keep the server alive
+        emit(Failed(failure_text(exc)))
+
+
+def failure_text(exc: BaseException) -> str:
+    """What the user reads of a training job that raised (its traceback logged): an out-of-memory names its kind
+    (OutOfMemoryError: the GPU's; MemoryError: the machine's) and what to try, a full disk says so; anything else is a
+    bug, said as a code to quote (explorer.errors.incident), not its type and text (issue 58: they named the server's
+    classes, and could carry its paths)."""
+    if is_out_of_memory(exc):
+        log.error("training job failed: out of memory", exc_info=exc)
+        return (
+            f"out of memory ({type(exc).__name__}); try fewer strings, a smaller batch size or max length, or a "
+            "smaller model"
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        log.error("training job failed: the disk is full", exc_info=exc)
+        return f"the server's disk is full ({os.strerror(exc.errno)}): this run could not be finished; try again later"
+    return f"training failed unexpectedly (error {incident(exc, 'training job failed')} in the server's log)"
 
 
 @_gpu
