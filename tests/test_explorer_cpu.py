@@ -110,6 +110,22 @@ def test_no_budget_means_no_limit():
     accounts.check(Owner("a", "x"))
 
 
+def test_the_bench_log_names_each_job_its_charge_and_changes_nothing(caplog):
+    """MIRROR_LOG_CPU=1 (bench/bench_cpu_server.py reads a real server's charges from its log): one line a job."""
+    quiet, logged = cpu.CpuAccounts(0, 0), cpu.CpuAccounts(0, 0, log_jobs=True)
+    owner = Owner("v1", "10.0.0.1")
+    with caplog.at_level("INFO", logger="mirror.cpu"):
+        with quiet.metered(owner, "a search", refuse=False):
+            pass
+        assert not caplog.records
+        with logged.metered(owner, "an export", interactive=True):
+            sum(i * i for i in range(200_000))
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("cpu job: an export | visitor ") and "| charged " in line and "| runs paused " in line
+    assert "v1" not in line  # the visitor's id hashed
+    assert logged.used(owner)[0] > 0
+
+
 def test_background_work_pauses_for_interactive_work_and_never_forever():
     """Issue 54: a run and a map at once took 3.2x and 2.4x their times alone; taking turns, the map has the cores
     and the run waits at its next step (explorer.resources.turns.Turns)."""

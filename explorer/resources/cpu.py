@@ -12,6 +12,10 @@ rest of the process's CPU (the torch and OpenMP worker threads, which work for w
 region, and the server's own threads) a share in proportion to those own times: an OpenMP master thread does its
 share of each parallel region's work, so its time is the measure of the pool's work for it. Where threads cannot be
 read (not Linux) the rest is split equally, as before.
+
+`MIRROR_LOG_CPU=1` (for benches: bench/bench_cpu_server.py reads it from a real server's log) logs each metered job
+as it ends: what, whose (a hash of the visitor), the CPU seconds charged, its wall time and how long background runs
+paused for interactive work meanwhile. Read only: nothing is charged or refused differently.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import hashlib
+import logging
 import os
 import threading
 import time
@@ -30,6 +36,7 @@ from explorer.resources.turns import TURNS
 from mirror.errors import MirrorError
 
 WINDOW_S = 3600.0
+log = logging.getLogger("mirror.cpu")
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -113,6 +120,7 @@ class CpuAccounts:
     running: list[Job] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _last: float = 0.0  # the CPU clock when the running jobs were last charged
+    log_jobs: bool = field(default_factory=lambda: os.environ.get("MIRROR_LOG_CPU", "").strip() == "1")
 
     def used(self, owner: Owner) -> tuple[float, float]:
         """(the visitor's, its address's) CPU seconds in the last hour, the jobs running now included."""
@@ -163,6 +171,7 @@ class CpuAccounts:
             self._settle()
             self.running.append(job)
             job.join(threading.get_native_id())
+        started, paused = time.monotonic(), TURNS.paused_s
         try:
             with TURNS.interactive() if interactive else contextlib.nullcontext(), working_for(job):
                 yield job
@@ -171,6 +180,15 @@ class CpuAccounts:
                 self._settle()
                 self.running.remove(job)
                 self.spent.append((time.monotonic(), owner, job.seconds))
+            if self.log_jobs:
+                log.info(
+                    "cpu job: %s | visitor %s | charged %.3f s | wall %.3f s | runs paused %.3f s",
+                    what,
+                    hashlib.sha256(owner.visitor.encode()).hexdigest()[:12],
+                    job.seconds,
+                    time.monotonic() - started,
+                    TURNS.paused_s - paused,
+                )
 
     # ---------------------------------------------------------------- under self.lock
 
