@@ -75,26 +75,31 @@ class TrainView:
 
         return chance.live(session, models)
 
-    def show(self, view: Progress) -> dict:
+    def show(self, view: Progress, stopping: str = "") -> dict:
         """The status line (its phase's bar, or its training step's with the time left), the live curve, and on a
         shown Gradio progress the same: one redraw of the run's view (explorer.runs.follow, at most once a second:
         each message the page gets costs Gradio's frontend ~0.1 s of a small machine's core, whatever it changes;
         redrawn twice a second with Gradio's hidden progress on every step, a training run took ~55% of a core in
-        Chromium, ~27% once a second: bench/bench_page_cpu.py). Its new notes are said as toasts."""
+        Chromium, ~27% once a second: bench/bench_page_cpu.py). Its new notes are said as toasts. `stopping`: what
+        a stop asked (Cancel) does, said (RunView.stopping) in place of a step's time left, a phase's line marked
+        "stopping…", until the run ends (Cancelled) or is served (too late to stop)."""
         for text in view.take_notes():
             gr.Warning(render.toast_text(text))
         self.losses, self.batches, ev = view.losses, view.batches, view.now
+        halt = "stopping…" if stopping else ""
         if isinstance(ev, Phase) and ev.total:
-            self.tell((ev.done, ev.total), desc=ev.text, unit="strings")
-            right = f"{ev.done:,} / {ev.total:,} strings"
+            self.tell((ev.done, ev.total), desc=f"{ev.text} · {halt}" if halt else ev.text, unit="strings")
+            right = f"{ev.done:,} / {ev.total:,} strings" + (f" · {halt}" if halt else "")
             self.status = render.progress_bar(f"<b>{html.escape(ev.text)}…</b>", ev.done, ev.total, right)
         elif isinstance(ev, Phase):
-            self.tell(None, desc=ev.text)
-            self.status = render.status_box(f"**{ev.text}…**")
+            self.tell(None, desc=f"{ev.text} · {halt}" if halt else ev.text)
+            self.status = render.status_box(f"**{ev.text}…**" + (f" {halt}" if halt else ""))
         elif isinstance(ev, Step):
             eta = f"ETA {fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
             if ev.eta is not None and getattr(ev, "after", None):  # the ETA covers the phases after training too
                 eta += f" (of which ~{fmt_seconds(ev.after)} after the training: the tuned index and checks)"
+            if halt:  # Cancel pressed: the run ends after this step, and nothing of it is served
+                eta = stopping
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
             self.tell((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")
@@ -102,6 +107,8 @@ class TrainView:
 
     def tell(self, *args: Any, **kwargs: Any) -> None:
         if self.progress is not None:
+            if args and args[0] is None:  # Gradio draws a progress's text only with a number: None showed a bare timer
+                args = (0.0, *args[1:])
             self.progress(*args, **kwargs)
 
     @staticmethod
@@ -214,6 +221,16 @@ class RunView:
             ui.runs: self.run_list(memory, run.folder.name),
         }
 
+    def stopping(self, session: Session) -> str:
+        """What the session's run does now that a stop was asked for it (Cancel, from this page or another of its
+        pages), "" when none was: its status line says so until it ends, not the time left (the next view drawn
+        after Cancel's "Stopping…" line replaced it with the step and its ETA, as if Cancel had not been heard)."""
+        run = self.app.registry.of(session)
+        if run is None or not run.stopping:
+            return ""
+        kept = " the previous model and index stay served." if session.run else " nothing is served yet."
+        return "Stopping after this step…" + kept
+
     def draw(
         self, events: Iterator[Event], session: Session, memory: dict, progress: gr.Progress | None = None
     ) -> Iterator[dict]:
@@ -262,7 +279,7 @@ class RunView:
                 box = render.status_box(render.done_status(ev.run), "ok")
                 yield self.with_strings({ui.status_md: box, **idle, **self.served(ev.run, session, memory)}, session)
                 return
-            yield view.show(now)
+            yield view.show(now, self.stopping(session))
 
 
 def wire_training(app: MirrorApp, view: RunView) -> None:
@@ -416,7 +433,13 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
         for now in follow_progress(app.saved.use_saved_model(session, path) if path else ()):
             ev = now.end
             if ev is None and isinstance(now.now, Phase):  # its phases on Gradio's progress: it shows no curve
-                progress(None, desc=now.now.text)
+                # with a number: Gradio shows a progress's text only with one (None: a bare timer, for minutes when
+                # it waits for a training slot behind another visitor's run)
+                phase = now.now
+                if phase.total:
+                    progress((phase.done, phase.total), desc=phase.text, unit="strings")
+                else:
+                    progress(0.0, desc=phase.text)
             elif isinstance(ev, Failed | Cancelled):  # cancelled (Cancel, the time cap): said, as a blend says it
                 gr.Warning(render.toast_text(ev.text))
                 kind = "error" if isinstance(ev, Failed) else "warning"
@@ -427,8 +450,15 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
                 return {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory)}
         return {state: session}
 
+    # its progress on its own line, as a blend's: the whole Tune tab greyed out under timers while it waited for a
+    # training slot (a user's pass: minutes behind another visitor's run, no word of why)
     ui.saved_zip.upload(
-        on_saved_zip, [ui.saved_zip, browser, state], [ui.saved_md, *view.outputs], **JOB_QUEUE, **PRIVATE
+        on_saved_zip,
+        [ui.saved_zip, browser, state],
+        [ui.saved_md, *view.outputs],
+        show_progress_on=[ui.saved_md],
+        **JOB_QUEUE,
+        **PRIVATE,
     )
 
 

@@ -111,7 +111,6 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
         y_title="loss ÷ log(2B−1)",
         title=render.LOSS_TITLE,
         caption=render.LOSS_CAPTION,
-        height=260,
         visible=False,
         elem_id="mx-loss",
     )

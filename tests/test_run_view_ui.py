@@ -1,0 +1,99 @@
+"""What a user's pass in Chromium after issue 59's one follow loop found in how the page draws a run (ui/runs.py,
+ui/tune.py): Cancel's "Stopping after the current step…" was replaced a second later by the next step's line and
+its ETA, as if Cancel had not been heard; a model upload's phases were a bare timer over the whole greyed Tune tab;
+the loss curve's caption was cut off at the bottom of its fixed-height box."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import app as mx
+from explorer import MirrorApp, Settings
+from explorer.events import Cancelled
+from explorer.runs.live import Run
+from mirror.job import Step
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory, tiny_bert):
+    work = tmp_path_factory.mktemp("ui")
+    a = MirrorApp(Settings(work_dir=work / "sessions", model_roots=(Path(tiny_bert).resolve(),), general_checks=False))
+    return a, {f.name: f for f in mx.build_demo(a).fns.values()}
+
+
+def status(update: dict) -> str:
+    return str(next((v for c, v in update.items() if getattr(c, "elem_id", None) == "mx-status"), ""))
+
+
+def test_after_cancel_each_redraw_says_the_run_stops_not_its_time_left(ui):
+    app, fns = ui
+    session = app.session()
+    run = app.registry.asked(session) or Run(session)
+    run.strings, run.texts = (3, "three.txt"), ("cat", "dog", "bird")
+    assert app.registry.begin(run)
+    run.admit()
+    # the page follows the run as Launch's handler or a reloaded page does (RunView.draw over the run's events)
+    drawn = fns["on_load"].fn({"runs": [], "active": run.id}, session, None)
+    assert "Reattached to your run" in status(next(drawn))
+    run.publish(Step(step=1, total=10, loss=2.0, eta=30.0, batch=3))
+    line = ""
+    while "step 1 / 10" not in line:  # a heartbeat's view may come first
+        line = status(next(drawn))
+    assert "ETA 30 s" in line and "Stopping" not in line
+
+    said = app.trainer.cancel(session)  # what Cancel's handler calls and shows (ui.runs.wire_training.on_cancel)
+    assert "Stopping after the current step" in said
+    time.sleep(1.1)  # the next view (at most one a second), with the step the run was in when Cancel came
+    run.publish(Step(step=2, total=10, loss=1.9, eta=27.0, batch=3))
+    while "step 2 / 10" not in line:
+        line = status(next(drawn))
+    assert "Stopping after this step" in line and "ETA" not in line, line
+    assert "nothing is served yet" in line  # no earlier model: none is said to stay served
+
+    run.publish(Cancelled("Cancelled after 2 of 10 steps; nothing was saved."))
+    app.registry.end(run)
+    run.end()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ends = [status(u) for u in drawn]
+    assert any("Cancelled after 2 of 10 steps" in s for s in ends), ends
+
+
+def test_a_model_upload_and_a_blend_say_each_phase_on_their_own_line(ui):
+    """Gradio draws a progress's text only with a number: `progress(None, desc=...)` showed a bare timer, and a model
+    upload greyed out the whole Tune tab (every output of the event) while it waited, minutes behind another
+    visitor's run, for a training slot. Each phase now reaches the progress with a number, on the upload's own line
+    (as a blend's)."""
+    from explorer.events import Phase
+    from explorer.runs.follow import Progress
+    from ui.runs import TrainView
+
+    app, fns = ui
+    upload = fns["on_saved_zip"]
+    saved_md = upload.outputs[0]  # the note under the upload: its progress shows there, not over the whole tab
+    assert [c._id for c in upload.show_progress_on] == [saved_md._id]
+    told: list = []
+    view = TrainView(lambda *a, **k: told.append((a, k)))
+    for phase in (Phase("Waiting for a training slot (1 job ahead of yours)"), Phase("Indexing", done=3, total=10)):
+        now = Progress()
+        now.take(phase)
+        view.show(now)
+    (waiting, _), (indexing, _) = told
+    assert waiting[0] == 0.0 and "training slot" in told[0][1]["desc"]
+    assert indexing[0] == (3, 10) and told[1][1]["unit"] == "strings"
+
+
+def test_the_loss_curve_has_no_fixed_height_that_cuts_its_caption(ui):
+    """Gradio gives a plot's `height` to its whole box (overflow hidden) and puts the caption under the chart: with
+    height=260 the caption ("1 = a model that knows nothing…") was cut in half at the box's bottom edge (seen in
+    Chromium, desktop and phone). Without it the box grows to the chart (Vega's default height) and its caption."""
+    import gradio as gr
+
+    app, fns = ui
+    demo = mx.build_demo(app)
+    (curve,) = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "mx-loss"]
+    assert isinstance(curve, gr.LinePlot) and curve.caption and curve.height is None
