@@ -97,3 +97,33 @@ def test_the_loss_curve_has_no_fixed_height_that_cuts_its_caption(ui):
     demo = mx.build_demo(app)
     (curve,) = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "mx-loss"]
     assert isinstance(curve, gr.LinePlot) and curve.caption and curve.height is None
+
+
+def test_a_blend_refused_while_the_served_run_is_checked_says_why_and_keeps_the_served_alpha_picked(ui, tiny_bert):
+    """A pairs run served before its general checks offers "Serve another α" at once; a click meanwhile was refused
+    with "A run is already in progress in this session; wait for it or cancel it" (Cancel cannot stop the checks),
+    and the picker kept the refused α selected, as if it were served. It now says the checks are running, and the
+    picker is set back on the served run's α."""
+    from tests.conftest import tuned_session
+
+    app, fns = ui
+    session = tuned_session(app, tiny_bert)
+    served = session.run
+    run = Run(session)
+    assert app.registry.begin(run)
+    run.admit()
+    run.commit()
+    run.serving(served)  # served, its general checks running
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            (shown,) = list(fns["on_blend"].fn(1.0, None, session))
+        said = {getattr(c, "elem_id", None): v for c, v in shown.items()}
+        assert "general checks are still running" in said["mx-blend-md"] and "cancel" not in said["mx-blend-md"]
+        picker = said["mx-choice"]  # back on the served α (a run without α to pick: hidden, none picked)
+        assert picker["value"] is None and picker["visible"] is False
+        assert session.run is served
+    finally:
+        run.publish(Cancelled("test over"))
+        app.registry.end(run)
+        run.end()

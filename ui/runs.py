@@ -20,7 +20,7 @@ from explorer.share.uploads import display_name
 from explorer.words import fmt_seconds
 from mirror.errors import MirrorError
 from ui import render
-from ui.explore import explore_outputs, explore_panels
+from ui.explore import choice_update, explore_outputs, explore_panels
 from ui.handlers import JOB_QUEUE, PRIVATE, download
 from ui.tune import estimate_only
 
@@ -466,13 +466,30 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
     """Explore's Blend: a blend of the served run with its base, served as a new run like a finished training (here,
     not in ui/explore.py: RunView draws it, and RunView draws Explore's panels)."""
 
+    def refused(session: Session, text: str, toast: bool = True) -> dict:
+        """A blend refused or stopped: said on its line (and as a toast), and the one-click α picker back on the α
+        still served (it kept the user's pick, as if that α were served). Refused while the served run's general
+        checks run, it says so: "wait for it or cancel it" named a Cancel that cannot stop them (a user's pass in
+        Chromium)."""
+        live = app.registry.of(session)
+        if live is not None and live.checking:
+            text = (
+                "The served run's general checks are still running: blend it, or serve another α, once their table "
+                "appears above."
+            )
+        if toast:  # (a run's end is said as a toast by RunView.draw already)
+            gr.Warning(render.toast_text(text))
+        shown = {ui.blend_md: render.message(text, "error")}
+        if session.run is not None:
+            shown[ui.choice] = choice_update(session.run)
+        return shown
+
     def on_blend(alpha, memory, s, progress=gr.Progress()):  # noqa: B008
         session, ended = app.session(s), []
         started = iter(app.saved.blend_run(session, alpha))
         first = next(started, None)
         if isinstance(first, Failed):  # refused before it began (nothing served, a bad α): said here, not in tab ①
-            gr.Warning(render.toast_text(first.text))
-            yield {ui.blend_md: render.message(first.text, "error")}
+            yield refused(session, first.text)
             return
         events = (ended.append(ev) or ev for ev in itertools.chain([first] if first else [], started))
         yield from view.draw(events, session, memory, progress)
@@ -482,7 +499,7 @@ def wire_blend(app: MirrorApp, view: RunView, ui: SimpleNamespace) -> None:
                 ui.forget_md: render.forgetting_md(ended[-1].run),
             }
         elif ended and isinstance(ended[-1], Failed | Cancelled):
-            yield {ui.blend_md: render.message(ended[-1].text, "error")}
+            yield refused(session, ended[-1].text, toast=False)
 
     outputs = list(dict.fromkeys([*view.outputs, ui.blend_md, ui.forget_md]))
     # the progress on the blend's own line: the Explore tab is not greyed out while it works; it waits for a
