@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mirror.decoding import BINARY_MAGIC, SNIFF_CHARS, decode
 from mirror.errors import MirrorError
@@ -67,6 +68,8 @@ __all__ = [
 # encoded or tokenized: they become U+FFFD.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff]")
 SURROGATE = re.compile(r"[\ud800-\udfff]")
+# what str.splitlines splits at ("\r\n" first: one break)
+LINE_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 # Letters that render as nothing (Hangul fillers, the blank Braille pattern): with format (Cf: zero-width space,
 # bidi overrides), combining (Mn/Me) and separator characters, a string made only of these shows as blank.
 BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
@@ -93,20 +96,36 @@ class CleanStats:
         return "; ".join([counts, *self.notes])
 
 
-def clean_texts(texts: Iterable[str], notes: Iterable[str] = ()) -> tuple[list[str], CleanStats]:
+def clean_texts(
+    texts: Iterable[str], notes: Iterable[str] = (), limit: int | None = None
+) -> tuple[list[str], CleanStats]:
     """Strip, drop empty lines and de-duplicate keeping first occurrence order; strings that differ only in case
     are merged into the first spelling; `notes` (from reading) are kept in the stats.
 
     Duplicates matter for the loss: two copies of a string in one batch are each other's
     false negatives, and so are "Apple" and "apple" (and they take two hit slots in a search).
+
+    `limit`: keep at most this many strings; the ones after it are still counted in the stats (the note "kept the
+    first N of M") by their hashes, not kept as strings (a 19 MB paste of 240k lines cost ~80 MB of sets and lists
+    here for the 20,000 strings a server keeps: issue 58). Past `HASHES_KEPT` distinct strings after the limit the
+    rest is not read, and a note says so.
     """
     seen: set[str] = set()
     folded: set[str] = set()
     out: list[str] = []
     lines = empty = dups = case_dups = 0
+    rest = _Hashes() if limit is not None else None  # strings after the limit: hashes of each and of its case fold
+    notes = list(notes)
     for raw in texts:
-        lines += 1
         text = " ".join(CONTROL.sub(" ", SURROGATE.sub("\ufffd", str(raw))).split())  # no control chars, one space
+        if rest is not None and len(out) >= limit and text and text not in seen and not is_invisible(text):
+            fold = text.casefold()
+            lines += 1
+            if not rest.add(hash(text), None if fold in folded else hash(fold)):
+                notes.append(f"counted the first {lines:,} lines; the rest was not read")
+                break
+            continue
+        lines += 1
         if not text or is_invisible(text):
             empty += 1
         elif text in seen:
@@ -118,8 +137,73 @@ def clean_texts(texts: Iterable[str], notes: Iterable[str] = ()) -> tuple[list[s
             seen.add(text)
             folded.add(text.casefold())
             out.append(text)
-    stats = CleanStats(lines, empty, dups, len(out), tuple(notes), case_duplicates=case_dups)
+    distinct = len(out)
+    if rest is not None and rest.n:
+        exact, folds = rest.distinct()
+        # every string after the limit: an exact copy of an earlier one after it (dups), or a new spelling of a
+        # string seen before (case_dups), or a new string
+        dups += rest.n - exact
+        case_dups += exact - folds
+        distinct += folds
+    stats = CleanStats(lines, empty, dups, distinct, tuple(notes), case_duplicates=case_dups)
     return out, stats
+
+
+HASHES_KEPT = 2**19  # distinct strings counted past clean_texts' limit: 8 MB of hashes at most
+
+
+class _Hashes:
+    """The hashes of strings past clean_texts' limit (each string's, and its case fold's when that fold is new),
+    in arrays made unique now and then: 16 bytes per distinct string, not a Python string and two set entries."""
+
+    def __init__(self) -> None:
+        from array import array
+
+        self.n = 0
+        self.added = {"exact": array("q"), "folds": array("q")}  # since the last compaction
+        self.unique: dict[str, Any] = {}  # sorted unique so far (numpy arrays)
+
+    def add(self, exact: int, fold: int | None) -> bool:
+        """Count one string; False once more than HASHES_KEPT distinct strings are counted: count no more."""
+        self.added["exact"].append(exact)
+        if fold is not None:
+            self.added["folds"].append(fold)
+        self.n += 1
+        if len(self.added["exact"]) >= HASHES_KEPT:
+            return self.distinct()[0] < HASHES_KEPT
+        return True
+
+    def distinct(self) -> tuple[int, int]:
+        """How many distinct strings, and distinct new case folds, were counted."""
+        import numpy as np
+
+        for name, added in self.added.items():
+            new = np.unique(np.frombuffer(added, dtype=np.int64)) if len(added) else np.empty(0, dtype=np.int64)
+            old = self.unique.get(name)
+            self.unique[name] = new if old is None else np.union1d(old, new)
+            del new
+            del added[:]  # its buffer given back
+        return len(self.unique["exact"]), len(self.unique["folds"])
+
+
+def utf8_size(text: str, block: int = 2**20) -> int:
+    """len(text.encode("utf-8", "surrogatepass")) without the copy: a block at a time, none for ASCII."""
+    if text.isascii():
+        return len(text)
+    return sum(len(text[i : i + block].encode("utf-8", "surrogatepass")) for i in range(0, len(text), block))
+
+
+def iter_lines(text: str, block: int = 2**20) -> Iterator[str]:
+    """`text.splitlines()`, one line at a time: a block of about `block` characters split at once, so a 20 MB paste
+    is never a list of 240,000 strings (issue 58)."""
+    start, size = 0, len(text)
+    while start < size:
+        end = size
+        if start + block < size:
+            found = LINE_BREAK.search(text, start + block)
+            end = found.end() if found else size
+        yield from text[start:end].splitlines()
+        start = end
 
 
 def is_invisible(text: str) -> bool:

@@ -23,7 +23,7 @@ from explorer.errors import user_error
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 from ui import render
-from ui.handlers import JOB_QUEUE, consume_request
+from ui.handlers import JOB_QUEUE, consume_request, drop_request_copies
 from ui.numbers import Number, Text
 
 
@@ -96,6 +96,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         measure the gain (the summary's `pairs`). Returns the run summary, the model zip and the index zip.
         The tuned model then serves /search for this client's session."""
         session = app.session(s)
+        drop_request_copies()  # the request's bytes go before its text is read (issue 58)
         try:
             info = app.trainer.load_for_api(session, texts, file, column, settings, pair_column)
         except MirrorError as exc:

@@ -68,11 +68,10 @@ def current_visitor() -> Owner | None:
     return Owner(visitor=visitor, address=str(address or ""))
 
 
-def consume_request() -> None:
-    """The handler serving this request has read its inputs (a large paste is the session's strings now): drop the
-    copies Gradio keeps while the event lives (the request's raw body and parsed JSON, the event's input values) and
-    give the body's bytes back to the server's account of held requests (ui.web.held). Without it a 20 MB
-    /train body stayed in memory, three times over, for as long as its run waited and trained."""
+def drop_request_copies() -> None:
+    """Drop the copies of this request Gradio keeps while its event lives: the request's raw body and parsed JSON,
+    the event's large input values (the handler holds its own). A handler about to read a large paste calls it first:
+    the 19 MB of the body's bytes are not kept beside what the paste is read into (issue 58)."""
     from gradio.context import LocalContext
 
     request = getattr(LocalContext.request.get(None), "request", None)  # the Starlette request behind gr.Request
@@ -85,6 +84,17 @@ def consume_request() -> None:
     data = getattr(getattr(event, "data", None), "data", None)
     if isinstance(data, list):  # later steps of a generator do not read it again (Gradio keeps the iterator)
         data[:] = ["" if isinstance(v, str) and len(v) > 65536 else v for v in data]
+
+
+def consume_request() -> None:
+    """The handler serving this request has read its inputs (a large paste is the session's strings now): drop the
+    copies Gradio keeps while the event lives (`drop_request_copies`) and give the body's bytes back to the server's
+    account of held requests (ui.web.held). Without it a 20 MB /train body stayed in memory, three times over, for
+    as long as its run waited and trained."""
+    from gradio.context import LocalContext
+
+    drop_request_copies()
+    request = getattr(LocalContext.request.get(None), "request", None)
     release = ((getattr(request, "scope", None) or {}).get("state") or {}).get("mirror_release")
     if callable(release):  # a large body (ui.web.held): its parsing's garbage goes back to the OS too
         release()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from explorer.resources.models import ModelCache
@@ -17,7 +17,7 @@ from explorer.settings import Settings
 from explorer.share.uploads import display_name
 from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR
 from mirror.config import detect_mode
-from mirror.data import clean_texts, fmt_size, read_file
+from mirror.data import clean_texts, fmt_size, iter_lines, read_file, utf8_size
 from mirror.errors import MirrorError
 from mirror.pairs import clean_pairs
 
@@ -35,7 +35,7 @@ class TextLoader:
     def set_texts(
         self,
         session: Session,
-        raw: Sequence[str],
+        raw: Iterable[str],
         source: str,
         notes: Sequence[str] = (),
         partners: Sequence[str] | None = None,
@@ -47,13 +47,15 @@ class TextLoader:
         reading them: an encoding guessed, a header row)."""
         kept: list[str | None] | None = None
         if partners is not None:
-            texts, kept, stats, pair_stats = clean_pairs(raw, partners)
-        else:
-            texts, stats = clean_texts(raw)
+            texts, kept, stats, pair_stats = clean_pairs(list(raw), partners)
+            total = len(texts)
+        else:  # the strings past the limit are counted, not kept (a 20 MB paste: issue 58)
+            texts, stats = clean_texts(raw, limit=self.settings.max_strings)
+            total = stats.kept
         notes = list(notes)
-        if len(texts) > self.settings.max_strings:
+        if total > self.settings.max_strings:
             notes.append(
-                f"kept the first {self.settings.max_strings:,} of {len(texts):,} strings (this server's limit, MIRROR_MAX_STRINGS)"
+                f"kept the first {self.settings.max_strings:,} of {total:,} strings (this server's limit, MIRROR_MAX_STRINGS)"
             )
             texts = texts[: self.settings.max_strings]
             if kept is not None:
@@ -118,11 +120,12 @@ class TextLoader:
         text = str(text or "")
         if not text.strip():
             raise MirrorError("paste some strings first, one per line")
-        if len(text.encode("utf-8", "surrogatepass")) > self.settings.max_upload_bytes:
+        if utf8_size(text) > self.settings.max_upload_bytes:
             raise MirrorError(
                 f"the pasted text is over {fmt_size(self.settings.max_upload_bytes, limit=True)}; upload a file instead"
             )
-        return self.set_texts(session, text.splitlines(), "pasted text")
+        # line by line: no list of every line, no copy of the text (a 19 MB paste cost ~10x its size: issue 58)
+        return self.set_texts(session, iter_lines(text), "pasted text")
 
     def load_example(self, session: Session, key: str) -> dict[str, Any]:
         with self._replacing_texts(session):
