@@ -32,7 +32,7 @@ from ui.tune import tune_tab, wire_bases, wire_inputs
 from ui.web.connections import ConnectionGuard, default_total, on_a_space, raise_open_files
 from ui.web.connections import install as install_guard
 from ui.web.downloads import DownloadRoute
-from ui.web.held import HeldRequests
+from ui.web.held import BODY_COST, HeldRequests
 from ui.web.logbound import bound_output
 from ui.web.quota import UploadQuota
 
@@ -179,11 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
     max_request = 2 * app.settings.max_upload_bytes + 2**20
     queue = demo._queue  # Gradio's own queue (private attributes: checked by tests/test_abuse)
-    # large request bodies held in memory (a paste sent to /train) until their handler read them: one largest request
-    # per visitor, two per address, MIRROR_REQUEST_MEMORY_MB in all; refused before they are read past it
+    # large request bodies held in memory (a paste sent to /train) until their handler read them, each charged what
+    # it costs while Gradio reads it (ui.web.held.BODY_COST times its size, more for wide characters): one largest
+    # request per visitor, two per address, MIRROR_REQUEST_MEMORY_MB in all; refused before they are read past it
     total = app.settings.request_memory_bytes
+    largest = BODY_COST * max_request
     held = HeldRequests(
-        min(max_request, total), min(2 * max_request, total), total, live=lambda e: e in queue.event_ids_to_events
+        min(largest, total),
+        min(2 * largest, total),
+        total,
+        live=lambda e: e in queue.event_ids_to_events,
+        factor=BODY_COST,
     )
     quota = Middleware(
         UploadQuota,

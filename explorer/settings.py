@@ -50,9 +50,10 @@ Defaults suit a public CPU Space (see the README's table):
                             exports, evaluations) may spend in an hour; past it new ones are refused until the oldest
                             spending is an hour old (default: 1800, a quarter of a 2-core machine's hour; 0 = none)
   MIRROR_ADDRESS_CPU_S      ... one client address, all its visitors together (default: 3600; 0 = none)
-  MIRROR_REQUEST_MEMORY_MB  request bodies over 256 kB held in memory at once, until their handler has read them (a
-                            paste sent to /train): past it, or past one largest request per visitor and two per
-                            address, a request is refused before it is read (default: 160)
+  MIRROR_REQUEST_MEMORY_MB  memory request bodies over 256 kB may cost at once, until their handler has read them (a
+                            paste sent to /train), each charged 4x its size (6x, 10x for text of wide characters:
+                            ui.web.held): past it, or past one largest request per visitor and two per address, a
+                            request is refused before it is read (default: 160)
   MIRROR_MAX_PAIRS          pairs scored in one evaluation (default: 5000; the bundled sets have at most 1,500)
   MIRROR_MAX_CONNECTIONS_PER_ADDRESS  open connections one client address may hold; more are refused (429) as they
                             are made; a trusted proxy's address is exempt (default: 64)

@@ -28,7 +28,7 @@ from typing import Any
 from explorer.settings import parse_proxies
 from mirror.data import fmt_size
 from ui.web.connections import Pace, SlowBody
-from ui.web.held import Body, HeldRequests
+from ui.web.held import Body, HeldRequests, body_width
 
 SPOOL_CHUNK = 64 * 1024
 VISITOR_COOKIE = "mirror_visitor"
@@ -300,6 +300,11 @@ class UploadQuota:
                     break
             data = b"".join(chunks)
             del chunks
+            if held is not None and size > held.small and (width := body_width(data)) > 1:
+                # read now: what its text costs once decoded (wide characters), checked again
+                if no := held.refusal(body, 0, width):
+                    return await _refuse(send, no, 429)
+                held.charge(body, 0, width)
             sent = False
 
             async def replay() -> dict:
@@ -312,7 +317,9 @@ class UploadQuota:
             if held is None:
                 return await self.app(scope, replay, send)
             state["mirror_release"] = lambda: held.release(body)  # the handler read it (ui.handlers.consume_request)
-            return await self.app(scope, replay, self._holding(body, scope["path"].endswith("/queue/join"), send))
+            # a queue event (the page's join, the API's /call/<name>) keeps its body while it lives
+            event = scope["path"].endswith("/queue/join") or "/call/" in scope["path"]
+            return await self.app(scope, replay, self._holding(body, event, send))
         finally:
             if held is not None and body.event_id is None:
                 held.release(body)  # refused, failed, or answered: nothing waits with it
