@@ -33,7 +33,7 @@ from tests.fake_hub import FakeHub  # noqa: E402
 from tests.server import Page, serve  # noqa: E402
 
 
-def requests(served, n: int, mb: int) -> dict:
+def requests(served, n: int, mb: int, refuse_runs: bool = False) -> dict:
     line = "a real sentence of some length, with words in it and a number at its end: "
     bodies = ["\n".join(f"{line}{k}-{i}" for i in range(mb * MB // (len(line) + 8))) for k in range(n)]
     pages = [Page(served.url, headers={"X-Forwarded-For": f"10.4.{k // 200}.{k % 200 + 1}"}) for k in range(n)]
@@ -44,7 +44,10 @@ def requests(served, n: int, mb: int) -> dict:
 
     def train(k: int) -> None:
         fn_index, trigger = pages[k].fn("train")
-        data = [bodies[k], None, "", "bundled", "auto", {"max_steps": 1}, "", None]
+        # --refuse-runs: settings that are no object: each run refused once its text is read (the bodies' memory
+        # alone, no training beside it)
+        settings = [1] if refuse_runs else {"max_steps": 1}
+        data = [bodies[k], None, "", "bundled", "auto", settings, "", None]
         body = {"data": data, "event_data": None, "fn_index": fn_index, "trigger_id": trigger}
         try:
             r = pages[k].http.post(served.url + "gradio_api/queue/join", json={**body, "session_hash": pages[k].hash})
@@ -153,6 +156,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=20)
     parser.add_argument("--map-strings", type=int, default=20_000)
     parser.add_argument("--only", default="requests,hub,maps,weightless")
+    parser.add_argument("--refuse-runs", action="store_true", help="requests: runs refused once read (no training)")
     args = parser.parse_args()
     out: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="mirror-abuse49-") as tmp, FakeHub() as fake:
@@ -172,7 +176,7 @@ def main() -> None:
             for name in args.only.split(","):
                 print(f"{name}...", flush=True)
                 if name == "requests":
-                    out[name] = requests(served, args.requests, args.mb)
+                    out[name] = requests(served, args.requests, args.mb, args.refuse_runs)
                 elif name == "hub":
                     out[name] = hub(served, work, tmp / "hf", fake)
                 elif name == "maps":
