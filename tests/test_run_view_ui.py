@@ -127,3 +127,16 @@ def test_a_blend_refused_while_the_served_run_is_checked_says_why_and_keeps_the_
         run.publish(Cancelled("test over"))
         app.registry.end(run)
         run.end()
+
+
+def test_the_lines_that_carry_a_blend_s_and_an_upload_s_progress_have_room_for_it(ui):
+    """Gradio draws an event's progress over the components named in show_progress_on; over an empty Markdown (no
+    height) the text ("Waiting for a training slot (1 job ahead of yours)", "Indexing your strings with the blend")
+    was in the page but drawn nowhere (measured in Chromium: its box 0 px high). Both lines keep room for it."""
+    import gradio as gr
+
+    app, fns = ui
+    for name, elem_id in (("on_saved_zip", "mx-saved-md"), ("on_blend", "mx-blend-md")):
+        (line,) = fns[name].show_progress_on
+        assert isinstance(line, gr.Markdown) and line.elem_id == elem_id
+        assert (line.min_height or 0) >= 48, (name, line.min_height)

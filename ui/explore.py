@@ -106,7 +106,9 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             ui.blend_btn = gr.Button("Blend", elem_id="mx-blend-btn", scale=1)
         # a pairs run's own choice among blends (mirror/choose.py): another of them served in one click
         ui.choice = gr.Radio([], label="Serve another α (one click)", visible=False, elem_id="mx-choice")
-        ui.blend_md = gr.Markdown("", elem_id="mx-blend-md")
+        # room for the blend's progress on its own line (show_progress_on): an empty Markdown has no height, and
+        # Gradio's progress text over it was in the page but drawn nowhere
+        ui.blend_md = gr.Markdown("", min_height=56, elem_id="mx-blend-md")
     with gr.Accordion("Share on the Hugging Face Hub", open=False, visible=allow_hub):
         with gr.Row():
             ui.hub_repo = gr.Textbox(label="Repository", placeholder="your-name/my-mirror-model", scale=2)

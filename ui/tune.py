@@ -124,7 +124,9 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
         ui.saved_zip = gr.File(
             label="Tuned model .zip", file_types=[".zip"], type="filepath", height=150, elem_id="mx-saved-zip"
         )
-        ui.saved_md = gr.Markdown("")
+        # room for the upload's progress (its phases, its place in the training queue): on an empty Markdown (no height)
+        # Gradio's progress text was in the page but drawn nowhere
+        ui.saved_md = gr.Markdown("", min_height=56, elem_id="mx-saved-md")
     return ui
 
 
