@@ -31,7 +31,7 @@ def guarded(tmp_path_factory) -> Iterator[Served]:
         "MIRROR_HEADER_TIMEOUT_S": str(DEADLINE_S),
         "MIRROR_MIN_BODY_KBPS": "64",
         "MIRROR_MAX_UPLOAD_MB": "2",  # a request (a paste) is at most ~4 MB
-        "MIRROR_REQUEST_MEMORY_MB": "8",  # ... and 8 MB of them held at once
+        "MIRROR_REQUEST_MEMORY_MB": "32",  # ... and 8 MB of them held at once (each charged 4x its size: ui.web.held)
         "MIRROR_GENERAL_CHECKS": "0",
     }
     with serve(work, env) as served:

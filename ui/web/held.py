@@ -104,17 +104,18 @@ class HeldRequests:
 
             if over(self.by_visitor[body.visitor], self.per_visitor):
                 return (
-                    f"you have {fmt_size(self.by_visitor[body.visitor])} of requests waiting on this server already; "
-                    "one large request at a time: wait for it to be read, then send the next"
+                    f"you have a large request waiting on this server already (it holds "
+                    f"{fmt_size(self.by_visitor[body.visitor])} of its memory while it is read); one large request at "
+                    "a time: wait for it to be read, then send the next"
                 )
             if over(self.by_address[body.address], self.per_address):
                 return (
-                    f"your address has {fmt_size(self.by_address[body.address])} of large requests waiting on this "
-                    f"server (at most {fmt_size(self.per_address)}); try again in a moment"
+                    f"your address's large requests waiting on this server hold {fmt_size(self.by_address[body.address])}"
+                    f" of its memory while they are read (at most {fmt_size(self.per_address)}); try again in a moment"
                 )
             if over(self.total, self.total_limit):
                 return (
-                    f"this server holds {fmt_size(self.total)} of large requests now (at most "
+                    f"the large requests this server is reading hold {fmt_size(self.total)} of its memory now (at most "
                     f"{fmt_size(self.total_limit)}, MIRROR_REQUEST_MEMORY_MB); try again in a moment"
                 )
             return None
