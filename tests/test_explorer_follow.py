@@ -38,15 +38,24 @@ def test_views_come_once_a_second_at_once_when_served_and_last_at_the_end():
         if view.end is not None:
             assert view.end.kind == "done" and view.losses == [2.0, 1.5, 1.0] and view.said == ["a cap applied"]
     assert seen == [
-        (0.0, None, False, []),  # the first at once
-        (1.1, 2, False, ["a cap applied"]),  # a second later, on the heartbeat: the note said once
+        (1.1, 2, False, ["a cap applied"]),  # the first once the stream pauses (or a second in): not its first phase
         (1.4, 3, True, []),  # served: at once
         (1.6, 3, True, []),  # the end
     ]
 
 
+def test_a_reattached_follower_first_sees_where_the_run_is_not_its_first_phase():
+    """A reloaded page replays the run's kept events at once, then heartbeats: its first view is drawn after them."""
+    kept = [
+        Phase("Checking the base model"),
+        Phase("Indexing", 0, 100),
+        *(Step(i, 50, 2.0 - i / 100) for i in range(1, 31)),
+    ]
+    first = next(progress(iter([*kept, Tick()]), clock=lambda: 0.0))
+    assert first.now == kept[-1] and len(first.losses) == 30
+
+
 def test_a_failed_run_ends_its_views_with_what_it_did_so_far():
     events = [Phase("Starting"), Step(1, 5, 2.0), Step(2, 5, 1.8), Failed("out of memory")]
     views = [(v.end, list(v.losses)) for v in progress(iter(events), every=60.0, clock=lambda: 0.0)]
-    assert views[0] == (None, []) and views[-1][0].kind == "error" and views[-1][1] == [2.0, 1.8]
-    assert len(views) == 2  # nothing between: every step within the minute
+    assert len(views) == 1 and views[0][0].kind == "error" and views[0][1] == [2.0, 1.8]  # all within the minute

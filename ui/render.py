@@ -318,7 +318,7 @@ def served_status(run: RunInfo) -> str:
     what = "Blended and indexed" if blend is not None else "Tuned and indexed"
     return (
         f"{what}{when}: Search and Explore use it now. Checking general similarity (the forgetting check); "
-        "the downloads and the checks' table follow in a few seconds."
+        "the downloads and the checks' table follow when they are done (this line says so)."
     )
 
 
@@ -391,7 +391,7 @@ def health_md(health: dict[str, Any], run: RunInfo | None = None) -> str:
 
 CHECKS_PENDING = (
     "**General checks:** running now on the served model (word pairs, sentence pairs, real documents); their table "
-    "appears here in a few seconds. Search and Explore already use the tuned model."
+    "appears here when they are done. Search and Explore already use the tuned model."
 )
 
 

@@ -98,6 +98,8 @@ class TrainView:
             eta = f"ETA {fmt_seconds(ev.eta)}" if ev.eta is not None else "estimating time left…"
             if ev.eta is not None and getattr(ev, "after", None):  # the ETA covers the phases after training too
                 eta += f" (of which ~{fmt_seconds(ev.after)} after the training: the tuned index and checks)"
+            elif ev.eta is not None and getattr(ev, "after", None) is None:  # no calibrated plan: the steps alone
+                eta += " of the training; what follows it (the tuned index, the checks) is not timed yet"
             if halt:  # Cancel pressed: the run ends after this step, and nothing of it is served
                 eta = stopping
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"

@@ -57,11 +57,14 @@ class Progress:
 def progress(
     events: Iterable[Any], every: float = REDRAW_S, clock: Callable[[], float] = time.monotonic
 ) -> Iterator[Progress]:
-    """The run's view as its `events` come: the first at once, then one each `every` seconds at most (on a heartbeat
-    too: a consumer that went away is noticed when it is handed one, and stops following), one at once when it is
-    served, and the last at its end (`end` set). The same Progress each time, updated: read it before asking for the
-    next."""
-    view, last = Progress(), None
+    """The run's view as its `events` come: the first once what was kept of the run so far is folded in (at the first
+    heartbeat, which Run.follow sends right after the events it had kept: a reattached page draws where the run is,
+    not its first phase; or `every` seconds in), then one each
+    `every` seconds at most (on a heartbeat too: a consumer that went away is noticed when it is handed one, and
+    stops following), one at once when it is served, and the last at its end (`end` set). The same Progress each
+    time, updated: read it before asking for the next."""
+    view, last = Progress(), clock()
+    first = True
     for ev in events:
         if not isinstance(ev, Tick):
             view.take(ev)
@@ -69,6 +72,6 @@ def progress(
             yield view
             return
         now = clock()
-        if view.newly_served or last is None or now - last >= every:
+        if view.newly_served or now - last >= every or (first and isinstance(ev, Tick)):
             yield view
-            view.newly_served, last = False, now
+            view.newly_served, last, first = False, now, False

@@ -241,9 +241,10 @@ class Run:
 
     def follow(self, since: int = 0) -> Iterator[Any]:
         """The run's events from number `since` on, as they come, until its last; a Tick when nothing new came for
-        half a second once it has begun, or when the run sent a heartbeat (a consumer can redraw, or stop). Asking
+        half a second once it has begun, or when the run sent a heartbeat (a consumer can redraw, or stop), and one
+        right after its first events (those kept so far: a reattached consumer draws once it has caught up). Asking
         keeps the run alive: nobody asking for ABANDONED_S stops it (explorer.runs.execute)."""
-        i, beats = since, self._beats
+        i, beats, caught_up = since, self._beats, False
         while True:
             with self._cond:
                 self.last_seen = time.monotonic()
@@ -254,8 +255,9 @@ class Run:
             yield from batch
             if done and not batch:
                 return
-            if not batch and (i > 0 or beat):
-                yield Tick()
+            if (not batch and (i > 0 or beat)) or (batch and not caught_up and not done):
+                caught_up = caught_up or bool(batch)
+                yield Tick()  # nothing new; or, after its first events, caught up with what the run kept
 
     def unwatched_for(self) -> float:
         """Seconds since a consumer last asked for its events."""

@@ -64,10 +64,11 @@ class Trainer:
         if run is None:
             return "Nothing is running. Your model and index (if any) stay served."
         if not run.stop("cancel"):
-            return "This run is served already: its general checks and downloads follow in a few seconds."
+            return "This run is served already: its general checks and downloads follow (the status line says when)."
+        kept = KEPT if session.run is not None else NOTHING_KEPT
         if self.registry.get(run.id) is run:
-            return STOPPING.get(run.kind, STOPPING["run"])
-        return "Cancelled before it started. The previous model and index stay served."
+            return STOPPING.get(run.kind, STOPPING["run"]) + kept
+        return "Cancelled before it started." + kept
 
     def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[Event]:
         """Tune on the session's strings in a fresh run folder; serve it only on success. Yields its events.
@@ -274,17 +275,19 @@ class Relay:
         self.run.emit(ev, stops=False)  # watched after each: abandoned, over its time or its visitor's CPU stops it
 
 
+# what Cancel says stays served: the session's run, or (a first run) nothing yet
+KEPT, NOTHING_KEPT = " The previous model and index stay served.", " Nothing was served before it: nothing is lost."
 # what Cancel answers while a run of each kind goes on (explorer.runs.execute.Producer.kind)
 STOPPING = {
-    "run": "Stopping after the current step… the previous model and index stay served.",
+    "run": "Stopping after the current step…",
     # they stop between their phases and within an index build (explorer.runs.saved): nothing of them is served
     "upload": (
         "Stopping the model upload: it ends once the model is unpacked and loaded, or at the next batch of the index "
-        "it is building… the uploaded model is not served; the previous model and index stay served."
+        "it is building… the uploaded model is not served."
     ),
     "blend": (
         "Stopping the blend: it ends once the weights are blended, or at the next batch of its index… the blend is "
-        "not served; the previous model and index stay served."
+        "not served."
     ),
 }
 
