@@ -36,12 +36,11 @@ from __future__ import annotations
 
 import gzip
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 from make_jargon_docs import deb_members, jargon_entries  # the shipped check's reader (scripts/ is on sys.path)
-from pairs_halves import halves, sha256, write_table
+from pairs_halves import build_and_write, halves
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "examples" / "pairs" / "foldoc.tsv"
@@ -249,16 +248,7 @@ def build(foldoc_deb: Path, jargon_deb: Path) -> list[tuple[str, str, str, str, 
 
 
 def main() -> None:
-    if len(sys.argv) not in (3, 4):
-        sys.exit(__doc__)
-    out = Path(sys.argv[3]) if len(sys.argv) == 4 else OUT
-    rows = build(Path(sys.argv[1]), Path(sys.argv[2]))
-    data = write_table(out, "id\thalf\tgroup\tterm\ttext", rows)
-    n = Counter(r[1] for r in rows)
-    print(
-        f"{out}: {len(rows):,} rows ({n['dev']:,} dev, {n['check']:,} check) in {len({r[2] for r in rows})} groups; "
-        f"sha256 {sha256(data)}"
-    )
+    build_and_write(__doc__, OUT, build, inputs=2)
 
 
 if __name__ == "__main__":

@@ -34,12 +34,11 @@ package gives the same bytes; the script prints the file's sha256.
 from __future__ import annotations
 
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 from make_jargon_docs import deb_members  # reads a .deb's files in place (scripts/ is on sys.path)
-from pairs_halves import halves, sha256, write_table
+from pairs_halves import build_and_write, halves
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "examples" / "pairs" / "wordnet-glosses.tsv"
@@ -111,16 +110,7 @@ def build(deb: Path) -> list[tuple[str, str, str, str, str]]:
 
 
 def main() -> None:
-    if len(sys.argv) not in (2, 3):
-        sys.exit(__doc__)
-    out = Path(sys.argv[2]) if len(sys.argv) == 3 else OUT
-    rows = build(Path(sys.argv[1]))
-    data = write_table(out, "id\thalf\tgroup\tterm\ttext", rows)
-    n = Counter(r[1] for r in rows)
-    print(
-        f"{out}: {len(rows):,} rows ({n['dev']:,} dev, {n['check']:,} check) in {len({r[2] for r in rows})} groups; "
-        f"{len(data):,} bytes; sha256 {sha256(data)}"
-    )
+    build_and_write(__doc__, OUT, build)
 
 
 if __name__ == "__main__":

@@ -35,3 +35,21 @@ def write_table(out: Path, header: str, rows: Sequence[Sequence[str]]) -> bytes:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def build_and_write(doc: str, default_out: Path, build, inputs: int = 1) -> None:
+    """A builder's command line: `inputs` source files, then an optional output path (default `default_out`); the
+    rows `build(*sources)` makes written as an id/half/group/term/text table, and what was written said (its rows
+    in each half, its groups, its bytes and sha256). Exits with `doc` when called wrongly."""
+    import sys
+
+    if len(sys.argv) not in (inputs + 1, inputs + 2):
+        sys.exit(doc)
+    out = Path(sys.argv[inputs + 1]) if len(sys.argv) == inputs + 2 else default_out
+    rows = build(*(Path(a) for a in sys.argv[1 : inputs + 1]))
+    data = write_table(out, "id\thalf\tgroup\tterm\ttext", rows)
+    n = Counter(r[1] for r in rows)
+    print(
+        f"{out}: {len(rows):,} rows ({n['dev']:,} dev, {n['check']:,} check) in {len({r[2] for r in rows})} groups; "
+        f"{len(data):,} bytes; sha256 {sha256(data)}"
+    )
