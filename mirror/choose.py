@@ -146,7 +146,9 @@ def choose_blend(
         say(f"held-out rows at α {alpha:g}")
         set_alpha(alpha)
         measured[alpha] = held_mrr(tuned, strings, partners, rows, pool)
-    order = sorted(alphas, key=lambda a: (-measured[a], -a))  # most held-out gain first; a tie keeps more tuning
+    # most held-out gain first; a tie goes to the blend nearer the base: the same gain, less forgotten (issue 60: on
+    # short pairs every α scored the base's MRR@10, and checking α 1 first paid three rounds of checks for nothing)
+    order = sorted(alphas, key=lambda a: (-measured[a], a))
     candidates: dict[float, Candidate] = {a: Candidate(a, measured[a]) for a in alphas}
     base_sides: dict[str, Any] = {}
     chosen = None
