@@ -333,3 +333,11 @@ def _checked_rows(rows: Sequence[int] | None, n: int) -> list[int] | None:
     if picked[0] < 0 or picked[-1] >= n:
         raise MirrorError(f"a selection names rows outside 0..{n - 1}")
     return picked
+
+
+def neighbours_changed(loaded: Any, k: int = 10) -> float:
+    """The share (0-1) of the run's strings' k nearest neighbours that are not the base's, from the vectors its two
+    indexes hold (no re-encoding): the mean of what the Explore tab's "what moved" ranks."""
+    from mirror.moved import changed_share
+
+    return round(changed_share(vectors_of(loaded.main.base), vectors_of(loaded.main.tuned), k), 4)

@@ -138,3 +138,30 @@ def _knn(vectors: np.ndarray, k: int) -> np.ndarray:
     sims = vectors @ vectors.T
     np.fill_diagonal(sims, -np.inf)
     return np.argsort(-sims, axis=1, kind="stable")[:, :k]
+
+
+def general_checks(base: Any, tuned: Any, texts: Sequence[str] = (), slots: Any = None) -> Any:
+    """A served run's general checks (`forgetting_check`) of a tuned encoder against its base, and beside them, when
+    the run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in the
+    seconds the estimate learns from), as the run's record keeps them (explorer.resources.record.Checks); failed
+    (logged) when they cannot run here: a run is never failed for its checks. Seconds on a CPU (the base's scores are
+    kept). `slots`: a search slot per check (a served run's searches wait for one check at most)."""
+    import contextlib
+    import logging
+    import time
+
+    from explorer.resources.record import Checks
+
+    slot = slots if slots is not None else contextlib.nullcontext()
+    try:
+        started, rows = time.perf_counter(), []
+        for check in CHECKS:
+            with slot:
+                rows += forgetting_check(base, tuned, checks=[check])["checks"]
+        seconds = round(time.perf_counter() - started, 1)
+        with slot:
+            own = own_long_texts(base, tuned, texts)
+        return Checks(rows, verdict(rows), seconds, own)
+    except Exception:
+        logging.getLogger("mirror.app").exception("forgetting check failed; the run goes on without it")
+        return Checks(failed=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import posixpath
 import shutil
 import threading
 import time
@@ -36,30 +35,13 @@ from explorer.resources.turns import TURNS, FairSlots
 from explorer.runs.jobs import TrainQueue
 from explorer.runs.live import Run, RunRegistry, Status, StopAsked
 from explorer.settings import Settings
-from explorer.share.card import write_card
-from explorer.share.uploads import model_folder_in_zip, zip_folder
+from explorer.share.packaging import package_run
 from explorer.words import fmt_seconds
 from mirror.errors import MirrorError
 from mirror.exports import download_name
 
 log = logging.getLogger("mirror.app")
 BUSY = "A run is already in progress in this session; wait for it or cancel it."
-INDEX_README = """\
-A Mirror Explorer search index (FAISS) of your strings, built with the tuned model.
-Unzip the model zip beside it (this folder and mirror-model/ side by side), then search it:
-
-  with sentence-transformers and FAISS alone (pip install sentence-transformers faiss-cpu):
-    import json, faiss
-    from sentence_transformers import SentenceTransformer
-    model = SentenceTransformer("mirror-model")
-    index = faiss.read_index("mirror-index/index.faiss")        # exact inner product over unit vectors
-    texts = json.load(open("mirror-index/texts.json", encoding="utf-8"))
-    scores, ids = index.search(model.encode(["your query"], normalize_embeddings=True), 10)
-    print([(texts[i], float(s)) for i, s in zip(ids[0], scores[0])])
-
-  with Mirror Explorer's own command (its virtualenv's python, from any folder):
-    /path/to/mirror-explorer/.venv/bin/python -m index query mirror-index "your query"
-"""
 
 
 @dataclass(frozen=True)
@@ -283,13 +265,13 @@ class Runner:
         run: it is served already; a check that cannot run is left out (logged), downloads that cannot be made are
         said. run.json keeps `checks_pending` until the caller saves it after this (a server stopped before that
         leaves it: the run's next opening repairs it)."""
-        from explorer.compare.forgetting import base_scored
+        from explorer.compare.forgetting import base_scored, general_checks
 
         run.emit(Phase("Checking general similarity (the forgetting check)"), stops=False)
         try:
             loaded = self.models.loaded(info)  # loaded by `serve` just before
             encoders = 1 if base_scored(loaded.base) else 2
-            info.record.checks = self.forgetting(loaded.base, loaded.tuned, loaded.main.tuned.texts)
+            info.record.checks = general_checks(loaded.base, loaded.tuned, loaded.main.tuned.texts, self.search_slots)
             check_s = info.record.checks.seconds
             producer.learn(check_s / encoders if check_s is not None else None)
         except Exception:  # a bug: the served run stays served, without its checks
@@ -306,31 +288,13 @@ class Runner:
     def measure_change(self, info: RunInfo) -> None:
         """What the page says in one sentence: how much the served run's strings' neighbours changed, from its two
         indexes; left out (logged) when it cannot be measured: a run is never failed for it."""
+        from explorer.compare.explore import neighbours_changed
+
         try:
             with self.search_slots:
                 info.record.neighbours_changed = neighbours_changed(self.models.loaded(info))
         except Exception:
             log.exception("could not measure how much the neighbours changed")
-
-    def forgetting(self, base, tuned, texts: Sequence[str] = ()) -> Checks:
-        """The general checks (explorer.compare.forgetting) of a tuned encoder against its base, and beside them, when
-        the run's strings have enough long ones, the label-free self-check on them (`own_long_texts`, not counted in
-        the seconds the estimate learns from); failed (logged) when they cannot run here: a run is never failed for
-        its checks. Seconds on a CPU (the base's scores are kept)."""
-        from explorer.compare.forgetting import CHECKS, forgetting_check, own_long_texts, verdict
-
-        try:
-            started, rows = time.perf_counter(), []
-            for check in CHECKS:  # a search slot per check: a served run's searches wait for one check at most
-                with self.search_slots:
-                    rows += forgetting_check(base, tuned, checks=[check])["checks"]
-            seconds = round(time.perf_counter() - started, 1)
-            with self.search_slots:
-                own = own_long_texts(base, tuned, texts)
-            return Checks(rows, verdict(rows), seconds, own)
-        except Exception:
-            log.exception("forgetting check failed; the run goes on without it")
-            return Checks(failed=True)
 
 
 def stopped_unserved(why: str, settings: Settings, done: str = "before it was served") -> str:
@@ -361,15 +325,6 @@ def discarded_unless_served(folder: Path) -> Iterator[list[RunInfo]]:
     finally:
         if not served:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def neighbours_changed(loaded: Any, k: int = 10) -> float:
-    """The share (0-1) of the run's strings' k nearest neighbours that are not the base's, from the vectors its two
-    indexes hold (no re-encoding): the mean of what the Explore tab's "what moved" ranks."""
-    from explorer.compare.explore import vectors_of
-    from mirror.moved import changed_share
-
-    return round(changed_share(vectors_of(loaded.main.base), vectors_of(loaded.main.tuned), k), 4)
 
 
 def run_bytes(encoder: Any, n_texts: int, models: int = 2) -> int:
@@ -406,25 +361,4 @@ def finished(info: RunInfo, started: float, started_at: float) -> RunInfo:
     timing = info.record.timing
     timing.wall_seconds = round(time.perf_counter() - started, 1)
     timing.started_at, timing.finished_at = round(started_at, 3), round(time.time(), 3)
-    return info
-
-
-def package_run(info: RunInfo, zip_model: bool | None = None) -> RunInfo:
-    """The run's downloads: the model card written into model/ from the run's record as it is now (the general
-    checks included, so run them first), model/ zipped (inside: mirror-model/) unless its zip is there already (an
-    uploaded one, served as it came), and the tuned index zipped (inside: mirror-index/) with a meta.json pointing
-    at the model beside it."""
-    from index.folder import META_FILE, with_encoder_at
-
-    folder = info.folder
-    try:
-        write_card(folder / "model", {**info.stats, "losses": info.losses}, info.base_model)
-    except Exception:  # a run is never failed for its card
-        log.exception("could not write the model card")
-    if zip_model if zip_model is not None else not info.model_zip.exists():
-        zip_folder(folder / "model", info.model_zip, "mirror-model")
-    model_dir = model_folder_in_zip(info.model_zip)  # "mirror-model" (what the app zips), or an uploaded zip's own
-    index_at = posixpath.normpath(posixpath.join("..", model_dir))  # unzipped beside the model zip: no --encoder
-    extra = {"README.txt": INDEX_README, META_FILE: with_encoder_at(folder / "tuned_index", index_at)}
-    zip_folder(folder / "tuned_index", info.index_zip, "mirror-index", extra)
     return info

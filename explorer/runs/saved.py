@@ -19,9 +19,10 @@ from explorer.resources.models import REBUILT_NOTE, ModelCache
 from explorer.resources.record import Checks, Made, Origin, RunInfo, RunRecord, Timing, training_of
 from explorer.resources.sessions import Session
 from explorer.resources.store import RunStore, tuned_weights
-from explorer.runs.execute import Plan, Producer, Runner, made_info, package_run, run_bytes
+from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes
 from explorer.runs.live import Run, RunRegistry
 from explorer.settings import Settings, inference_device
+from explorer.share.packaging import package_run
 from explorer.share.uploads import display_name, extract_model_zip, model_zip_bytes
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
