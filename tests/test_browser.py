@@ -16,7 +16,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from tests.server import ROOT
+from tests.server import ROOT, page_errors
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -60,7 +60,7 @@ def test_upload_tune_search_in_a_real_browser(server, browser, tmp_path):
     words.write_text("\n".join(WORDS) + "\n\n" + WORDS[0] + "\n")  # an empty line and a duplicate, dropped
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page_errors(page, errors)  # but Gradio's plot race (tests/server.py)
     page.set_default_timeout(60_000)
     with shot_on_failure(page, "browser_failure.png", closing=page):
         page.goto(server)
@@ -146,7 +146,7 @@ def test_one_list_one_estimate_as_txt_or_csv_in_a_second_session_and_a_broken_cs
     first, second = (c.new_page() for c in contexts)
     errors: list[str] = []
     for page in (first, second):
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page_errors(page, errors)  # but Gradio's plot race (tests/server.py)
         page.set_default_timeout(60_000)
     with shot_on_failure(second, "browser_failure_estimates.png", closing=contexts[1]):
         with shot_on_failure(first, "browser_failure_broken_csv.png", closing=contexts[0]):
@@ -235,7 +235,7 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
     page = context.new_page()
     page.set_default_timeout(60_000)
     errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page_errors(page, errors)  # but Gradio's plot race (tests/server.py)
     with shot_on_failure(page, "browser_failure_runs.png", closing=context):
         page.goto(server)
         expect(page.locator("#mx-launch")).to_be_disabled()  # nothing loaded: nothing to launch
@@ -395,7 +395,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(60_000)
     errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page_errors(page, errors)  # but Gradio's plot race (tests/server.py)
     with shot_on_failure(page, "explore_failure.png", closing=page):
         page.goto(server)
         upload_file(page, words)
@@ -485,7 +485,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
             viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, device_scale_factor=2
         )
         phone = phone_context.new_page()
-        phone.on("pageerror", lambda exc: errors.append(str(exc)))
+        page_errors(phone, errors)
         phone.goto(urljoin(server, run_link))
         expect(phone.locator("#mx-result")).to_contain_text("Done")
         # the loss chart keeps its height and draws inside its box (a long title once pushed the plot out of it)
