@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import WORDS
-from tests.server import free_port
 from tests.test_browser import review_shot
-from tests.twinmap_data import build_demo, synthetic_twin_map
+from tests.twinmap_data import served, synthetic_twin_map
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 DATA = synthetic_twin_map(200, 5)
@@ -26,13 +25,8 @@ IDS = [int(i) for i in DATA["ids"]]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    demo = build_demo(DATA)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with served(DATA) as url:
+        yield url
 
 
 @pytest.fixture

@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.server import free_port
 from tests.test_browser import review_shot
-from tests.twinmap_data import build_demo, synthetic_twin_map
+from tests.twinmap_data import served, synthetic_twin_map
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -81,13 +80,8 @@ def labelled_data() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    demo = build_demo(labelled_data())
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with served(labelled_data()) as url:
+        yield url
 
 
 def labels(page, map_: str) -> tuple[list[dict[str, Any]], dict[str, float]]:

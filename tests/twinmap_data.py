@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr  # at module level: handlers' gr.EventData hints are resolved from these globals
@@ -93,3 +95,17 @@ def build_demo(data: dict[str, Any] | None):
 
 if __name__ == "__main__":  # python -m tests.twinmap_data: look at it in a browser
     build_demo(synthetic_twin_map()).launch()
+
+
+@contextlib.contextmanager
+def served(data: dict[str, Any] | None) -> Iterator[str]:
+    """The map-only demo of `data` served on a free local port: its URL, closed after."""
+    from tests.server import free_port
+
+    demo = build_demo(data)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()

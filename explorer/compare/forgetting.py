@@ -10,6 +10,8 @@ and the shape the app stores in a run's stats. MIRROR_GENERAL_CHECKS=0 turns the
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -22,6 +24,7 @@ from mirror.checks import CHECKS, SUGGESTED_ALPHA, Check, check_items
 
 __all__ = ["CHECKS", "MARGIN", "SUGGESTED_ALPHA", "Check", "base_scored", "forgetting_check", "verdict", "warm_up"]
 
+log = logging.getLogger("mirror.app")
 MARGIN = 1.0  # the pair checks' margin (Spearman points); each check carries its own (Check.margin)
 _BASE_SCORES: dict[tuple[str, str, str, int], np.ndarray] = {}  # (base key, check, half, items): the base's side
 _BASE_LOCK = threading.Lock()
@@ -146,10 +149,6 @@ def general_checks(base: Any, tuned: Any, texts: Sequence[str] = (), slots: Any 
     seconds the estimate learns from), as the run's record keeps them (explorer.resources.record.Checks); failed
     (logged) when they cannot run here: a run is never failed for its checks. Seconds on a CPU (the base's scores are
     kept). `slots`: a search slot per check (a served run's searches wait for one check at most)."""
-    import contextlib
-    import logging
-    import time
-
     from explorer.resources.record import Checks
 
     slot = slots if slots is not None else contextlib.nullcontext()
@@ -163,5 +162,5 @@ def general_checks(base: Any, tuned: Any, texts: Sequence[str] = (), slots: Any 
             own = own_long_texts(base, tuned, texts)
         return Checks(rows, verdict(rows), seconds, own)
     except Exception:
-        logging.getLogger("mirror.app").exception("forgetting check failed; the run goes on without it")
+        log.exception("forgetting check failed; the run goes on without it")
         return Checks(failed=True)
