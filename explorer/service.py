@@ -66,6 +66,9 @@ class MirrorApp:
         # who is asking, as the web layer knows it (ui.handlers.current_visitor: the signed cookie and the address);
         # None where nobody tells (the service used directly): such sessions share one account
         self.identify: Callable[[], Owner | None] = lambda: None
+        # what the web layer keeps of a folder's files outside it (ui.web.served: the API's cached names of a run's
+        # files), told before the folder is removed, as the caches below are (`forget`)
+        self.on_forget: list[Callable[[Path], None]] = []
         # Training slots and the runs waiting for one (runs, blends, model uploads): one place per visitor, in
         # arrival order; Gradio's own queue does not hold these events (they wait here, cancellable, holding no worker)
         self.train_queue = TrainQueue(s.train_concurrency, s.train_queue)
@@ -149,9 +152,11 @@ class MirrorApp:
             return key
 
     def forget(self, folder: Path) -> None:
-        """Drop what memory holds of the runs under `folder` (removed: a session's, or one run's)."""
+        """Drop what memory (and the web layer) holds of the runs under `folder` (removed: a session's, or one run's)."""
         self.models.forget(folder)
         self.explore.forget(folder)
+        for forget in self.on_forget:
+            forget(folder)
 
     def session(self, state: Session | None = None) -> Session:
         """The caller's session, or a fresh one when it has none or it expired (charged to whoever asks)."""

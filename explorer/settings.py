@@ -243,7 +243,7 @@ def parse_proxies(raw: str | Iterable[str]) -> tuple[ipaddress.IPv4Network | ipa
 
 def default_work_dir(env: dict[str, str]) -> Path:
     """Inside Gradio's upload folder (its GRADIO_TEMP_DIR rule), so the files the API hands out are hard links in
-    Gradio's cache (ui.api.served), not copies: one copy on disk, not two. Gradio serves only the files a handler
+    Gradio's cache (ui.web.served), not copies: one copy on disk, not two. Gradio serves only the files a handler
     returned, never the rest of the folder."""
     return Path(env.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio") / "mirror-explorer"
 

@@ -2,14 +2,16 @@
 files, through the real server with the work folder where it is by default (inside Gradio's cache).
 
 /train's zips and /export's file came back as `/gradio_api/file=<work folder>/<session>/runs/<id>/…`, naming the
-server's folders; now they are Gradio's cache form (`<Gradio's cache>/<64 hex>/<name>`: ui.api.served), and still
-download. Gradio's own upload answer names a path in its cache (`<cache>/<hash>/<name>`), not ours: the client hands
-it back to name the file it sent.
+server's folders; now they are Gradio's cache form (`<Gradio's cache>/<64 hex>/<name>`: ui.web.served), still
+download, and leave Gradio's cache when their run is removed (they outlived it by hours, uncharged). Gradio's own
+upload answer names a path in its cache (`<cache>/<hash>/<name>`), not ours: the client hands it back to name the
+file it sent.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
 import zipfile
 from collections.abc import Iterator
@@ -96,3 +98,26 @@ def test_an_upload_answer_names_a_path_in_gradios_cache_not_ours(default_layout,
     uploaded = Page(served.url).upload(table)["path"]
     assert re.fullmatch(re.escape(str(cache)) + r"/[0-9a-f]+/terms\.csv", uploaded), uploaded
     assert str(work) not in uploaded
+
+
+def test_a_removed_runs_served_files_leave_gradios_cache_with_it(default_layout):
+    """A run's files handed out by the API are another name of the run's own (charged to its visitor): once the run
+    is removed (here: unused past MIRROR_RUN_TTL, swept before the next run writes) they go with it, not hours later
+    with Gradio's delete_cache, uncharged, holding its bytes on disk."""
+    served, work, cache = default_layout
+    page = Page(served.url)
+    answer = page.event("train", {0: "\n".join(WORDS[:30]), 5: {"max_steps": 2, "batch_size": 16}})
+    assert answer.get("success"), answer
+    links = [Path(f["path"]) for f in files(answer)]
+    run = answer["output"]["data"][0]["run_id"]
+    folder = work / "runs" / run
+    assert folder.is_dir() and all(p.is_file() for p in links), (folder, links)
+    long_ago = 1_000_000_000  # 2001: past any run TTL
+    for p in (folder / ".last_used", folder):
+        if p.exists():
+            os.utime(p, (long_ago, long_ago))
+    other = Page(served.url).event("train", {0: "\n".join(WORDS[10:]), 5: {"max_steps": 2, "batch_size": 16}})
+    assert other.get("success"), other
+    assert not folder.exists()  # swept before the other run wrote
+    left = [str(p) for p in links if p.exists() or p.parent.exists()]
+    assert not left, f"the removed run's served files are still in Gradio's cache: {left}"

@@ -654,7 +654,7 @@ def test_downloads_are_files_of_the_sessions_own_run(ui, tiny_bert):  # was ..._
     )[-1]
     assert same is session
     for answered, own in ((model_zip, session.run.model_zip), (index_zip, session.run.index_zip)):
-        # the API answers the run's files as Gradio's cache holds them (ui.api.served: no path of the work folder)
+        # the API answers the run's files as Gradio's cache holds them (ui.web.served: no path of the work folder)
         assert not is_under(Path(answered), app.settings.work_dir) and Path(answered).read_bytes() == own.read_bytes()
     assert Path(files[0]).exists()  # the previous run stays downloadable: its link still opens it
 

@@ -4,6 +4,7 @@ registered files served."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from starlette.applications import Starlette
@@ -92,3 +93,41 @@ def test_one_visitors_links_push_out_only_its_own(tmp_path):
     assert downloads.file(token(spam[0]), files[1].name) is None  # the stranger's oldest went
     assert all(downloads.file(token(s), f.name) is not None for s, f in zip(spam[-3:], files[-3:], strict=True))
     assert len(downloads.by_token) == 4 and set(downloads.by_owner) == {"victim", "stranger"}
+
+
+# ------------------------------------------------- the API's files in Gradio's cache (ui.web.served, issue 58)
+
+
+def test_the_apis_cached_names_live_as_long_as_the_runs_files(tmp_path):
+    import os
+
+    from ui.web.served import ServedFiles
+
+    cache, run = tmp_path / "cache", tmp_path / "work" / "runs" / "r1"
+    (run / "exports").mkdir(parents=True)
+    zip_, export = run / "model.zip", run / "exports" / "all.zip"
+    zip_.write_bytes(b"weights")
+    export.write_bytes(b"rows")
+    served = ServedFiles(lambda: cache)
+    name = Path(served.serve(zip_))
+    assert re.fullmatch(r"[0-9a-f]{64}", name.parent.name) and name.parent.parent == cache and name.name == "model.zip"
+    assert name.samefile(zip_) and served.serve(zip_) == str(name)  # a link; the same file asked again: the same name
+    old_export = Path(served.serve(export))
+
+    fresh = run / "model.zip.tmp"  # the run writes its zip anew (as packaging does: a new file renamed over it)
+    fresh.write_bytes(b"weights, again")
+    os.replace(fresh, zip_)
+    export.unlink()  # an export dropped to make room
+    new = Path(served.serve(zip_))
+    assert new != name and new.read_bytes() == b"weights, again"
+    assert not name.parent.exists() and not old_export.parent.exists()  # the replaced and the dropped file's names
+
+    os.unlink(new)  # Gradio's delete_cache removed it: asked again, it is made again
+    assert Path(served.serve(zip_)).read_bytes() == b"weights, again"
+
+    other = tmp_path / "work" / "runs" / "r2"
+    other.mkdir()
+    (other / "index.zip").write_bytes(b"index")
+    kept = Path(served.serve(other / "index.zip"))
+    served.forget(run)  # the run is about to be removed: its names go now, another run's stay
+    assert list(cache.iterdir()) == [kept.parent] and kept.is_file()

@@ -4,14 +4,8 @@ reaches any kept run."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
-import hmac
-import os
-import secrets
-import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +19,7 @@ from mirror.errors import MirrorError
 from ui import render
 from ui.handlers import JOB_QUEUE, consume_request, drop_request_copies
 from ui.numbers import Number, Text
+from ui.web.served import ServedFiles
 
 
 def api_components() -> SimpleNamespace:
@@ -76,8 +71,13 @@ def api_components() -> SimpleNamespace:
 
 
 def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
-    """Named endpoints for gradio_client: /train, /search, /cancel (each Client is its own session)."""
+    """Named endpoints for gradio_client: /train, /search, /cancel (each Client is its own session). The files they
+    answer are put in Gradio's cache for as long as the run has them (ui.web.served)."""
+    from gradio.utils import get_upload_folder
+
     train_queue = JOB_QUEUE
+    served = ServedFiles(get_upload_folder)
+    app.on_forget.append(served.forget)  # a run's (or session's) folder removed: its files' cached names go with it
 
     def api_train(
         texts: str = "",
@@ -107,7 +107,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
             # the strings are the session's now: no copy of the request (up to MIRROR_MAX_UPLOAD_MB) waits with the run
             del texts
             consume_request()
-        yield from api_run(app, session, s, info, model, mode, settings)
+        yield from api_run(app, served.serve, session, s, info, model, mode, settings)
 
     def api_search(queries: str, k: float = 10, hide_query: bool = False, run: str = "", s: Session | None = None):
         """Top-k hits (k <= 50) per query (one per line) with the tuned and the base encoder of this client's
@@ -135,12 +135,12 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
     search_io = ([api.queries, api.k, api.hide_query, api.run, state], [api.search_out, state])
     api.search_btn.click(api_search, *search_io, api_name="search", concurrency_limit=None)
     api.cancel_btn.click(api_cancel, [state], [api.cancel_out, state], api_name="cancel", queue=False)
-    wire_explore_api(app, state, api)
+    wire_explore_api(app, state, api, served.serve)
 
 
-def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
+def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace, served: Callable[[Path], str]) -> None:
     """The Explore tab's endpoints: /map, /export, /moved, /neighbours, /health, /push. Each works on this client's
-    last run, or on the kept run whose id is `run` (as /search does)."""
+    last run, or on the kept run whose id is `run` (as /search does); `served`: the name a file is answered by."""
     import explorer.compare.maps as maps
 
     ex = app.explore
@@ -225,9 +225,11 @@ def explore_call(app: MirrorApp, s: Session | None, run: str, call: Any) -> tupl
         raise gr.Error(user_error(exc), print_exception=False) from None
 
 
-def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> Iterator[tuple]:
-    """The /train endpoint's stream (explorer's `train_stream`) with its errors as gr.Error; a client's failed
-    first call leaves no session folder behind."""
+def api_run(
+    app: MirrorApp, served: Callable[[Path], str], session: Session, s: Session | None, *args: Any
+) -> Iterator[tuple]:
+    """The /train endpoint's stream (explorer's `train_stream`) with its errors as gr.Error, its files answered by
+    the names `served` gives them; a client's failed first call leaves no session folder behind."""
     try:
         for progress, run in app.trainer.train_stream(session, *args):
             files = (served(run.model_zip), served(run.index_zip)) if run is not None else (None, None)
@@ -236,38 +238,3 @@ def api_run(app: MirrorApp, session: Session, s: Session | None, *args: Any) -> 
         if session is not s:  # a client's first call failed: its new session folder is never reused
             app.close_session(session)
         raise gr.Error(str(exc), print_exception=False) from None
-
-
-_KEY = secrets.token_bytes(32)  # names the cache folders of served files: stable in this process, guessed by nobody
-
-
-def served(path: Path | str) -> str:
-    """A file the API hands out, put where Gradio keeps what it serves, so that its answer (`path` and the URL
-    `/gradio_api/file=<Gradio's cache>/<64 hex>/<name>`, Gradio's own form for a cached file) names no folder of ours:
-    not the work folder, a session's or a run's (issue 58: they were served in place, the work folder being inside
-    Gradio's cache by default). A hard link where the file system allows (no second copy on disk), a copy otherwise.
-    Its folder is a keyed hash of the file's identity: the same file asked again is the same link (touched, as Gradio
-    touches a cached copy it hands out again, for delete_cache's ageing), a file written anew a new one. Gradio
-    serves it as any file in its cache and delete_cache removes it after the sessions' TTL; the run keeps its own."""
-    from gradio.utils import get_upload_folder
-
-    source = Path(path)
-    st = source.stat()
-    identity = f"{source.resolve()}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()
-    folder = Path(get_upload_folder()) / hmac.new(_KEY, identity, hashlib.sha256).hexdigest()
-    target = folder / source.name
-    with contextlib.suppress(FileNotFoundError):
-        now = target.stat()  # handed out before: its times set to themselves (a link's are the run's file's)
-        os.utime(target, ns=(now.st_atime_ns, now.st_mtime_ns))  # which moves its ctime, what delete_cache ages by
-        return str(target)
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = folder / f".{source.name}.{secrets.token_hex(4)}"
-    try:
-        try:
-            os.link(source, staging)
-        except OSError:  # another file system, or links refused there: a copy
-            shutil.copyfile(source, staging)
-        os.replace(staging, target)  # whole or absent, for a call asking at the same time
-    finally:
-        staging.unlink(missing_ok=True)
-    return str(target)
