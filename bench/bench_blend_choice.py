@@ -10,6 +10,9 @@ halves: mirror/choose.py) and, from the same trained weights (its tuned_model/),
 before (α 0.5 on a sentence-encoder base). Both are measured on the report rows (MRR@10 of each row's string found
 among all the half's strings from its partner, against the base) and on the general checks' check halves. `--peer`:
 sentence-transformers' trainer with MultipleNegativesRankingLoss on the same training rows (bench_pairs.run_peer).
+`--every-alpha`: also every α the run measured (mirror.choose.ALPHAS), from the same trained weights, on the report rows
+and the check halves, and which α the rule without room for noise (before issue 60's change) would have served: its
+dev-half changes are in the choice's candidates, since an α with more held-out gain is checked first.
 JSON: bench/out/blend-choice-<half>.json (or `--out NAME`).
 """
 
@@ -35,7 +38,22 @@ bench_pairs.SETS.setdefault("go", (EXAMPLES / "pairs" / "gene-ontology.tsv", "te
 WORDS_SETS = {"wordnet"}  # short pairs: both columns single words (the words preset, as the app detects it)
 
 
-def one(name: str, half: str, limit: int, seed: int, peer: bool) -> list[dict]:
+def old_rule_alpha(choice: dict) -> float | None:
+    """The α the rule without room for noise would have served: the first candidate, in the order they were checked
+    (most held-out gain, a tie nearer the base), whose dev-half changes are all within half a margin."""
+    from mirror.checks import CHECKS
+    from mirror.choose import within_rule
+
+    order = sorted(choice.get("candidates") or [], key=lambda c: (-c["mrr10"], c["alpha"]))
+    for c in order:
+        if not c.get("checks"):
+            return None  # not checked: the new rule stopped before it, so it would not be reached either
+        if within_rule(c["checks"], CHECKS):
+            return c["alpha"]
+    return None
+
+
+def one(name: str, half: str, limit: int, seed: int, peer: bool, every_alpha: bool = False) -> list[dict]:
     from index.store import FolderIndexes
     from mirror.blend import blend
     from mirror.encoder import load_encoder
@@ -68,6 +86,14 @@ def one(name: str, half: str, limit: int, seed: int, peer: bool) -> list[dict]:
             more = {**tag, **extra, **bench_pairs.checks_of(base, encoder, "check")}
             rows.append(bench_pairs.measured(held, base_ranks, encoder, label, seconds, more))
         rows[0]["choice"] = json.dumps({k: choice.get(k) for k in ("rows", "pool", "base_mrr10", "candidates")})
+        rows[0]["old_rule_alpha"] = old_rule_alpha(choice)
+        if every_alpha:
+            from mirror.choose import ALPHAS
+
+            for alpha in ALPHAS:
+                blended = blend(base, trained, alpha)
+                more = {**tag, "alpha": alpha, **bench_pairs.checks_of(base, blended, "check")}
+                rows.append(bench_pairs.measured(held, base_ranks, blended, f"α {alpha:g}", seconds, more))
     if peer:
         from mirror.encoder import bundled_model_path
 
@@ -85,13 +111,14 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--peer", action="store_true")
+    parser.add_argument("--every-alpha", action="store_true", help="every α measured on the report rows and checks")
     parser.add_argument("--out", default="", help="the JSON's name under bench/out/ (default blend-choice-<half>.json)")
     args = parser.parse_args()
     out = args.out or f"blend-choice-{args.half}.json"
     rows = []
     for name in args.sets.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
-            rows += one(name, args.half, args.limit, seed, args.peer)
+            rows += one(name, args.half, args.limit, seed, args.peer, args.every_alpha)
             print_table(rows[-3:], ["set", "seed", "run", "alpha", "mrr10", "mrr10_gain", "checks_ok", "checks_low"])
             write_json(out, {"rows": rows, "args": vars(args), "partial": True})
     print_table(rows, ["set", "seed", "run", "alpha", "mrr10", "mrr10_gain", "train_s", "checks_ok", "checks_low"])

@@ -140,19 +140,22 @@ def blend_choice_md(run: RunInfo | None) -> str:
     rows = []
     for c in choice["candidates"]:
         alpha, checks = float(c["alpha"]), c.get("checks") or {}
-        worst = min(checks.items(), key=lambda kv: kv[1]) if checks else None
+        spread = c.get("noise") or {}  # a run chosen before issue 60's noise room has none
+        worst = min(checks.items(), key=lambda kv: kv[1] - spread.get(kv[0], 0.0)) if checks else None
         worst_s = f"{worst[0]} {worst[1]:+.1f}" if worst else "not needed"
+        if worst and worst[0] in spread:
+            worst_s += f" ± {spread[worst[0]]:.1f}"
         rule = {True: "yes", False: "**no**", None: "—"}[c.get("within")]
         mark = " (served)" if served is not None and abs(alpha - served) < 1e-9 else ""
         mark += " ← chosen" if abs(alpha - chosen) < 1e-9 else ""
         rows.append(f"| α {alpha:g}{mark} | {c['mrr10']:.1f} | {c['mrr10'] - base:+.1f} | {worst_s} | {rule} |")
     head = (
         f"| blend | held-out MRR@10 ({choice['rows']:,} rows among {choice['pool']:,} strings) | vs the base "
-        f"({base:.1f}) | general checks' dev halves: the worst change | within the rule |\n|---|---:|---:|---|---|"
+        f"({base:.1f}) | general checks' dev halves: the worst change ± its standard error | within the rule |\n|---|---:|---:|---|---|"
     )
     return (
         f"**The blend this run chose:** {choice['reason']}. Measured after training on half its held-out rows (the "
         "other half reports its gain) and the checks' dev halves; the rule: no check more than half its margin below "
-        "the base. Serve another with one click under *Serve another α* (the weights as trained are kept: no "
+        "the base, even one standard error (±) lower. Serve another with one click under *Serve another α* (the weights as trained are kept: no "
         f"training again).\n\n{head}\n" + "\n".join(rows)
     )
