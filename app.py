@@ -18,6 +18,7 @@ import threading
 from collections.abc import Sequence
 
 import gradio as gr
+from gradio.utils import get_upload_folder
 
 from explorer import MirrorApp, Session, Settings
 from explorer.settings import parse_proxies
@@ -35,6 +36,7 @@ from ui.web.downloads import DownloadRoute
 from ui.web.held import BODY_COST, HeldRequests
 from ui.web.logbound import bound_output
 from ui.web.quota import UploadQuota
+from ui.web.served import blocked_paths
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -160,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # wheel has neither) before the generic build loads: news to nobody, alarming in a log
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     try:
+        # Gradio serves (and takes as inputs) any file under its upload folder, where the work folder is by default:
+        # none of it (ui.web.served.blocked_paths)
+        blocked = blocked_paths(settings.work_dir, get_upload_folder(), os.environ)
         app = MirrorApp(settings)
     except MirrorError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -174,8 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Warm the bundled model in the background: the page is served at once, the first run starts sooner.
     threading.Thread(target=app.warm_up, name="mirror-warm-up", daemon=True).start()
     # Gradio has one upload size limit for every input; it must admit a model zip, so what one client may send
-    # in an hour is bounded separately (UploadQuota). Gradio serves the files handlers return, nothing else of
-    # the work folder (no allowed_paths).
+    # in an hour is bounded separately (UploadQuota). Gradio serves the files handlers return (the API's: links in
+    # its cache, ui.web.served), nothing of the work folder (blocked).
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
     max_request = 2 * app.settings.max_upload_bytes + 2**20
     queue = demo._queue  # Gradio's own queue (private attributes: checked by tests/test_abuse)
@@ -229,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         css=CSS,
         head=HEAD,
         show_error=False,
+        blocked_paths=blocked,
         # the app's download links (ui.web.downloads), answered before the quota's accounting
         app_kwargs={"middleware": [Middleware(DownloadRoute, downloads=app.downloads), quota]},
     )

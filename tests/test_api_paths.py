@@ -5,7 +5,8 @@ files, through the real server with the work folder where it is by default (insi
 server's folders; now they are Gradio's cache form (`<Gradio's cache>/<64 hex>/<name>`: ui.web.served), still
 download, and leave Gradio's cache when their run is removed (they outlived it by hours, uncharged). Gradio's own
 upload answer names a path in its cache (`<cache>/<hash>/<name>`), not ours: the client hands it back to name the
-file it sent.
+file it sent. It names the folder the work folder lies in by default, and Gradio's file route served any file there
+(the visitor cookies' key, other sessions' files), and took one as a file input: the work folder is blocked now.
 """
 
 from __future__ import annotations
@@ -121,3 +122,30 @@ def test_a_removed_runs_served_files_leave_gradios_cache_with_it(default_layout)
     assert not folder.exists()  # swept before the other run wrote
     left = [str(p) for p in links if p.exists() or p.parent.exists()]
     assert not left, f"the removed run's served files are still in Gradio's cache: {left}"
+
+
+def test_gradios_file_route_serves_nothing_of_the_work_folder(default_layout, tmp_path):
+    """Gradio's file route serves any file under its upload folder, and the work folder is inside it by default
+    (Gradio's own upload answer names that folder; the work folder's name is the documented default): the key the
+    visitor cookies are signed with, other visitors' session files and runs were a GET away, and a file input naming
+    one was read as if uploaded. Now the work folder is one of Gradio's blocked paths: neither served nor taken."""
+    served, work, cache = default_layout
+    page = Page(served.url)
+    key = (work / ".visitor-key").read_text().strip()
+    for route in ("gradio_api/file=", "gradio_api/file/"):
+        r = page.http.get(served.url + route + str(work / ".visitor-key"))
+        assert r.status_code == 403 and key not in r.text, (route, r.status_code, r.text[:200])
+    secret = work / "someone-elses-session" / "strings.txt"
+    secret.parent.mkdir(exist_ok=True)
+    secret.write_text("a secret\nanother secret\n")
+    r = page.http.get(served.url + "gradio_api/file=" + str(secret))
+    assert r.status_code == 403 and "secret" not in r.text, (r.status_code, r.text[:200])
+    named = {"path": str(secret), "orig_name": "strings.txt", "meta": {"_type": "gradio.FileData"}}
+    answer = page.event("train", {1: named, 5: {"max_steps": 1, "batch_size": 4}})
+    assert not answer.get("success") and "not uploaded to it" in str(answer), answer  # refused, not trained on
+    # what Gradio's own uploads still do: sent, named by their path in its cache, taken as an input
+    table = tmp_path / "terms.txt"
+    table.write_text("".join(w + "\n" for w in WORDS))
+    upload = page.upload(table)
+    assert Path(upload["path"]).parent.parent == cache
+    assert page.http.get(served.url + "gradio_api/file=" + upload["path"]).status_code == 200

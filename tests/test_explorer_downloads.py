@@ -131,3 +131,16 @@ def test_the_apis_cached_names_live_as_long_as_the_runs_files(tmp_path):
     kept = Path(served.serve(other / "index.zip"))
     served.forget(run)  # the run is about to be removed: its names go now, another run's stay
     assert list(cache.iterdir()) == [kept.parent] and kept.is_file()
+
+
+def test_gradio_is_told_to_serve_nothing_of_the_work_folder(tmp_path):
+    from mirror.errors import MirrorError
+    from ui.web.served import blocked_paths
+
+    work = tmp_path / "gradio" / "mirror-explorer"  # the default: inside Gradio's upload folder
+    assert blocked_paths(work, tmp_path / "gradio", {}) == [str(work.resolve())]
+    env = {"GRADIO_BLOCKED_PATHS": "/etc, /root"}  # the operator's own stay blocked
+    assert blocked_paths(work, tmp_path / "gradio", env) == [str(work.resolve()), "/etc", "/root"]
+    for uploads in (work, work / "gradio"):  # Gradio's uploads in the work folder: blocked, none could be used
+        with pytest.raises(MirrorError, match="GRADIO_TEMP_DIR"):
+            blocked_paths(work, uploads, {})

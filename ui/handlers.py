@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,38 @@ def strict_inputs(demo: gr.Blocks) -> None:
             name = f" ({block_fn.name})" if block_fn.name and block_fn.name != "<lambda>" else ""
             text = f"This event{name} needs {len(block_fn.inputs)} input values, it was sent {len(inputs)}."
             raise gr.Error(text + " Reload the page, or check the API call.", print_exception=False)
+        if demo.blocked_paths and any(blocked(path, demo.blocked_paths) for path in file_paths(inputs)):
+            # Gradio refuses it too, answering `{"error": null}`: say what to send instead (never the path)
+            raise gr.Error(
+                "A file input names a file on this server that was not uploaded to it: send the file to "
+                "/gradio_api/upload (gradio_client does) and pass the path it answers.",
+                print_exception=False,
+            )
 
     demo.validate_inputs = validate_inputs  # type: ignore[method-assign]  # the instance's, called as self.validate_inputs
+
+
+def file_paths(value: Any) -> Iterator[str]:
+    """The paths of the file values (`{"path": str, ...}`) anywhere in an event's inputs."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("path"), str):
+                yield item["path"]
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
+def blocked(path: str, blocked_paths: Sequence[str]) -> bool:
+    """Whether `path` is at or under one of `blocked_paths`, as Gradio tells (utils.is_allowed_file)."""
+    from gradio.utils import abspath, is_allowed_file
+
+    try:
+        return is_allowed_file(abspath(path), blocked_paths, [], [])[1] == "in_blocklist"
+    except (OSError, ValueError):  # a path no file system takes (a NUL in it): Gradio refuses it anyway
+        return False
 
 
 def current_visitor() -> Owner | None:

@@ -1,6 +1,7 @@
-"""Files the API hands out (/train's zips, /export's file), put where Gradio keeps what it serves, for as long as the
-run's own file is there: `ServedFiles.serve` makes the cached name, `forget` (the app's, before a run or session
-folder is removed) and every later `serve` drop the names whose file the run no longer has.
+"""What Gradio serves of ours: the files the API hands out (/train's zips, /export's file), in Gradio's cache for as
+long as the run's own file is there, and nothing of the work folder (`blocked_paths`). `ServedFiles.serve` makes a
+file's cached name; `forget` (the app's, before a run or session folder is removed) and every later `serve` drop the
+names whose file the run no longer has.
 
 Why in Gradio's cache: an answer's `path` and URL (`/gradio_api/file=<Gradio's cache>/<64 hex>/<name>`, Gradio's own
 form for a cached file) then name no folder of ours (issue 58: they were served in place, `<work>/runs/<id>/…`).
@@ -11,6 +12,12 @@ three hours, its bytes on disk and in no budget: a visitor whose runs were remov
 kept every removed run's zips on the server's disk. Charging the links instead would count the same bytes twice
 while the run lives, and still hold them after it. A file the run replaces (a zip written again, an export made
 anew) or removes (an export dropped to make room) is another name's end: its link goes at the next `serve`.
+
+`blocked_paths`: what Gradio must never serve nor take as an input. Its file route serves any file under its upload
+folder, and the work folder is inside it by default (`$GRADIO_TEMP_DIR/mirror-explorer`, named by the docs; Gradio's
+own upload answer names the folder): the key the visitor cookies are signed with, other visitors' sessions and runs
+were a GET away, and a file input naming one of them was read as an upload. The work folder is blocked; a Gradio
+upload folder inside it (or the same folder) is refused at start, since blocking it would refuse every upload.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from mirror.errors import MirrorError
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -90,3 +99,18 @@ class ServedFiles:
             target.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 target.parent.rmdir()  # its own folder, empty now
+
+
+def blocked_paths(work_dir: Path, upload_folder: str | Path, env: Mapping[str, str]) -> list[str]:
+    """Gradio's `blocked_paths` for launch(): the work folder, and the operator's own (GRADIO_BLOCKED_PATHS, which
+    an explicit list would otherwise replace); MirrorError when Gradio's upload folder is the work folder or inside it
+    (blocked, no upload could be used; served, the work folder is)."""
+    work, uploads = Path(work_dir).resolve(), Path(upload_folder).resolve()
+    if uploads.is_relative_to(work):
+        raise MirrorError(
+            f"Gradio's upload folder ({uploads}, GRADIO_TEMP_DIR) is inside the work folder ({work}, MIRROR_WORK_DIR), "
+            "whose files Gradio must not serve: give them folders apart (MIRROR_WORK_DIR=/data/mirror-explorer with "
+            "GRADIO_TEMP_DIR=/data/gradio), or leave MIRROR_WORK_DIR unset (inside GRADIO_TEMP_DIR)"
+        )
+    own = [item.strip() for item in env.get("GRADIO_BLOCKED_PATHS", "").split(",") if item.strip()]
+    return [str(work), *own]
