@@ -257,3 +257,23 @@ def test_examples_ship_with_licence_notes():
     for path in GOLD_SETS.values():
         assert (EXAMPLES_DIR / path).is_file() and Path(path).name in readme
     assert "CC BY-SA 4.0" in readme and (EXAMPLES_DIR / "STSB_LICENSE.txt").is_file()
+
+
+def test_a_queries_text_past_its_length_is_refused_before_it_is_split_or_copied():
+    """Issue 58: a /search (or /neighbours, or a map's) queries text of megabytes was split into lines and each line
+    re-joined before the 20-queries rule refused it: copies of the whole text. Now its length alone refuses it."""
+    import tracemalloc
+
+    from explorer.tune.inputs import MAX_QUERIES, MAX_QUERIES_TEXT, MAX_QUERY_CHARS, split_queries
+
+    assert MAX_QUERIES_TEXT >= MAX_QUERIES * (MAX_QUERY_CHARS + 1)  # the most queries, each at its longest, fit
+    assert len(split_queries("\n".join(["q" * MAX_QUERY_CHARS] * MAX_QUERIES))) == MAX_QUERIES
+    for huge in ("kitten\n" * 1_500_000, "kitten " * 1_500_000):  # 10 MB: many lines, or one long line
+        tracemalloc.start()
+        try:
+            with pytest.raises(MirrorError, match=f"at most {MAX_QUERIES_TEXT:,} characters"):
+                split_queries(huge)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 100_000, f"refusing a {len(huge):,}-character query text took {peak:,} bytes"

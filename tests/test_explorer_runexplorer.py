@@ -29,6 +29,18 @@ def test_twin_map_places_typed_queries_on_both_maps(app, tuned):
         assert len(q["base"]) == len(q["tuned"]) == 2 and all(np.isfinite(q["base"] + q["tuned"]))
 
 
+def test_a_maps_queries_follow_the_search_rules(app, tuned):
+    """Issue 58: a map placed the first 20 lines of whatever it was sent, each encoded however long (a 10 MB line:
+    tokenized whole); now its queries are a search's (20 of 500 characters, a text past its length refused unread)."""
+    with pytest.raises(MirrorError, match="search at most 20"):
+        app.explore.twin_map(tuned, 10, "\n".join(f"query {i}" for i in range(21)))
+    with pytest.raises(MirrorError, match="keep queries under 500"):
+        app.explore.twin_map(tuned, 10, "cat\n" + "zebra " * 100)
+    with pytest.raises(MirrorError, match="characters in all"):
+        app.explore.twin_map(tuned, 10, "kitten " * 1_500_000)
+    assert app.explore.twin_map(tuned, 10, " \n\t")["queries"] == []  # none typed, none placed
+
+
 def test_what_moved_ranks_every_string_once_filters_and_downloads(app, tuned):
     rows = app.explore.moved(tuned)
     assert sorted(r["text"] for r in rows) == sorted(WORDS)

@@ -23,6 +23,7 @@ from explorer.resources.runfacts import blend_of, pairs_about
 from explorer.resources.sessions import RunInfo, Session
 from explorer.resources.turns import TURNS, FairSlots
 from explorer.settings import Settings
+from explorer.tune.inputs import split_queries
 from mirror.errors import MirrorError
 
 if TYPE_CHECKING:
@@ -131,6 +132,9 @@ class RunExplorer:
         import explorer.compare.maps as maps
 
         space = self.space(session)
+        # the queries as a search takes them (explorer.tune.inputs: 20 of 500 characters, a text past its length
+        # refused before it is split, and before a layout is paid for); none typed, none placed
+        qs = [] if not queries or (isinstance(queries, str) and queries.isspace()) else split_queries(queries)
         cap = self.settings.max_map_points
         n = cap if n_points is None or n_points == "" else maps.check_points(n_points, cap)
         n = min(n, len(space.texts))
@@ -145,7 +149,6 @@ class RunExplorer:
         data = dict(maps.sample_of(full, n))
         if n < len(space.texts) and n == cap:  # the operator's cap, not the user's choice: say so
             data["note"] += f" This server draws at most {cap:,} strings (MIRROR_MAX_MAP_POINTS)."
-        qs = [q for q in (queries or "").splitlines() if q.strip()][:20]
         if qs:
             loaded = self.models.loaded(space.run)
             shown = data["ids"]

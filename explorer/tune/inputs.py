@@ -110,6 +110,11 @@ def recorded_overrides(config: Any) -> dict[str, Any]:
 
 MAX_QUERIES = 20
 MAX_QUERY_CHARS = 500
+# a queries text (a search's, a map's, a point's neighbours'): room for MAX_QUERIES queries of MAX_QUERY_CHARS twice
+# over (spaces, blank lines); past it refused by its length alone, before it is split or copied (issue 58)
+MAX_QUERIES_TEXT = 2 * MAX_QUERIES * MAX_QUERY_CHARS
+# a short text field (a name, an id, a column, a filter, a token): what the web layer takes there (ui.handlers)
+MAX_SHORT_TEXT = 1_000
 MAX_K = 50
 
 
@@ -174,9 +179,15 @@ def build_config(
 
 
 def split_queries(text: str) -> list[str]:
-    """One query per line (blank lines dropped), at most MAX_QUERIES of at most MAX_QUERY_CHARS each."""
+    """One query per line (blank lines dropped), at most MAX_QUERIES of at most MAX_QUERY_CHARS each, in a text of at
+    most MAX_QUERIES_TEXT characters."""
     if text is not None and not isinstance(text, str):  # a JSON list was searched as its repr, "['cat']"
         raise MirrorError(f"queries are text, one per line, not {type(text).__name__} (join a list with line breaks)")
+    if text is not None and len(text) > MAX_QUERIES_TEXT:  # refused by its length: no copy of megabytes split
+        raise MirrorError(
+            f"the queries are {len(text):,} characters long; search at most {MAX_QUERIES} queries of "
+            f"{MAX_QUERY_CHARS} characters, at most {MAX_QUERIES_TEXT:,} characters in all"
+        )
     queries = [" ".join(line.split()) for line in str(text or "").splitlines()]
     queries = [q for q in queries if q]
     if not queries:
