@@ -85,13 +85,13 @@ def load() -> float:
 
 
 def run_size(size: int, work: Path, cold: bool, warm_up: bool = False) -> dict:
-    from explorer.compare import forgetting
     from explorer.tune.estimate import Estimator
+    from mirror import checks
 
     if cold:  # a fresh server: no calibration, nothing learned from runs, the base's check scores not kept
         Estimator._process[0].clear()
         Estimator._observed.clear()
-        forgetting._BASE_SCORES.clear()
+        checks._KEPT_SIDES.clear()
     app = MirrorApp(Settings(work_dir=work / f"size-{size}", warm_up=warm_up))
     row: dict = {"size": size}
     if warm_up:  # in a thread of its own, as app.py starts it

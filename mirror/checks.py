@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import os
 import random
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -334,6 +335,46 @@ def side(encoder, check: Check, items: tuple[Pair, ...] | DocItems) -> np.ndarra
     if isinstance(items, DocItems):
         return graded_ndcg(encoder.encode(list(items.texts), normalize=True), relevance(items))
     return pair_cosines(encoder, items)
+
+
+_KEPT_SIDES: dict[tuple[str, str, str, int], np.ndarray] = {}  # (base key, check, half, items): a base's side
+_KEPT_LOCK = threading.Lock()
+KEPT_SIDES_MOST = 64  # a few bases' worth of sides; a long-lived process with many bases starts over
+
+
+def side_key(encoder: Any) -> str | None:
+    """What identifies an encoder's side of a check: its weights' fingerprint and its length cap; None for an
+    encoder without a fingerprint (never kept)."""
+    fingerprint = getattr(encoder, "fingerprint", None)
+    return None if fingerprint is None else f"{fingerprint()}/{getattr(encoder, 'max_seq_length', '')}"
+
+
+def kept_side(base: Any, check: Check, half: str, items: tuple[Pair, ...] | DocItems) -> np.ndarray:
+    """A base model's `side` of a check's half, computed once per base (by its weights' fingerprint) and kept for the
+    process: the app's checks after every run (explorer.compare.forgetting) and a pairs run's blend choice
+    (mirror.choose, on the dev halves) then pay for the tuned model only. Encoders without a fingerprint: not kept."""
+    key = side_key(base)
+    if key is None:
+        return side(base, check, items)
+    entry = (key, check.name, half, len(items))
+    with _KEPT_LOCK:
+        cached = _KEPT_SIDES.get(entry)
+    if cached is None:
+        cached = side(base, check, items)
+        with _KEPT_LOCK:
+            if len(_KEPT_SIDES) > KEPT_SIDES_MOST:
+                _KEPT_SIDES.clear()
+            _KEPT_SIDES[entry] = cached
+    return cached
+
+
+def sides_kept(base: Any, checks: Sequence[Check], half: str) -> bool:
+    """Whether the base's side of every check's half is kept already (`kept_side`)."""
+    key = side_key(base)
+    if key is None:
+        return False
+    with _KEPT_LOCK:
+        return all((key, c.name, half, len(check_items(c, half))) in _KEPT_SIDES for c in checks)
 
 
 def bootstrap_mean_difference(

@@ -61,8 +61,13 @@ class Choice:
             "pool": self.pool,
             "reason": self.reason,
             "candidates": [
-                {"alpha": c.alpha, "mrr10": round(c.mrr10, 2), "checks": c.checks, "noise": c.noise,
-                 "within": c.within}  # fmt: skip
+                {
+                    "alpha": c.alpha,
+                    "mrr10": round(c.mrr10, 2),
+                    "checks": c.checks,
+                    "noise": c.noise,
+                    "within": c.within,
+                }  # fmt: skip
                 for c in self.candidates
             ],
         }
@@ -98,14 +103,15 @@ def check_changes(
     base: Any, tuned: Any, checks: Sequence[Any], base_sides: dict[str, Any]
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Each check's dev-half score, blend minus base (points), and that change's standard error (`noise`); the base's
-    side computed once into `base_sides`."""
-    from mirror.checks import check_items, score, side
+    side computed once into `base_sides` (and kept for the process by its fingerprint: mirror.checks.kept_side, so a
+    later run on the same base pays for its blends only)."""
+    from mirror.checks import check_items, kept_side, score, side
 
     changes, spread = {}, {}
     for check in checks:
         items = check_items(check, "dev")
         if check.name not in base_sides:
-            base_sides[check.name] = side(base, check, items)
+            base_sides[check.name] = kept_side(base, check, "dev", items)
         tuned_side = side(tuned, check, items)
         changes[check.name] = round(score(items, tuned_side) - score(items, base_sides[check.name]), 2)
         spread[check.name] = round(noise(items, base_sides[check.name], tuned_side), 2)

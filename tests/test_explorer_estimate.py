@@ -15,7 +15,7 @@ import torch
 
 from explorer.runs.live import Run
 from explorer.tune import estimate as est_mod
-from explorer.tune.estimate import PHASES, Estimator, Fit, calibrate, price
+from explorer.tune.estimate import FORGETTING_ENCODERS, PHASES, Estimator, Fit, calibrate, price
 from explorer.words import fmt_seconds
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, load_encoder
@@ -171,6 +171,28 @@ def test_a_pairs_runs_blend_choice_is_priced_only_where_the_run_chooses(base, ti
     few = price(texts[:100], lengths[:100], chooses, base, cal, partners=partners[:100])  # 20 held out: no choice
     assert fixed.phase("blend choice") == 0 and few.phase("blend choice") == 0
     assert est.total > fixed.total
+
+
+def test_the_choice_is_priced_one_round_less_once_its_base_dev_sides_are_kept(base, tiny_bert, tmp_path, monkeypatch):
+    """The blend choice scores the checks' dev halves for the base once per process (mirror.checks.kept_side, shared
+    with later runs on the same base): a later run's plan leaves that round out, and only that."""
+    from mirror import checks as engine
+    from mirror.checks import CHECKS, check_items, kept_side
+
+    monkeypatch.setattr(engine, "_KEPT_SIDES", {})
+    clock = VirtualClock(monkeypatch)
+    config = words_config(tiny_bert, batch_size=10, max_steps=4)
+    cal = calibrate(base, config, tmp_path, clock)
+    texts = three_token_words(600)
+    partners = [f"{t} here" for t in texts]
+    chooses = dataclasses.replace(config, pairs=True, blend_choose=True)
+    first = price(texts, base.token_lengths(texts), chooses, base, cal, partners=partners)
+    for check in CHECKS:
+        kept_side(base, check, "dev", check_items(check, "dev"))
+    later = price(texts, base.token_lengths(texts), chooses, base, cal, partners=partners)
+    per_encoder = first.phase("general checks") / FORGETTING_ENCODERS  # one encoder's checks, as priced
+    assert first.phase("blend choice") - later.phase("blend choice") == pytest.approx(per_encoder)
+    assert engine.sides_kept(base, CHECKS, "dev") and not engine.sides_kept(base, CHECKS, "check")
 
 
 def test_a_machine_four_times_slower_gets_an_estimate_four_times_longer(base, tiny_bert, tmp_path, monkeypatch):

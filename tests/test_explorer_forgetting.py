@@ -44,7 +44,7 @@ def toy_gold(tmp_path, monkeypatch):
     n = 400
     (tmp_path / "toy.tsv").write_text("".join(f"a{k}\tb{k}\t{k}\n" for k in range(n)))
     monkeypatch.setattr(engine, "GOLD", tmp_path)
-    monkeypatch.setattr(forgetting, "_BASE_SCORES", {})
+    monkeypatch.setattr(engine, "_KEPT_SIDES", {})
     return np.linspace(3.0, 0.1, n)
 
 

@@ -399,7 +399,12 @@ def price(
     train_s = sum((cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) for n, p, q in steps)
     train_s += (cal.warmup_s + tokenize_s) * bool(steps)
     train_s *= observed.train_ratio
-    choice_s = choice_price(lengths, config, partners, index_s, per_encoder, cal) if steps else 0.0
+    choice_s = 0.0
+    if steps and config.blend_choose and partners is not None:
+        from mirror.checks import CHECKS, sides_kept
+
+        base_kept = sides_kept(encoder, CHECKS, "dev")  # an earlier run on this base scored it (mirror.choose)
+        choice_s = choice_price(lengths, config, partners, index_s, per_encoder, cal, base_kept)
     phases = (
         ("load", cal.load_s),
         ("base index", index_s if build_base else 0.0),

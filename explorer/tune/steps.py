@@ -56,10 +56,12 @@ def choice_price(
     index_s: float,
     per_encoder: float,
     cal: Any,
+    base_kept: bool = False,
 ) -> float:
     """What a pairs run's blend choice costs (mirror/choose.py), 0 for a run that does not choose: the weights as
     trained saved once more, a pool of at most POOL strings encoded by the base and at each α, and the general checks'
-    dev halves scored for the base and, typically, one or two α (checked in the order of their held-out gain)."""
+    dev halves scored for, typically, CHOICE_ALPHA_ROUNDS α (checked in the order of their held-out gain) and the
+    base, unless its side is kept already (`base_kept`: mirror.checks.kept_side, from an earlier run on this base)."""
     from mirror.choose import ALPHAS, POOL
     from mirror.job import CHOICE_ROWS_LEAST
     from mirror.pairs import held_out_rows
@@ -69,7 +71,8 @@ def choice_price(
     if len(held_out_rows(partners, config)) < 2 * CHOICE_ROWS_LEAST:
         return 0.0  # too few held-out rows: the preset's own α, nothing chosen
     pool = min(1.0, POOL / len(lengths))
-    return cal.save_s + (1 + len(ALPHAS)) * pool * index_s + CHOICE_CHECK_ROUNDS * per_encoder
+    rounds = CHOICE_ALPHA_ROUNDS + (0 if base_kept else 1)
+    return cal.save_s + (1 + len(ALPHAS)) * pool * index_s + rounds * per_encoder
 
 
-CHOICE_CHECK_ROUNDS = 2.5  # the base's side of the dev halves and ~1.5 α's (the first α that keeps them is served)
+CHOICE_ALPHA_ROUNDS = 2.0  # α's dev halves scored before one keeps the rule (bench/RESULTS.md "Pairs")
