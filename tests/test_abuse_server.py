@@ -145,3 +145,25 @@ def test_malformed_events_get_a_message_and_leave_the_log_short(guarded):
         assert answer.get("success") is False, answer
         error = str((answer.get("output") or {}).get("error"))
         assert f"needs {needed} input values, it was sent 2" in error, answer
+
+
+@pytest.mark.slow
+def test_a_short_text_field_of_megabytes_is_refused_before_its_handler(guarded):
+    """A search's queries, a filter, a run id or an export format of megabytes reached its handler, which split,
+    lowered, encoded or quoted it back (charged to the request memory while read, never cut). Now every text field
+    but the strings to tune on has a length (Gradio's max_length, which only the browser kept) that the server holds
+    before any handler: the answer names the field and the length."""
+    page = Page(guarded.url)
+    big = "kitten " * 150_000  # ~1 MB
+    for name, inputs, field, limit in [
+        ("search", {0: big}, "queries", "20,000"),
+        ("search", {0: "kitten", 3: big}, "run", "1,000"),
+        ("neighbours", {0: big}, "text", "20,000"),
+        ("moved", {0: big}, "filter", "1,000"),
+        ("export", {0: big}, "fmt", "1,000"),
+        ("map", {1: big}, "queries", "20,000"),
+    ]:
+        answer = page.event(name, inputs)
+        error = str((answer.get("output") or {}).get("error"))
+        assert answer.get("success") is False and len(error) < 300, (name, error[:300])
+        assert f"{field} is {len(big):,} characters long; this server takes at most {limit} there" in error, error

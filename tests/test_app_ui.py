@@ -32,7 +32,7 @@ import pytest
 
 import app as mx
 from explorer import MirrorApp, Session, Settings
-from explorer.tune.inputs import ADVANCED, label
+from explorer.tune.inputs import ADVANCED, MAX_QUERIES_TEXT, label
 from mirror import MirrorConfig
 from mirror.errors import MirrorError
 from mirror.names import is_under
@@ -142,6 +142,20 @@ def test_demo_wires_named_api_endpoints_and_every_config_field(app):
     assert {(fn.concurrency_id, fn.concurrency_limit) for fn in jobs} == {("jobs", None)}
     assert demo._queue.max_size == app.settings.queue_size  # Gradio's queue is bounded
     assert by_fn["on_search"].concurrency_limit is None and by_fn["api_search"].concurrency_limit is None
+
+
+def test_every_text_input_but_the_strings_to_tune_on_has_a_length(app):
+    """Issue 58: the server refuses a text longer than its field's max_length before any handler (ui.handlers
+    .strict_inputs); a field without one took megabytes to its handler. Only the strings to tune on (the paste box,
+    /train's texts: MIRROR_MAX_UPLOAD_MB) are long."""
+    import gradio as gr
+
+    demo = mx.build_demo(app)
+    inputs = {id(c): c for fn in demo.fns.values() for c in fn.inputs if isinstance(c, gr.Textbox)}.values()
+    long = sorted(c.elem_id or c.label for c in inputs if not c.max_length)
+    assert long == ["mx-paste", "texts"], long
+    queries = {c.elem_id or c.label: c.max_length for c in inputs if "quer" in (c.elem_id or c.label or "").lower()}
+    assert set(queries.values()) == {MAX_QUERIES_TEXT} and len(queries) >= 2, queries
 
 
 def test_gradios_queue_polls_gently_when_idle(app, monkeypatch):

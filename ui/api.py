@@ -14,6 +14,7 @@ import gradio as gr
 
 from explorer import MirrorApp, Session
 from explorer.errors import user_error
+from explorer.tune.inputs import MAX_QUERIES_TEXT, MAX_SHORT_TEXT
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 from ui import render
@@ -28,17 +29,17 @@ def api_components() -> SimpleNamespace:
         return SimpleNamespace(
             texts=gr.Textbox(value="", label="texts"),
             file=gr.File(label="file", type="filepath"),
-            column=gr.Textbox(value="", label="column"),
-            model=gr.Textbox(value=BUNDLED_MODEL, label="model"),
-            mode=gr.Textbox(value="auto", label="mode"),
+            column=gr.Textbox(value="", label="column", max_length=MAX_SHORT_TEXT),
+            model=gr.Textbox(value=BUNDLED_MODEL, label="model", max_length=MAX_SHORT_TEXT),
+            mode=gr.Textbox(value="auto", label="mode", max_length=MAX_SHORT_TEXT),
             settings=gr.JSON(value={}, label="settings"),
-            pair_column=gr.Textbox(value="", label="pair_column"),
+            pair_column=gr.Textbox(value="", label="pair_column", max_length=MAX_SHORT_TEXT),
             train_out=gr.JSON(label="run"),
             model_zip=gr.File(label="model zip"),
             index_zip=gr.File(label="index zip"),
-            queries=Text(label="queries"),
+            queries=Text(label="queries", max_length=MAX_QUERIES_TEXT),
             k=Number(value=10, precision=0, label="k"),
-            run=gr.Textbox(value="", label="run"),
+            run=gr.Textbox(value="", label="run", max_length=MAX_SHORT_TEXT),
             hide_query=gr.Checkbox(value=False, label="hide_query"),
             search_out=gr.JSON(label="results"),
             cancel_out=gr.Textbox(label="cancelled"),
@@ -46,16 +47,16 @@ def api_components() -> SimpleNamespace:
             search_btn=gr.Button(),
             cancel_btn=gr.Button(),
             # the Explore tab's endpoints
-            fmt=gr.Textbox(value="all", label="fmt"),
+            fmt=gr.Textbox(value="all", label="fmt", max_length=MAX_SHORT_TEXT),
             rows=gr.JSON(value=[], label="rows"),
             export_out=gr.File(label="export"),
-            filter=gr.Textbox(value="", label="filter"),
+            filter=gr.Textbox(value="", label="filter", max_length=MAX_SHORT_TEXT),
             limit=Number(value=500, precision=0, label="limit"),
-            text=gr.Textbox(label="text"),
+            text=gr.Textbox(label="text", max_length=MAX_QUERIES_TEXT),
             rows_out=gr.JSON(label="rows"),
             health_out=gr.JSON(label="health"),
-            repo=gr.Textbox(label="repo"),
-            token=gr.Textbox(label="token", type="password"),
+            repo=gr.Textbox(label="repo", max_length=MAX_SHORT_TEXT),
+            token=gr.Textbox(label="token", type="password", max_length=MAX_SHORT_TEXT),
             private=gr.Checkbox(value=True, label="private"),
             push_out=gr.Textbox(label="url"),
             export_btn=gr.Button(),
@@ -64,7 +65,9 @@ def api_components() -> SimpleNamespace:
             health_btn=gr.Button(),
             push_btn=gr.Button(),
             n=Number(value=0, precision=0, label="n"),
-            map_queries=gr.Textbox(value="", label="queries"),  # optional here, unlike /search's
+            map_queries=gr.Textbox(
+                value="", label="queries", max_length=MAX_QUERIES_TEXT
+            ),  # optional here, unlike /search's
             map_out=gr.JSON(label="map"),
             map_btn=gr.Button(),
         )

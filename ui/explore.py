@@ -12,6 +12,7 @@ import gradio as gr
 
 from explorer import MirrorApp, Session
 from explorer.resources.runfacts import blend_of
+from explorer.tune.inputs import MAX_QUERIES_TEXT, MAX_SHORT_TEXT
 from ui import render
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service, download
 from ui.numbers import Slider
@@ -50,7 +51,12 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             scale=2,
         )
         ui.queries = gr.Textbox(
-            label="Place queries on the map", placeholder="one per line (optional)", lines=1, max_lines=4, scale=3
+            label="Place queries on the map",
+            placeholder="one per line (optional)",
+            lines=1,
+            max_lines=4,
+            scale=3,
+            max_length=MAX_QUERIES_TEXT,
         )
         ui.map_btn = gr.Button("Draw the maps", variant="primary", elem_id="mx-map-btn", scale=1)
     ui.map_md = gr.Markdown("")
@@ -69,7 +75,9 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
             ui.export_file = gr.HTML("", visible=False, elem_id="mx-export-file")
     with gr.Accordion("What moved: your strings whose 10 nearest neighbours changed most", open=True):
         with gr.Row():
-            ui.moved_filter = gr.Textbox(label="Filter", placeholder="part of a string", scale=3)
+            ui.moved_filter = gr.Textbox(
+                label="Filter", placeholder="part of a string", scale=3, max_length=MAX_SHORT_TEXT
+            )
             ui.moved_btn = gr.Button("List", elem_id="mx-moved-btn", scale=1)
             ui.moved_csv_btn = gr.Button("Download CSV", elem_id="mx-moved-csv-btn", scale=1)
         ui.moved_md = gr.Markdown("", elem_id="mx-moved-md")
@@ -111,8 +119,10 @@ def explore_tab(max_points: int, allow_hub: bool) -> SimpleNamespace:
         ui.blend_md = gr.Markdown("", min_height=56, elem_id="mx-blend-md")
     with gr.Accordion("Share on the Hugging Face Hub", open=False, visible=allow_hub):
         with gr.Row():
-            ui.hub_repo = gr.Textbox(label="Repository", placeholder="your-name/my-mirror-model", scale=2)
-            ui.hub_token = gr.Textbox(label="Token (write access)", type="password", scale=2)
+            ui.hub_repo = gr.Textbox(
+                label="Repository", placeholder="your-name/my-mirror-model", scale=2, max_length=MAX_SHORT_TEXT
+            )
+            ui.hub_token = gr.Textbox(label="Token (write access)", type="password", scale=2, max_length=MAX_SHORT_TEXT)
             ui.hub_private = gr.Checkbox(value=True, label="Private", scale=1)
         ui.hub_btn = gr.Button("Push the tuned model", elem_id="mx-hub-btn")
         ui.hub_md = gr.Markdown("")

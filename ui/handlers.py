@@ -41,13 +41,24 @@ def quiet_queue(demo: gr.Blocks) -> None:
 def strict_inputs(demo: gr.Blocks) -> None:
     """An event sent with fewer inputs than its handler takes gets a clear error back, and the log one short line:
     Gradio raised a ValueError whose message holds every input it got (a 19 MB string: 19 MB of log per event, issue
-    58) and answered the visitor `{"error": null}` (show_error is off). Extra inputs Gradio ignores, as before."""
+    58) and answered the visitor `{"error": null}` (show_error is off). Extra inputs Gradio ignores, as before.
+    A text longer than its field's `max_length` (a short field's: explorer.tune.inputs.MAX_SHORT_TEXT, a queries
+    box's MAX_QUERIES_TEXT) is refused here, before any handler copies, splits or encodes it: Gradio leaves that
+    limit to the browser. A file input naming a file of a blocked path (the work folder) gets a message."""
 
     def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
         if len(inputs) < len(block_fn.inputs):
             name = f" ({block_fn.name})" if block_fn.name and block_fn.name != "<lambda>" else ""
             text = f"This event{name} needs {len(block_fn.inputs)} input values, it was sent {len(inputs)}."
             raise gr.Error(text + " Reload the page, or check the API call.", print_exception=False)
+        for component, value in zip(block_fn.inputs, inputs, strict=False):
+            limit = getattr(component, "max_length", None)  # a short text field's (the browser's maxlength too)
+            if limit and isinstance(value, str) and len(value) > limit:
+                name = getattr(component, "label", None) or "a text field"
+                raise gr.Error(
+                    f"{name} is {len(value):,} characters long; this server takes at most {limit:,} there.",
+                    print_exception=False,
+                )
         if demo.blocked_paths and any(blocked(path, demo.blocked_paths) for path in file_paths(inputs)):
             # Gradio refuses it too, answering `{"error": null}`: say what to send instead (never the path)
             raise gr.Error(

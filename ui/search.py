@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from explorer import MirrorApp, Session
-from explorer.tune.inputs import MAX_K
+from explorer.tune.inputs import MAX_K, MAX_QUERIES_TEXT, MAX_SHORT_TEXT
 from mirror.config import BUNDLED_MODEL
 from ui import render
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
@@ -30,6 +30,7 @@ def search_tab() -> SimpleNamespace:
             placeholder="kitten",
             scale=4,
             elem_id="mx-queries",
+            max_length=MAX_QUERIES_TEXT,
         )
         with gr.Column(scale=1):
             ui.k = Slider(1, MAX_K, value=10, step=1, label="Hits per query (k)")
@@ -44,7 +45,9 @@ def search_tab() -> SimpleNamespace:
     ui.results = gr.HTML("", elem_id="mx-search-results")
     with gr.Accordion("Search another corpus with your tuned encoder", open=False):
         ui.other = NamedFile(label="A .txt, .csv/.tsv or .jsonl file", type="filepath", height=150, elem_id="mx-other")
-        ui.other_column = gr.Textbox(label="Text column (for .csv/.tsv/.jsonl; empty = detect)")
+        ui.other_column = gr.Textbox(
+            label="Text column (for .csv/.tsv/.jsonl; empty = detect)", max_length=MAX_SHORT_TEXT
+        )
         ui.other_btn = gr.Button("Index it", elem_id="mx-other-btn")
         ui.other_md = gr.Markdown("")
     return ui

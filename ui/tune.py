@@ -10,7 +10,7 @@ import gradio as gr
 
 from explorer import MirrorApp, Session
 from explorer.errors import user_error
-from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, HUB_MODELS, MODES, label
+from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, HUB_MODELS, MAX_SHORT_TEXT, MODES, label
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.data import AUTO
 from ui import render
@@ -69,9 +69,15 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
                     ui.example_btn = gr.Button("Load example", elem_id="mx-example-btn")
                 with gr.Tab("Hugging Face dataset", visible=allow_hub):
                     with gr.Row():
-                        ui.hub_dataset = gr.Textbox(label="Dataset id", placeholder="user/dataset", scale=3)
-                        ui.hub_column = gr.Textbox(label="Text column", placeholder="text", scale=2)
-                        ui.hub_split = gr.Textbox(label="Split (optional)", placeholder="train", scale=1)
+                        ui.hub_dataset = gr.Textbox(
+                            label="Dataset id", placeholder="user/dataset", scale=3, max_length=MAX_SHORT_TEXT
+                        )
+                        ui.hub_column = gr.Textbox(
+                            label="Text column", placeholder="text", scale=2, max_length=MAX_SHORT_TEXT
+                        )
+                        ui.hub_split = gr.Textbox(
+                            label="Split (optional)", placeholder="train", scale=1, max_length=MAX_SHORT_TEXT
+                        )
                     ui.hub_btn = gr.Button("Load from the Hub", elem_id="mx-hub-dataset-btn")
             ui.input_md = gr.Markdown(
                 "Load some strings: upload a file, paste them, or pick an example.", elem_id="mx-input"
@@ -157,7 +163,7 @@ def setting_component(name: str, value: Any) -> gr.components.Component:
     if kind == "bool":
         return gr.Checkbox(value=bool(value), label=label(name), elem_id=elem_id)
     if kind == "str":
-        return gr.Textbox(value=value, label=label(name), elem_id=elem_id)
+        return gr.Textbox(value=value, label=label(name), elem_id=elem_id, max_length=MAX_SHORT_TEXT)
     # max length: no BERT-family model offered here takes more than 512 positions; the engine caps it further
     # at the chosen model's own limit (with a note), for API callers too.
     limit = {"maximum": 512, "minimum": 4} if name == "max_length" else {}
