@@ -290,3 +290,89 @@ def test_the_engine_waits_only_where_a_server_installed_its_pause():
     with turns.background():
         hooks.pause()  # a run's loop, inside background work: the turns' pause
     assert calls == ["paused", "turn"]
+
+
+def burn(seconds: float) -> None:
+    """Spend `seconds` of this thread's CPU."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+def test_the_server_threads_work_is_its_requests_visitors_never_the_running_jobs_rest():
+    """Issue 58: the server's own work for a stranger's requests (Gradio's queue and stream, a file cached and
+    served) ran in server threads outside any job: part of the rest the running jobs share, so a stranger's one-row
+    exports pushed a victim's run to 1.19x its charge alone. Here an idle run goes while a server thread works 0.2 s
+    for a stranger's request (in its tab) and 0.2 s for nobody: the run is charged next to nothing (it was charged
+    both before), the stranger its request's 0.2 s."""
+    import threading
+
+    accounts = cpu.CpuAccounts(visitor_s=0, address_s=0)
+    victim, stranger = Owner("victim", "1.1.1.1"), Owner("stranger", "2.2.2.2")
+    going, worked, done = threading.Event(), threading.Event(), threading.Event()
+    charged: dict[str, float] = {}
+
+    def idle_run() -> None:
+        with accounts.metered(victim, "a run") as job:
+            going.set()
+            done.wait(30)
+            accounts.used(victim)
+        charged["run"] = job.seconds
+
+    def server() -> None:  # a server thread lives as long as the server (its time in its last moments is the rest's)
+        with accounts.serving(stranger, "a request") as tab:
+            cpu.charged_call(tab, burn, 0.2)
+        burn(0.2)  # the server's own, for nobody
+        worked.set()
+        done.wait(30)
+
+    run = threading.Thread(target=idle_run)
+    run.start()
+    going.wait(30)
+    serving = threading.Thread(target=server)
+    serving.start()
+    worked.wait(30)
+    accounts.used(victim)  # settled while the run goes
+    done.set()
+    serving.join(30)
+    run.join(30)
+    assert charged["run"] < 0.05, charged
+    assert accounts.used(stranger)[0] == pytest.approx(0.2, abs=0.03)
+
+
+def test_a_job_a_request_runs_is_charged_once_and_a_closed_tab_takes_nothing():
+    """A request's handler runs a metered job on its own thread (an export): the job is charged its work, the
+    request's tab only the rest of the handler; once the request ended its tab takes nothing more."""
+    accounts = cpu.CpuAccounts(visitor_s=0, address_s=0)
+    owner = Owner("v", "1.1.1.1")
+
+    def handler() -> None:
+        burn(0.1)
+        with accounts.metered(owner, "an export"):
+            burn(0.2)
+
+    with accounts.serving(owner) as tab:
+        cpu.charged_call(tab, handler)
+        assert cpu.current_tab() is tab
+    assert tab.seconds == pytest.approx(0.1, abs=0.03)
+    assert accounts.used(owner)[0] == pytest.approx(0.3, abs=0.05)
+    assert cpu.current_tab() is None
+    cpu.charged_call(tab, burn, 0.05)  # a task the request left behind
+    assert tab.seconds == pytest.approx(0.1, abs=0.03)
+
+
+def test_a_flood_of_requests_is_kept_as_a_few_records(monkeypatch):
+    """Every request's server work is charged: what one visitor spends within BUCKET_S is one record, so a flood of
+    requests costs the accounts a few records, not one each."""
+    now = {"wall": 1000.0}
+    monkeypatch.setattr(cpu.time, "monotonic", lambda: now["wall"])
+    accounts = cpu.CpuAccounts(visitor_s=0, address_s=0, clock=lambda: 0.0, threads=lambda tid: None)
+    flood, other = Owner("flood", "9.9.9.9"), Owner("other", "9.9.9.9")
+    for i in range(3000):
+        with accounts.serving(flood if i % 3 else other) as tab:
+            tab.add(0.001)
+        now["wall"] += 0.01  # 30 s in all
+    assert len(accounts.spent) <= 2 * (30 / cpu.BUCKET_S + 1)
+    assert accounts.used(flood) == pytest.approx((2.0, 3.0))
+    now["wall"] += cpu.WINDOW_S + 60
+    assert accounts.used(flood) == (0, 0) and not accounts._latest

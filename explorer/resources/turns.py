@@ -76,6 +76,14 @@ class Turns:
         worked = time.monotonic() - self._local.since - self._local.waited
         return min(self.most, (self.factor - 1.0) * worked + PAUSE_FLOOR_S - self._local.waited)
 
+    def record(self) -> tuple[float, float] | None:
+        """This background thread's (waits, work) so far in seconds, as the bound counts them (waits <= (factor - 1)
+        x work + PAUSE_FLOOR_S, give or take one wait's wake-up), or None outside background work."""
+        if not getattr(self._local, "background", False):
+            return None
+        waited = self._local.waited
+        return waited, time.monotonic() - self._local.since - waited
+
     def pause(self) -> None:
         """In background work, between two steps or batches: wait while interactive work runs, within the bound."""
         if not self.enabled or not getattr(self._local, "background", False) or not self._interactive:
