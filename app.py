@@ -37,6 +37,8 @@ from ui.web.held import BODY_COST, HeldRequests
 from ui.web.logbound import bound_output
 from ui.web.quota import UploadQuota
 from ui.web.served import blocked_paths
+from ui.web.tabs import ServerWork, meter_events
+from ui.web.tabs import install as charge_server_work
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
@@ -184,6 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     limit = max(app.settings.max_upload_bytes, app.settings.max_model_bytes)
     max_request = 2 * app.settings.max_upload_bytes + 2**20
     queue = demo._queue  # Gradio's own queue (private attributes: checked by tests/test_abuse)
+    # the server's own work for a request (the queue, the stream, the file put in Gradio's cache and served) is
+    # charged to the visitor who sent it, not shared by the runs going meanwhile (ui.web.tabs)
+    charge_server_work()
+    meter_events(queue, app.cpu)
     # large request bodies held in memory (a paste sent to /train) until their handler read them, each charged what
     # it costs while Gradio reads it (ui.web.held.BODY_COST times its size, more for wide characters): one largest
     # request per visitor, two per address, MIRROR_REQUEST_MEMORY_MB in all; refused before they are read past it
@@ -235,8 +241,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         head=HEAD,
         show_error=False,
         blocked_paths=blocked,
-        # the app's download links (ui.web.downloads), answered before the quota's accounting
-        app_kwargs={"middleware": [Middleware(DownloadRoute, downloads=app.downloads), quota]},
+        # every request's server work charged to its visitor (ui.web.tabs); the app's download links
+        # (ui.web.downloads), answered before the quota's accounting
+        app_kwargs={
+            "middleware": [
+                Middleware(ServerWork, accounts=app.cpu, key=app.visitor_key, trusted=app.settings.trusted_proxies),
+                Middleware(DownloadRoute, downloads=app.downloads),
+                quota,
+            ]
+        },
     )
     return 0
 
