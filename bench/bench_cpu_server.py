@@ -7,16 +7,18 @@ charged, and how much longer its run takes.
 
 `python app.py` (tests.server.serve: the bundled model, general checks off, no CPU budget) with `MIRROR_LOG_CPU=1`,
 which logs each metered job as it ends (explorer.resources.cpu: what, whose, CPU seconds charged, wall, how long runs
-paused meanwhile); the bench reads the victim's charge from there. Two visitors, each its own signed cookie and
-gradio_client Client: the stranger trains a run of its own first (something to search and export); the victim runs
-/train (`--strings` of examples/en_top10k.txt, `--steps` steps, fp32) once to warm, then per repeat alone and once
-while the stranger, for the whole run, fires one of: searches of its run (/search, 8 queries each), one-row Parquet
-exports of its run (/export, `--export-format` all by default, a new row each time: nothing cached), or evaluations (the page's Evaluate, SimLex and
-WordSim, raw HTTP). Reported per victim run: CPU charged (the server's log), the run job's wall (the log) and the
-/train call's wall (the client), the time runs were paused for interactive work, the stranger's jobs and CPU charged,
-the server process's CPU. Aims: the victim's charge with a stranger searching <= 1.2x alone; a stream of short jobs
-slows a run at most `PAUSE_FACTOR` (2x) its work + 1 s by pausing it (explorer.resources.turns; contention for the
-cores comes on top). JSON: bench/out/cpu-server.json.
+paused meanwhile) and each request's and event's server work charged to its visitor (ui.web.tabs: "server work for
+…"); the bench reads the victim's charge from there. Two visitors, each its own signed cookie and gradio_client
+Client: the stranger trains a run of its own first (something to search and export); the victim runs /train
+(`--strings` of examples/en_top10k.txt, `--steps` steps, fp32) once to warm, then per repeat alone and once while the
+stranger, for the whole run, fires one of: searches of its run (/search, 8 queries each), one-row Parquet exports of
+its run (/export, `--export-format` all by default, a new row each time: nothing cached), or evaluations (the page's
+Evaluate, SimLex and WordSim, raw HTTP). Reported per victim run: CPU charged (the server's log), the run job's wall
+(the log) and the /train call's wall (the client), the time runs were paused for interactive work, the stranger's jobs
+and CPU charged (of which its requests' server work), the victim's own requests' server work, the server process's
+CPU. Aims: the victim's charge with a stranger searching <= 1.2x alone; a stream of short jobs slows a run at most
+`PAUSE_FACTOR` (2x) its work + 1 s by pausing it (explorer.resources.turns; contention for the cores comes on top).
+JSON: bench/out/cpu-server.json.
 """
 
 from __future__ import annotations
@@ -163,6 +165,8 @@ def main() -> None:
             runs = [j for j in jobs if j["who"] == victim.hash and j["what"] == "a run"]
             assert len(runs) == 1 and summary["steps"] == args.steps, (runs, summary)
             theirs = [j for j in jobs if j["who"] == stranger.hash]
+            tabs = [j for j in theirs if j["what"].startswith("server work")]  # its requests' (ui.web.tabs)
+            victim_served = [j for j in jobs if j["who"] == victim.hash and j["what"].startswith("server work")]
             work_s = runs[0]["wall"] - runs[0]["paused"]  # the turns' bound: paused <= (factor - 1) x work + floor
             bound = (PAUSE_FACTOR - 1.0) * work_s + PAUSE_FLOOR_S
             return {
@@ -172,8 +176,10 @@ def main() -> None:
                 "train_call_wall_s": round(wall, 1),
                 "paused_s": round(runs[0]["paused"], 1),
                 "pause_bound_s": round(bound, 1),
-                "stranger_jobs": len(theirs),
+                "stranger_jobs": len(theirs) - len(tabs),
                 "stranger_charged_s": round(sum(j["charged"] for j in theirs), 2),
+                "stranger_server_work_s": round(sum(j["charged"] for j in tabs), 2),
+                "victim_server_work_s": round(sum(j["charged"] for j in victim_served), 2),
                 "server_cpu_s": round(cpu, 1),
                 "errors": len(errors),
                 "first_error": errors[0] if errors else "",
@@ -193,6 +199,8 @@ def main() -> None:
         "pause_bound_s",
         "stranger_jobs",
         "stranger_charged_s",
+        "stranger_server_work_s",
+        "victim_server_work_s",
         "server_cpu_s",
         "errors",
     ]
