@@ -234,12 +234,18 @@ class RunView:
         return "Stopping after this step…" + kept
 
     def draw(
-        self, events: Iterator[Event], session: Session, memory: dict, progress: gr.Progress | None = None
+        self,
+        events: Iterator[Event],
+        session: Session,
+        memory: dict,
+        progress: gr.Progress | None = None,
+        launched: Any = None,
     ) -> Iterator[dict]:
         """A run's events drawn as its view (explorer.runs.follow.progress: at most once a second, at once when it is
         served, then its end). A run served before its general checks is drawn served at once, and its checks and
-        downloads when it is Done."""
-        ui, chance = self.ui, TrainView.live_chance(session, self.app.models)
+        downloads when it is Done. `launched`: what the run's "knows nothing" line is measured on (its strings,
+        partners and settings: a page reattached after a reload holds none of its own); `session` when None."""
+        ui, chance = self.ui, TrainView.live_chance(launched or session, self.app.models)
         view = TrainView(progress, chance, (ui.status_md, ui.loss_plot))
         idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
         for now in follow_progress(events):
@@ -361,7 +367,10 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
                 "info",
             )
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
-            yield from view.draw(app.trainer.follow(live, session=session), session, memory)
+            # the run's own strings, partners and settings for its "knows nothing" line: this page's session has no
+            # strings until the run ends (a reloaded pairs run's curve lost its line)
+            launched = SimpleNamespace(texts=live.texts, partners=live.partners, tuning=session.tuning)
+            yield from view.draw(app.trainer.follow(live, session=session), session, memory, launched=launched)
             recorded = {} if adopted or session.run is None else view.tuning(session)
             if recorded:  # no settings held for it (a run of the API): the ones its folder records
                 yield recorded
