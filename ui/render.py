@@ -361,9 +361,10 @@ def served_md(session: Session | None, example: dict[str, Any] | None = None) ->
                 f" Searching the `{strings}` column; each hit's `{partner}` is shown under it (the column that will "
                 f"train the pairs): type {a_or_an(partner)} `{partner}` to find its `{strings}`."
             )
+        # the page's first header, for every visitor (not redrawn by an upload): it cannot say strings are loaded
         return message(
-            "No tuned model yet: search your loaded strings with the base model now, then tune one in tab ① "
-            f"(or upload a saved model there) to compare it with the tuned model.{both}",
+            "No tuned model yet: load your strings in tab ① (step 1) to search them here with the base model, then "
+            f"tune one there (or upload a saved model) to compare it with the tuned model.{both}",
             "info",
         )
     other = getattr(session, "extra", None)  # this session's other corpus, for the run it serves

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from explorer import MirrorApp, Session
-from explorer.tune.inputs import MAX_K, MAX_QUERIES_TEXT, MAX_SHORT_TEXT
+from explorer.tune.inputs import MAX_K, MAX_QUERIES, MAX_QUERIES_TEXT, MAX_QUERY_CHARS, MAX_SHORT_TEXT
 from mirror.config import BUNDLED_MODEL
 from ui import render
 from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
@@ -24,7 +24,10 @@ def search_tab() -> SimpleNamespace:
         # starts another query on a new line
         ui.queries = gr.Textbox(
             label="Queries",
-            info="Enter searches · Shift+Enter adds another query on a new line (up to 20)",
+            # the limits the search holds its queries to (explorer.tune.inputs.split_queries), said before a
+            # pasted 2,000-character query is refused
+            info=f"Enter searches · Shift+Enter adds another query on a new line (up to {MAX_QUERIES}, "
+            f"{MAX_QUERY_CHARS} characters each)",
             lines=1,
             max_lines=8,
             placeholder="kitten",
