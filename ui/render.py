@@ -162,6 +162,19 @@ def end_losses(training: Training) -> str:
     return f"{last:.4f} (last step; first step: {first:.4f}, {(last - first) / first:+.0%})"
 
 
+def preset_blend(p: MirrorConfig) -> str:
+    """The blend a preset serves, as the Detected line says it: "the base", not "it" (without distillation "it" had
+    nothing to stand for: "max length 50 tokens, blended with it at α 0.25"); a pairs run's α is the one the run
+    chooses after training (mirror/choose.py), the preset's own only when too few rows are held out to choose on."""
+    if p.blend_choose:
+        from mirror.choose import ALPHAS
+
+        alphas = ", ".join(f"{a:g}" for a in ALPHAS)
+        picked = f"({alphas}; {p.blend_alpha:g} when few rows are held out)"
+        return f", blended with the base at the α the run picks after training {picked}"
+    return f", blended with the base at α {p.blend_alpha:g}" if p.blend_alpha < 1 else ""
+
+
 def load_md(info: dict[str, Any]) -> str:
     stats: CleanStats = info["stats"]
     paired = info.get("pairing") is not None  # the pairs preset's settings (mirror.config.PAIRS_ADJUSTMENTS)
@@ -174,7 +187,7 @@ def load_md(info: dict[str, Any]) -> str:
         f"**Detected:** {kind} → the **{info['mode']} preset{' for pairs' if paired else ''}** (τ {p.temperature}, "
         f"{p.epochs} epoch{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, "
         f"max length {p.pair_max_length if paired else p.max_length} tokens{f', distilled from the base (λ {p.distill:g})' if p.distill else ''}"
-        f"{f', blended with it at α {p.blend_alpha:g}' if p.blend_alpha < 1 else ''}). <small>{info['reason']}.</small>",
+        f"{preset_blend(p)}). <small>{info['reason']}.</small>",
     ]
     lines += [pairs] if (pairs := pairing_md(info)) else []
     lines += [message(n, "warning") for n in info.get("notes", [])]

@@ -1,0 +1,20 @@
+"""A newcomer's pass (a Gene Ontology pairs file, an acronym CSV): the Detected line said "the sentences preset for
+pairs (…, distilled from the base (λ 10), blended with it at α 0.5)" although a pairs run chooses its own α after
+training (mirror/choose.py), and "the sentences preset (…, max length 50 tokens, blended with it at α 0.25)", where "it" stood for
+nothing. It names the base, and a pairs preset's α as the one the run picks."""
+
+from __future__ import annotations
+
+from mirror.config import MirrorConfig
+from ui import render
+
+
+def test_a_plain_preset_is_blended_with_the_base_not_with_it():
+    said = render.preset_blend(MirrorConfig.preset("sentences", pairs=False))
+    assert said == ", blended with the base at α 0.25"
+    assert "with it" not in said
+
+
+def test_a_pairs_preset_says_the_run_picks_its_alpha():
+    said = render.preset_blend(MirrorConfig.preset("sentences", pairs=True))
+    assert "the α the run picks after training (1, 0.75, 0.5, 0.25; 0.5 when few rows are held out)" in said
