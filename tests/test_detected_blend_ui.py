@@ -1,7 +1,7 @@
 """A newcomer's pass (a Gene Ontology pairs file, an acronym CSV): the Detected line said "the sentences preset for
 pairs (…, distilled from the base (λ 10), blended with it at α 0.5)" although a pairs run chooses its own α after
-training (mirror/choose.py), and "the sentences preset (…, max length 50 tokens, blended with it at α 0.25)", where "it" stood for
-nothing. It names the base, and a pairs preset's α as the one the run picks."""
+training (mirror/choose.py), and "the sentences preset (…, max length 50 tokens, blended with it at α 0.25)", where
+"it" stood for nothing. It names the base, and a pairs preset's α as the one the run picks."""
 
 from __future__ import annotations
 
