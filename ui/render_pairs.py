@@ -141,7 +141,8 @@ def blend_choice_md(run: RunInfo | None) -> str:
     for c in choice["candidates"]:
         alpha, checks = float(c["alpha"]), c.get("checks") or {}
         spread = c.get("noise") or {}  # a run chosen before issue 60's noise room has none
-        worst = min(checks.items(), key=lambda kv: kv[1] - spread.get(kv[0], 0.0)) if checks else None
+        # the check nearest the rule as the rule reads it (mirror.choose.within_rule: room at most the half margin)
+        worst = min(checks.items(), key=lambda kv: kv[1] - min(spread.get(kv[0], 0.0), 0.5)) if checks else None
         worst_s = f"{worst[0]} {worst[1]:+.1f}" if worst else "not needed"
         if worst and worst[0] in spread:
             worst_s += f" ± {spread[worst[0]]:.1f}"
@@ -156,6 +157,7 @@ def blend_choice_md(run: RunInfo | None) -> str:
     return (
         f"**The blend this run chose:** {choice['reason']}. Measured after training on half its held-out rows (the "
         "other half reports its gain) and the checks' dev halves; the rule: no check more than half its margin below "
-        "the base, even one standard error (±) lower. Serve another with one click under *Serve another α* (the weights as trained are kept: no "
+        "the base, even one standard error (±) lower (that room at most the half margin: a check too small to tell holds "
+        "when it measured no loss). Serve another with one click under *Serve another α* (the weights as trained are kept: no "
         f"training again).\n\n{head}\n" + "\n".join(rows)
     )
