@@ -66,7 +66,7 @@ def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measu
     )
     # a blend's held-out figures are its run's: said so (the helper's pass read the same numbers as measured anew)
     assert list(app.saved.blend_run(other, 0.5))[-1].kind == "done"
-    assert f"Measured on run `{run.folder.name[:8]}` before the blend" in render.run_md(other.run)
+    assert f"Measured on run `{run.folder.name[:8]}` as it served α = " in render.run_md(other.run)
     # (none): the same file, the strings alone
     plain = app.loader.load_file(s, str(glossary(tmp_path)), "summary", "glossary.csv", "")
     assert plain["pair_column"] is None and s.partners is None and s.pairing is None

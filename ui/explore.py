@@ -219,7 +219,9 @@ MOVED_SHOWN = 500  # rows of the what-moved table (its CSV has every string)
 def moved_head(shown: int, total: int, text_filter: str = "") -> str:
     """What the what-moved table lists: every string (matching the filter), or the `shown` most moved of `total`
     ("The 500 most moved of your 12,640 strings", never "500 strings" of a run of 12,640)."""
-    matching = f" matching “{text_filter}”" if text_filter else ""
+    # a long filter quoted whole made a paragraph of it (a pasted 1,000 characters): its first CELL_CHARS
+    shown_filter = text_filter if len(text_filter) <= CELL_CHARS else text_filter[: CELL_CHARS - 1].rstrip() + "…"
+    matching = f" matching “{shown_filter}”" if text_filter else ""
     if shown >= total:
         return f"{render.count(total, 'string')}{matching}, most moved first."
     return f"The {shown:,} most moved of your {total:,} strings{matching}, most moved first (the CSV has them all)."

@@ -43,12 +43,22 @@ def pairs_md(run: RunInfo | None) -> str:
 
 
 def blended(run: RunInfo | None) -> str:
-    """A blend's held-out figures are its tuned run's (α = 1): said, since the blend itself was not measured on them."""
+    """A blend's held-out figures are its tuned run's, at the α that run served (its choice, or its preset's: they
+    are measured after its own blend, mirror.job): said, since the blend itself was not measured on them. (It said
+    "before the blend, α = 1" of a pairs run that had served α 0.25: a newcomer's pass.)"""
     origin = run.record.origin if run is not None else None
     if origin is None or origin.alpha is None:
         return ""
     parent = f"run `{origin.parent[:8]}`" if origin.parent else "the tuned model"
-    return f" _(Measured on {parent} before the blend, α = 1; this blend at α = {origin.alpha:g} was not measured.)_"
+    served = f"as it served α = {measured_alpha(run):g}"
+    return f" _(Measured on {parent} {served}; this blend at α = {origin.alpha:g} was not measured.)_"
+
+
+def measured_alpha(run: RunInfo) -> float:
+    """The α a run's held-out figures were measured at: its tuned run's own (run_alpha: its choice or its preset's),
+    1 where the record does not say."""
+    alpha = run.record.training.run_alpha
+    return float(alpha) if isinstance(alpha, int | float) else 1.0
 
 
 def pairs_row(run: RunInfo | None) -> str:
@@ -57,9 +67,14 @@ def pairs_row(run: RunInfo | None) -> str:
     if gain is None:
         return ""
     base, tuned, low, high = gain.base["mrr10"], gain.tuned["mrr10"], gain.low["mrr10"], gain.high["mrr10"]
+    origin = run.record.origin if run is not None else None
+    # a blend's column shows its tuned run's figures (the blend was not measured on them): the row says whose
+    whose = (
+        f" (at α {measured_alpha(run):g}, not this blend)" if origin is not None and origin.alpha is not None else ""
+    )
     return (
-        f"| **your held-out pairs** | MRR@10 ×100 | {gain.rows:,} | {base:.1f} | {tuned:.1f} | {tuned - base:+.1f} | "
-        f"{low:+.1f} to {high:+.1f} | {gain.verdict} |\n"
+        f"| **your held-out pairs**{whose} | MRR@10 ×100 | {gain.rows:,} | {base:.1f} | {tuned:.1f} | "
+        f"{tuned - base:+.1f} | {low:+.1f} to {high:+.1f} | {gain.verdict} |\n"
     )
 
 
