@@ -257,9 +257,19 @@ def change_sentence(run: RunInfo | None) -> str:
     trained = f"{steps} steps" if isinstance(steps, int) else "training"
     if isinstance(epochs, int) and 1 < epochs <= (steps if isinstance(steps, int) else 0):  # not a run cut short
         trained += f" ({epochs} epochs)"
-    if blend is not None:
+    if blend is not None and blend[0] >= 1:  # Serve another α → 1: the weights as trained, nothing nearer α 1
+        why = "the served model is the tuned weights as trained (α 1)"
+        harder = "a lower *Temperature τ* or more epochs change more; a lower α (Explore) changes less"
+    elif blend is not None:
         why = f"the served model is a blend, α = {blend[0]:g} of the tuned weights"
         harder = "a blend nearer α 1 (or the run itself) changes more"
+    elif isinstance(alpha, int | float) and alpha < 1 and choice_of(run) is not None:
+        # a pairs run chose its α (mirror/choose.py): not the preset's default, and its other α are one click away
+        why = f"after {trained} the run blended its weights with the base's at α {alpha:g}, the blend it chose"
+        harder = (
+            "to tune harder, serve a higher α under *Serve another α* (④ Explore; α 1: the run as trained) and read "
+            "the general checks: on a sentence encoder, more change costs general ability"
+        )
     elif isinstance(alpha, int | float) and alpha < 1:
         why = (
             f"after {trained} the run blended its weights with the base's at α {alpha:g} to keep general ability "
