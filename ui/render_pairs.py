@@ -125,6 +125,11 @@ def found_by(example: dict[str, Any]) -> str:
 
     if example["better"]:
         return f": the tuned model finds it {at(tuned)}, the base {at(base)}"
+    if tuned is None and base is None:  # not "the base finds it not in its top 10 too" (an acronym run's example)
+        return (
+            ": neither model finds it in its top 10, and the tuned one finds none of the held-out rows kept to try "
+            "higher than the base: your other queries show what tuning changed"
+        )
     return (
         f": the base finds it {at(base)} too (the tuned model {at(tuned)}), as it does each of the held-out rows "
         "kept to try: your other queries show what tuning changed"
