@@ -178,6 +178,7 @@ def blend_choice_md(run: RunInfo | None) -> str:
         f"**The blend this run chose:** {choice['reason']}. Measured after training on half its held-out rows (the "
         "other half reports its gain) and the checks' dev halves; the rule: no check more than half its margin below "
         "the base, even one standard error (±) lower (that room at most the half margin: a check too small to tell holds "
-        "when it measured no loss). Serve another with one click under *Serve another α* (the weights as trained are kept: no "
-        f"training again).\n\n{head}\n" + "\n".join(rows)
+        "when it measured no loss). Serve another with one click under *Serve another α* (④ Explore, *Space health "
+        "and general checks*; the weights as trained are kept: no training again).\n\n"
+        f"{head}\n" + "\n".join(rows)
     )
