@@ -46,12 +46,14 @@ CSS = """
 #mx-header h1 {margin-bottom: 0}
 .mx-step {font-weight: 600}
 .mx-results table td, .mx-results table th {border: none; border-bottom: 1px solid var(--border-color-primary)}
-/* Explore's tables on a phone: scroll sideways rather than wrap a character per line; numbers never break */
-#mx-health table, #mx-forgetting table {display: block; overflow-x: auto; max-width: 100%}
-#mx-health th, #mx-health td, #mx-forgetting th, #mx-forgetting td {word-break: normal; overflow-wrap: normal}
-#mx-health td:not(:first-child), #mx-forgetting td:not(:first-child) {white-space: nowrap}
-#mx-health th, #mx-forgetting th {min-width: 4.5em}
-#mx-health td:first-child, #mx-forgetting td:first-child {min-width: 9em}
+/* Explore's tables (and a pairs run's blend table under its summary) on a phone: scroll sideways rather than wrap a character per line; numbers never break */
+#mx-health table, #mx-forgetting table, #mx-result table {display: block; overflow-x: auto; max-width: 100%}
+#mx-health th, #mx-health td, #mx-forgetting th, #mx-forgetting td, #mx-result th, #mx-result td {
+  word-break: normal; overflow-wrap: normal}
+#mx-health td:not(:first-child), #mx-forgetting td:not(:first-child), #mx-result td:not(:first-child) {
+  white-space: nowrap}
+#mx-health th, #mx-forgetting th, #mx-result th {min-width: 4.5em}
+#mx-health td:first-child, #mx-forgetting td:first-child, #mx-result td:first-child {min-width: 9em}
 #mx-moved-table table {min-width: 560px}
 #mx-moved-table th {white-space: nowrap}
 /* ...and its rows, which Gradio's virtual table draws as divs sized to the viewport: the columns of the 560 px header

@@ -361,6 +361,26 @@ CHART_PLACE = """() => {
     const c = document.querySelector('#mx-loss canvas, #mx-loss svg').getBoundingClientRect();
     return {left: c.left, right: c.right, box_left: box.left, box_right: box.right};
 }"""
+
+
+def _blend_table_html() -> str:
+    """A pairs run's blend table (ui.render_pairs.blend_choice_md) as HTML, as the summary's Markdown draws it."""
+    from markdown_it import MarkdownIt
+
+    rows = "\n".join(
+        f"| α {a:g}{' (served) ← chosen' if a == 0.25 else ''} | {m:.1f} | {m - 68.3:+.1f} | WordSim-353 {d:+.1f} ± 0.8"
+        f" | {'yes' if a == 0.25 else '**no**'} |"
+        for a, m, d in ((1.0, 79.2, -2.4), (0.75, 76.2, -1.1), (0.5, 74.0, -0.6), (0.25, 71.7, 0.0))
+    )
+    table = (
+        "| blend | held-out MRR@10 (50 rows among 1,000 strings) | vs the base (68.3) | general checks' dev halves: the "
+        "worst change ± its standard error | within the rule |\n|---|---:|---:|---|---|\n" + rows
+    )
+    return MarkdownIt("commonmark").enable("table").render(table)
+
+
+BLEND_TABLE_HTML = _blend_table_html()
+
 # Cells of the tables under the selectors that a phone squeezes: a number over more than one line, or any text over
 # more lines than it has words (a word broken: the one-character-per-line wrapping). A Dataframe's rows are divs
 # (.body-cell: Gradio's virtual table), its header a table.
@@ -494,6 +514,17 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         chart = phone.evaluate(CHART_PLACE)
         assert chart["left"] >= chart["box_left"] - 1 and chart["right"] <= chart["box_right"] + 1, chart
         review_shot(phone, "explore_6_phone_tune.png")
+        # a pairs run's blend table under the summary (issue 60: on a phone it wrapped a character per line, "bl e n d"),
+        # drawn here as the summary draws it, into the served page's own summary box and styles
+        phone.evaluate(
+            "html => document.querySelector('#mx-result p').parentElement.insertAdjacentHTML('beforeend', html)",
+            BLEND_TABLE_HTML,
+        )
+        squeezed = phone.evaluate(SQUEEZED_CELLS, ["#mx-result"])
+        assert not squeezed, squeezed
+        assert phone.evaluate("window.scrollX") == 0 and phone.evaluate(
+            "document.documentElement.scrollWidth <= window.innerWidth + 1"
+        )  # the table scrolls inside its box, not the page
         # issue 52: every tab in sight on a phone (they wrap to a second line; Gradio folded them into a "•••" menu)
         for name in ("① Tune", "② Search", "③ Evaluate", "④ Explore"):
             expect(phone.get_by_role("tab", name=name)).to_be_in_viewport()
