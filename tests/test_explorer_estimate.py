@@ -593,3 +593,18 @@ def test_the_warm_ups_timing_of_the_checks_prices_them_unless_a_burst_slowed_it(
     assert burst.estimate(texts, "k", config, "cpu", 1, base, check_encoders=1).phase("general checks") == (
         pytest.approx(fit)
     )
+
+
+def test_a_rough_guess_names_the_phases_after_training_it_prices():
+    """A newcomer's rough plan said "~2 min training + ~4 s indexing" and the pairs run then spent ~3 min more choosing
+    its blend and on the general checks: a rough guess names every phase after training that it prices."""
+    from explorer.tune.estimate import Estimate
+
+    config = MirrorConfig.preset("words")
+    phases = {"training": 120.0, "base index": 2.0, "tuned index": 2.0, "blend choice": 95.0, "general checks": 80.0}
+    rough = estimate_md(Estimate(7, tuple((name, phases.get(name, 0.0)) for name in PHASES), None), config)
+    assert "rough guess" in rough and "2 min training" in rough and "4 s indexing" in rough
+    assert "choosing the blend" in rough and "general checks" in rough
+    mirror_only = {**phases, "blend choice": 0.0, "general checks": 0.0}
+    plain = estimate_md(Estimate(7, tuple((name, mirror_only.get(name, 0.0)) for name in PHASES), None), config)
+    assert "choosing the blend" not in plain and "general checks" not in plain

@@ -105,9 +105,16 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
     cal = est.calibration
     if cal is None:
         train, index = est.phase("training"), est.phase("base index") + est.phase("tuned index")
+        # the phases after training a run has too (a pairs run's blend choice, the general checks): a newcomer's plan
+        # said "~2 min training + ~4 s indexing" and its run spent ~3 min more on these, unannounced
+        later = "".join(
+            f" + ~{fmt_seconds(est.phase(name))} {words}"
+            for name, words in (("blend choice", "choosing the blend"), ("general checks", "general checks"))
+            if est.phase(name) > 0
+        )
         return (
             f"{plan} · **estimated** (rough guess) ~{fmt_seconds(train)} training + ~{fmt_seconds(index)} indexing"
-            f"{f' · {why_rough}' if why_rough else ''}{extra}"
+            f"{later}{f' · {why_rough}' if why_rough else ''}{extra}"
         ).replace("~", "\\~")
     shown = " · ".join(
         f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in ("base index", "general checks")
