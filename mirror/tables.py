@@ -293,7 +293,9 @@ def _repeats(name: str, body: Sequence[Sequence[str]], i: int) -> str | None:
         return f"{name}: only {len(counts):,} distinct values for {len(values):,} rows: a category, not a pair"
     top, n = counts.most_common(1)[0]
     if n > max(FILLER_LEAST, FILLER_SHARE * len(values)):
-        return f"{name}: {top!r} fills {n:,} of its {len(values):,} rows: a filler, not a pair"
+        # named as the file writes it ('PR', not the case-folded 'pr' it is counted as)
+        shown = next((row[i].strip() for row in body if i < len(row) and row[i].strip().casefold() == top), top)
+        return f"{name}: {shown!r} fills {n:,} of its {len(values):,} rows: a filler, not a pair"
     return None
 
 

@@ -34,7 +34,7 @@ def test_a_maps_queries_follow_the_search_rules(app, tuned):
     tokenized whole); now its queries are a search's (20 of 500 characters, a text past its length refused unread)."""
     with pytest.raises(MirrorError, match="search at most 20"):
         app.explore.twin_map(tuned, 10, "\n".join(f"query {i}" for i in range(21)))
-    with pytest.raises(MirrorError, match="keep queries under 500"):
+    with pytest.raises(MirrorError, match="a query takes at most 500"):
         app.explore.twin_map(tuned, 10, "cat\n" + "zebra " * 100)
     with pytest.raises(MirrorError, match="characters in all"):
         app.explore.twin_map(tuned, 10, "kitten " * 1_500_000)

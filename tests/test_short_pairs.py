@@ -78,6 +78,10 @@ def test_a_category_with_a_few_values_is_not_a_pair_and_the_note_names_it(tmp_pa
     rows = [(f"thing {i}", "n/a" if i % 3 else f"T{i}") for i in range(300)]
     read = read_file(write_csv(tmp_path / "filler.csv", "name,code", rows), "name", pair_column=AUTO)
     assert read.partners is None and "code: 'n/a' fills 200 of its 300 rows: a filler, not a pair" in read.pair_note
+    # named as the file writes it, not as it is counted (case aside): a newcomer's "'pr'" for a column of "PR"
+    rows = [(f"thing {i}", "PR" if i % 3 else f"T{i}") for i in range(300)]
+    read = read_file(write_csv(tmp_path / "filler2.csv", "name,code", rows), "name", pair_column=AUTO)
+    assert "code: 'PR' fills 200 of its 300 rows: a filler, not a pair" in read.pair_note
 
 
 # ------------------------------------------------------------------------------------------------ cleaning

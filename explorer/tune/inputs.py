@@ -196,7 +196,7 @@ def split_queries(text: str) -> list[str]:
         raise MirrorError(f"{len(queries)} queries; search at most {MAX_QUERIES} at a time")
     for q in queries:
         if len(q) > MAX_QUERY_CHARS:
-            raise MirrorError(f"a query is {len(q)} characters long; keep queries under {MAX_QUERY_CHARS}")
+            raise MirrorError(f"a query is {len(q):,} characters long; a query takes at most {MAX_QUERY_CHARS:,}")
     return queries
 
 
