@@ -59,3 +59,22 @@ def test_a_failed_run_ends_its_views_with_what_it_did_so_far():
     events = [Phase("Starting"), Step(1, 5, 2.0), Step(2, 5, 1.8), Failed("out of memory")]
     views = [(v.end, list(v.losses)) for v in progress(iter(events), every=60.0, clock=lambda: 0.0)]
     assert len(views) == 1 and views[0][0].kind == "error" and views[0][1] == [2.0, 1.8]  # all within the minute
+
+
+def test_nothing_follows_a_runs_end_event_even_before_the_run_has_ended():
+    """A refused setting's run publishes Failed and then ends: a follower that read the Failed before end() got a
+    caught-up Tick after it ([Failed, Tick], seen in a suite), and every consumer reads the last event as the end."""
+    import threading
+
+    from explorer.events import Failed
+    from explorer.runs.live import Run
+
+    run = Run()
+    run.publish(Failed("pooling must be one of ('auto', 'cls', 'mean'), got 'max'"))
+    ender = threading.Timer(1.2, run.end)  # ends after the follower has read the Failed, and waited past a Tick's 0.5 s
+    ender.start()
+    try:
+        events = list(run.follow())
+    finally:
+        ender.join()
+    assert [e.kind for e in events] == ["error"], events

@@ -35,6 +35,9 @@ log = logging.getLogger("mirror.app")
 STOP_FILE = "STOP"
 
 
+END_KINDS = frozenset({"done", "cancelled", "error"})  # a run's last event: Done, Cancelled or Failed
+
+
 class Status(str, enum.Enum):
     """Where a run is in its life; the first three are live."""
 
@@ -244,7 +247,7 @@ class Run:
         half a second once it has begun, or when the run sent a heartbeat (a consumer can redraw, or stop), and one
         right after its first events (those kept so far: a reattached consumer draws once it has caught up). Asking
         keeps the run alive: nobody asking for ABANDONED_S stops it (explorer.runs.execute)."""
-        i, beats, caught_up = since, self._beats, False
+        i, beats, caught_up, over = since, self._beats, False, False
         while True:
             with self._cond:
                 self.last_seen = time.monotonic()
@@ -255,6 +258,11 @@ class Run:
             yield from batch
             if done and not batch:
                 return
+            # an end event (Done, Cancelled, Failed) is the last a consumer sees, even before the run calls end():
+            # a caught-up Tick after it raced the end (a refused setting's [Failed, Tick], seen in a suite)
+            over = over or any(e.kind in END_KINDS for e in batch)
+            if over:
+                continue
             if (not batch and (i > 0 or beat)) or (batch and not caught_up and not done):
                 caught_up = caught_up or bool(batch)
                 yield Tick()  # nothing new; or, after its first events, caught up with what the run kept
