@@ -75,4 +75,6 @@ def choice_price(
     return cal.save_s + (1 + len(ALPHAS)) * pool * index_s + rounds * per_encoder
 
 
-CHOICE_ALPHA_ROUNDS = 2.0  # α's dev halves scored before one keeps the rule (bench/RESULTS.md "Pairs")
+# α's dev halves scored before one keeps the rule (or all four when none does): 4, 2, 4 and 1 on the Gene Ontology,
+# FOLDOC, stdlib and WordNet check halves (bench/RESULTS.md "Pairs: the choice with room for a dev half's noise")
+CHOICE_ALPHA_ROUNDS = 2.75
