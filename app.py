@@ -125,7 +125,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         view = RunView(app, state, browser, tune, search, evaluate, explore)
         wire_training(app, view)
         wire_saved_zip(app, view)
-        wire_search(app, state, search, tune.model)
+        wire_search(app, state, search, tune.model, tune.input_md)
         wire_evaluate(app, state, evaluate)
         wire_explore(app, state, explore, search)
         wire_blend(app, view, explore)

@@ -50,6 +50,11 @@ def test_an_acronym_list_is_paired_without_a_hand_pick_and_a_category_is_named(s
         expect(shown).to_contain_text(f"{distinct:,} distinct acronym values for 300 rows")
         expect(shown).to_contain_text("300 of 300 strings have a partner")
         review_shot(page, "short_pairs_1_acronyms.png")
+        # the Search tab's header is redrawn by the load: the column searched and its partner, before any run
+        page.get_by_role("tab", name="② Search").click()
+        expect(page.locator("#mx-served")).to_contain_text("Searching the expansion column")
+        expect(page.locator("#mx-served")).to_contain_text("type an acronym to find its expansion")
+        page.get_by_role("tab", name="① Tune").click()
 
         upload_file(page, kinds)
         expect(shown).to_contain_text("300 strings loaded from kinds.csv")

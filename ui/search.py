@@ -56,9 +56,25 @@ def search_tab() -> SimpleNamespace:
     return ui
 
 
-def wire_search(app: MirrorApp, state: gr.State, ui: SimpleNamespace, model: gr.components.Component) -> None:
+def wire_search(
+    app: MirrorApp,
+    state: gr.State,
+    ui: SimpleNamespace,
+    model: gr.components.Component,
+    loaded: gr.components.Component | None = None,
+) -> None:
     """Search (button or Enter; before any tuning with the base `model` chosen in tab ①) and indexing another
-    corpus."""
+    corpus; the header redrawn after each load in tab ① (`loaded`: its load summary, changed by every load)."""
+
+    def on_loaded(s):
+        """The header after a load: a pairs file's columns named before any run (a newcomer's page kept the first
+        header, 'No tuned model yet…', with no word of the columns, until a run ended)."""
+        session = app.session(s)
+        run = session.run
+        return render.served_md(session, app.searcher.example(run) if run is not None else None)
+
+    if loaded is not None:
+        loaded.change(on_loaded, [state], [ui.served_md], show_progress="hidden", **PRIVATE)
 
     def on_search(q, k_value, corpus_value, s, hide=True, model_value=BUNDLED_MODEL, progress=gr.Progress()):  # noqa: B008
         def search(session: Session) -> str:
