@@ -1059,3 +1059,12 @@ def test_the_loss_curve_spans_every_step_of_the_run():
     few, many = TrainView.plot([1.0, 0.9, 0.8]), TrainView.plot([1.0 - i / 200 for i in range(130)])
     assert few["x_lim"] == [1, 10] and many["x_lim"] == [1, 130]
     assert max(many["value"]["step"]) == 130 and TrainView.plot([1.0])["visible"] is False
+
+
+def test_a_setting_changed_while_the_last_one_is_planned_is_planned_after_it(ui):
+    """Two settings typed quickly (batch 16, then max_steps 3): Gradio's default trigger mode ("once") dropped the
+    second while the first one's plan was being made, and the plan kept 8 steps (a fresh clone's browser test failed
+    on a loaded machine). The plan's events run the last trigger after the one running."""
+    _, fns = ui
+    assert fns["on_settings"].trigger_mode == "always_last"
+    assert fns["on_model"].trigger_mode == "always_last"

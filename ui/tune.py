@@ -316,7 +316,16 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             return sorted({*(touched or []), name})
 
         field.input(touch, [ui.touched], [ui.touched], queue=False, **PRIVATE)
-    planned = {"inputs": inputs, "outputs": [ui.estimate_md, state], "show_progress": "hidden", **PRIVATE}
+    # "always_last": a setting changed while the plan of the one before is still being made is planned after it;
+    # Gradio's default ("once") dropped it (batch 16 then max_steps 3 typed quickly: the plan kept 8 steps, a fresh
+    # clone's browser test failed at random on a loaded machine)
+    planned = {
+        "inputs": inputs,
+        "outputs": [ui.estimate_md, state],
+        "show_progress": "hidden",
+        "trigger_mode": "always_last",
+        **PRIVATE,
+    }
     ui.model.change(on_model, **planned)
     gr.on([f.input for f in field_list], on_settings, **planned)
 
