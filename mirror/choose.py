@@ -68,7 +68,7 @@ class Choice:
                     "checks": c.checks,
                     "noise": c.noise,
                     "within": c.within,
-                }  # fmt: skip
+                }
                 for c in self.candidates
             ],
         }
@@ -138,6 +138,12 @@ def noise(items: Any, base_side: np.ndarray, tuned_side: np.ndarray, resamples: 
     return float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
 
 
+def room_left(delta: float, spread: float, margin: float) -> float:
+    """How far a check's dev-half change stays inside the rule (>= 0: it holds): the change taken one standard error
+    (`spread`) lower, that room at most the half margin, against half the check's `margin` below the base."""
+    return delta - min(spread, 0.5 * margin) + 0.5 * margin
+
+
 def within_rule(changes: dict[str, float], checks: Sequence[Any], spread: dict[str, float] | None = None) -> bool:
     """No check's dev half more than half its margin below the base (the presets' rule), each change taken one
     standard error lower (`spread`, from `noise`; none given: the change as measured), that room never more than the
@@ -146,10 +152,7 @@ def within_rule(changes: dict[str, float], checks: Sequence[Any], spread: dict[s
     measured a gain of two points."""
     margins = {c.name: c.margin for c in checks}
     spread = spread or {}
-    return all(
-        delta - min(spread.get(name, 0.0), 0.5 * margins[name]) >= -0.5 * margins[name]
-        for name, delta in changes.items()
-    )
+    return all(room_left(delta, spread.get(name, 0.0), margins[name]) >= 0 for name, delta in changes.items())
 
 
 def choose_blend(

@@ -6,9 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from explorer.resources.runfacts import choice_of, gain_of, pairs_of, served_alpha
+from mirror.checks import CHECKS
+from mirror.choose import room_left
 
 if TYPE_CHECKING:
     from explorer.resources.record import RunInfo
+
+MARGINS = {c.name: c.margin for c in CHECKS}  # each general check's margin, as the blend choice's rule reads it
 
 
 def pairing_md(info: dict[str, Any]) -> str:
@@ -161,8 +165,12 @@ def blend_choice_md(run: RunInfo | None) -> str:
     for c in choice["candidates"]:
         alpha, checks = float(c["alpha"]), c.get("checks") or {}
         spread = c.get("noise") or {}  # a run chosen before issue 60's noise room has none
-        # the check nearest the rule as the rule reads it (mirror.choose.within_rule: room at most the half margin)
-        worst = min(checks.items(), key=lambda kv: kv[1] - min(spread.get(kv[0], 0.0), 0.5)) if checks else None
+
+        # the check nearest the rule as the rule reads it (mirror.choose.room_left)
+        def left(kv: tuple[str, float], spread: dict[str, float] = spread) -> float:
+            return room_left(kv[1], spread.get(kv[0], 0.0), MARGINS.get(kv[0], 1.0))
+
+        worst = min(checks.items(), key=left) if checks else None
         worst_s = f"{worst[0]} {worst[1]:+.1f}" if worst else "not needed"
         if worst and worst[0] in spread:
             worst_s += f" ± {spread[worst[0]]:.1f}"
