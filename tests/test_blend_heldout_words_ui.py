@@ -36,10 +36,14 @@ def served_blend(run_alpha: float, alpha: float) -> SimpleNamespace:
 def test_a_blend_says_the_alpha_its_held_out_figures_were_measured_at():
     run = served_blend(run_alpha=0.25, alpha=1.0)
     said = blended(run)
-    assert "Measured on run `48899504` as it served α = 0.25; this blend at α = 1 was not measured." in said
+    assert "Measured on run `48899504` as it served α = 0.25; its weights as trained, α 1, were not measured." in said
+    assert "blend" not in said  # α 1 served again is the run as trained, not a blend (issue 60's newcomer)
     assert "before the blend, α = 1" not in said
     assert said in pairs_md(run)
-    assert "| **your held-out pairs** (at α 0.25, not this blend) | MRR@10 ×100 | 50 |" in pairs_row(run)
+    assert "| **your held-out pairs** (at α 0.25, not these weights as trained) | MRR@10 ×100 | 50 |" in pairs_row(run)
+    half = served_blend(run_alpha=0.25, alpha=0.5)
+    assert "this blend at α = 0.5 was not measured" in blended(half)
+    assert "| **your held-out pairs** (at α 0.25, not this blend) | MRR@10 ×100 | 50 |" in pairs_row(half)
 
 
 def test_a_long_filter_is_quoted_by_its_start():

@@ -270,3 +270,18 @@ def test_an_unexpected_error_is_shown_as_a_code_and_logged_under_it(caplog):
     assert "KeyError" not in shown and "/srv" not in shown and len(code) == 6 and shown == again
     logged = [r for r in caplog.records if code in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None  # once, with its traceback
+
+
+def test_alpha_1_served_again_is_the_tuned_weights_not_a_blend():
+    """Issue 60's newcomer: *Serve another α* → 1 served the run as trained, and the page called it "a blend" (α = 1 of
+    the tuned weights, 0 of the base)."""
+    from explorer.resources.runfacts import served_label
+    from ui import render
+
+    half, whole = blend_run(), blend_run(blend_alpha=1.0)
+    assert "Serving a blend" in render.blend_text(half) and served_label(half) == "blend α=0.5"
+    text = render.blend_text(whole)
+    assert "as trained" in text and "blend" not in text and "0 of the base" not in text
+    assert served_label(whole) == "tuned α=1"
+    assert "with the blend" in render.moved_header(half)
+    assert "with the blend" not in render.moved_header(whole) and "as trained" in render.moved_header(whole)

@@ -122,6 +122,8 @@ def test_blend_at_alpha_zero_serves_the_base_as_a_new_run_and_keeps_the_tuned_on
     assert "forgetting" in blended.stats
     # the blend of a blend starts from the unblended tuned weights: α = 1 gives the tuned run's vectors back
     assert list(app.saved.blend_run(tuned, 1))[-1].kind == "done"
+    # α 1 is the run as trained, not "a blend" (issue 60's newcomer): named so, and of its parent's strings
+    assert tuned.run.summary == f"as trained α=1 of {parent.summary}", tuned.run.summary
     tuned_vecs = vectors_of(app.models.loaded(parent).main.tuned)
     assert (np.sum(vectors_of(app.models.loaded(tuned.run).main.tuned) * tuned_vecs, axis=1) > 0.999).all()
 

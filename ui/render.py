@@ -73,6 +73,8 @@ def moved_header(run: RunInfo | None) -> str:
     blend = blend_of(run)
     if blend is None:
         what, who, col = "with tuning", "tuning", "tuned"
+    elif blend[0] >= 1:  # α 1 served again: the tuned weights as trained, not a blend
+        what, who, col = f"with tuning (the weights as trained, {blend_words(blend)})", "tuning", served_label(run)
     else:
         what, who, col = f"with the blend ({blend_words(blend)})", "the blend", served_label(run)
     return (
@@ -294,7 +296,8 @@ def done_status(run: RunInfo) -> str:
     blend, zipped = blend_of(run), uploaded_zip(run)
     if blend is not None and zipped is None:
         took = timing.blend_seconds
-        return "Blended and indexed" + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
+        what = "Served the tuned weights as trained (α 1), indexed" if blend[0] >= 1 else "Blended and indexed"
+        return what + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
     if zipped is not None:
         took, trained = timing.load_seconds, run.record.training.seconds
         now = "Loaded and indexed" if blend is None else f"Loaded a blend ({blend_words(blend)}) and indexed"
@@ -369,7 +372,8 @@ def blend_part(run: RunInfo) -> str:
     if blend is None:
         return ""
     alpha, parent = blend
-    return f" · blend α={alpha:g}" + (f" of run `{parent[:8]}`" if parent else "")
+    what = "as trained, α=1" if alpha >= 1 else f"blend α={alpha:g}"  # α 1 served again is not a blend
+    return f" · {what}" + (f" of run `{parent[:8]}`" if parent else "")
 
 
 def served_md(session: Session | None, example: dict[str, Any] | None = None) -> str:
@@ -536,6 +540,11 @@ def blend_text(run: RunInfo) -> str:
     """What the user reads when a blend is served."""
     alpha, parent = blend_of(run) or (1.0, "")
     of = f" of run `{parent[:8]}`" if parent else ""
+    if alpha >= 1:  # Serve another α → 1: the run's weights as trained, nothing of the base (not called a blend)
+        return (
+            f"Serving the tuned weights as trained (run `{run.folder.name[:8]}`, α 1{of}: nothing of the base). "
+            "Search, the maps and the downloads now use them; the general checks above are their own."
+        )
     return (
         f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of the tuned weights{of}, {1 - alpha:g} of "
         "the base. Search, the maps and the downloads now use it; the general checks above are its own."

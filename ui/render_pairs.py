@@ -55,6 +55,8 @@ def blended(run: RunInfo | None) -> str:
         return ""
     parent = f"run `{origin.parent[:8]}`" if origin.parent else "the tuned model"
     served = f"as it served α = {measured_alpha(run):g}"
+    if origin.alpha >= 1:  # *Serve another α* → 1: the run's weights as trained, not a blend
+        return f" _(Measured on {parent} {served}; its weights as trained, α 1, were not measured.)_"
     return f" _(Measured on {parent} {served}; this blend at α = {origin.alpha:g} was not measured.)_"
 
 
@@ -73,9 +75,10 @@ def pairs_row(run: RunInfo | None) -> str:
     base, tuned, low, high = gain.base["mrr10"], gain.tuned["mrr10"], gain.low["mrr10"], gain.high["mrr10"]
     origin = run.record.origin if run is not None else None
     # a blend's column shows its tuned run's figures (the blend was not measured on them): the row says whose
-    whose = (
-        f" (at α {measured_alpha(run):g}, not this blend)" if origin is not None and origin.alpha is not None else ""
-    )
+    whose = ""
+    if origin is not None and origin.alpha is not None:
+        this = "not these weights as trained" if origin.alpha >= 1 else "not this blend"
+        whose = f" (at α {measured_alpha(run):g}, {this})"
     return (
         f"| **your held-out pairs**{whose} | MRR@10 ×100 | {gain.rows:,} | {base:.1f} | {tuned:.1f} | "
         f"{tuned - base:+.1f} | {low:+.1f} to {high:+.1f} | {gain.verdict} |\n"

@@ -25,10 +25,17 @@ def uploaded_zip(run: RunInfo) -> str | None:
     return origin.zip if origin.kind == "uploaded" else None
 
 
+def blend_name(alpha: float) -> str:
+    """A blend's name in a run's label: "blend α=0.5"; α 1 (*Serve another α* → 1) is the run's weights as trained,
+    not a blend: "as trained α=1"."""
+    return "as trained α=1" if alpha >= 1 else f"blend α={alpha:g}"
+
+
 def served_label(run: RunInfo | None) -> str:
-    """The served model's column in a base-against-served table: "tuned", or "blend α=0.5" for a blend."""
+    """The served model's column in a base-against-served table: "tuned", "blend α=0.5" for a blend, "tuned α=1" for
+    the tuned weights served again as trained (*Serve another α* → 1: not a blend)."""
     blend = blend_of(run)
-    return "tuned" if blend is None else f"blend α={blend[0]:g}"
+    return "tuned" if blend is None else ("tuned α=1" if blend[0] >= 1 else f"blend α={blend[0]:g}")
 
 
 def pairs_of(run: RunInfo | None) -> Pairs | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from explorer.resources.accounts import LAST_USED, RUN_FILE, last_used, stale_unfinished
 from explorer.resources.record import RunInfo, from_json, to_json
+from explorer.resources.runfacts import blend_name
 from mirror.errors import MirrorError
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -64,7 +65,7 @@ def run_label(info: RunInfo) -> str:
     alpha, parent = info.record.origin.alpha, info.record.origin.parent or ""
     if alpha is None:
         return label
-    return f"blend α={alpha:g} of {label}" + (f" (run {parent[:8]})" if parent else "")
+    return f"{blend_name(alpha)} of {label}" + (f" (run {parent[:8]})" if parent else "")
 
 
 class RunStore:

@@ -17,6 +17,7 @@ from typing import Any
 from explorer.events import Event, Failed, Phase
 from explorer.resources.models import REBUILT_NOTE, ModelCache
 from explorer.resources.record import Checks, Made, Origin, RunInfo, RunRecord, Timing, training_of
+from explorer.resources.runfacts import blend_name
 from explorer.resources.sessions import Session
 from explorer.resources.store import RunStore, tuned_weights
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes
@@ -202,7 +203,7 @@ class Blend(Producer):
         # a blend of a blend blends the tuned weights of the run they both come from: named as that run's blend
         of = parent.record.origin
         origin = str((of.parent if of.alpha is not None else None) or parent.folder.name)
-        of_summary = re.sub(r"^blend α=\S+ of ", "", parent.summary)
+        of_summary = re.sub(r"^(blend|as trained) α=\S+ of ", "", parent.summary)
         texts = list(self.loaded.main.tuned.texts)
         run.emit(Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base"))
         # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
@@ -227,7 +228,7 @@ class Blend(Producer):
             timing=Timing(blend_seconds=round(time.perf_counter() - started, 1), tuned_index_seconds=tuned_index_s),
             notes=list(parent.record.notes),
         )
-        made = Made(record, parent.pooling, f"blend α={alpha:g} of {of_summary}", list(parent.losses))
+        made = Made(record, parent.pooling, f"{blend_name(alpha)} of {of_summary}", list(parent.losses))
         return made_info(folder, parent.base_model, texts, parent.corpus, made)
 
 
