@@ -17,8 +17,43 @@ def test_the_chosen_blend_says_where_serve_another_alpha_is():
         "reason": "α 0.25: the most held-out gain",
         "candidates": [{"alpha": 1.0, "mrr10": 76.2, "within": False}, {"alpha": 0.25, "mrr10": 71.6, "within": True}],
     }
-    training = SimpleNamespace(blend_choice=choice, run_alpha=0.25)
+    training = SimpleNamespace(blend_choice=choice, run_alpha=0.25, pairs=None)
     run = SimpleNamespace(record=SimpleNamespace(training=training, origin=SimpleNamespace(alpha=None, parent=None)))
     said = blend_choice_md(run)
     assert "under *Serve another α* (④ Explore, *Space health and general checks*;" in said
     assert "| α 0.25 (served) ← chosen | 71.6 | +3.3 |" in said
+
+
+def chose(report_low: float, report_high: float, reported: float) -> SimpleNamespace:
+    """A run that chose α 0.25 (+3.4 on its 50 choice rows) and reported `reported` [low, high] on 50 other rows."""
+    from mirror.pairs import PairGain
+
+    choice = {
+        "alpha": 0.25,
+        "base_mrr10": 70.0,
+        "rows": 50,
+        "pool": 1000,
+        "reason": "α 0.25: the most held-out gain",
+        "candidates": [{"alpha": 1.0, "mrr10": 76.2, "within": False}, {"alpha": 0.25, "mrr10": 73.4, "within": True}],
+    }
+    gain = PairGain(
+        rows=50,
+        string_column="text",
+        partner_column="term",
+        base={"mrr10": 60.0, "r1": 50.0, "r10": 80.0},
+        tuned={"mrr10": 60.0 + reported, "r1": 50.0, "r10": 80.0},
+        low={"mrr10": report_low},
+        high={"mrr10": report_high},
+    )
+    pairs = SimpleNamespace(gain=gain, held_out=100)
+    training = SimpleNamespace(blend_choice=choice, run_alpha=0.25, pairs=pairs)
+    return SimpleNamespace(record=SimpleNamespace(training=training, origin=SimpleNamespace(alpha=None, parent=None)))
+
+
+def test_a_choice_its_report_rows_contradict_is_said_not_left_as_two_tables():
+    """Issue 60's newcomer: a 1,000-row file's choice rows measured the chosen α at +3.4, the report rows at -0.3,
+    on one page with no word of why."""
+    said = blend_choice_md(chose(-3.3, 2.8, -0.3))
+    assert "The two halves disagree: on its 50 choice rows α 0.25 gained +3.4 MRR@10" in said
+    assert "on the 50 report rows above -0.3 (-3.3 to +2.8, 95%)" in said
+    assert "disagree" not in blend_choice_md(chose(1.0, 6.0, 3.0))  # +3.4 inside the report's interval: nothing to say
