@@ -133,3 +133,25 @@ def test_a_launch_runs_within_the_budget_of_the_plan_the_page_showed(app, tiny_b
     events = list(app.trainer.train(s, str(tiny_bert), "words", dict(SETTINGS)))
     assert events[-1].kind == "done", events[-1]
     assert {e.total for e in events if isinstance(e, Step)} == {steps}
+
+
+def test_the_plan_shown_says_how_many_batches_it_splits_for_the_memory_free_now(app, tiny_bert, machine):
+    """Issue 60's newcomer: two visitors saw 70 and 80 steps for one file (each plan priced with the memory free at
+    its moment) and the reason showed only in the run's report. The plan shown says it splits batches, how many, and
+    for what memory; a plan at a machine with room splits none and says nothing of it."""
+    from ui.plan_md import plan_md
+
+    config, _ = build_config(TEXTS, str(tiny_bert), "words", dict(SETTINGS), app.settings.max_steps)
+    budget, steps = tightest(TEXTS, config, tiny_bert)
+    s = app.session()
+    app.loader.load_pasted(s, "\n".join(TEXTS))
+    machine["bytes"] = budget - 1
+    tight = app.planner.plan(s, str(tiny_bert), "words", dict(SETTINGS))
+    assert tight.est.calibration is not None, tight.why_rough  # the plan that knows its steps: calibrated
+    assert tight.est.steps == plan_steps_at(TEXTS, config, tiny_bert, budget - 1) > steps
+    assert tight.est.split >= 1 and tight.est.memory == budget - 1
+    said = plan_md(tight).replace("\\~", "~")
+    assert f"{tight.est.split:,} batch" in said and f"split to fit the {memory.fmt_gb(budget - 1)} of memory" in said
+    machine["bytes"] = 2**40
+    roomy = app.planner.plan(s, str(tiny_bert), "words", dict(SETTINGS))
+    assert roomy.est.steps == steps and roomy.est.split == 0 and "split to fit" not in plan_md(roomy)

@@ -101,6 +101,16 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
         f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
         f"{'s' if config.epochs != 1 else ''}{small_upload_note(est.steps, config)})"
     )
+    if est.split and est.memory:
+        # planned with the memory free now: a plan made at another moment (another visitor's, a page of another
+        # time) may split fewer or more and count other steps; said here, not only in the run's report afterwards
+        from mirror.memory import fmt_gb
+
+        plan += (
+            f" · {est.split:,} batch{'es' if est.split != 1 else ''} of long strings split to fit the "
+            f"{fmt_gb(est.memory)} of memory a run gets here now (smaller steps: more of them); Launch keeps this "
+            "plan unless less is free by then"
+        )
     extra = f" · {'; '.join(notes)}" if notes else ""
     cal = est.calibration
     if cal is None:

@@ -134,6 +134,8 @@ class Estimate:
     slower: float = 1.0  # how many times slower the machine is now than when calibrated (its compute phases scaled)
     quiet: float = 1.0  # how many times slower the machine is now than at its quickest probe here (>= 1)
     busy: bool = False  # other work shares the machine now (load average per core >= BUSY_LOAD)
+    split: int = 0  # batches of long strings split to fit the memory the plan is priced with (more, smaller steps)
+    memory: int = 0  # that memory (bytes; 0: a rough guess, not planned with one)
 
     @property
     def at_calibration(self) -> float:
@@ -389,9 +391,10 @@ def price(
     its partners (None for a row without one): the rows it holds out are not planned (train_plan)."""
     observed = observed or Observed()
     # each step's strings, and its second views (a pairs run's partners; else the strings' own), each padded alike
-    steps = train_plan(
+    planned = train_plan(
         texts, train_lengths or lengths, config, encoder, memory_budget, (lengths, second_lengths or lengths), partners
     )
+    steps = planned.steps
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
     per_encoder = observed.check_s if observed.check_s is not None else checks_price(encoder, cal)
     check_s = check_encoders * per_encoder
@@ -416,7 +419,7 @@ def price(
         ("downloads", cal.zip_s + cal.load_s + cal.cleanup_s),
         ("general checks", check_s),
     )
-    return Estimate(len(steps), phases, cal)
+    return Estimate(len(steps), phases, cal, split=planned.split, memory=planned.memory)
 
 
 class Estimator:
@@ -567,7 +570,8 @@ class Estimator:
             # a row's second view is its string where it has no partner (clean_pairs drops a partner equal to its
             # string): its partners again, whose held-out rows never train
             partners = [None if s == t else s for t, s in zip(texts, train_texts, strict=True)]
-        padded = [p for _, p in train_plan(texts, train_lengths or lengths, config, base, memory_budget, (), partners)]
+        planned = train_plan(texts, train_lengths or lengths, config, base, memory_budget, (), partners)
+        padded = [p for _, p in planned.steps]
         key = self.key(config, device, threads, length_class(padded))
         cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
         if cal is None:

@@ -4,12 +4,23 @@ that train, without training."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mirror.config import MirrorConfig
 
 if TYPE_CHECKING:
     from mirror.encoder import Encoder
+
+
+@dataclass(frozen=True)
+class TrainSteps:
+    """The steps a run will take (`train_plan`), how many of its batches are split to fit memory, and the memory
+    budget it plans with (bytes): what the plan on the page says of them (ui.plan_md)."""
+
+    steps: list[tuple[int, ...]]
+    split: int = 0
+    memory: int = 0
 
 
 def train_plan(
@@ -20,9 +31,9 @@ def train_plan(
     memory_budget: int | None = None,
     pad_by: Sequence[Sequence[int]] = (),
     partners: Sequence[str | None] | None = None,
-) -> list[tuple[int, ...]]:
-    """(strings, padded length) of each step `mirror_tune(texts, config, encoder=encoder,
-    memory_budget=...)` will run: mirror.plan.RunPlan's batches (shuffled, length-bucketed, split to fit memory),
+) -> TrainSteps:
+    """The steps (`TrainSteps.steps`: strings, padded length) `mirror_tune(texts, config, encoder=encoder,
+    memory_budget=...)` will run, with how many batches it splits for memory: mirror.plan.RunPlan's batches (shuffled, length-bucketed, split to fit memory),
     each padded to its longest string with special tokens (one more where a span mask may split a word). With
     `pad_by` (lists of lengths, such as the two sides of a pairs run), the same batches padded to each list's
     longest: (strings, padded by the first, padded by the second, ...). `partners` (a pairs run's, row for row,
@@ -38,7 +49,7 @@ def train_plan(
         pad_by = [[side[i] for i in keep] for side in pad_by]
         partners = [partners[i] for i in keep] if partners is not None else None
     if len(lengths) < 2:
-        return []
+        return TrainSteps([])
     config = config.scheduled(len(lengths))  # a small upload's extra epochs, as mirror_tune runs them
     budget = step_budget(encoder, config, memory_budget, paired=config.pairs)
     # rows sharing a partner are kept in separate batches, as the run keeps them (mirror.pairs.partner_groups)
@@ -46,7 +57,8 @@ def train_plan(
     extra = encoder.tokenizer.num_special_tokens_to_add()
     maskable = [bool(encoder.mask_token) and config.mask_span > 0 and len(t) >= config.mask_min_chars for t in texts]
     sides = [[n + extra + m for n, m in zip(side, maskable, strict=True)] for side in (pad_by or (lengths,))]
-    return [(len(b), *(min(max(side[i] for i in b), budget.max_length) for side in sides)) for b in plan.batches]
+    steps = [(len(b), *(min(max(side[i] for i in b), budget.max_length) for side in sides)) for b in plan.batches]
+    return TrainSteps(steps, plan.split, budget.total)
 
 
 def choice_price(
