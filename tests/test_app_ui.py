@@ -1068,3 +1068,14 @@ def test_a_setting_changed_while_the_last_one_is_planned_is_planned_after_it(ui)
     _, fns = ui
     assert fns["on_settings"].trigger_mode == "always_last"
     assert fns["on_model"].trigger_mode == "always_last"
+
+
+def test_json_size_counts_a_value_until_past_its_limit():
+    """ui.handlers.json_size: what strict_inputs holds a JSON input to (the API's settings and export rows)."""
+    from ui.handlers import json_size
+
+    assert json_size({"lr": 0.001, "mode": "words"}, 1_000) < 40
+    assert json_size({"lr": "x" * 5_000}, 1_000) > 1_000
+    huge = list(range(10**6))
+    assert 1_000 < json_size(huge, 1_000) < 1_100  # stops once past: not the whole million walked
+    assert json_size([[["a" * 10]]], 100) == 14

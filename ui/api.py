@@ -23,10 +23,16 @@ from ui.numbers import Number, Text
 from ui.web.served import ServedFiles
 
 
+# The longest JSON the API's JSON inputs take (ui.handlers.strict_inputs checks it before any handler): a settings
+# dict has some thirty short fields; an export's rows are row numbers, a million of them at most (~8 characters each)
+MAX_SETTINGS_JSON = 10 * MAX_SHORT_TEXT
+MAX_ROWS_JSON = 8_000_000
+
+
 def api_components() -> SimpleNamespace:
     """Hidden inputs and outputs of the named API endpoints (gradio_client)."""
     with gr.Column(visible=False):
-        return SimpleNamespace(
+        api = SimpleNamespace(
             texts=gr.Textbox(value="", label="texts"),
             file=gr.File(label="file", type="filepath"),
             column=gr.Textbox(value="", label="column", max_length=MAX_SHORT_TEXT),
@@ -71,6 +77,8 @@ def api_components() -> SimpleNamespace:
             map_out=gr.JSON(label="map"),
             map_btn=gr.Button(),
         )
+    api.settings.max_json, api.rows.max_json = MAX_SETTINGS_JSON, MAX_ROWS_JSON
+    return api
 
 
 def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:

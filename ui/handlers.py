@@ -44,7 +44,7 @@ def strict_inputs(demo: gr.Blocks) -> None:
     58) and answered the visitor `{"error": null}` (show_error is off). Extra inputs Gradio ignores, as before.
     A text longer than its field's `max_length` (a short field's: explorer.tune.inputs.MAX_SHORT_TEXT, a queries
     box's MAX_QUERIES_TEXT) is refused here, before any handler copies, splits or encodes it: Gradio leaves that
-    limit to the browser. A file input naming a file of a blocked path (the work folder) gets a message."""
+    limit to the browser. So is a JSON input past its `max_json` (the API's settings and export rows, ui.api). A file input naming a file of a blocked path (the work folder) gets a message."""
 
     def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
         if len(inputs) < len(block_fn.inputs):
@@ -59,6 +59,13 @@ def strict_inputs(demo: gr.Blocks) -> None:
                     f"{name} is {len(value):,} characters long; this server takes at most {limit:,} there.",
                     print_exception=False,
                 )
+            most = getattr(component, "max_json", None)  # a JSON input's (the API's settings and rows)
+            if most and json_size(value, most) > most:
+                name = getattr(component, "label", None) or "a JSON input"
+                raise gr.Error(
+                    f"{name} is over {most:,} characters of JSON; this server takes at most that there.",
+                    print_exception=False,
+                )
         if demo.blocked_paths and any(blocked(path, demo.blocked_paths) for path in file_paths(inputs)):
             # Gradio refuses it too, answering `{"error": null}`: say what to send instead (never the path)
             raise gr.Error(
@@ -68,6 +75,25 @@ def strict_inputs(demo: gr.Blocks) -> None:
             )
 
     demo.validate_inputs = validate_inputs  # type: ignore[method-assign]  # the instance's, called as self.validate_inputs
+
+
+def json_size(value: Any, most: int) -> int:
+    """About how many characters `value` takes as JSON (its strings' lengths, and one for each item and key), counted
+    until past `most` (a value of megabytes is not walked whole to be refused)."""
+    size, stack = 0, [value]
+    while stack and size <= most:
+        item = stack.pop()
+        size += 1
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        else:
+            size += 7  # a number, true, false or null
+    return size
 
 
 def file_paths(value: Any) -> Iterator[str]:
