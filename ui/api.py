@@ -22,7 +22,6 @@ from ui.handlers import JOB_QUEUE, consume_request, drop_request_copies
 from ui.numbers import Number, Text
 from ui.web.served import ServedFiles
 
-
 # The longest JSON the API's JSON inputs take (ui.handlers.strict_inputs checks it before any handler): a settings
 # dict has some thirty short fields; an export's rows are row numbers, a million of them at most (~8 characters each)
 MAX_SETTINGS_JSON = 10 * MAX_SHORT_TEXT
