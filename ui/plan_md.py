@@ -107,9 +107,9 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
         from mirror.memory import fmt_gb
 
         plan += (
-            f" · {est.split:,} batch{'es' if est.split != 1 else ''} of long strings split to fit the "
-            f"{fmt_gb(est.memory)} of memory a run gets here now (smaller steps: more of them); Launch keeps this "
-            "plan unless less is free by then"
+            f" · {est.split:,} batch{'es' if est.split != 1 else ''} of long strings split into smaller steps to fit "
+            f"the {fmt_gb(est.memory)} of memory a run gets here now (so {est.steps:,} steps); Launch keeps this plan "
+            "unless less is free by then"
         )
     extra = f" · {'; '.join(notes)}" if notes else ""
     cal = est.calibration
