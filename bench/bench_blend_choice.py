@@ -23,10 +23,12 @@ import dataclasses
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import bench_pairs
-from common import EXAMPLES, print_table, write_json
+from common import EXAMPLES, ROOT, print_table, write_json
 
 from mirror.config import MirrorConfig
 from mirror.pairs import HeldOut, holdout
@@ -104,6 +106,89 @@ def one(name: str, half: str, limit: int, seed: int, peer: bool, every_alpha: bo
     return rows
 
 
+def served_now(chosen: dict[str, Any] | None) -> float | None:
+    """The α mirror.choose's rule (as the code has it now) serves from the candidates a run recorded (their
+    held-out MRR@10, dev-half changes and spreads), checked in its order; None where the run did not record a
+    candidate the rule needs (not checked then) or recorded no choice."""
+    from mirror.checks import CHECKS
+    from mirror.choose import within_rule
+
+    if not chosen or not chosen.get("choice"):
+        return None
+    choice = json.loads(chosen["choice"]) if isinstance(chosen["choice"], str) else chosen["choice"]
+    candidates = choice["candidates"]
+    for c in sorted(candidates, key=lambda c: (-c["mrr10"], c["alpha"])):
+        if not c.get("checks"):
+            return None  # not checked by that run: what the rule says of it is unknown
+        if within_rule(c["checks"], CHECKS, c.get("noise") or {}):
+            return float(c["alpha"])
+    return min(float(c["alpha"]) for c in candidates)
+
+
+def summarize(names: Sequence[str]) -> list[dict[str, Any]]:
+    """The JSONs `names` (under bench/results/, or paths) as one row per set and seed: the served α and its gain, the
+    fixed α 0.5's, α 1's (no rule) and the peer's, each with the check halves past the rule; a row a later file has
+    for the same set, seed and run replaces an earlier one's (list a run's peer file first, then its rule's). Then
+    each set's mean over its seeds."""
+    kept: dict[tuple, dict[str, Any]] = {}
+    for name in names:
+        path = Path(name) if Path(name).exists() else ROOT / "bench" / "results" / name
+        for row in json.loads(path.read_text())["rows"]:
+            run = "chosen" if str(row["run"]).startswith("chosen") else row["run"]
+            kept[(row["set"], row["seed"], run)] = row
+
+    def gain(row: dict[str, Any] | None) -> float | None:
+        return float(str(row["mrr10_gain"]).split()[0]) if row else None
+
+    def cell(row: dict[str, Any] | None, alpha: bool = False) -> str:
+        if row is None:
+            return "–"
+        past = row.get("checks_low") or "none past"
+        at = f" (α {row['alpha']:g})" if alpha and row.get("alpha") is not None else ""
+        return f"{row['mrr10_gain'].split(' [')[0]}{at}; {past}"
+
+    out, sums = [], {}
+    for set_name, seed in sorted({(k[0], k[1]) for k in kept}):
+        got = {run: kept.get((set_name, seed, run)) for run in ("chosen", "fixed α 0.5", "α 1", "peer (MNRL)")}
+        now = served_now(got["chosen"])  # the α the rule in the code serves, from what the run recorded
+        if now is not None and kept.get((set_name, seed, f"α {now:g}")) is not None:
+            got["chosen"] = {**kept[(set_name, seed, f"α {now:g}")], "alpha": now}
+        out.append(
+            {
+                "set": set_name,
+                "seed": seed,
+                "served": cell(got["chosen"], alpha=True),
+                "fixed α 0.5": cell(got["fixed α 0.5"]),
+                "α 1": cell(got["α 1"]),
+                "peer": cell(got["peer (MNRL)"]),
+            }
+        )
+        for run, row in got.items():
+            if gain(row) is not None:
+                sums.setdefault((set_name, run), []).append(gain(row))
+    for set_name in sorted({k[0] for k in sums}):
+
+        def mean(run: str, set_name: str = set_name) -> str:
+            values = sums.get((set_name, run), [])
+            return (
+                f"{sum(values) / len(values):+.1f} ({len(values)} seed{'s' if len(values) != 1 else ''})"
+                if values
+                else "–"
+            )
+
+        out.append(
+            {
+                "set": set_name,
+                "seed": "mean",
+                "served": mean("chosen"),
+                "fixed α 0.5": mean("fixed α 0.5"),
+                "α 1": mean("α 1"),
+                "peer": mean("peer (MNRL)"),
+            }
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sets", default="foldoc,stdlib")
@@ -113,7 +198,14 @@ def main() -> None:
     parser.add_argument("--peer", action="store_true")
     parser.add_argument("--every-alpha", action="store_true", help="every α measured on the report rows and checks")
     parser.add_argument("--out", default="", help="the JSON's name under bench/out/ (default blend-choice-<half>.json)")
+    parser.add_argument(
+        "--summarize", default="", help="JSONs to summarize per set and seed, comma-separated (no run): see summarize"
+    )
     args = parser.parse_args()
+    if args.summarize:
+        columns = ["set", "seed", "served", "fixed α 0.5", "α 1", "peer"]
+        print_table(summarize(args.summarize.split(",")), columns)
+        return
     out = args.out or f"blend-choice-{args.half}.json"
     rows = []
     for name in args.sets.split(","):
