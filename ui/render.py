@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from explorer.resources.runfacts import blend_of, choice_of, served_label, uploaded_zip
+from explorer.resources.runfacts import blend_name, blend_of, choice_of, served_label, uploaded_zip
 from explorer.words import fmt_seconds, message
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
@@ -372,8 +372,7 @@ def blend_part(run: RunInfo) -> str:
     if blend is None:
         return ""
     alpha, parent = blend
-    what = "as trained, α=1" if alpha >= 1 else f"blend α={alpha:g}"  # α 1 served again is not a blend
-    return f" · {what}" + (f" of run `{parent[:8]}`" if parent else "")
+    return f" · {blend_name(alpha)}" + (f" of run `{parent[:8]}`" if parent else "")
 
 
 def served_md(session: Session | None, example: dict[str, Any] | None = None) -> str:
