@@ -285,3 +285,9 @@ def test_alpha_1_served_again_is_the_tuned_weights_not_a_blend():
     assert served_label(whole) == "tuned α=1"
     assert "with the blend" in render.moved_header(half)
     assert "with the blend" not in render.moved_header(whole) and "as trained" in render.moved_header(whole)
+    # tab ①'s status lines and the run's table, as a real page showed them after *Serve another α* → 1 ("Blended and
+    # indexed in 5 s", "Served: a blend …, α = 1 of run …", "0 × the base's + 1 × the tuned weights")
+    for line in (render.served_status(whole), render.done_status(whole), render.run_md(whole)):
+        assert "as trained" in line and "Blended" not in line and "a blend" not in line, line
+    assert "0 × the base" not in render.run_md(whole) and "| Trained as run `aaaaaaaa` | value |" in render.run_md(whole)
+    assert render.served_status(half).startswith("Blended and indexed") and "Served: a blend" in render.run_md(half)

@@ -217,13 +217,21 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     if blend is not None:  # the training in the table is the parent's; the blend itself trained nothing
         alpha, parent = blend
         of = f"run `{parent[:8]}`" if parent else "the tuned model"
-        made = "No training" if zipped is None else "Loaded now, trained and blended earlier"
-        head = (
-            f"### Served: a blend {'(' if zipped is None else f'you uploaded (`{zipped}`, '}run `{run_id[:8]}`), "
-            f"α = {alpha:g} of {of}\n"
-            f"{made}: its weights are {1 - alpha:g} × the base's + {alpha:g} × the tuned weights "
-            f"of {of}, whose training the table shows.\n\n| Blended from {of} | value |\n|---|---|\n{table}\n\n"
-        )
+        where = "(" if zipped is None else f"you uploaded (`{zipped}`, "
+        if alpha >= 1:  # α 1 served again (*Serve another α*): the tuned weights as trained, not a blend
+            made = "No training" if zipped is None else "Loaded now, trained earlier"
+            head = (
+                f"### Served: the tuned weights as trained {where}run `{run_id[:8]}`), α 1 of {of}\n"
+                f"{made}: the weights of {of} as it trained them, nothing of the base; the table shows that training."
+                f"\n\n| Trained as {of} | value |\n|---|---|\n{table}\n\n"
+            )
+        else:
+            made = "No training" if zipped is None else "Loaded now, trained and blended earlier"
+            head = (
+                f"### Served: a blend {where}run `{run_id[:8]}`), α = {alpha:g} of {of}\n"
+                f"{made}: its weights are {1 - alpha:g} × the base's + {alpha:g} × the tuned weights "
+                f"of {of}, whose training the table shows.\n\n| Blended from {of} | value |\n|---|---|\n{table}\n\n"
+            )
     elif zipped is not None:  # loaded and indexed now; the table's training was done earlier
         head = (
             f"### Served: the model you uploaded (`{zipped}`, run `{run_id[:8]}`)\n"
@@ -296,8 +304,7 @@ def done_status(run: RunInfo) -> str:
     blend, zipped = blend_of(run), uploaded_zip(run)
     if blend is not None and zipped is None:
         took = timing.blend_seconds
-        what = "Served the tuned weights as trained (α 1), indexed" if blend[0] >= 1 else "Blended and indexed"
-        return what + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
+        return blended_words(blend) + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
     if zipped is not None:
         took, trained = timing.load_seconds, run.record.training.seconds
         now = "Loaded and indexed" if blend is None else f"Loaded a blend ({blend_words(blend)}) and indexed"
@@ -342,7 +349,7 @@ def served_status(run: RunInfo) -> str:
     timing = run.record.timing
     took = timing.blend_seconds if blend is not None else timing.served_seconds
     when = f" in {fmt_seconds(float(took))}" if took is not None else ""
-    what = "Blended and indexed" if blend is not None else "Tuned and indexed"
+    what = blended_words(blend) if blend is not None else "Tuned and indexed"
     return (
         f"{what}{when}: Search and Explore use it now. Checking general similarity (the forgetting check); "
         "the downloads and the checks' table follow when they are done (this line says so)."
@@ -357,6 +364,12 @@ def run_caption(run: RunInfo | None) -> str:
         f"Run `{run.folder.name[:8]}` · {run.n_texts:,} strings from `{run.corpus}` · tuned from `{run.base_model}`"
     )
     return caption + blend_part(run)
+
+
+def blended_words(blend: tuple[float, str]) -> str:
+    """What was done to serve a blend, for a status line: "Blended and indexed"; α 1 (*Serve another α* → 1) is the
+    tuned weights served again as trained, not blended."""
+    return "Served the weights as trained (α 1) and indexed" if blend[0] >= 1 else "Blended and indexed"
 
 
 def blend_words(blend: tuple[float, str]) -> str:
