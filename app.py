@@ -23,7 +23,7 @@ from gradio.utils import get_upload_folder
 from explorer import MirrorApp, Session, Settings
 from explorer.settings import parse_proxies
 from mirror.errors import MirrorError
-from ui.api import api_components, wire_api
+from ui.api import MAX_BROWSER_JSON, api_components, wire_api
 from ui.evaluate import evaluate_tab, wire_evaluate
 from ui.explore import explore_tab, wire_explore
 from ui.handlers import current_visitor, quiet_queue, strict_inputs
@@ -109,6 +109,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
         state = gr.State(None, time_to_live=app.settings.session_ttl, delete_callback=lambda s: app.close_session(s))
         # this browser's runs (ids) and the run it has going, kept across reloads and tabs (localStorage)
         browser = gr.BrowserState({"runs": [], "active": None}, storage_key="mirror-explorer", secret=app.secret)
+        browser.max_json = MAX_BROWSER_JSON  # sent back by the page: the ids of its last 50 runs, a few KB
         gr.Markdown(INTRO, elem_id="mx-header")
         with gr.Tabs(overflow_behavior="wrap"):  # a phone shows all four tabs, not two and a "•••" menu
             with gr.Tab("① Tune", id="tune"):

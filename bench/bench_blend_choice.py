@@ -116,11 +116,13 @@ def served_now(chosen: dict[str, Any] | None) -> float | None:
     if not chosen or not chosen.get("choice"):
         return None
     choice = json.loads(chosen["choice"]) if isinstance(chosen["choice"], str) else chosen["choice"]
-    candidates = choice["candidates"]
+    candidates = choice["candidates"] if isinstance(choice, dict) else choice  # early files: the candidates alone
+    known = {c.name for c in CHECKS}
+    # (held-out MRR@10 is recorded to 2 decimals: a near-tie the run broke by more decimals reads as a tie here)
     for c in sorted(candidates, key=lambda c: (-c["mrr10"], c["alpha"])):
-        if not c.get("checks"):
-            return None  # not checked by that run: what the rule says of it is unknown
-        if within_rule(c["checks"], CHECKS, c.get("noise") or {}):
+        if not c.get("checks") or not c.get("noise") or set(c["checks"]) - known:
+            return None  # not checked, checked before the room for noise was recorded, or another set of checks
+        if within_rule(c["checks"], CHECKS, c["noise"]):
             return float(c["alpha"])
     return min(float(c["alpha"]) for c in candidates)
 
@@ -153,6 +155,14 @@ def summarize(names: Sequence[str]) -> list[dict[str, Any]]:
         now = served_now(got["chosen"])  # the α the rule in the code serves, from what the run recorded
         if now is not None and kept.get((set_name, seed, f"α {now:g}")) is not None:
             got["chosen"] = {**kept[(set_name, seed, f"α {now:g}")], "alpha": now}
+        elif got["chosen"] is not None:  # the α that run served, under its own rule: said, not shown as the code's
+            at = got["chosen"].get("alpha")
+            why = "not measured" if now is not None else "not recomputable"
+            got["chosen"] = {
+                **got["chosen"],
+                "checks_low": f"{got['chosen'].get('checks_low') or 'none past'}; "
+                f"served by that run's rule (α {at:g}), the rule now: {why}",
+            }
         out.append(
             {
                 "set": set_name,

@@ -476,16 +476,18 @@ def summary(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def blend_summary(rows: Sequence[dict[str, Any]]) -> str:
+def blend_summary(rows: Sequence[dict[str, Any]], as_trained: bool = False) -> str:
     """What a blend's checks mean, naming it a blend (`summary` speaks of "the tuned model" and, when a check is
-    worse, suggests a blend, which this already is)."""
+    worse, suggests a blend, which this already is); `as_trained`: α 1 served again, the tuned weights as trained
+    (named so, not "the blend")."""
     worse, listed = worse_rows(rows)
+    who = "the tuned model as trained" if as_trained else "the blend"
     if not worse:
-        return no_worse(rows, "the blend")
+        return no_worse(rows, who)
     n = len(worse)
     return (
-        f"The blend is worse than the base on {n} general check{'s' if n > 1 else ''}: {listed}. A lower α keeps "
-        "more of the base (α = 0 is the base itself)."
+        f"{who[0].upper()}{who[1:]} is worse than the base on {n} general check{'s' if n > 1 else ''}: {listed}. "
+        "A lower α keeps more of the base (α = 0 is the base itself)."
     )
 
 

@@ -41,6 +41,9 @@ def test_a_blend_says_the_alpha_its_held_out_figures_were_measured_at():
     assert "before the blend, α = 1" not in said
     assert said in pairs_md(run)
     assert "| **your held-out pairs** (at α 0.25, not these weights as trained) | MRR@10 ×100 | 50 |" in pairs_row(run)
+    again = served_blend(run_alpha=1.0, alpha=1.0)  # a run that chose α 1, served at α 1 again after another α
+    assert "these weights" in blended(again) and "not measured" not in blended(again)
+    assert "| **your held-out pairs** | MRR@10 ×100 | 50 |" in pairs_row(again)
     half = served_blend(run_alpha=0.25, alpha=0.5)
     assert "this blend at α = 0.5 was not measured" in blended(half)
     assert "| **your held-out pairs** (at α 0.25, not this blend) | MRR@10 ×100 | 50 |" in pairs_row(half)

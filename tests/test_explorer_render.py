@@ -289,5 +289,12 @@ def test_alpha_1_served_again_is_the_tuned_weights_not_a_blend():
     # indexed in 5 s", "Served: a blend …, α = 1 of run …", "0 × the base's + 1 × the tuned weights")
     for line in (render.served_status(whole), render.done_status(whole), render.run_md(whole)):
         assert "as trained" in line and "Blended" not in line and "a blend" not in line, line
-    assert "0 × the base" not in render.run_md(whole) and "| Trained as run `aaaaaaaa` | value |" in render.run_md(whole)
+    assert "0 × the base" not in render.run_md(whole) and "| Trained as run `aaaaaaaa` | value |" in render.run_md(
+        whole
+    )
     assert render.served_status(half).startswith("Blended and indexed") and "Served: a blend" in render.run_md(half)
+    worse = [{"name": "STS-B dev", "what": "sentence pairs", "base": 80.0, "tuned": 70.0, "worse": True}]
+    assert render.blend_verdict(worse, 0.5).startswith("The served model is a blend: α = 0.5")
+    said = render.blend_verdict(worse, 1.0)  # the checks of α 1 served again (a real page: "is a blend: α = 1")
+    assert "as trained" in said and "blend" not in said.replace("A lower α", "") and "worse than the base" in said
+    assert "blend" not in render.blend_verdict([], 0.99999999)  # float noise of 1 is 1

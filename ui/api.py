@@ -22,10 +22,12 @@ from ui.handlers import JOB_QUEUE, consume_request, drop_request_copies
 from ui.numbers import Number, Text
 from ui.web.served import ServedFiles
 
-# The longest JSON the API's JSON inputs take (ui.handlers.strict_inputs checks it before any handler): a settings
-# dict has some thirty short fields; an export's rows are row numbers, a million of them at most (~8 characters each)
+# The longest JSON the JSON inputs take, about (ui.handlers.json_size; strict_inputs checks it before any handler): a
+# settings dict has some thirty short fields; an export's rows are row numbers, about a million of them at most; the
+# page's own BrowserState (app.py) the ids of its last 50 runs, encrypted
 MAX_SETTINGS_JSON = 10 * MAX_SHORT_TEXT
 MAX_ROWS_JSON = 8_000_000
+MAX_BROWSER_JSON = 64_000
 
 
 def api_components() -> SimpleNamespace:

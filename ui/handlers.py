@@ -44,7 +44,8 @@ def strict_inputs(demo: gr.Blocks) -> None:
     58) and answered the visitor `{"error": null}` (show_error is off). Extra inputs Gradio ignores, as before.
     A text longer than its field's `max_length` (a short field's: explorer.tune.inputs.MAX_SHORT_TEXT, a queries
     box's MAX_QUERIES_TEXT) is refused here, before any handler copies, splits or encodes it: Gradio leaves that
-    limit to the browser. So is a JSON input past its `max_json` (the API's settings and export rows, ui.api). A file input naming a file of a blocked path (the work folder) gets a message."""
+    limit to the browser. So is a JSON input past its `max_json` (the API's settings and export rows, the page's
+    BrowserState: ui.api). A file input naming a file of a blocked path (the work folder) gets a message."""
 
     def validate_inputs(block_fn: Any, inputs: list[Any]) -> None:
         if len(inputs) < len(block_fn.inputs):
@@ -63,7 +64,7 @@ def strict_inputs(demo: gr.Blocks) -> None:
             if most and json_size(value, most) > most:
                 name = getattr(component, "label", None) or "a JSON input"
                 raise gr.Error(
-                    f"{name} is over {most:,} characters of JSON; this server takes at most that there.",
+                    f"{name} is over about {most:,} characters of JSON; this server takes at most that there.",
                     print_exception=False,
                 )
         if demo.blocked_paths and any(blocked(path, demo.blocked_paths) for path in file_paths(inputs)):

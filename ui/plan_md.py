@@ -106,10 +106,11 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
         # time) may split fewer or more and count other steps; said here, not only in the run's report afterwards
         from mirror.memory import fmt_gb
 
+        fewer = f"; {est.unsplit:,} with memory to spare" if est.unsplit and est.unsplit != est.steps else ""
         plan += (
             f" · {est.split:,} batch{'es' if est.split != 1 else ''} of long strings split into smaller steps to fit "
-            f"the {fmt_gb(est.memory)} of memory a run gets here now (so {est.steps:,} steps); Launch keeps this plan "
-            "unless less is free by then"
+            f"the {fmt_gb(est.memory)} of memory a run gets here now ({est.steps:,} steps{fewer}); Launch keeps this "
+            "plan unless less is free by then"
         )
     extra = f" · {'; '.join(notes)}" if notes else ""
     cal = est.calibration

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from explorer.resources.runfacts import blend_name, blend_of, choice_of, served_label, uploaded_zip
+from explorer.resources.runfacts import as_trained, blend_name, blend_of, choice_of, served_label, uploaded_zip
 from explorer.words import fmt_seconds, message
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
@@ -73,7 +73,7 @@ def moved_header(run: RunInfo | None) -> str:
     blend = blend_of(run)
     if blend is None:
         what, who, col = "with tuning", "tuning", "tuned"
-    elif blend[0] >= 1:  # α 1 served again: the tuned weights as trained, not a blend
+    elif as_trained(blend[0]):  # α 1 served again: the tuned weights as trained, not a blend
         what, who, col = f"with tuning (the weights as trained, {blend_words(blend)})", "tuning", served_label(run)
     else:
         what, who, col = f"with the blend ({blend_words(blend)})", "the blend", served_label(run)
@@ -218,7 +218,7 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         alpha, parent = blend
         of = f"run `{parent[:8]}`" if parent else "the tuned model"
         where = "(" if zipped is None else f"you uploaded (`{zipped}`, "
-        if alpha >= 1:  # α 1 served again (*Serve another α*): the tuned weights as trained, not a blend
+        if as_trained(alpha):  # α 1 served again (*Serve another α*): the tuned weights as trained, not a blend
             made = "No training" if zipped is None else "Loaded now, trained earlier"
             head = (
                 f"### Served: the tuned weights as trained {where}run `{run_id[:8]}`), α 1 of {of}\n"
@@ -268,7 +268,7 @@ def change_sentence(run: RunInfo | None) -> str:
     trained = f"{steps} steps" if isinstance(steps, int) else "training"
     if isinstance(epochs, int) and 1 < epochs <= (steps if isinstance(steps, int) else 0):  # not a run cut short
         trained += f" ({epochs} epochs)"
-    if blend is not None and blend[0] >= 1:  # Serve another α → 1: the weights as trained, nothing nearer α 1
+    if blend is not None and as_trained(blend[0]):  # Serve another α → 1: the weights as trained, nothing nearer α 1
         why = "the served model is the tuned weights as trained (α 1)"
         harder = "a lower *Temperature τ* or more epochs change more; a lower α (Explore) changes less"
     elif blend is not None:
@@ -308,6 +308,8 @@ def done_status(run: RunInfo) -> str:
     if zipped is not None:
         took, trained = timing.load_seconds, run.record.training.seconds
         now = "Loaded and indexed" if blend is None else f"Loaded a blend ({blend_words(blend)}) and indexed"
+        if blend is not None and as_trained(blend[0]):
+            now = f"Loaded the tuned weights as trained ({blend_words(blend)}) and indexed"
         now += f" in {fmt_seconds(float(took))}" if took is not None else ""
         return now + (
             f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."
@@ -369,7 +371,7 @@ def run_caption(run: RunInfo | None) -> str:
 def blended_words(blend: tuple[float, str]) -> str:
     """What was done to serve a blend, for a status line: "Blended and indexed"; α 1 (*Serve another α* → 1) is the
     tuned weights served again as trained, not blended."""
-    return "Served the weights as trained (α 1) and indexed" if blend[0] >= 1 else "Blended and indexed"
+    return "Served the weights as trained (α 1) and indexed" if as_trained(blend[0]) else "Blended and indexed"
 
 
 def blend_words(blend: tuple[float, str]) -> str:
@@ -490,7 +492,10 @@ def sts_subset(rows: Sequence[dict[str, Any]]) -> str:
 
 def blend_verdict(rows: Sequence[dict[str, Any]], alpha: float) -> str:
     """What a blend's general checks mean, naming it a blend (the verdict kept with a run speaks of "the tuned model"
-    and, when a check is worse, suggests a blend, which this already is)."""
+    and, when a check is worse, suggests a blend, which this already is); α 1 served again is the tuned weights as
+    trained, whose remedy is a blend again."""
+    if as_trained(alpha):
+        return f"The served model is the tuned weights as trained (α 1). {blend_summary(rows, as_trained=True)}"
     return f"The served model is a blend: α = {alpha:g} of the tuned weights. {blend_summary(rows)}"
 
 
@@ -552,7 +557,7 @@ def blend_text(run: RunInfo) -> str:
     """What the user reads when a blend is served."""
     alpha, parent = blend_of(run) or (1.0, "")
     of = f" of run `{parent[:8]}`" if parent else ""
-    if alpha >= 1:  # Serve another α → 1: the run's weights as trained, nothing of the base (not called a blend)
+    if as_trained(alpha):  # Serve another α → 1: the run's weights as trained, nothing of the base (not called a blend)
         return (
             f"Serving the tuned weights as trained (run `{run.folder.name[:8]}`, α 1{of}: nothing of the base). "
             "Search, the maps and the downloads now use them; the general checks above are their own."

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from explorer.resources.runfacts import choice_of, gain_of, pairs_of, served_alpha
+from explorer.resources.runfacts import as_trained, choice_of, gain_of, pairs_of, served_alpha
 from mirror.checks import CHECKS
 from mirror.choose import room_left
 
@@ -55,9 +55,18 @@ def blended(run: RunInfo | None) -> str:
         return ""
     parent = f"run `{origin.parent[:8]}`" if origin.parent else "the tuned model"
     served = f"as it served α = {measured_alpha(run):g}"
-    if origin.alpha >= 1:  # *Serve another α* → 1: the run's weights as trained, not a blend
+    if same_alpha(run):  # served again at the α its run was measured at: these very weights' figures
+        return f" _(Measured on {parent} {served}: these weights.)_"
+    if as_trained(origin.alpha):  # *Serve another α* → 1: the run's weights as trained, not a blend
         return f" _(Measured on {parent} {served}; its weights as trained, α 1, were not measured.)_"
     return f" _(Measured on {parent} {served}; this blend at α = {origin.alpha:g} was not measured.)_"
+
+
+def same_alpha(run: RunInfo) -> bool:
+    """Whether a blend is served at the α its run's held-out figures were measured at (`measured_alpha`): a run that
+    chose α 1 served at α 1 again, or at its own α after another: the figures are its own."""
+    origin = run.record.origin
+    return origin.alpha is not None and abs(float(origin.alpha) - measured_alpha(run)) < 1e-6
 
 
 def measured_alpha(run: RunInfo) -> float:
@@ -76,8 +85,8 @@ def pairs_row(run: RunInfo | None) -> str:
     origin = run.record.origin if run is not None else None
     # a blend's column shows its tuned run's figures (the blend was not measured on them): the row says whose
     whose = ""
-    if origin is not None and origin.alpha is not None:
-        this = "not these weights as trained" if origin.alpha >= 1 else "not this blend"
+    if origin is not None and origin.alpha is not None and not same_alpha(run):
+        this = "not these weights as trained" if as_trained(origin.alpha) else "not this blend"
         whose = f" (at α {measured_alpha(run):g}, {this})"
     return (
         f"| **your held-out pairs**{whose} | MRR@10 ×100 | {gain.rows:,} | {base:.1f} | {tuned:.1f} | "
@@ -211,7 +220,8 @@ def halves_note(choice: dict[str, Any], gain: Any) -> str:
     reported = gain.tuned["mrr10"] - gain.base["mrr10"]
     return (
         f"\n\n_The two halves disagree: on its {choice['rows']:,} choice rows α {float(choice['alpha']):g} gained "
-        f"{picked:+.1f} MRR@10, on the {gain.rows:,} report rows above {reported:+.1f} ({low:+.1f} to {high:+.1f}, "
-        "95%). With this few held-out rows the two measure the same model apart by chance; the report rows' figure, "
-        "not used to choose, is the one to trust, and a file with more rows narrows both._"
+        f"{picked:+.1f} MRR@10 (searched among {choice['pool']:,} strings), on the {gain.rows:,} report rows above "
+        f"{reported:+.1f} ({low:+.1f} to {high:+.1f}, 95%). The choice rows picked this α for scoring highest on "
+        "them, so they tend to overstate it; the report rows, not used to choose, are the figure to trust. More "
+        "held-out rows (a larger file) bring the two closer._"
     )

@@ -19,7 +19,7 @@ from explorer.resources.accounts import DiskAccounts
 from explorer.resources.cpu import CpuAccounts
 from explorer.resources.disk import Disk
 from explorer.resources.models import ModelCache, kept
-from explorer.resources.runfacts import blend_of, pairs_about
+from explorer.resources.runfacts import as_trained, blend_of, pairs_about
 from explorer.resources.sessions import RunInfo, Session
 from explorer.resources.turns import TURNS, FairSlots
 from explorer.settings import Settings
@@ -229,7 +229,8 @@ class RunExplorer:
             views = health.positive_views([space.texts[i] for i in idx], loaded.tuned.mask_token or "[MASK]")
             with self.search_slots:
                 pos_b, pos_t = loaded.base.encode(views), loaded.tuned.encode(views)
-            who = "Tuning" if blend_of(space.run) is None else "The blend"
+            blend = blend_of(space.run)
+            who = "Tuning" if blend is None or as_trained(blend[0]) else "The blend"  # α 1: the weights as trained
             pairs_b, pairs_t = (space.base[idx], pos_b), (space.tuned[idx], pos_t)
             return health.compare_health(space.base, space.tuned, pairs_b, pairs_t, who)
 

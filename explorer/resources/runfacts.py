@@ -25,17 +25,22 @@ def uploaded_zip(run: RunInfo) -> str | None:
     return origin.zip if origin.kind == "uploaded" else None
 
 
+def as_trained(alpha: float | None) -> bool:
+    """Whether a blend's α is 1: *Serve another α* → 1 serves the run's weights as trained, nothing of the base (not
+    a blend, and never called one). Within float noise of 1 (an α typed as 0.99999999 prints as 1)."""
+    return alpha is not None and float(alpha) >= 1 - 1e-6
+
+
 def blend_name(alpha: float) -> str:
-    """A blend's name in a run's label: "blend α=0.5"; α 1 (*Serve another α* → 1) is the run's weights as trained,
-    not a blend: "as trained α=1"."""
-    return "as trained α=1" if alpha >= 1 else f"blend α={alpha:g}"
+    """A blend's name in a run's label: "blend α=0.5"; α 1 (`as_trained`) is not a blend: "as trained α=1"."""
+    return "as trained α=1" if as_trained(alpha) else f"blend α={alpha:g}"
 
 
 def served_label(run: RunInfo | None) -> str:
     """The served model's column in a base-against-served table: "tuned", "blend α=0.5" for a blend, "tuned α=1" for
     the tuned weights served again as trained (*Serve another α* → 1: not a blend)."""
     blend = blend_of(run)
-    return "tuned" if blend is None else ("tuned α=1" if blend[0] >= 1 else f"blend α={blend[0]:g}")
+    return "tuned" if blend is None else ("tuned α=1" if as_trained(blend[0]) else f"blend α={blend[0]:g}")
 
 
 def pairs_of(run: RunInfo | None) -> Pairs | None:

@@ -17,7 +17,7 @@ from typing import Any
 from explorer.events import Event, Failed, Phase
 from explorer.resources.models import REBUILT_NOTE, ModelCache
 from explorer.resources.record import Checks, Made, Origin, RunInfo, RunRecord, Timing, training_of
-from explorer.resources.runfacts import blend_name
+from explorer.resources.runfacts import as_trained, blend_name
 from explorer.resources.sessions import Session
 from explorer.resources.store import RunStore, tuned_weights
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes
@@ -205,7 +205,11 @@ class Blend(Producer):
         origin = str((of.parent if of.alpha is not None else None) or parent.folder.name)
         of_summary = re.sub(r"^(blend|as trained) α=\S+ of ", "", parent.summary)
         texts = list(self.loaded.main.tuned.texts)
-        run.emit(Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base"))
+        whole = as_trained(alpha)  # α 1: the tuned weights as trained again, not a blend (said so as it goes)
+        if whole:
+            run.emit(Phase("Serving the tuned weights as trained (α 1)"))
+        else:
+            run.emit(Phase(f"Blending the weights: α = {alpha:g} tuned, {1 - alpha:g} base"))
         # the unblended model, for later blends (an uploaded blend has none: its model/, which records its α, and
         # mirror.blend blends it as α of the tuned weights it came from)
         link_tree(tuned_weights(parent.folder), folder / "tuned_model")
@@ -218,7 +222,12 @@ class Blend(Producer):
         indexed = time.perf_counter()
         # its progress reaches the followers as the index is built; a stop asked meanwhile ends it there
         index_with(
-            FolderIndexes(), blended, texts, folder / "tuned_index", "Indexing your strings with the blend", run.emit
+            FolderIndexes(),
+            blended,
+            texts,
+            folder / "tuned_index",
+            "Indexing your strings with the tuned weights" if whole else "Indexing your strings with the blend",
+            run.emit,
         )
         tuned_index_s = round(time.perf_counter() - indexed, 1)  # what a blend of this blend re-encodes
         # the parent's training, notes and zip; its checks, times and neighbours are not the blend's

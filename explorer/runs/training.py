@@ -286,8 +286,8 @@ STOPPING = {
         "it is building… the uploaded model is not served."
     ),
     "blend": (
-        "Stopping the blend: it ends once the weights are blended, or at the next batch of its index… the blend is "
-        "not served."
+        "Stopping the blend (or α 1, the tuned weights served again): it ends once the weights are blended, or at "
+        "the next batch of its index… it is not served."
     ),
 }
 

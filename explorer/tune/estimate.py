@@ -136,6 +136,7 @@ class Estimate:
     busy: bool = False  # other work shares the machine now (load average per core >= BUSY_LOAD)
     split: int = 0  # batches of long strings split to fit the memory the plan is priced with (more, smaller steps)
     memory: int = 0  # that memory (bytes; 0: a rough guess, not planned with one)
+    unsplit: int = 0  # the steps the run would take with no batch split (0: none is split)
 
     @property
     def at_calibration(self) -> float:
@@ -419,7 +420,7 @@ def price(
         ("downloads", cal.zip_s + cal.load_s + cal.cleanup_s),
         ("general checks", check_s),
     )
-    return Estimate(len(steps), phases, cal, split=planned.split, memory=planned.memory)
+    return Estimate(len(steps), phases, cal, split=planned.split, memory=planned.memory, unsplit=planned.unsplit)
 
 
 class Estimator:

@@ -3,6 +3,7 @@ that train, without training."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ class TrainSteps:
     steps: list[tuple[int, ...]]
     split: int = 0
     memory: int = 0
+    unsplit: int = 0  # the steps the same run takes where no batch is split (memory to spare), when some are
 
 
 def train_plan(
@@ -33,8 +35,8 @@ def train_plan(
     partners: Sequence[str | None] | None = None,
 ) -> TrainSteps:
     """The steps (`TrainSteps.steps`: strings, padded length) `mirror_tune(texts, config, encoder=encoder,
-    memory_budget=...)` will run, with how many batches it splits for memory: mirror.plan.RunPlan's batches (shuffled, length-bucketed, split to fit memory),
-    each padded to its longest string with special tokens (one more where a span mask may split a word). With
+    memory_budget=...)` will run, with how many batches it splits for memory: mirror.plan.RunPlan's batches
+    (shuffled, length-bucketed, split to fit memory), each padded to its longest string with special tokens (one more where a span mask may split a word). With
     `pad_by` (lists of lengths, such as the two sides of a pairs run), the same batches padded to each list's
     longest: (strings, padded by the first, padded by the second, ...). `partners` (a pairs run's, row for row,
     None for a row without one): the rows the run holds out of training (mirror.pairs.held_out_rows) are not
@@ -58,7 +60,11 @@ def train_plan(
     maskable = [bool(encoder.mask_token) and config.mask_span > 0 and len(t) >= config.mask_min_chars for t in texts]
     sides = [[n + extra + m for n, m in zip(side, maskable, strict=True)] for side in (pad_by or (lengths,))]
     steps = [(len(b), *(min(max(side[i] for i in b), budget.max_length) for side in sides)) for b in plan.batches]
-    return TrainSteps(steps, plan.split, budget.total)
+    unsplit = 0
+    if plan.split:  # the same draws with memory to spare (splitting draws nothing from the plan's stream)
+        roomy = dataclasses.replace(budget, total=2**62)
+        unsplit = RunPlan.of(lengths, config, roomy, groups=partner_groups(partners)).steps
+    return TrainSteps(steps, plan.split, budget.total, unsplit)
 
 
 def choice_price(
