@@ -120,10 +120,15 @@ def test_blend_at_alpha_zero_serves_the_base_as_a_new_run_and_keeps_the_tuned_on
     # α = 0: the base model's own vectors (as close as two bf16 inference passes get: cosine 0.999+)
     assert (np.sum(blend_vecs * base_vecs, axis=1) > 0.999).all()
     assert "forgetting" in blended.stats
+    assert app.explore.health(tuned)["summary"].startswith("The blend ")
     # the blend of a blend starts from the unblended tuned weights: α = 1 gives the tuned run's vectors back
-    assert list(app.saved.blend_run(tuned, 1))[-1].kind == "done"
-    # α 1 is the run as trained, not "a blend" (issue 60's newcomer): named so, and of its parent's strings
+    events = list(app.saved.blend_run(tuned, 1))
+    assert events[-1].kind == "done"
+    # α 1 is the run as trained, not "a blend" (issue 60's newcomer): named so as it goes and once served
     assert tuned.run.summary == f"as trained α=1 of {parent.summary}", tuned.run.summary
+    said = [e.text for e in events if e.kind == "phase"]
+    assert "Serving the tuned weights as trained (α 1)" in said and not any("Blending" in t for t in said), said
+    assert app.explore.health(tuned)["summary"].startswith("Tuning ")
     tuned_vecs = vectors_of(app.models.loaded(parent).main.tuned)
     assert (np.sum(vectors_of(app.models.loaded(tuned.run).main.tuned) * tuned_vecs, axis=1) > 0.999).all()
 
