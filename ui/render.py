@@ -307,9 +307,8 @@ def done_status(run: RunInfo) -> str:
         return blended_words(blend) + (f" in {fmt_seconds(float(took))}." if took is not None else ".")
     if zipped is not None:
         took, trained = timing.load_seconds, run.record.training.seconds
-        now = "Loaded and indexed" if blend is None else f"Loaded a blend ({blend_words(blend)}) and indexed"
-        if blend is not None and as_trained(blend[0]):
-            now = f"Loaded the tuned weights as trained ({blend_words(blend)}) and indexed"
+        what = "a blend" if blend is None or not as_trained(blend[0]) else "the tuned weights as trained"
+        now = "Loaded and indexed" if blend is None else f"Loaded {what} ({blend_words(blend)}) and indexed"
         now += f" in {fmt_seconds(float(took))}" if took is not None else ""
         return now + (
             f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."

@@ -392,8 +392,9 @@ def price(
     its partners (None for a row without one): the rows it holds out are not planned (train_plan)."""
     observed = observed or Observed()
     # each step's strings, and its second views (a pairs run's partners; else the strings' own), each padded alike
+    pad_by = (lengths, second_lengths or lengths)
     planned = train_plan(
-        texts, train_lengths or lengths, config, encoder, memory_budget, (lengths, second_lengths or lengths), partners
+        texts, train_lengths or lengths, config, encoder, memory_budget, pad_by, partners, count_unsplit=True
     )
     steps = planned.steps
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))

@@ -33,14 +33,17 @@ def train_plan(
     memory_budget: int | None = None,
     pad_by: Sequence[Sequence[int]] = (),
     partners: Sequence[str | None] | None = None,
+    *,
+    count_unsplit: bool = False,
 ) -> TrainSteps:
     """The steps (`TrainSteps.steps`: strings, padded length) `mirror_tune(texts, config, encoder=encoder,
     memory_budget=...)` will run, with how many batches it splits for memory: mirror.plan.RunPlan's batches
-    (shuffled, length-bucketed, split to fit memory), each padded to its longest string with special tokens (one more where a span mask may split a word). With
-    `pad_by` (lists of lengths, such as the two sides of a pairs run), the same batches padded to each list's
+    (shuffled, length-bucketed, split to fit memory), each padded to its longest string with special tokens (one
+    more where a span mask may split a word). With `pad_by` (lists of lengths, such as the two sides of a pairs run), the same batches padded to each list's
     longest: (strings, padded by the first, padded by the second, ...). `partners` (a pairs run's, row for row,
     None for a row without one): the rows the run holds out of training (mirror.pairs.held_out_rows) are not
-    planned, as they never train."""
+    planned, as they never train. `count_unsplit`: where batches are split, also the steps with memory to spare (a
+    second plan: only the plan the page words needs it)."""
     from mirror.pairs import held_out_rows, partner_groups
     from mirror.plan import RunPlan, step_budget
 
@@ -61,7 +64,9 @@ def train_plan(
     sides = [[n + extra + m for n, m in zip(side, maskable, strict=True)] for side in (pad_by or (lengths,))]
     steps = [(len(b), *(min(max(side[i] for i in b), budget.max_length) for side in sides)) for b in plan.batches]
     unsplit = 0
-    if plan.split:  # the same draws with memory to spare (splitting draws nothing from the plan's stream)
+    if (
+        count_unsplit and plan.split
+    ):  # the same draws with memory to spare (splitting draws nothing from the plan's stream)
         roomy = dataclasses.replace(budget, total=2**62)
         unsplit = RunPlan.of(lengths, config, roomy, groups=partner_groups(partners)).steps
     return TrainSteps(steps, plan.split, budget.total, unsplit)
