@@ -1070,6 +1070,31 @@ def test_a_setting_changed_while_the_last_one_is_planned_is_planned_after_it(ui)
     assert fns["on_model"].trigger_mode == "always_last"
 
 
+def test_a_plan_event_of_a_page_with_no_session_sends_none_back(ui, tiny_bert, tmp_path):
+    """A model typed, then a file uploaded at once: the model's plan event, sent before the page had a session,
+    ended after the upload made one. It sent back a fresh empty session over the upload's, whose plan then found no
+    strings and left "Planning the run…" for good (a fresh clone's browser test, once). Events of a page without a
+    session send none back; the upload's session is the one its plan reads."""
+    import gradio as gr
+
+    _, fns = ui
+    defaults = [c.value for c in fns["on_upload"].inputs[6:]]
+    path = tmp_path / "terms.csv"
+    path.write_text("term\n" + "".join(f"{w}\n" for w in WORDS[:8]), encoding="utf-8")
+    model = str(tiny_bert)
+    loaded = quiet(fns["on_upload"].fn, str(path), None, [], "auto", model, None, *defaults)[-1]
+    assert isinstance(loaded, Session) and len(loaded.texts) == 8
+    for name in ("on_model", "on_settings"):  # the late event, carrying the page's state as it was: none
+        text, state = quiet(fns[name].fn, "auto", model, None, *defaults)
+        assert not isinstance(state, Session), name  # the page keeps the upload's session
+        assert text == gr.update() and state == gr.update(), name
+    out = quiet(fns["on_mode"].fn, "words", model, None, *defaults)  # a preset picked: its values, no session
+    assert out[-2] == gr.update() and out[0]["value"] is not None
+    # and with the page's session, the same events plan its strings
+    text, state = quiet(fns["on_model"].fn, "auto", model, loaded, *defaults)
+    assert state is loaded and "Plan:" in text
+
+
 def test_json_size_counts_a_value_until_past_its_limit():
     """ui.handlers.json_size: what strict_inputs holds a JSON input to (the API's settings and export rows)."""
     from ui.handlers import json_size

@@ -169,6 +169,13 @@ def consume_request() -> None:
         release_memory(collect=False)
 
 
+def sent_back(session: Session, state: Session | None) -> Any:
+    """The session an event sends back to the page: `session`, or no change when the page had none (`state`) and
+    nothing was put in it. An event of a page with no session yet may end after an upload made the page's session;
+    a fresh blank one sent back then replaced it (the upload's plan found no strings and said "Planning…" for good)."""
+    return gr.update() if state is None and session.blank() else session
+
+
 def call_service(
     app: MirrorApp,
     state: Session | None,
@@ -186,8 +193,8 @@ def call_service(
     except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
         text = user_error(exc)
         gr.Warning(render.toast_text(text))
-        return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), session)
-    return (*(out if isinstance(out, tuple) else (out,)), session)
+        return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), sent_back(session, state))
+    return (*(out if isinstance(out, tuple) else (out,)), sent_back(session, state))
 
 
 def download(app: MirrorApp, path: Any, label: str) -> dict:

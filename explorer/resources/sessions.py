@@ -55,6 +55,11 @@ class Session:
     def __deepcopy__(self, memo: dict) -> Session:  # gradio deep-copies state values; share, don't clone
         return self
 
+    def blank(self) -> bool:
+        """Nothing loaded, served, made or held: a session that, made for a page with none, is not worth sending
+        back (ui.handlers.sent_back)."""
+        return not (self.texts or self.run or self.run_ids or self.tuning or self.extra)
+
     def touch(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / ".last_used").touch()
