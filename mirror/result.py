@@ -14,6 +14,7 @@ import torch
 
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, save_encoder
+from mirror.terms import added_terms
 
 
 @dataclass
@@ -48,6 +49,8 @@ class MirrorResult:
             "cancelled": self.cancelled,
             "first_loss": self.losses[0] if self.losses else None,
             "final_loss": self.final_loss,
+            # what the raw loss adds to InfoNCE (mirror.terms.added_terms): the run table names it
+            "loss_terms": added_terms(self.config),
             "notes": self.notes,
         }
 

@@ -157,6 +157,14 @@ def long_texts(texts: Sequence[str], lengths: Sequence[int], seed: int) -> list[
     return joined(list(texts), n, seed + 5)
 
 
+def added_terms(config: MirrorConfig) -> list[str]:
+    """What `terms_for` adds to the contrastive loss a step reports, as the run's page names them (a mask, guided
+    negatives, adds nothing): the raw loss of a run with any is not InfoNCE alone."""
+    named = (("distillation to the base", config.distill), ("L2 to the base", config.l2_base))
+    named += (("long-text anchor", config.long_anchor),)
+    return [f"{name} λ {weight:g}" for name, weight in named if weight > 0]
+
+
 def terms_for(
     config: MirrorConfig,
     model: Any,

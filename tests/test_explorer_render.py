@@ -133,9 +133,13 @@ def test_a_reused_model_zip_is_named_as_uploaded_with_its_own_seconds():
     assert shown.startswith("### Served: the model you uploaded (`mine.zip`, run `bbbbbbbb`)")
     assert "Trained earlier, not now" in shown and "| Uploaded model | value |" in shown and "Done:" not in shown
     uploaded.losses = []  # a zip keeps the first and last step's loss, not each step's
-    assert "| Loss (raw InfoNCE) | n/a |" in render.run_md(uploaded)
+    assert "| Loss (raw) | n/a |" in render.run_md(uploaded)  # a record that does not say what the loss holds
     uploaded.record.training.first_loss, uploaded.record.training.final_loss = 2.0, 1.5
+    uploaded.record.training.loss_terms = []
     assert "| Loss (raw InfoNCE) | 1.5000 (last step; first step: 2.0000, -25%) |" in render.run_md(uploaded)
+    # a pairs run's loss holds its distillation to the base: the row says so (it read "raw InfoNCE")
+    uploaded.record.training.loss_terms = ["distillation to the base λ 10"]
+    assert "| Loss (raw InfoNCE + distillation to the base λ 10) | 1.5000 (last step;" in render.run_md(uploaded)
     quick = blend_run(blend_alpha=None, blended_from=None, uploaded="mine.zip", load_seconds=0.4, seconds=95.0)
     assert render.done_status(quick) == "Loaded and indexed in under a second; trained earlier in 2 min."  # not "0 s"
     of_upload = blend_run(uploaded="mine.zip", load_seconds=3.0)  # a blend of a reused zip copies its parent's stats

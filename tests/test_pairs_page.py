@@ -115,6 +115,9 @@ def test_the_loss_curve_of_a_pairs_run_starts_near_its_own_chance_line(app, tiny
     live = chance.live(s, app.models)
     assert list(app.trainer.train(s, str(tiny_bert), "auto", overrides))[-1].kind == "done"
     run = s.run
+    # the run table names what its raw loss holds (it read "raw InfoNCE" with the distillation inside)
+    assert run.record.training.loss_terms == ["distillation to the base λ 10"]
+    assert "| Loss (raw InfoNCE + distillation to the base λ 10) |" in render.run_md(run)
     first, line = first_and_line(run, app)
     assert line > 1.05  # not the mirror line: the distillation of the partners counts
     assert abs(first - line) <= 0.15 * line, (first, line)
@@ -136,6 +139,7 @@ def test_the_loss_curve_of_a_pairs_run_starts_near_its_own_chance_line(app, tiny
     app.loader.load_pasted(plain, "\n".join(WORDS))
     assert list(app.trainer.train(plain, str(tiny_bert), "auto", dict(TINY)))[-1].kind == "done"
     assert chance.of_run(plain.run, app.models, app.searcher.partners(plain.run)) is None
+    assert plain.run.record.training.loss_terms == [] and "| Loss (raw InfoNCE) |" in render.run_md(plain.run)
     frame = render.loss_frame(plain.run.losses, plain.run.record.training.batch_sizes, None)
     assert set(frame.series) == {"each step", "smoothed"} and render.LOSS_CAPTION.startswith("1 = a model that knows")
 

@@ -197,16 +197,21 @@ def load_md(info: dict[str, Any]) -> str:
     return "\n\n".join(lines)
 
 
+def loss_label(t: Any) -> str:
+    """The run table's loss row: the raw training loss, InfoNCE plus what the run added to it (a pairs run's
+    distillation to the base: its first step is not InfoNCE's alone); "raw" alone for a record that does not say."""
+    if t.loss_terms is None:
+        return "Loss (raw)"
+    return "Loss (raw InfoNCE" + "".join(f" + {term}" for term in t.loss_terms) + ")"
+
+
 def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     t = run.record.training
     rows = [
         ("Device", or_na(t.device)),
         ("Training time", f"{t.seconds:.1f} s" if isinstance(t.seconds, (int, float)) else "n/a"),
         ("Steps", f"{or_na(t.steps)} / {or_na(t.total_steps)}"),
-        (
-            "Loss (raw InfoNCE)",
-            loss_summary(run.losses) if run.losses else end_losses(t),
-        ),
+        (loss_label(t), loss_summary(run.losses) if run.losses else end_losses(t)),
         ("Strings", f"{strings_of(run)} from `{run.corpus}`"),
         ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {t.mode or '?'} preset"),
     ]

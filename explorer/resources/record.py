@@ -61,6 +61,8 @@ class Training:
     run_alpha: float | None = None  # the run's own blend with its base after training (MirrorConfig.blend_alpha)
     pairs: Pairs | None = None
     blend_choice: dict[str, Any] | None = None  # how a pairs run chose its α (mirror.choose.Choice.to_dict)
+    # what its loss adds to InfoNCE (mirror.terms.added_terms: "distillation to the base λ 10"); None: not recorded
+    loss_terms: list[str] | None = None
 
 
 @dataclass
@@ -133,6 +135,7 @@ TRAINED_MORE = (
     "min_steps",
     "run_alpha",
     "blend_choice",
+    "loss_terms",
 )  # after summary, pooling: mirror.job
 TIMING = ("load_seconds", "blend_seconds", "served_seconds", "wall_seconds", "started_at", "finished_at")
 TIMING += ("tuned_index_seconds",)
