@@ -1090,6 +1090,8 @@ def test_a_plan_event_of_a_page_with_no_session_sends_none_back(ui, tiny_bert, t
         assert text == gr.update() and state == gr.update(), name
     out = quiet(fns["on_mode"].fn, "words", model, None, *defaults)  # a preset picked: its values, no session
     assert out[-2] == gr.update() and out[0]["value"] is not None
+    out = quiet(fns["on_search"].fn, "cat", 5, "yours", None, True, model)  # any service call (call_service)
+    assert "Error" in out[0] and out[-1] == gr.update()  # its refusal said, no session sent back
     # and with the page's session, the same events plan its strings
     text, state = quiet(fns["on_model"].fn, "auto", model, loaded, *defaults)
     assert state is loaded and "Plan:" in text
