@@ -205,6 +205,31 @@ def choose(rows: list[dict], sets: list[str]) -> dict[str, Any] | None:
     }
 
 
+def choose_per_run(rows: list[dict], sets: list[str]) -> list[dict[str, Any]]:
+    """Each sweep variant as a run now serves it (issue 60's blend chosen per run: mirror.choose): on each set
+    alone, the α (1 and the blends recorded) with the most in-domain gain whose general checks' dev halves hold on
+    that set; the variants by mean gain over `sets` of those choices (None where no α held on a set). A recipe chosen
+    under one fixed α, chosen again under the per-run choice, from a JSON written with --sweep --checks --alphas."""
+    base = {r["set"]: r["mrr10"] for r in rows if r["run"] == "base"}
+    picks: dict[str, dict[str, tuple[float, float]]] = {}
+    for r in rows:
+        if not r["run"].startswith("pairs, ") or "checks_ok" not in r or "mrr10" not in r:
+            continue
+        variant, _, alpha = r["run"].removeprefix("pairs, ").partition(", blend α ")
+        gain = round(r["mrr10"] - base[r["set"]], 1)
+        if r["checks_ok"] and gain > picks.setdefault(variant, {}).get(r["set"], (-1e9, 0.0))[0]:
+            picks[variant][r["set"]] = (gain, float(alpha) if alpha else 1.0)
+        picks.setdefault(variant, {})
+    out = []
+    for variant, per_set in picks.items():
+        chosen = [per_set.get(s) for s in sets]
+        mean = round(sum(c[0] for c in chosen) / len(sets), 2) if all(chosen) else None
+        row: dict[str, Any] = {"variant": variant, "mean_gain": mean}
+        row |= {s: f"{c[0]:+.1f} at α {c[1]:g}" if c else "no α held" for s, c in zip(sets, chosen, strict=True)}
+        out.append(row)
+    return sorted(out, key=lambda r: -1e9 if r["mean_gain"] is None else -r["mean_gain"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=["dev", "check"], default="dev")
@@ -224,7 +249,19 @@ def main() -> None:
         "--choose", action="store_true", help="pick the pairs run by the presets' rule (needs --checks)"
     )
     parser.add_argument("--from-choice", help="a JSON this bench wrote with --choose: run its chosen sweep row and α")
+    parser.add_argument(
+        "--per-run-choice",
+        help="a JSON this bench wrote with --sweep --checks --alphas: its variants chosen again, "
+        "each served at the α its own run would choose on each set (no training)",
+    )
     args = parser.parse_args()
+    if args.per_run_choice:
+        recorded = json.loads(Path(args.per_run_choice).read_text())
+        sets = list(recorded["sets"])
+        table = choose_per_run([r for s in sets for r in recorded["sets"][s]["rows"]], sets)
+        print_table(table, ["variant", *sets, "mean_gain"])
+        write_json("pairs-per-run-choice.json", {"from": args.per_run_choice, "sets": sets, "variants": table})
+        return
     from mirror.config import detect_mode
     from mirror.encoder import bundled_model_path, load_encoder
 
