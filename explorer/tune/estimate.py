@@ -327,24 +327,26 @@ def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCO
     return encode_batches([min(n + extra, limit) for n in lengths], batch_size, tokens)
 
 
-def forgetting_lengths(encoder: Encoder) -> list[list[int]]:
-    """Token lengths (without special tokens) of the texts each general check encodes (one encode call a check), by
-    this encoder's tokenizer (counted once per tokenizer and kept)."""
-    return [list(lengths) for lengths in _check_lengths(encoder.tokenizer)]
+def forgetting_lengths(encoder: Encoder, half: str = "check") -> list[list[int]]:
+    """Token lengths (without special tokens) of the texts each general check encodes (one encode call a check) on
+    its `half` (the run's checks: "check"; a pairs run's blend choice: "dev"), by this encoder's tokenizer (counted
+    once per tokenizer and kept)."""
+    return [list(lengths) for lengths in _check_lengths(encoder.tokenizer, half)]
 
 
-_CHECK_LENGTHS: dict[tuple[str, int], tuple[tuple[int, ...], ...]] = {}
+_CHECK_LENGTHS: dict[tuple[str, int, str], tuple[tuple[int, ...], ...]] = {}
 
 
-def _check_lengths(tokenizer) -> tuple[tuple[int, ...], ...]:
-    key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer))
+def _check_lengths(tokenizer, half: str = "check") -> tuple[tuple[int, ...], ...]:
+    key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer), half)
     if key not in _CHECK_LENGTHS:
         from mirror.checks import CHECKS, check_texts
         from mirror.encoder import tokenized
 
         counted = []
         for check in CHECKS:
-            ids = tokenized(tokenizer, check_texts(check), add_special_tokens=False, truncation=False)["input_ids"]
+            texts = check_texts(check, half)
+            ids = tokenized(tokenizer, texts, add_special_tokens=False, truncation=False)["input_ids"]
             counted.append(tuple(max(1, len(x)) for x in ids))
         if len(_CHECK_LENGTHS) > 16:
             _CHECK_LENGTHS.clear()
@@ -352,9 +354,10 @@ def _check_lengths(tokenizer) -> tuple[tuple[int, ...], ...]:
     return _CHECK_LENGTHS[key]
 
 
-def checks_price(encoder: Encoder, cal: Calibration) -> float:
-    """The general checks of one encoder of this size priced with `cal`'s encode fit (every check's own encode)."""
-    plans = [encode_plan(lengths, encoder) for lengths in forgetting_lengths(encoder)]
+def checks_price(encoder: Encoder, cal: Calibration, half: str = "check") -> float:
+    """The general checks of one encoder of this size priced with `cal`'s encode fit (every check's own encode), on
+    their `half` (forgetting_lengths)."""
+    plans = [encode_plan(lengths, encoder) for lengths in forgetting_lengths(encoder, half)]
     return sum(cal.encode(n * padded, padded) for plan in plans for n, padded in plan)
 
 
@@ -409,7 +412,13 @@ def price(
         from mirror.checks import CHECKS, sides_kept
 
         base_kept = sides_kept(encoder, CHECKS, "dev")  # an earlier run on this base scored it (mirror.choose)
-        choice_s = choice_price(lengths, config, partners, index_s, per_encoder, cal, base_kept)
+        # the choice scores the dev halves: priced as the checks are, times the dev halves' share of their encoding
+        # (stdlib's documents: the dev halves encode ~25% more than the check halves; priced at the check halves'
+        # cost, a 1,000-row run's choice took 1.7x its price: bench/RESULTS.md "Estimate vs run on a dictionary")
+        dev = checks_price(encoder, cal, "dev")
+        check = checks_price(encoder, cal) if observed.check_s is not None else 0.0
+        per_dev = per_encoder * dev / check if check > 0 else dev
+        choice_s = choice_price(lengths, config, partners, index_s, per_dev, cal, base_kept)
     phases = (
         ("load", cal.load_s),
         ("base index", index_s if build_base else 0.0),
