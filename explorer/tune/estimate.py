@@ -4,9 +4,8 @@ The first estimate for a (model, pooling, device, precision, threads) key calibr
 mirror training steps (`mirror_tune` on a throwaway copy of the base encoder, synthetic strings at a few padded
 lengths), a few encode batches with the base encoder, and a save, zip and reload of the copy. A step and an encode
 batch are each fitted as a + b * tokens (strings x padded length); the job's own plan (mirror.train's batches,
-length bucketing and memory splits; encode's length-sorted batches) is then priced phase by phase (`price`).
-The first guess from string lengths (shown while no calibration exists, and the ZeroGPU reservation) is in
-explorer/tune/guess.py.
+length bucketing and memory splits; encode's length-sorted batches) is then priced phase by phase (`price`). The
+first guess from string lengths (shown before a calibration, and the ZeroGPU reservation): explorer/tune/guess.py.
 """
 
 from __future__ import annotations
@@ -33,10 +32,8 @@ if TYPE_CHECKING:
 Clock = Callable[[], float]
 T = TypeVar("T")
 
-# The forgetting check after each run (explorer.compare.forgetting over mirror.checks) encodes the distinct strings
-# of its checks (SimLex + WordSim words, STS-B dev sentences, ~200 documents of 150-256 tokens, ~1000 of 40-110
-# words) with the base and with the tuned encoder: their token lengths are counted with the encoder's own tokenizer
-# (forgetting_lengths), so the estimate follows the checks when they change.
+# The general checks after a run (and a pairs run's blend choice, on their dev halves) encode their distinct strings
+# with the base and the tuned encoder: counted with its tokenizer (forgetting_lengths), the price follows the checks.
 FORGETTING_ENCODERS = 2
 ENCODE_BATCH = 128  # VectorIndex.build's batch size
 # Training steps are timed at the padded length the job's steps have (rounded to a power of 2: a calibration per
@@ -328,9 +325,8 @@ def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCO
 
 
 def forgetting_lengths(encoder: Encoder, half: str = "check") -> list[list[int]]:
-    """Token lengths (without special tokens) of the texts each general check encodes (one encode call a check) on
-    its `half` (the run's checks: "check"; a pairs run's blend choice: "dev"), by this encoder's tokenizer (counted
-    once per tokenizer and kept)."""
+    """Token lengths (without special tokens) of the texts each general check encodes on its `half` (one encode call
+    a check), by this encoder's tokenizer (counted once per tokenizer and kept)."""
     return [list(lengths) for lengths in _check_lengths(encoder.tokenizer, half)]
 
 
@@ -345,8 +341,8 @@ def _check_lengths(tokenizer, half: str = "check") -> tuple[tuple[int, ...], ...
 
         counted = []
         for check in CHECKS:
-            texts = check_texts(check, half)
-            ids = tokenized(tokenizer, texts, add_special_tokens=False, truncation=False)["input_ids"]
+            ids = tokenized(tokenizer, check_texts(check, half), add_special_tokens=False, truncation=False)
+            ids = ids["input_ids"]
             counted.append(tuple(max(1, len(x)) for x in ids))
         if len(_CHECK_LENGTHS) > 16:
             _CHECK_LENGTHS.clear()
@@ -355,8 +351,7 @@ def _check_lengths(tokenizer, half: str = "check") -> tuple[tuple[int, ...], ...
 
 
 def checks_price(encoder: Encoder, cal: Calibration, half: str = "check") -> float:
-    """The general checks of one encoder of this size priced with `cal`'s encode fit (every check's own encode), on
-    their `half` (forgetting_lengths)."""
+    """One encoder's general checks on their `half`, priced with `cal`'s encode fit (every check's own encode)."""
     plans = [encode_plan(lengths, encoder) for lengths in forgetting_lengths(encoder, half)]
     return sum(cal.encode(n * padded, padded) for plan in plans for n, padded in plan)
 
@@ -401,7 +396,8 @@ def price(
     )
     steps = planned.steps
     index_s = sum(cal.encode(n * padded, padded) for n, padded in encode_plan(lengths, encoder))
-    per_encoder = observed.check_s if observed.check_s is not None else checks_price(encoder, cal)
+    priced = checks_price(encoder, cal)
+    per_encoder = observed.check_s if observed.check_s is not None else priced
     check_s = check_encoders * per_encoder
     teacher = cal.encode if config.distill else lambda *_: 0.0  # distillation: the frozen base encodes each batch too
     train_s = sum((cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) for n, p, q in steps)
@@ -412,12 +408,7 @@ def price(
         from mirror.checks import CHECKS, sides_kept
 
         base_kept = sides_kept(encoder, CHECKS, "dev")  # an earlier run on this base scored it (mirror.choose)
-        # the choice scores the dev halves: priced as the checks are, times the dev halves' share of their encoding
-        # (stdlib's documents: the dev halves encode ~25% more than the check halves; priced at the check halves'
-        # cost, a 1,000-row run's choice took 1.7x its price: bench/RESULTS.md "Estimate vs run on a dictionary")
-        dev = checks_price(encoder, cal, "dev")
-        check = checks_price(encoder, cal) if observed.check_s is not None else 0.0
-        per_dev = per_encoder * dev / check if check > 0 else dev
+        per_dev = checks_price(encoder, cal, "dev") * (per_encoder / priced if priced > 0 else 1.0)  # (choice_price)
         choice_s = choice_price(lengths, config, partners, index_s, per_dev, cal, base_kept)
     phases = (
         ("load", cal.load_s),

@@ -77,14 +77,18 @@ def choice_price(
     config: MirrorConfig,
     partners: Sequence[str | None] | None,
     index_s: float,
-    per_encoder: float,
+    per_dev: float,
     cal: Any,
     base_kept: bool = False,
 ) -> float:
     """What a pairs run's blend choice costs (mirror/choose.py), 0 for a run that does not choose: the weights as
     trained saved once more, a pool of at most POOL strings encoded by the base and at each α, and the general checks'
     dev halves scored for, typically, CHOICE_ALPHA_ROUNDS α (checked in the order of their held-out gain) and the
-    base, unless its side is kept already (`base_kept`: mirror.checks.kept_side, from an earlier run on this base)."""
+    base, unless its side is kept already (`base_kept`: mirror.checks.kept_side, from an earlier run on this base).
+
+    `per_dev`: one encoder's round of the dev halves (their own encoding priced, as a run's checks measured them:
+    stdlib's documents encode ~25% more in the dev halves; priced as the check halves, a 1,000-row run's choice took
+    1.7x its price, bench/RESULTS.md "Estimate vs run on a dictionary")."""
     from mirror.choose import ALPHAS, POOL
     from mirror.job import CHOICE_ROWS_LEAST
     from mirror.pairs import held_out_rows
@@ -95,7 +99,7 @@ def choice_price(
         return 0.0  # too few held-out rows: the preset's own α, nothing chosen
     pool = min(1.0, POOL / len(lengths))
     rounds = CHOICE_ALPHA_ROUNDS + (0 if base_kept else 1)
-    return cal.save_s + (1 + len(ALPHAS)) * pool * index_s + rounds * per_encoder
+    return cal.save_s + (1 + len(ALPHAS)) * pool * index_s + rounds * per_dev
 
 
 # α's dev halves scored before one keeps the rule (or all four when none does): 4, 2, 4 and 1 on the Gene Ontology,
