@@ -26,7 +26,7 @@ from mirror.errors import MirrorError
 from ui.api import MAX_BROWSER_JSON, api_components, wire_api
 from ui.evaluate import evaluate_tab, wire_evaluate
 from ui.explore import explore_tab, wire_explore
-from ui.handlers import current_visitor, quiet_queue, strict_inputs
+from ui.handlers import current_page, current_visitor, quiet_queue, strict_inputs
 from ui.runs import RunView, wire_blend, wire_runs, wire_saved_zip, wire_training
 from ui.search import search_tab, wire_search
 from ui.tune import tune_tab, wire_bases, wire_inputs
@@ -101,6 +101,7 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
     """The four-tab UI plus the /train, /search and /cancel API endpoints; `app` defaults to one from the env."""
     app = app or MirrorApp()
     app.identify = current_visitor  # every session is charged to the visitor the middleware names
+    app.page = current_page  # a page's events sent before it had a session share one (SessionStore.get)
     # the Hub parts (a dataset as input, the push) only where they can work: allowed, and this server is online
     hub = app.settings.allow_hub and os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("1", "true", "yes")
     with gr.Blocks(title="Mirror Explorer", delete_cache=(3600, int(app.settings.session_ttl))) as demo:

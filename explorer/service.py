@@ -66,6 +66,7 @@ class MirrorApp:
         # who is asking, as the web layer knows it (ui.handlers.current_visitor: the signed cookie and the address);
         # None where nobody tells (the service used directly): such sessions share one account
         self.identify: Callable[[], Owner | None] = lambda: None
+        self.page: Callable[[], str | None] = lambda: None  # which page asks (app.py: Gradio's session hash)
         # what the web layer keeps of a folder's files outside it (ui.web.served: the API's cached names of a run's
         # files), told before the folder is removed, as the caches below are (`forget`)
         self.on_forget: list[Callable[[Path], None]] = []
@@ -158,9 +159,11 @@ class MirrorApp:
         for forget in self.on_forget:
             forget(folder)
 
-    def session(self, state: Session | None = None) -> Session:
-        """The caller's session, or a fresh one when it has none or it expired (charged to whoever asks)."""
-        return self.sessions.get(state, self.identify())
+    def session(self, state: Session | None = None, shared: bool = True) -> Session:
+        """The caller's session, or a fresh one when it has none or it expired (charged to whoever asks). `shared`:
+        one for all of a page's events sent before it had one (SessionStore.get); an API call's is its own (a
+        client's failed first call removes the one it made)."""
+        return self.sessions.get(state, self.identify(), self.page() if shared else None)
 
     def close_session(self, state: Session | None) -> None:
         """gr.State's delete callback (tab closed, or idle past the TTL); a running job's session goes when it ends."""

@@ -1070,31 +1070,34 @@ def test_a_setting_changed_while_the_last_one_is_planned_is_planned_after_it(ui)
     assert fns["on_model"].trigger_mode == "always_last"
 
 
-def test_a_plan_event_of_a_page_with_no_session_sends_none_back(ui, tiny_bert, tmp_path):
+def test_a_pages_events_sent_before_it_had_a_session_share_one(ui, tiny_bert, tmp_path, monkeypatch):
     """A model typed, then a file uploaded at once: the model's plan event, sent before the page had a session,
-    ended after the upload made one. It sent back a fresh empty session over the upload's, whose plan then found no
-    strings and left "Planning the run…" for good (a fresh clone's browser test, once). Events of a page without a
-    session send none back; the upload's session is the one its plan reads."""
-    import gradio as gr
-
-    _, fns = ui
+    ended after the upload made one, and sent back a fresh empty session over the upload's: the page showed the
+    strings loaded, its plan said "Planning the run…" for good and Launch found no strings (a fresh clone's browser
+    test, once). A page's events sent before it had a session get one session between them (SessionStore.get, by
+    Gradio's session hash), so whichever ends last sends back the session holding the strings."""
+    app, fns = ui
+    page = ["page-1"]
+    monkeypatch.setattr(app, "page", lambda: page[0])
     defaults = [c.value for c in fns["on_upload"].inputs[6:]]
     path = tmp_path / "terms.csv"
     path.write_text("term\n" + "".join(f"{w}\n" for w in WORDS[:8]), encoding="utf-8")
     model = str(tiny_bert)
     loaded = quiet(fns["on_upload"].fn, str(path), None, [], "auto", model, None, *defaults)[-1]
     assert isinstance(loaded, Session) and len(loaded.texts) == 8
-    for name in ("on_model", "on_settings"):  # the late event, carrying the page's state as it was: none
-        text, state = quiet(fns[name].fn, "auto", model, None, *defaults)
-        assert not isinstance(state, Session), name  # the page keeps the upload's session
-        assert text == gr.update() and state == gr.update(), name
-    out = quiet(fns["on_mode"].fn, "words", model, None, *defaults)  # a preset picked: its values, no session
-    assert out[-2] == gr.update() and out[0]["value"] is not None
+    # the late events, carrying the page's state as it was when they were sent: none
+    text, state = quiet(fns["on_model"].fn, "auto", model, None, *defaults)
+    assert state is loaded and "Plan:" in text  # the upload's session, planned with the model typed
+    assert loaded.tuning is not None and loaded.tuning.model == model  # and the model held for Launch
     out = quiet(fns["on_search"].fn, "cat", 5, "yours", None, True, model)  # any service call (call_service)
-    assert "Error" in out[0] and out[-1] == gr.update()  # its refusal said, no session sent back
-    # and with the page's session, the same events plan its strings
-    text, state = quiet(fns["on_model"].fn, "auto", model, loaded, *defaults)
-    assert state is loaded and "Plan:" in text
+    assert out[-1] is loaded
+    page[0] = "page-2"  # another page: its own session
+    other = quiet(fns["on_mode"].fn, "words", model, None, *defaults)[-2]
+    assert isinstance(other, Session) and other is not loaded and not other.texts
+    page[0] = "page-1"
+    app.close_session(loaded)  # the page's state closed (tab gone): never handed out again
+    again = quiet(fns["on_mode"].fn, "words", model, None, *defaults)[-2]
+    assert again is not loaded
 
 
 def test_json_size_counts_a_value_until_past_its_limit():

@@ -36,6 +36,30 @@ def test_sessions_are_isolated_and_old_folders_are_swept(app, tuned):
     assert not other.folder.exists()
 
 
+def test_a_pages_sessionless_events_share_one_session_for_its_owner_and_a_while(app, monkeypatch):
+    """SessionStore.get(None, owner, page): the events a page sends before its session reached it share one (an
+    upload's, and a plan's that ends after it); another page, another owner, an API call (no page) or the same page
+    past PENDING_S get their own."""
+    from explorer.resources import sessions as store_mod
+    from explorer.resources.accounts import Owner
+
+    store, alice, bob = app.sessions, Owner("alice", "10.0.0.1"), Owner("bob", "10.0.0.2")
+    first = store.get(None, alice, "page-a")
+    assert store.get(None, alice, "page-a") is first
+    assert store.get(None, alice, "page-b") is not first  # another page
+    assert store.get(None, bob, "page-a") is not first  # a forged hash with another visitor's cookie
+    assert store.get(None, alice, "page-a") is first  # (and the page keeps its own)
+    assert store.get(None, alice) is not first  # no page: an API call's own
+    assert store.get(first, alice, "page-a") is first  # the state, once it landed
+    clock = [time.monotonic()]
+    monkeypatch.setattr(store_mod.time, "monotonic", lambda: clock[0])
+    later = store.get(None, alice, "page-c")
+    clock[0] += store_mod.PENDING_S + 1
+    assert store.get(None, alice, "page-c") is not later  # past PENDING_S: a fresh one
+    store.close(first)  # closed (its tab gone): not handed out again
+    assert store.get(None, alice, "page-a") is not first
+
+
 def test_session_state_survives_gradio_deepcopy(app):
     s = app.session()
     assert copy.deepcopy(s) is s

@@ -107,7 +107,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         string's partner ("auto": the detected one; "": none), tuned as its positive, some rows held out to
         measure the gain (the summary's `pairs`). Returns the run summary, the model zip and the index zip.
         The tuned model then serves /search for this client's session."""
-        session = app.session(s)
+        session = app.session(s, shared=False)  # (its failed first call removes it)
         drop_request_copies()  # the request's bytes go before its text is read (issue 58)
         try:
             info = app.trainer.load_for_api(session, texts, file, column, settings, pair_column)
@@ -126,7 +126,7 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
         last /train run, or of the kept run whose id is `run` (any client, after a restart too):
         [{query, tuned: [{rank, text, score, only_here, base_rank}], base: [{..., tuned_rank}], base_only}].
         `hide_query`: drop the hit that is the query's own string (off by default)."""
-        session = app.session(s)
+        session = app.session(s, shared=False)  # (its failed first call removes it)
         try:
             run_id = (run or "").strip() or None
             return app.searcher.search(session, queries, k, hide_query=bool(hide_query), run_id=run_id), session
@@ -226,7 +226,7 @@ def wire_explore_api(app: MirrorApp, state: gr.State, api: SimpleNamespace, serv
 def explore_call(app: MirrorApp, s: Session | None, run: str, call: Any) -> tuple:
     """`call(session)` on this client's session, or on a view of it that serves the kept run `run` (the client's own
     session keeps what it serves); errors as gr.Error with the message the page shows."""
-    session = app.session(s)
+    session = app.session(s, shared=False)  # (its failed first call removes it)
     try:
         run_id = str(run or "").strip()
         view = dataclasses.replace(session, run=app.saved.kept(run_id)) if run_id else session

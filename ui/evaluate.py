@@ -11,7 +11,7 @@ from explorer.compare.evaluation import EtaClock, EvalReport
 from explorer.events import Phase
 from explorer.tune.inputs import GOLD_SETS
 from ui import render, render_eval
-from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service, sent_back
+from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service
 
 
 def evaluate_tab() -> SimpleNamespace:
@@ -77,7 +77,7 @@ def wire_evaluate(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
     def on_cancel(s):
         session = app.session(s)
-        return render.message(app.searcher.cancel_evaluation(session), "info"), sent_back(session, s)
+        return render.message(app.searcher.cancel_evaluation(session), "info"), session
 
     # outside the queue: it reaches an evaluation that runs, which stops between two batches with a message
     ui.eval_cancel.click(on_cancel, [state], [ui.eval_md, state], queue=False, **PRIVATE)

@@ -14,7 +14,7 @@ from explorer import MirrorApp, Session
 from explorer.resources.runfacts import blend_of
 from explorer.tune.inputs import MAX_QUERIES_TEXT, MAX_SHORT_TEXT
 from ui import render
-from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service, download, sent_back
+from ui.handlers import ENCODE_QUEUE, PRIVATE, call_service, download
 from ui.numbers import Slider
 from ui.twinmap import TwinMap
 
@@ -273,7 +273,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
         """A newly served run (the caption names it): its space health and what moved, without a button press."""
         session = app.session(s)
         if session.run is None:
-            return "", gr.update(), gr.update(), sent_back(session, s)
+            return "", gr.update(), gr.update(), session
 
         def figures(session: Session) -> tuple:
             every = ex.moved(session, limit=None)  # ranked once per run (kept): the table shows its first
@@ -317,7 +317,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
     def on_export(fmt, s, rows=None):
         if rows is not None and not rows:
             gr.Warning("Nothing selected: lasso some points on a map first.")
-            return gr.update(), sent_back(app.session(s), s)
+            return gr.update(), app.session(s)
 
         def export(session: Session) -> Any:
             return download(app, ex.export(session, fmt, rows), "Export")

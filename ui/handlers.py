@@ -136,6 +136,15 @@ def current_visitor() -> Owner | None:
     return Owner(visitor=visitor, address=str(address or ""))
 
 
+def current_page() -> str | None:
+    """Which page sent the request a handler is serving: Gradio's session hash (one per page load), or None outside
+    a request. `MirrorApp.page`: a page's events sent before it had a session share one."""
+    from gradio.context import LocalContext
+
+    page = getattr(LocalContext.request.get(None), "session_hash", None)
+    return page if isinstance(page, str) and page else None
+
+
 def drop_request_copies() -> None:
     """Drop the copies of this request Gradio keeps while its event lives: the request's raw body and parsed JSON,
     the event's large input values (the handler holds its own). A handler about to read a large paste calls it first:
@@ -169,13 +178,6 @@ def consume_request() -> None:
         release_memory(collect=False)
 
 
-def sent_back(session: Session, state: Session | None) -> Any:
-    """The session an event sends back to the page: `session`, or no change when the page had none (`state`) and
-    nothing was put in it. An event of a page with no session yet may end after an upload made the page's session;
-    a fresh blank one sent back then replaced it (the upload's plan found no strings and said "Planning…" for good)."""
-    return gr.update() if state is None and session.blank() else session
-
-
 def call_service(
     app: MirrorApp,
     state: Session | None,
@@ -193,8 +195,8 @@ def call_service(
     except Exception as exc:  # MirrorError, or a bug: a render.message, never a traceback
         text = user_error(exc)
         gr.Warning(render.toast_text(text))
-        return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), sent_back(session, state))
-    return (*(out if isinstance(out, tuple) else (out,)), sent_back(session, state))
+        return (shown(text), *(gr.update() for _ in range(n_outputs - 1)), session)
+    return (*(out if isinstance(out, tuple) else (out,)), session)
 
 
 def download(app: MirrorApp, path: Any, label: str) -> dict:

@@ -21,7 +21,7 @@ from explorer.words import fmt_seconds
 from mirror.errors import MirrorError
 from ui import render
 from ui.explore import choice_update, explore_outputs, explore_panels
-from ui.handlers import JOB_QUEUE, PRIVATE, download, sent_back
+from ui.handlers import JOB_QUEUE, PRIVATE, download
 from ui.tune import estimate_only
 
 
@@ -322,7 +322,7 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
 
     def on_cancel(s):
         session = app.session(s)
-        return render.status_box(app.trainer.cancel(session)), sent_back(session, s)
+        return render.status_box(app.trainer.cancel(session)), session
 
     train_inputs = {ui.mode, ui.model, state, browser, *ui.fields.values()}
     request_outputs = [ui.status_md, ui.result_md, ui.launch, ui.cancel, browser, state]

@@ -14,7 +14,7 @@ from explorer.tune.inputs import ADVANCED, CHOICE_FIELDS, EXAMPLES, HUB_MODELS, 
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 from mirror.data import AUTO
 from ui import render
-from ui.handlers import PRIVATE, sent_back
+from ui.handlers import PRIVATE
 from ui.numbers import Number
 from ui.plan_md import NO_STRINGS, bases_md, held_text, plan_text
 from ui.uploads import NamedFile, given_name
@@ -276,18 +276,10 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         values = app.planner.preset(session, mode_value, model_value)  # held by the session, as shown
         updates = [gr.update(value=values[n]) for n in fields]
         # a preset chosen on purpose: every setting is the preset's again
-        return [*updates, plan_text(app, session, model_value, mode_value, values), sent_back(session, s), []]
-
-    # A page with no session yet (no strings loaded) sends none back (ui.handlers.sent_back): a fresh empty one sent
-    # by a plan event that ended after an upload made the page's session replaced it, and the upload's plan then
-    # found no strings and said "Planning the run…" for good (a model typed, then a file uploaded at once: a fresh
-    # clone's browser test, once).
-    unsessioned = (gr.update(), gr.update())
+        return [*updates, plan_text(app, session, model_value, mode_value, values), session, []]
 
     def on_settings(mode_value, model_value, s, *vals):
         """A setting changed by hand: the settings shown, held, and their plan."""
-        if s is None:  # no session yet, so no strings: nothing to hold or plan (`unsessioned`)
-            return unsessioned
         session = app.session(s)
         app.planner.hold(session, model_value, mode_value, dict(zip(fields, vals, strict=True)))
         return estimate_only(app, ui, mode_value, model_value, session, *vals)
@@ -295,8 +287,6 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     def on_model(mode_value, model_value, s, *vals):
         """Another base model (picked, or shown by a reloaded page): held with the session's settings, and planned
         (the page's text left alone without strings: a reattached page's model set during its run)."""
-        if s is None:
-            return unsessioned
         session = app.session(s)
         app.planner.hold_model(session, model_value, mode_value, dict(zip(fields, vals, strict=True)))
         return estimate_only(app, ui, mode_value, model_value, session, *vals)
@@ -364,6 +354,6 @@ def estimate_only(
     stays."""
     session = app.session(s)
     if not session.texts:  # nothing to plan; a fresh session is not sent back over one an upload just made
-        return gr.update(), sent_back(session, s)
+        return gr.update(), session if s is not None else gr.update()
     shown = dict(zip(ui.fields, vals, strict=True))
     return held_text(app, session, model_value, mode_value, shown), session

@@ -14,6 +14,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,11 @@ from mirror.pairs import PairStats
 
 RUNS_DIR = "runs"  # <work dir>/runs/<run id>: durable runs (explorer.resources.store), not a session
 SWEEP_EVERY_S = 60.0
+# A page's events sent before its session reached it share the one made for the first (SessionStore.get): for this
+# long (its uploads and plans take seconds; a page that never got its session back makes a new one after), and for at
+# most this many pages at once
+PENDING_S = 600.0
+PENDING_MOST = 4096
 EVICT_MIN_IDLE_S = 300.0  # a run used this recently never makes room for its visitor's next one
 
 
@@ -54,11 +60,6 @@ class Session:
 
     def __deepcopy__(self, memo: dict) -> Session:  # gradio deep-copies state values; share, don't clone
         return self
-
-    def blank(self) -> bool:
-        """Nothing loaded, served, made or held: a session that, made for a page with none, is not worth sending
-        back (ui.handlers.sent_back)."""
-        return not (self.texts or self.run or self.run_ids or self.tuning or self.extra)
 
     def touch(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -130,10 +131,19 @@ class SessionStore:
         self.forget = forget
         self.registry = registry
         self._last_sweep = 0.0
+        # page -> (when made, the session made for it): see `get`
+        self._pending: OrderedDict[str, tuple[float, Session]] = OrderedDict()
+        self._pending_lock = threading.Lock()
 
-    def get(self, state: Session | None = None, owner: Owner | None = None) -> Session:
+    def get(self, state: Session | None = None, owner: Owner | None = None, page: str | None = None) -> Session:
         """The caller's session, or a fresh one (with its own folder) when it has none or it expired; `owner`: who
-        is asking (a session keeps the first one it learns)."""
+        is asking (a session keeps the first one it learns).
+
+        `page`: which page asks (Gradio's session hash). A page's events sent before any of them returned its session
+        (gr.State still None) get the one session made for the first of them (for PENDING_S), not one each: events
+        of one page run side by side, and one ending after another sent back a fresh empty session over the session
+        an upload had just filled (the page showed the strings loaded; its plan said "Planning the run…" for good
+        and Launch found no strings: a model typed, then a file uploaded at once). Only to its own owner."""
         if isinstance(state, Session) and state.folder.is_dir():
             state.touch()
             if owner is not None and state.owner == Owner():
@@ -141,6 +151,25 @@ class SessionStore:
                 write_owner(state.folder, owner)
             return state
         self.sweep()
+        if not page:
+            return self._fresh(owner)
+        with self._pending_lock:  # two events of one page at once: one session between them
+            now = time.monotonic()
+            while self._pending and (
+                len(self._pending) > PENDING_MOST or now - next(iter(self._pending.values()))[0] > PENDING_S
+            ):
+                self._pending.popitem(last=False)
+            _, pending = self._pending.get(page, (0.0, None))
+            live = pending is not None and pending.folder.is_dir()
+            if live and pending.owner == (owner or Owner()):
+                pending.touch()
+                return pending
+            s = self._fresh(owner)
+            if not live:  # (another owner's hash: its own session, the page's kept)
+                self._pending[page] = (now, s)
+            return s
+
+    def _fresh(self, owner: Owner | None) -> Session:
         sid = uuid.uuid4().hex
         s = Session(id=sid, folder=self.settings.work_dir / sid, owner=owner or Owner())
         s.touch()
@@ -150,6 +179,9 @@ class SessionStore:
     def close(self, state: Session | None) -> None:
         """The tab went away (or its state expired): drop the folder now, or when the run it asked for ends."""
         if isinstance(state, Session):
+            with self._pending_lock:  # not handed to the page's later events either
+                for page in [p for p, (_, pending) in self._pending.items() if pending is state]:
+                    del self._pending[page]
             self.registry.when_idle(state, lambda: self.discard(state))
 
     def discard(self, session: Session) -> None:
