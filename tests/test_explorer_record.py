@@ -173,3 +173,16 @@ def test_a_runs_tuned_index_time_and_held_out_examples_are_typed_kept_and_said(t
     old = from_json({**data, "stats": OLD_STATS, "created": 1.0}, tmp_path)  # an older run: neither, and said so
     assert old.record.timing.tuned_index_seconds is None and old.record.training.pairs.examples == ()
     assert "here as this run's took" not in render.blend_info(old) and "e.g." not in search_by_partner(old)
+
+
+def test_a_models_loss_terms_are_read_as_a_list_of_names_or_not_at_all():
+    """An uploaded zip's mirror_config.json says what it likes: its `loss_terms` become the run table's label only as
+    a list of names (a string would read "+ d + i + s", a number broke the run's page)."""
+    from explorer.resources.record import training_of
+
+    assert training_of({"loss_terms": ["distillation to the base λ 10"]}).loss_terms == [
+        "distillation to the base λ 10"
+    ]
+    assert training_of({"loss_terms": []}).loss_terms == []
+    for odd in ("distill", 3, {"a": 1}, None):
+        assert training_of({"loss_terms": odd}).loss_terms is None

@@ -145,6 +145,8 @@ def training_of(stats: Mapping[str, Any]) -> Training:
     """The Training of a flat stats dict: mirror.job's Finished(stats), a saved model's mirror_config.json
     `stats`, or run.json's."""
     fields = {k: stats.get(k) for k in (*TRAINING, *TRAINED_MORE)}
+    terms = fields["loss_terms"]  # (an uploaded zip's mirror_config.json says anything: a list of names, or nothing)
+    fields["loss_terms"] = [str(t) for t in terms] if isinstance(terms, list) else None
     return Training(**fields, pairs=pairs_of(stats.get("pairs")))
 
 
