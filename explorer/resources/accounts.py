@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -37,6 +38,14 @@ class Owner:
 
     visitor: str = ""
     address: str = ""
+
+
+def local(address: str) -> bool:
+    """Whether `address` is this machine's own (loopback): the app used where it runs."""
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def write_owner(folder: Path, owner: Owner) -> None:
@@ -137,7 +146,11 @@ class DiskAccounts:
         """Before `owner` writes about `incoming` bytes: room in its visitor's, its address's and the server's
         budgets, or MirrorError saying which one is full. The visitor's own exports, then its own least recently
         used runs that `may_go`, are removed to make room in its own budget (returned); the exports of any run go
-        before the server's budget refuses (they can be made again). Nothing else of anyone is removed."""
+        before the server's budget refuses (they can be made again). On this machine's own address (loopback: the
+        app used where it runs, every browser profile a visitor of one user) the address's least recently used runs
+        make room in its budget the same way: a fresh clone's first run was refused for the runs of earlier browser
+        profiles and checkouts, which no page lists ("try again later": 7 days). Nothing else of anyone is
+        removed."""
         s, u = self.settings, self.usage()
         removed: list[Path] = []
         mine = [e for e in u.entries if e.owner is not None and e.owner.visitor == owner.visitor]
@@ -152,6 +165,17 @@ class DiskAccounts:
                 removed.append(e.folder)
             if freed < over:
                 raise MirrorError(self._why_visitor(u.by_visitor[owner.visitor] - freed, incoming))
+            u = self.usage()
+        over = u.by_address[owner.address] + incoming - s.address_disk_bytes
+        if over > 0 and local(owner.address):  # (this machine's own browsers: one user, whichever visitor it is)
+            here = [e for e in u.entries if e.owner is not None and e.owner.address == owner.address]
+            freed = prune_exports([e.folder for e in here], over, 0)
+            for e in sorted((e for e in here if e.run and may_go(e.folder)), key=lambda e: e.last_used):
+                if freed >= over:
+                    break
+                freed += e.bytes
+                self.remove(e.folder)
+                removed.append(e.folder)
             u = self.usage()
         if u.by_address[owner.address] + incoming > s.address_disk_bytes:
             raise MirrorError(

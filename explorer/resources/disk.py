@@ -53,8 +53,8 @@ class Disk:
             return []
         names = ", ".join(f.name[:8] for f in removed)
         return [
-            f"To make room within your disk on this server (MIRROR_VISITOR_DISK_MB), your least recently used "
-            f"run{'s' if len(removed) > 1 else ''} {names} {'were' if len(removed) > 1 else 'was'} removed."
+            f"To make room within your disk on this server (MIRROR_VISITOR_DISK_MB, MIRROR_ADDRESS_DISK_MB), your least "
+            f"recently used run{'s' if len(removed) > 1 else ''} {names} {'were' if len(removed) > 1 else 'was'} removed."
         ]
 
     @staticmethod
