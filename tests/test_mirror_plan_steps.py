@@ -104,3 +104,25 @@ def test_the_app_s_estimate_plans_the_steps_the_app_s_run_takes(tiny_bert, tmp_p
     stats = next(e for e in events if isinstance(e, Finished)).stats
     assert stats["pairs"]["held_out"] == 20 and any("split to fit" in n for n in stats["notes"])
     assert est.steps == stats["steps"] == stats["total_steps"]
+
+
+def test_a_pairs_plan_schedules_its_epochs_on_the_rows_that_train(tiny_bert, tmp_path):
+    """A newcomer's second visitor saw "50 steps … 2 epochs of 25" (the rough guess while another run trained) for a
+    run of 69 (3 epochs of 23), and a calibrated plan said "5 epochs" of a run of 6: the epochs a small upload trains
+    (min_steps) were scheduled on every row, held-out ones too. The page's config and its rough guess schedule them
+    on the rows that train, as the run does."""
+    from explorer.tune.guess import rough_estimate
+    from explorer.tune.inputs import build_config, trained_rows
+    from index.store import FolderIndexes
+    from mirror.job import Finished, tune_and_index
+
+    names, partners = rows()
+    texts, kept, _, _ = clean_pairs(names, partners)
+    overrides = {**SETTINGS, "epochs": 1, "min_steps": 50}  # 76 rows train: 5 steps an epoch, 10 epochs
+    config, _ = build_config(texts, str(tiny_bert), "sentences", overrides, pairs=True, partners=kept)
+    assert trained_rows(texts, config, kept) == 76 and config.epochs == 10  # (on all 96 rows: 9 epochs of 6)
+    rough = rough_estimate(texts, config, "cpu", 1, trained_rows(texts, config, kept))
+    events: list = []
+    tune_and_index(texts, config, tmp_path / "run", indexes=FolderIndexes(), emit=events.append, pairs=kept)
+    stats = next(e for e in events if isinstance(e, Finished)).stats
+    assert stats["epochs"] == config.epochs and rough.steps == stats["total_steps"] == 50

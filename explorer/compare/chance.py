@@ -174,7 +174,9 @@ def live(session: Session, models: ModelCache) -> Callable[[], PairsChance | Non
 
         if partners is None or tuning is None or len(partners) != len(texts) or len(texts) < 2:
             return None
-        config, _ = build_config(texts, tuning.model, tuning.mode, dict(tuning.overrides), pairs=True)
+        config, _ = build_config(
+            texts, tuning.model, tuning.mode, dict(tuning.overrides), pairs=True, partners=partners
+        )
         held = len(held_out_rows(partners, config))
         encoder = models.base_encoder(config.model, config.pooling)
         c0, shuffled = measure(encoder, texts, partners, config)

@@ -191,7 +191,7 @@ class Training(Producer):
         model = self.models.check_download(self.model)
         pairs = self.partners is not None
         self.config, notes = build_config(
-            self.texts, model, self.mode, self.overrides, self.settings.max_steps, pairs=pairs
+            self.texts, model, self.mode, self.overrides, self.settings.max_steps, pairs=pairs, partners=self.partners
         )
         run.emit(Phase(f"Checking the base model {self.config.model}"))
         self.base = self.models.base_encoder(self.config.model, self.config.pooling)

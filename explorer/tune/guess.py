@@ -15,9 +15,12 @@ CPU_STEP_COST = 3.3e-4
 GPU_SPEEDUP = 20.0
 
 
-def rough_estimate(texts: Sequence[str], config: MirrorConfig, device: str, threads: int) -> Estimate:
-    """`estimate_seconds` as an Estimate (training and the two indexes only): shown until a calibration exists."""
-    steps, train_s, index_s = estimate_seconds(texts, config, device, threads)
+def rough_estimate(
+    texts: Sequence[str], config: MirrorConfig, device: str, threads: int, trained: int | None = None
+) -> Estimate:
+    """`estimate_seconds` as an Estimate (training and the two indexes only): shown until a calibration exists.
+    `trained`: the strings that train (a pairs run's held-out rows do not: explorer.tune.inputs.trained_rows)."""
+    steps, train_s, index_s = estimate_seconds(texts, config, device, threads, trained)
     guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
     phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
     return Estimate(steps, phases, None)
@@ -54,12 +57,13 @@ def model_cost_factor(model: str) -> float:
 
 
 def estimate_seconds(
-    texts: Sequence[str], config: MirrorConfig, device: str, threads: int = 2
+    texts: Sequence[str], config: MirrorConfig, device: str, threads: int = 2, trained: int | None = None
 ) -> tuple[int, float, float]:
-    """(steps, training seconds, indexing seconds): a rough guess to set expectations, not a promise."""
+    """(steps, training seconds, indexing seconds): a rough guess to set expectations, not a promise (`trained`:
+    the strings that train, all by default)."""
     import numpy as np
 
-    steps = planned_steps(len(texts), config)
+    steps = planned_steps(len(texts) if trained is None else trained, config)
     if not texts:
         return steps, 0.0, 0.0
     sample = list(texts[:: max(1, len(texts) // 2000)])

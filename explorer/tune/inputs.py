@@ -155,6 +155,15 @@ def coerce_overrides(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def trained_rows(texts: Sequence[str], config: MirrorConfig, partners: Sequence[str | None] | None) -> int:
+    """How many of `texts` a run of `config` trains on: all, less a pairs run's held-out rows (mirror.pairs)."""
+    if partners is None or len(partners) != len(texts):
+        return len(texts)
+    from mirror.pairs import held_out_rows
+
+    return max(2, len(texts) - len(held_out_rows(partners, config)))
+
+
 def build_config(
     texts: Sequence[str],
     model: str,
@@ -162,16 +171,19 @@ def build_config(
     overrides: dict[str, Any],
     max_steps_cap: int | None = None,
     pairs: bool = False,
+    partners: Sequence[str | None] | None = None,
 ) -> tuple[MirrorConfig, list[str]]:
     """The validated run config for these strings (with `pairs`, the pairs preset on top: mirror.config), plus
-    notes for the user (e.g. the server's step cap)."""
+    notes for the user (e.g. the server's step cap). `partners`: a pairs run's, whose held-out rows do not train:
+    its epochs are scheduled on the rows that do, as the run schedules them (mirror.train)."""
     config, _ = MirrorConfig.for_texts(
         texts, mode or "auto", model=model, pairs=pairs or None, **coerce_overrides(overrides)
     )
-    config = config.scheduled(-(-len(texts) // config.join_views))  # the epochs it runs: the plan shows them
+    rows = trained_rows(texts, config, partners if pairs else None)
+    config = config.scheduled(-(-rows // config.join_views))  # the epochs it runs: the plan shows them
     notes: list[str] = []
     if max_steps_cap:
-        total = planned_steps(len(texts), config)
+        total = planned_steps(rows, config)
         if total > max_steps_cap:
             config = dataclasses.replace(config, max_steps=max_steps_cap)
             notes.append(f"this server caps a run at {max_steps_cap} steps (MIRROR_MAX_STEPS); {total} were planned")

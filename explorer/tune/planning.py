@@ -16,7 +16,14 @@ from explorer.resources.sessions import RunInfo, Session, Tuning, texts_key
 from explorer.settings import Settings
 from explorer.tune.estimate import IO_PHASES, Estimator
 from explorer.tune.guess import device_and_threads, rough_estimate
-from explorer.tune.inputs import EXAMPLES, EXAMPLES_DIR, build_config, preset_overrides, recorded_overrides
+from explorer.tune.inputs import (
+    EXAMPLES,
+    EXAMPLES_DIR,
+    build_config,
+    preset_overrides,
+    recorded_overrides,
+    trained_rows,
+)
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
@@ -82,6 +89,7 @@ class Planner:
                 overrides,
                 self.settings.max_steps,
                 pairs=session.partners is not None,
+                partners=session.partners,
             )
             notes = [*pairs_notes(session, config), *notes]
             est, why = self.estimate_of(session, config)
@@ -102,7 +110,7 @@ class Planner:
         texts = list(session.texts)
         model = self.models.check_model(config.model)  # before the rough guess reads the model's config
         device, threads = device_and_threads(config.device)
-        rough = rough_estimate(texts, config, device, threads)
+        rough = rough_estimate(texts, config, device, threads, trained_rows(texts, config, session.partners))
         if zero_gpu():
             return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
         base = self.models.cached_base(model, config.pooling)
