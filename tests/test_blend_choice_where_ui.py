@@ -57,3 +57,17 @@ def test_a_choice_its_report_rows_contradict_is_said_not_left_as_two_tables():
     assert "The two halves disagree: on its 50 choice rows α 0.25 gained +3.4 MRR@10" in said
     assert "on the 50 report rows above -0.3 (-3.3 to +2.8, 95%)" in said
     assert "disagree" not in blend_choice_md(chose(1.0, 6.0, 3.0))  # +3.4 inside the report's interval: nothing to say
+
+
+def test_a_fallback_choice_is_not_said_to_be_picked_for_its_score():
+    """A newcomer's pass: no α kept the rule, α 0.25 (the lowest held-out score) was served as the fallback, and the
+    note under the table said "The choice rows picked this α for scoring highest on them"."""
+    run = chose(-3.3, 2.8, -0.3)
+    choice = run.record.training.blend_choice
+    choice["reason"] = "α 0.25: no blend kept every general check within half a margin of the base; the lowest"
+    for c in choice["candidates"]:
+        c["within"] = False
+    said = blend_choice_md(run)
+    assert "The two halves disagree" in said and "for scoring highest" not in said
+    assert "served because no blend kept every check (the lowest is), not for its score" in said
+    assert "for scoring highest on them" in blend_choice_md(chose(-3.3, 2.8, -0.3))  # a choice by score says so

@@ -218,10 +218,17 @@ def halves_note(choice: dict[str, Any], gain: Any) -> str:
     if low <= picked <= high:
         return ""
     reported = gain.tuned["mrr10"] - gain.base["mrr10"]
+    why = (
+        "The choice rows picked this α for scoring highest on them, so they tend to overstate it"
+        if chosen.get("within")
+        # no blend kept the rule: the lowest is served whatever it scored (a newcomer read "picked … for scoring
+        # highest" under a table where α 0.25 scored lowest)
+        else "This α was served because no blend kept every check (the lowest is), not for its score; the two "
+        "halves differ by chance"
+    )
     return (
         f"\n\n_The two halves disagree: on its {choice['rows']:,} choice rows α {float(choice['alpha']):g} gained "
         f"{picked:+.1f} MRR@10 (searched among {choice['pool']:,} strings), on the {gain.rows:,} report rows above "
-        f"{reported:+.1f} ({low:+.1f} to {high:+.1f}, 95%). The choice rows picked this α for scoring highest on "
-        "them, so they tend to overstate it; the report rows, not used to choose, are the figure to trust. More "
-        "held-out rows (a larger file) bring the two closer._"
+        f"{reported:+.1f} ({low:+.1f} to {high:+.1f}, 95%). {why}; the report rows, not used to choose, are the "
+        "figure to trust. More held-out rows (a larger file) bring the two closer._"
     )
