@@ -102,3 +102,25 @@ def held_rows(session) -> list[int]:
     from mirror.pairs import holdout
 
     return holdout(session.partners, MirrorConfig().pair_holdout, seed=MirrorConfig().seed)
+
+
+def test_rows_trained_alone_keep_their_reason_when_a_run_is_opened_again(app, tiny_bert, tmp_path):
+    """A newcomer's pass (pycountry's languages, 58 codes equal to their names): the upload said "58 train alone (58
+    equal to their string)", the run opened by its link "58 train alone (58 empty)", and Search showed "Fum — code: no
+    code" for a row whose code is `fum`. The reopened strings keep the run's own counts; a hit says why it has none."""
+    from ui.render_hits import partner_line
+
+    path = tmp_path / "codes.csv"
+    rows = [(w, w.upper() if i % 4 == 0 else f"{w}-{i}") for i, w in enumerate(WORDS)]  # every 4th: the name again
+    path.write_text("name,code\n" + "".join(f"{n},{c}\n" for n, c in rows), encoding="utf-8")
+    s = app.session()
+    info = app.loader.load_file(s, str(path), "name", "codes.csv", "code")
+    same = s.pairing.stats.same
+    assert same == len(WORDS[::4]) and f"{same} equal to their string" in render.load_md(info)
+    assert list(app.trainer.train(s, str(tiny_bert), "auto", dict(TINY)))[-1].kind == "done"
+    other = app.session()
+    app.saved.open_run(other, s.run.folder.name)
+    again = render.load_md(app.loader.restore_texts(other))
+    assert f"train alone ({same} equal to their string)" in again and "empty" not in again.split("Pairs")[-1]
+    alone = partner_line({"partner": None}, "code")
+    assert "no code" not in alone and "trained on its own" in alone and "the string itself" in alone

@@ -83,7 +83,8 @@ def partner_line(h: dict[str, Any], column: str) -> str:
         return ""
     partner = h["partner"]
     if partner is None:
-        shown, tip = f"no {column} (trained on its own)", ""
+        # (cleaning kept none: "no code" was untrue for a name whose code is the name itself, Fum / fum)
+        shown, tip = f"trained on its own (its {column} was empty, the string itself, or another row's)", ""
     else:
         text = " ".join(str(partner).split())
         shown = text if len(text) <= PARTNER_CHARS else text[: PARTNER_CHARS - 1] + "…"

@@ -198,6 +198,18 @@ class Training(Producer):
         models = 3 if self.config.blend_choose and pairs else 2  # tuned_model/ as well (mirror.job._choose_blend)
         return Plan(run_bytes(self.base, len(self.texts), models), tuple(notes))
 
+    def why_alone(self, stats: dict, folder: Path) -> None:
+        """The load's reasons for the rows that train alone in the run's record (and its model's): the job cleans the
+        session's partners again, where each of them is None whatever its reason, and counted them all "empty" (a run
+        opened again said "58 train alone (58 empty)" for 58 codes equal to their names)."""
+        counted, loaded = stats.get("pairs"), self.pairing.stats if self.pairing is not None else None
+        if not isinstance(counted, dict) or loaded is None or counted.get("paired") != loaded.paired:
+            return
+        counted.update(empty=loaded.empty, same=loaded.same, shared=loaded.shared)
+        from mirror.train import add_stats
+
+        add_stats(folder / "model", pairs=counted)
+
     def holding(self) -> contextlib.AbstractContextManager:
         return self.models.using(self.config.model)  # a hub base's files stay on disk while the run uses them
 
@@ -233,6 +245,7 @@ class Training(Producer):
         if isinstance(ev, Finished):
             if self.partners is not None and columns:  # its strings loaded again pair with them again
                 write_partners(folder, list(self.partners), (columns[0], columns[1]))
+                self.why_alone(ev.stats, folder)
             made = Made.of_training(ev.stats)
             self.train_s = made.record.training.seconds
             return made_info(folder, config.model, texts, self.source, made)

@@ -164,6 +164,15 @@ class TextLoader:
         kept = read_partners(run.folder, len(texts))  # a pairs run's partners: tuned with them again
         partners, columns = kept if kept is not None else (None, None)
         info = self.set_texts(session, texts, source, partners=partners, columns=columns)
+        recorded = run.record.training.pairs
+        if (
+            session.pairing is not None
+            and recorded is not None
+            and recorded.stats.paired == session.pairing.stats.paired
+        ):
+            # why rows train alone is the run's record's: its kept partners hold None whatever the reason, and a run
+            # opened again said "58 train alone (58 empty)" for 58 codes equal to their names
+            session.pairing = info["pairing"] = dataclasses.replace(session.pairing, stats=recorded.stats)
         again = "the strings of the run this page serves" + (f" and their `{columns[1]}`" if columns else "")
         info["notes"] = [f"{again}, loaded again: Launch tunes them again"] + info["notes"]
         return info
