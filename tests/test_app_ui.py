@@ -15,6 +15,7 @@ numeric settings) with the engine: tests/test_mirror_memory.py, tests/test_mirro
 from __future__ import annotations
 
 import dataclasses
+import html
 import inspect
 import json
 import os
@@ -1109,3 +1110,22 @@ def test_json_size_counts_a_value_until_past_its_limit():
     huge = list(range(10**6))
     assert 1_000 < json_size(huge, 1_000) < 1_100  # stops once past: not the whole million walked
     assert json_size([[["a" * 10]]], 100) == 14
+
+
+def test_a_link_whose_run_id_is_cut_short_is_said_to_be_no_run_id(ui):
+    """A newcomer's pass: `?run=acde33` (the page shows 8 characters of an id) said "your last run (acde33…) is no
+    longer on this server", untrue twice: the run exists, and it was never this fresh browser's last run."""
+    from types import SimpleNamespace
+
+    app, fns = ui
+    for asked, said in (
+        ("acde33", "the run this page's link names is not a run id (<code>acde33</code>; a run's id is 32 letters"),
+        ("ab" * 16, "the run this page's link names (abababab…) is no longer on this server"),
+    ):
+        request = SimpleNamespace(query_params={"run": asked})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            shown = list(fns["on_load"].fn({"runs": [], "active": None}, app.session(), request))
+        status = str(shown[-1].get(next(c for c in shown[-1] if getattr(c, "elem_id", None) == "mx-status")))
+        status = html.unescape(status)
+        assert said in status and "your last run" not in status, status

@@ -90,9 +90,10 @@ def moved_header(run: RunInfo | None) -> str:
 # out of its box (the chart drew its axis at the right edge and no curve). The rest is the caption under it.
 LOSS_TITLE = "Training loss ÷ log(2B−1)"
 LOSS_CAPTION = (
-    "1 = a model that knows nothing; a pairs run draws its own line (a model that knows nothing of which partner is "
-    "whose), and a base that already pairs most rows starts well below it; each step, and smoothed (each step "
-    "weighted by its strings)"
+    "1 = a model that knows nothing (a mirror run). A pairs run draws its own line in red: a model that knows nothing "
+    "of which partner is whose, its loss counting the run's pull toward the base where it has one (distillation); "
+    "for it that line, not 1, is the mark, and a base that already pairs most rows starts well below it. Each step, "
+    "and smoothed (each step weighted by its strings)"
 )
 CHANCE_SERIES = "knows nothing (pairs)"  # a pairs run's own line (explorer.compare.chance)
 

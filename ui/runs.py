@@ -390,10 +390,18 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
         # a page with no state yet gets none from here: an upload made during this load has its own session by
         # now, and a fresh empty one sent back would replace it (the strings shown, Launch finding none)
         idle = {ui.runs: view.run_list(memory), **({state: session} if s is not None else {})}
-        if run_id:  # it could not be opened (expired, removed): say so, and serve nothing
+        if run_id:  # it could not be opened (expired, removed, or no run id): say so, and serve nothing
             memory = {**memory, "active": None, "served": None}
-            why = f"Nothing is served: your last run ({run_id[:8]}…) is no longer on this server (runs unused for a "
-            why += "while are removed). Tune a new one, or open another of your runs above."
+            # (a link's id cut short read "your last run … is no longer on this server": untrue twice over)
+            whose = "the run this page's link names" if run_id == asked else "your last run"
+            try:
+                app.runs.folder(run_id)
+                why = f"Nothing is served: {whose} ({run_id[:8]}…) is no longer on this server (runs unused for a "
+                why += "while are removed). Tune a new one, or open another of your runs above."
+            except MirrorError:
+                shown = "".join(c if c.isalnum() or c in "-_." else "?" for c in run_id[:40])
+                why = f"Nothing is served: {whose} is not a run id (`{shown}`; a run's id is 32 letters a-f "
+                why += "and digits): copy the run's whole link, or open one of your runs above."
             idle[ui.status_md] = render.status_box(why, "warning")
         yield {**idle, browser: memory}
 
