@@ -65,6 +65,15 @@ def test_search_hits_of_a_pairs_run_show_their_partner_wherever_the_run_is_searc
     assert "its <b>name</b>: the column that trained the pairs" in page
     first = found[0]["tuned"][0]
     assert re.search(r'class="mx-partner"[^>]*><i>name:</i> ' + re.escape(first["partner"]), page)
+    # a query that is one of the strings, hidden (the default): its own partner is said, not lost (a newcomer typed
+    # "German" on a languages file and never saw German's code)
+    own = texts[7]
+    result = app.searcher.search(s, own, 5, hide_query=True)[0]
+    assert own not in [h["text"] for h in result["tuned"] + result["base"]]
+    assert result["hidden"] == {"text": own, "partner": partners[7]}
+    assert f"its name: <b>{partners[7]}</b>), left out of the hits" in render.render_results([result], "tiny")
+    shown = app.searcher.search(s, own, 5, hide_query=False)[0]
+    assert "hidden" not in shown and shown["tuned"][0]["text"] == own
     header = render.served_md(s)
     assert "Searching the `summary` column (your strings); the `name` column trained the pairs" in header
     assert "is shown under each hit" in header

@@ -51,6 +51,14 @@ def render_results(results: list[dict[str, Any]], base_label: str, dom_id: str =
             tables = tuned + _hits_table(
                 r["base"], "Base · " + html.escape(base_label), gone_bg, "mx-only-base", False, columns
             )
+        hidden = r.get("hidden")
+        if hidden is not None and columns:  # the query's own row, left out of the hits: its partner said here
+            partner = hidden.get("partner")
+            its = f"its {html.escape(str(columns['partner']))}: <b>{html.escape(str(partner))}</b>" if partner else ""
+            head += (
+                f'<div class="mx-hidden-own" style="font-size:0.85em;opacity:0.8">The query is one of your strings'
+                f"{' (' + its + ')' if its else ''}, left out of the hits: <i>Hide the query itself</i> is on.</div>"
+            )
         blocks.append(
             f'<div class="mx-query" style="margin-bottom:18px"><div style="font-size:1.05em;margin-bottom:6px">'
             f"Query: <b>{html.escape(r['query'])}</b>{head}</div>"

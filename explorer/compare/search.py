@@ -95,8 +95,9 @@ def search_both(
     base_hits = base.search(queries, fetch)
     tuned_hits = tuned.search(queries, fetch) if tuned is not None else [[] for _ in queries]
     out = []
-    for q, th, bh in zip(queries, tuned_hits, base_hits, strict=True):
-        th, bh = (without_query(h, q, k) if hide_query else list(h[:k]) for h in (th, bh))
+    for q, th_all, bh_all in zip(queries, tuned_hits, base_hits, strict=True):
+        th, bh = (without_query(h, q, k) if hide_query else list(h[:k]) for h in (th_all, bh_all))
+        own = next((h for h in (*th_all, *bh_all) if hide_query and not without_query([h], q, 1)), None)
         rows = partners.rows if partners is not None else None
         if tuned is None:
             found = {"query": q, "tuned": [], "base": base_only_hits(bh, rows), "base_only": True}
@@ -105,6 +106,9 @@ def search_both(
             found = {"query": q, "tuned": t_rows, "base": b_rows, "base_only": False}
         if partners is not None:
             found["columns"] = {"strings": partners.columns[0], "partner": partners.columns[1]}
+            if own is not None:  # the query's own row, hidden: its partner is what a name typed asks for (a
+                # newcomer's "German" on a languages file listed Swiss German and Low German, never German's code)
+                found["hidden"] = with_partner({"text": own.text}, own, partners.rows)
         out.append(found)
     return out
 
