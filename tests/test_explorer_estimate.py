@@ -337,7 +337,11 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
         text = plan_text(app, s, str(tiny_bert), "auto", TINY)
     finally:
         app.registry.end(someone)
-    assert "rough guess" in text and "when no run is training" in text and not app.estimator.calibrations
+    assert (
+        "rough guess" in text
+        and "a run is training on this server now: a Launch waits for its slot" in text
+        and not app.estimator.calibrations
+    )
     config = MirrorConfig.preset("words", model=str(tiny_bert), **TINY)
     key = app.estimator.key(config, "cpu", torch.get_num_threads(), length=4)  # WORDS: ~5 tokens padded
     lock = app.estimator._locks.setdefault(key, threading.Lock())

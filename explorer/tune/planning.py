@@ -149,7 +149,11 @@ class Planner:
         if est is None and not may_calibrate:
             return rough, "calibrates on this machine when a plan for the bundled model is shown"
         if est is None and self.registry.runs():
-            return rough, "calibrates on this machine when no run is training"
+            # (a second visitor's plan said nothing of the run ahead: its Launch then waited 10 min for a slot)
+            return rough, (
+                "a run is training on this server now: a Launch waits for its slot, and this plan is timed on this "
+                "machine once no run trains"
+            )
         if est is None:
             return rough, "calibrating on this machine (another request started it)…"
         return est, ""
