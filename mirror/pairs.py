@@ -213,7 +213,8 @@ class PairGain:
             f"On {self.rows:,} rows it never trained on, the tuned model finds a row's {self.string_column} from its "
             f"{self.partner_column} at rank 1 for {self.tuned['r1']:.0f}% (base {self.base['r1']:.0f}%), in its top 10 "
             f"for {self.tuned['r10']:.0f}% (base {self.base['r10']:.0f}%); MRR@10 {self.base['mrr10']:.1f} → "
-            f"{self.tuned['mrr10']:.1f} ({self.low['mrr10']:+.1f} to {self.high['mrr10']:+.1f}, 95%)."
+            f"{self.tuned['mrr10']:.1f}, {self.tuned['mrr10'] - self.base['mrr10']:+.1f} "
+            f"[{self.low['mrr10']:+.1f}, {self.high['mrr10']:+.1f}] (95%)."
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -72,6 +72,9 @@ def test_retrieval_ranks_each_query_s_own_string_and_gain_bootstraps_the_differe
     better = gain(np.zeros(25, dtype=np.int64), exact, "name", "summary")
     assert better.verdict == "better" and better.tuned["r1"] == 100 and better.base["mrr10"] == 0
     assert better.sentence().startswith("On 25 rows it never trained on, the tuned model finds a row's name from its")
+    # the change itself, beside its interval (a newcomer read "7.0 → 8.3 (+0.3 to +2.3, 95%)" next to "+2.3" elsewhere)
+    low, high = better.low["mrr10"], better.high["mrr10"]
+    assert f"MRR@10 0.0 → 100.0, +100.0 [{low:+.1f}, {high:+.1f}] (95%)." in better.sentence()
     assert type(better).from_dict(better.to_dict()) == better
 
 
