@@ -22,6 +22,7 @@ from mirror.errors import MirrorError
 from ui import render
 from ui.explore import choice_update, explore_outputs, explore_panels
 from ui.handlers import JOB_QUEUE, PRIVATE, download
+from ui.plan_md import estimate_md
 from ui.tune import estimate_only
 
 
@@ -360,12 +361,19 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             # the settings the run was launched with, not the page's defaults: what Launch runs after it (issue 59)
             adopted = view.tuning(session, live.session)
             shown.update(adopted)
-            # not "Load some strings to see the plan…": the run's own strings are training (issue 52, a reload)
+            # not "Load some strings to see the plan…": the run's own strings are training (issue 52, a reload); its
+            # plan as it runs, when it has one (a newcomer's reload lost the plan the page had shown)
+            planned = live.planned
             shown[ui.estimate_md] = render.message(
-                "A run of these strings is going on: its plan and time estimate were made when it was launched; the "
-                "status line below follows it (steps, the time left).",
+                "A run of these strings is going on"
+                + (
+                    ", with the plan below"
+                    if planned
+                    else ": its plan and time estimate were made when it was launched"
+                )
+                + "; the status line below follows it (steps, the time left).",
                 "info",
-            )
+            ) + (f"\n\n{estimate_md(*planned)}" if planned else "")
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
             # the run's own strings, partners and settings for its "knows nothing" line: this page's session has no
             # strings until the run ends (a reloaded pairs run's curve lost its line)

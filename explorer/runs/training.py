@@ -224,6 +224,7 @@ class Training(Producer):
         # (mirror.job.kept_memory), and its priced phases time what is left of it as the steps go (explorer.tune.eta)
         budget = self.planner.launch_budget(self.session, config)  # the plan shown's, else the machine's now
         self.planned = self.planner.planned(texts, key, config, self.base, build_base, budget, self.partners)
+        run.planned = (self.planned, config) if self.planned is not None else None  # a reattached page shows it
         limits = {"memory": budget, "hub_cache": str(self.models.hub.root)}
         roots = [folder, *self.settings.model_roots]
         columns = list(self.pairing.columns()) if self.pairing is not None else None
