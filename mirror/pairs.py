@@ -48,6 +48,9 @@ class PairStats:
     empty: int  # rows whose partner was empty (or only invisible characters)
     same: int  # partners equal to their string (case aside)
     shared: int  # partners an earlier row already had (a longer text, or a short one past SHARED_MOST rows)
+    # duplicate strings (dropped by cleaning) whose partner was not their first row's: theirs is not kept (a place
+    # name shared by several regions, each with its own code)
+    other: int = 0
 
     def summary(self, strings: int) -> str:
         why = [
@@ -65,7 +68,13 @@ class PairStats:
             if alone and why
             else (f"; {alone:,} train alone" if alone else "")
         )
-        return f"{self.paired:,} of {strings:,} strings have a partner{tail}"
+        dropped = (
+            f"; {self.other:,} duplicate string{'s' if self.other != 1 else ''} removed had another partner than "
+            "their first row's (the first row's is kept)"
+            if self.other
+            else ""
+        )
+        return f"{self.paired:,} of {strings:,} strings have a partner{tail}{dropped}"
 
 
 def clean_text(raw: Any) -> str:
@@ -82,8 +91,14 @@ def clean_pairs(
         raise ValueError(f"{len(texts)} strings but {len(partners)} partners")
     kept, stats = clean_texts(texts, notes)
     first: dict[str, int] = {}  # cleaned string -> its first row
+    by_key: dict[str, str] = {}  # the string, case aside -> its first row's partner (case aside)
+    other = 0
     for row, raw in enumerate(texts):
-        first.setdefault(clean_text(raw), row)
+        text = clean_text(raw)
+        first.setdefault(text, row)
+        partner = clean_text(partners[row]).casefold()
+        if text and partner and by_key.setdefault(text.casefold(), partner) != partner:
+            other += 1  # (a duplicate without a partner loses nothing)
     seen: dict[str, int] = {}  # partner (casefolded) -> the rows that keep it so far
     out: list[str | None] = []
     empty = same = shared = 0
@@ -103,7 +118,7 @@ def clean_pairs(
             seen[key] = seen.get(key, 0) + 1
         out.append(partner)
     paired = sum(p is not None for p in out)
-    return kept, out, stats, PairStats(paired, empty, same, shared)
+    return kept, out, stats, PairStats(paired, empty, same, shared, other)
 
 
 def partner_groups(partners: Sequence[str | None] | None) -> list[int] | None:

@@ -155,7 +155,7 @@ def pairs_of(data: Any) -> Pairs | None:
     None."""
     if not isinstance(data, Mapping) or not data:
         return None
-    counts = PairStats(**{k: int(data.get(k) or 0) for k in ("paired", "empty", "same", "shared")})
+    counts = PairStats(**{k: int(data.get(k) or 0) for k in ("paired", "empty", "same", "shared", "other")})
     columns = (list(data.get("columns") or []) + ["string", "partner"])[:2]
     gain = data.get("gain")
     gain = PairGain.from_dict(gain) if isinstance(gain, Mapping) else None
@@ -234,7 +234,8 @@ def flat(record: RunRecord, summary: str = "", pooling: str | None = None) -> di
     out.update({k: getattr(t, k) for k in TRAINED_MORE})
     if t.pairs is not None:
         p = t.pairs
-        out["pairs"] = {**dataclasses.asdict(p.stats), "columns": list(p.columns), "held_out": p.held_out}
+        counts = {k: v for k, v in dataclasses.asdict(p.stats).items() if v or k != "other"}  # (older runs: no "other")
+        out["pairs"] = {**counts, "columns": list(p.columns), "held_out": p.held_out}
         if p.gain is not None:
             out["pairs"]["gain"] = p.gain.to_dict()
         if p.examples:

@@ -205,7 +205,7 @@ class Training(Producer):
         counted, loaded = stats.get("pairs"), self.pairing.stats if self.pairing is not None else None
         if not isinstance(counted, dict) or loaded is None or counted.get("paired") != loaded.paired:
             return
-        counted.update(empty=loaded.empty, same=loaded.same, shared=loaded.shared)
+        counted.update(empty=loaded.empty, same=loaded.same, shared=loaded.shared, other=loaded.other)
         from mirror.train import add_stats
 
         add_stats(folder / "model", pairs=counted)
