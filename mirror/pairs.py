@@ -97,7 +97,7 @@ def clean_pairs(
         text = clean_text(raw)
         first.setdefault(text, row)
         partner = clean_text(partners[row]).casefold()
-        if text and partner and by_key.setdefault(text.casefold(), partner) != partner:
+        if text and by_key.setdefault(text.casefold(), partner) != partner and partner:
             other += 1  # (a duplicate without a partner loses nothing)
     seen: dict[str, int] = {}  # partner (casefolded) -> the rows that keep it so far
     out: list[str | None] = []

@@ -253,3 +253,4 @@ def test_duplicate_strings_with_another_partner_are_counted_and_said():
     assert stats.other == 1  # ZM-C (the second North has no partner: nothing lost)
     assert "1 duplicate string removed had another partner than their first row's" in stats.summary(len(kept))
     assert "another partner" not in clean_pairs(["a", "b"], ["x", "y"])[3].summary(2)
+    assert clean_pairs(["a", "b", "A"], ["", "y", "z"])[3].other == 1  # the first 'a' had none: z is lost too
