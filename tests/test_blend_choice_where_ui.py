@@ -71,3 +71,16 @@ def test_a_fallback_choice_is_not_said_to_be_picked_for_its_score():
     assert "The two halves disagree" in said and "for scoring highest" not in said
     assert "served because no blend kept every check (the lowest is), not for its score" in said
     assert "for scoring highest on them" in blend_choice_md(chose(-3.3, 2.8, -0.3))  # a choice by score says so
+
+
+def test_the_worst_check_says_what_the_rule_asks_of_it():
+    """A newcomer's pass: "Short articles -0.2 ± 0.3 … no" read as arbitrary with no margin on the page. The worst
+    check's cell says the least change the rule accepts for it (mirror.choose.room_left >= 0)."""
+    from ui.render_pairs import MARGINS
+
+    run = chose(-3.3, 2.8, -0.3)
+    cand = run.record.training.blend_choice["candidates"][1]
+    cand["checks"], cand["noise"] = {"Short articles": -0.2, "SimLex-999": 1.0}, {"Short articles": 0.3}
+    half = 0.5 * MARGINS["Short articles"]
+    bound = min(0.3, half) - half
+    assert f"Short articles -0.2 ± 0.3 (the rule: ≥ {bound:+.2f})" in blend_choice_md(run)

@@ -186,13 +186,17 @@ def blend_choice_md(run: RunInfo | None) -> str:
         worst_s = f"{worst[0]} {worst[1]:+.1f}" if worst else "not needed"
         if worst and worst[0] in spread:
             worst_s += f" ± {spread[worst[0]]:.1f}"
+        if worst:  # what the rule asks of it (room_left >= 0): "-0.2 ± 0.3 → no" read as arbitrary without it
+            margin = MARGINS.get(worst[0], 1.0)
+            worst_s += f" (the rule: ≥ {min(spread.get(worst[0], 0.0), 0.5 * margin) - 0.5 * margin:+.2f})"
         rule = {True: "yes", False: "**no**", None: "—"}[c.get("within")]
         mark = " (served)" if served is not None and abs(alpha - served) < 1e-9 else ""
         mark += " ← chosen" if abs(alpha - chosen) < 1e-9 else ""
         rows.append(f"| α {alpha:g}{mark} | {c['mrr10']:.1f} | {c['mrr10'] - base:+.1f} | {worst_s} | {rule} |")
     head = (
         f"| blend | held-out MRR@10 ({choice['rows']:,} rows among {choice['pool']:,} strings) | vs the base "
-        f"({base:.1f}) | general checks' dev halves: the worst change ± its standard error | within the rule |\n|---|---:|---:|---|---|"
+        f"({base:.1f}) | general checks' dev halves: the worst change ± its standard error (what the rule asks of it) | "
+        "within the rule |\n|---|---:|---:|---|---|"
     )
     return (
         f"**The blend this run chose:** {choice['reason']}. Measured after training on half its held-out rows (the "
