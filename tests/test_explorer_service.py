@@ -120,6 +120,24 @@ def test_cancel_while_queued_cancels_that_run_only(app, tiny_bert):
     assert train(app, s, tiny_bert)[-1].kind == "done"
 
 
+def test_a_runs_wait_for_its_training_slot_is_kept_and_said(app, tiny_bert):
+    """A second visitor's run said "Tuned and indexed in 5 min" 15 min after its Launch: the 10 min it waited for a
+    slot were in no figure. The wait, from the Launch click to its folder, is kept in its timing and said."""
+    from ui import render
+
+    s = app.session()
+    app.loader.load_pasted(s, "\n".join(WORDS))
+    app.trainer.request_run(s)  # the Launch click; its run starts below, a moment later
+    time.sleep(0.6)
+    assert train(app, s, tiny_bert)[-1].kind == "done"
+    timing = s.run.record.timing
+    assert timing.waited_seconds is not None and timing.waited_seconds >= 0.5
+    assert app.runs.load(s.run.folder.name).record.timing.waited_seconds == timing.waited_seconds  # kept
+    assert "waiting for a training slot" not in render.done_status(s.run)  # under 5 s: not worth a word
+    timing.waited_seconds = 600.0
+    assert "after 10 min waiting for a training slot" in render.done_status(s.run)
+
+
 def test_a_cancel_while_idle_does_not_poison_the_next_run(app, tiny_bert):
     s = app.session()
     app.loader.load_pasted(s, "\n".join(WORDS))

@@ -320,12 +320,16 @@ def done_status(run: RunInfo) -> str:
             f"; trained earlier in {fmt_seconds(float(trained))}." if trained is not None else "; trained earlier."
         )
     done = f"Tuned and indexed in {fmt_seconds(float(timing.wall_seconds or 0))}"
+    waited = timing.waited_seconds
+    # the wait for a training slot is not in the wall time: said (a second visitor read "in 5 min" 15 min after Launch)
+    after = f", after {fmt_seconds(float(waited))} waiting for a training slot" if waited and waited >= 5 else ""
     served, checked = timing.served_seconds, checks.seconds if checks is not None else None
     if served is not None and checked is not None:  # served before its checks: searchable then, and what they took
         return (
-            f"{done}: searchable after {fmt_seconds(float(served))}, then its general checks ({fmt_seconds(checked)})."
+            f"{done}: searchable after {fmt_seconds(float(served))}, then its general checks ({fmt_seconds(checked)})"
+            f"{after}."
         )
-    return done + "."
+    return done + after + "."
 
 
 def kept_md(run: RunInfo | None) -> str:

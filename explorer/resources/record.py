@@ -110,6 +110,7 @@ class Timing:
     load_seconds: float | None = None  # an uploaded zip
     blend_seconds: float | None = None  # a blend
     tuned_index_seconds: float | None = None  # its tuned index built (mirror.job times a training's)
+    waited_seconds: float | None = None  # a training: asked for until its folder, waiting for a training slot
 
 
 @dataclass
@@ -138,7 +139,7 @@ TRAINED_MORE = (
     "loss_terms",
 )  # after summary, pooling: mirror.job
 TIMING = ("load_seconds", "blend_seconds", "served_seconds", "wall_seconds", "started_at", "finished_at")
-TIMING += ("tuned_index_seconds",)
+TIMING += ("tuned_index_seconds", "waited_seconds")
 
 
 def training_of(stats: Mapping[str, Any]) -> Training:

@@ -229,6 +229,8 @@ class Runner:
         asked before it is served raises StopAsked (`Run.commit`): nothing of it is served; one asked later is
         refused (`Run.stop`)."""
         session, timed = run.session, producer.timed
+        if timed and run.job_since is not None:  # the wait for a training slot, which its wall time leaves out
+            info.record.timing.waited_seconds = round(max(0.0, run.job_since - run.asked_at), 1)
         if not (producer.checked and self.settings.general_checks):
             run.checkpoint()
             run.emit(Phase("Preparing downloads"), stops=False)
