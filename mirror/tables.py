@@ -390,7 +390,7 @@ def _pick_text_column(header: Sequence[str], body: Sequence[Sequence[str]], name
     others = ", ".join(f"{header[i]!r} {words[i]:.1f}" for i in words if i != best)
     return best, (
         f"{name}: read the column {header[best]!r}, the longest text of its columns ({words[best]:.1f} words a row; "
-        f"{others}); pick another column to read that one"
+        f"{others}); pick another column to read that one."
     )
 
 

@@ -165,7 +165,7 @@ def test_the_detected_column_is_the_longest_text_and_the_note_says_why(tmp_path)
     assert read.column == "summary" and read.strings[0].startswith("A small tool")
     assert notes == [
         "items.csv: read the column 'summary', the longest text of its columns (12.0 words a row; 'name' 1.0); "
-        "pick another column to read that one"
+        "pick another column to read that one."
     ]
     assert read_file(path, column="name").strings[0] == "widget-0"  # picked by the user: read as asked, no note
     # a column named as text wins, and so does the first of equals (a word list in two languages)

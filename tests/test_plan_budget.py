@@ -152,7 +152,7 @@ def test_the_plan_shown_says_how_many_batches_it_splits_for_the_memory_free_now(
     assert tight.est.split >= 1 and tight.est.memory == budget - 1
     said = plan_md(tight).replace("\\~", "~")
     assert f"{tight.est.split:,} batch" in said and f"to fit the {memory.fmt_gb(budget - 1)} of memory" in said
-    assert f"({tight.est.steps:,} steps; {steps:,} with memory to spare)" in said, said
+    assert f"({tight.est.steps:,} steps; {steps:,} with more memory free)" in said, said
     machine["bytes"] = 2**40
     roomy = app.planner.plan(s, str(tiny_bert), "words", dict(SETTINGS))
     assert roomy.est.steps == steps and roomy.est.split == 0 and "split to fit" not in plan_md(roomy)

@@ -106,7 +106,7 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
         # time) may split fewer or more and count other steps; said here, not only in the run's report afterwards
         from mirror.memory import fmt_gb
 
-        fewer = f"; {est.unsplit:,} with memory to spare" if est.unsplit and est.unsplit != est.steps else ""
+        fewer = f"; {est.unsplit:,} with more memory free" if est.unsplit and est.unsplit != est.steps else ""
         plan += (
             f" · {est.split:,} batch{'es' if est.split != 1 else ''} of long strings split into smaller steps to fit "
             f"the {fmt_gb(est.memory)} of memory a run gets here now ({est.steps:,} steps{fewer}); Launch keeps this "
