@@ -1129,3 +1129,22 @@ def test_a_link_whose_run_id_is_cut_short_is_said_to_be_no_run_id(ui):
         status = str(shown[-1].get(next(c for c in shown[-1] if getattr(c, "elem_id", None) == "mx-status")))
         status = html.unescape(status)
         assert said in status and "your last run" not in status, status
+
+
+def test_a_bad_file_after_a_good_one_keeps_the_good_ones_column_pickers(ui, tmp_path):
+    """A newcomer's pass: an empty CSV after a good pairs file said "Still loaded: … Launch tunes those" (right) and
+    hid *Text column* and *Paired with* (the pairing that trains, no longer shown). The pickers stay as they were."""
+    import gradio as gr
+
+    _, fns = ui
+    defaults = [c.value for c in fns["on_upload"].inputs[6:]]
+    good = tmp_path / "glossary.csv"
+    good.write_text("term,definition\n" + "".join(f"{w},the word {w} defined\n" for w in WORDS[:8]), encoding="utf-8")
+    out = quiet(fns["on_upload"].fn, str(good), None, [], "auto", "bundled", None, *defaults)
+    session = out[-1]
+    assert out[1]["visible"] and out[2]["visible"]  # both pickers shown for the good file
+    empty = tmp_path / "empty.csv"
+    empty.write_text("", encoding="utf-8")
+    out = quiet(fns["on_upload"].fn, str(empty), None, [], "auto", "bundled", session, *defaults)
+    assert "Still loaded: **8 strings** from `glossary.csv`" in out[0]
+    assert out[1] == gr.update() and out[2] == gr.update()  # not hidden: the loaded file's pairing stays in view

@@ -197,7 +197,14 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             )
             can_launch = gr.update(interactive=app.registry.of(session) is None)
             shown = render.message(error) + "\n\n" + render.message(kept, "info")
-            return [shown, *keep_fields, gr.update(), can_launch, session], getattr(exc, "columns", []), None, None
+            # (the columns of the refused file, when it has any; None: it has none, and the pickers keep the loaded
+            # file's: a newcomer's bad file after a good one hid the good one's Text column and Paired with)
+            return (
+                [shown, *keep_fields, gr.update(), can_launch, session],
+                getattr(exc, "columns", None) or None,
+                None,
+                None,
+            )
         shown = dict(zip(fields, vals, strict=True))
         values, own = app.planner.after_load(session, mode_value, model_value, shown, touched)
         mine, kept = set(touched or []), [label(n).split(" (")[0] for n in own]
@@ -233,7 +240,8 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             return [gr.update(), hidden, hidden, *keep_fields, gr.update(), gr.update(), session]
         load = lambda: app.loader.load_file(session, path, None, given_name(path), AUTO)  # noqa: E731
         out, cols, used, paired = after_load(session, load, mode_value, model_value, touched, vals)
-        return [out[0], *pickers(cols, used, paired), *out[1:]]
+        shown = pickers(cols, used, paired) if cols is not None else [gr.update(), gr.update()]
+        return [out[0], *shown, *out[1:]]
 
     def on_column(path, col, pair, touched, mode_value, model_value, s, *vals):
         """Another column of strings: its partner stays the one picked (detected again when it is that column)."""
