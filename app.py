@@ -141,6 +141,11 @@ def build_demo(app: MirrorApp | None = None) -> gr.Blocks:
 # ----------------------------------------------------------------------------------------------- main
 
 
+def loopback(host: str) -> bool:
+    """Whether the server listens on this machine's loopback only ("127.0.0.1", "localhost", "::1")."""
+    return host.strip("[]").lower() in ("localhost", "::1") or host.startswith("127.")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Serve the Mirror Explorer web app.")
     host, port = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"), os.environ.get("GRADIO_SERVER_PORT", "7860")
@@ -175,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MirrorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # the machine's own user (served on loopback, no proxy believed): its oldest runs make room at its address
+    app.accounts.local_room = loopback(args.host) and not settings.trusted_proxies
     app.sweep(force=True)
     demo = build_demo(app)
     strict_inputs(demo)

@@ -91,20 +91,24 @@ def test_on_this_machines_own_address_the_oldest_runs_make_room_whoever_made_the
     assert train(app, carol, tiny_bert)[-1].kind == "done"
     one = disk_usage(carol.run.folder)
     coming = run_bytes(app.models.base_encoder(str(tiny_bert)), len(WORDS))
-    aged(carol.run.folder)
+    aged(carol.run.folder, 2 * 3600)  # unused for 2 hours
     dave = visitor(app, "dave", "127.0.0.1")
     assert train(app, dave, tiny_bert)[-1].kind == "done"
-    aged(dave.run.folder, 1800)  # used more recently than carol's
+    aged(dave.run.folder, 1800)  # half an hour: a tab of that profile may still show it
     app.settings = dataclasses.replace(app.settings, address_disk_bytes=2 * one + coming // 2)  # room for 2 runs
+    # served on a public address, or behind a proxy (every visitor may read as loopback there): refused as before
+    assert not app.accounts.local_room  # (app.main sets it: served on loopback, no proxy believed)
+    refused = train(app, visitor(app, "zoe", "127.0.0.1"), tiny_bert)[-1]
+    assert refused.kind == "error" and "MIRROR_ADDRESS_DISK_MB" in refused.text and carol.run.folder.is_dir()
+    app.accounts.local_room = True
     erin = visitor(app, "erin", "127.0.0.1")  # another browser profile on this machine
     events = train(app, erin, tiny_bert)
     assert events[-1].kind == "done", events[-1]
     notes = [e.text for e in events if e.kind == "note"]
     assert any(carol.run.folder.name[:8] in n and "MIRROR_ADDRESS_DISK_MB" in n for n in notes), notes
     assert not carol.run.folder.exists() and dave.run.folder.is_dir()  # the least recently used went, only it
-    # runs in use never go: then the address is refused, as a public one is
-    for s in (dave, erin):
-        os.utime(s.run.folder / ".last_used", None)
+    # runs in use never go, nor another profile's used in the last hour: then the address is refused
+    os.utime(erin.run.folder / ".last_used", None)
     refused = train(app, visitor(app, "frank", "127.0.0.1"), tiny_bert)[-1]
     assert refused.kind == "error" and "MIRROR_ADDRESS_DISK_MB" in refused.text, refused
     assert dave.run.folder.is_dir() and erin.run.folder.is_dir()
@@ -198,3 +202,12 @@ def test_a_hub_that_under_reports_is_held_to_the_budget_by_what_it_sent(tmp_path
         fetch("org/liar", 8 * mb)
     assert hub.usage() <= 10 * mb and not hub.folder("org/old").exists()  # the other made room for the truth
     assert hub.sizes["org/liar"] >= 8 * mb  # priced by what it took from now on
+
+
+def test_only_a_server_on_loopback_believing_no_proxy_makes_room_from_its_address():
+    """app.main's switch for the rule above: served on this machine's loopback only (./run.sh's default), no proxy
+    believed (MIRROR_TRUSTED_PROXIES: behind one, every visitor may read as 127.0.0.1)."""
+    import app as mx
+
+    assert mx.loopback("127.0.0.1") and mx.loopback("localhost") and mx.loopback("::1") and mx.loopback("[::1]")
+    assert not mx.loopback("0.0.0.0") and not mx.loopback("10.0.0.5") and not mx.loopback("example.org")

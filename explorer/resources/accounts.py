@@ -17,6 +17,7 @@ import ipaddress
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,9 @@ class Owner:
 
     visitor: str = ""
     address: str = ""
+
+
+LOCAL_IDLE_S = 3600.0  # at the loopback address, another visitor's run unused this long may make room (make_room)
 
 
 def local(address: str) -> bool:
@@ -115,6 +119,10 @@ class DiskAccounts:
         self.settings_of = settings_of
         self.work_dir, self.runs_root = work_dir, runs_root
         self.forget = forget  # called before a run folder is removed (drop it from memory)
+        # the server listens on loopback only and believes no proxy (app.main): a visitor at the loopback address is
+        # this machine's own user, whose oldest runs make room at that address (`make_room`); behind a reverse proxy
+        # every visitor may read as loopback, so never there
+        self.local_room = False
 
     @property
     def settings(self) -> Any:
@@ -167,10 +175,13 @@ class DiskAccounts:
                 raise MirrorError(self._why_visitor(u.by_visitor[owner.visitor] - freed, incoming))
             u = self.usage()
         over = u.by_address[owner.address] + incoming - s.address_disk_bytes
-        if over > 0 and local(owner.address):  # (this machine's own browsers: one user, whichever visitor it is)
+        if over > 0 and self.local_room and local(owner.address):  # (this machine's own browsers: one user)
             here = [e for e in u.entries if e.owner is not None and e.owner.address == owner.address]
             freed = prune_exports([e.folder for e in here], over, 0)
-            for e in sorted((e for e in here if e.run and may_go(e.folder)), key=lambda e: e.last_used):
+            # another profile's runs: only those unused for LOCAL_IDLE_S (a tab of it may still show one)
+            idle = time.time() - LOCAL_IDLE_S
+            others = (e for e in here if e.run and may_go(e.folder) and (e.owner == owner or e.last_used < idle))
+            for e in sorted(others, key=lambda e: e.last_used):
                 if freed >= over:
                     break
                 freed += e.bytes

@@ -110,7 +110,7 @@ class Timing:
     load_seconds: float | None = None  # an uploaded zip
     blend_seconds: float | None = None  # a blend
     tuned_index_seconds: float | None = None  # its tuned index built (mirror.job times a training's)
-    waited_seconds: float | None = None  # a training: asked for until its folder, waiting for a training slot
+    waited_seconds: float | None = None  # a training: from asked for to its slot (waiting behind other runs)
 
 
 @dataclass

@@ -178,6 +178,7 @@ class Runner:
                 else:
                     run.emit(Tick(), stops=False)  # watched while it waits: abandoned, it gives its place up
             if run.status is not Status.QUEUED:  # it holds a slot (else it was asked to stop while it waited)
+                run.slot_at = time.monotonic()  # its wait for a slot ends here (a run's status says it)
                 try:
                     with self.cpu.metered(owner, producer.what):  # its work, checks included: its visitor's CPU
                         end = self._make(run, producer)
@@ -229,8 +230,8 @@ class Runner:
         asked before it is served raises StopAsked (`Run.commit`): nothing of it is served; one asked later is
         refused (`Run.stop`)."""
         session, timed = run.session, producer.timed
-        if timed and run.job_since is not None:  # the wait for a training slot, which its wall time leaves out
-            info.record.timing.waited_seconds = round(max(0.0, run.job_since - run.asked_at), 1)
+        if timed and run.slot_at is not None:  # the wait for a training slot, which its wall time leaves out
+            info.record.timing.waited_seconds = round(max(0.0, run.slot_at - run.asked_at), 1)
         if not (producer.checked and self.settings.general_checks):
             run.checkpoint()
             run.emit(Phase("Preparing downloads"), stops=False)

@@ -98,9 +98,8 @@ class Run:
     planned: tuple[Any, Any] | None = None
     sessions: set[str] = field(default_factory=set)  # the sessions showing it (each can cancel it)
     last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
-    asked_at: float = field(
-        default_factory=time.monotonic
-    )  # when it was asked for: its wait for a slot ends at job_since
+    asked_at: float = field(default_factory=time.monotonic)  # when it was asked for (a Launch click, an API call)
+    slot_at: float | None = None  # when it got its slot (explorer.runs.execute): the wait between, said when long
     job_since: float | None = None  # when its folder was made: MIRROR_MAX_RUN_SECONDS counts from there (every kind)
     ended: bool = False  # its last event is out and its thread is done
     watcher: Callable[[Run], None] | None = field(default=None, repr=False)  # its runner's watch (abandoned, overdue)
