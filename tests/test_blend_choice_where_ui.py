@@ -83,4 +83,4 @@ def test_the_worst_check_says_what_the_rule_asks_of_it():
     cand["checks"], cand["noise"] = {"Short articles": -0.2, "SimLex-999": 1.0}, {"Short articles": 0.3}
     half = 0.5 * MARGINS["Short articles"]
     bound = min(0.3, half) - half
-    assert f"Short articles -0.2 ± 0.3 (the rule: ≥ {bound:+.2f})" in blend_choice_md(run)
+    assert f"Short articles -0.20 ± 0.30 (the rule: ≥ {bound:+.2f})" in blend_choice_md(run)

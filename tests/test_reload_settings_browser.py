@@ -142,6 +142,7 @@ def test_a_reload_during_a_run_keeps_the_settings_launch_runs(gated_server, brow
         # the plan it runs, shown again (a newcomer's reload lost it: steps, time, held-out rows)
         expect(page.locator("#mx-estimate")).to_contain_text("A run of these strings is going on, with the plan below")
         expect(page.locator("#mx-estimate")).to_contain_text(plan)
+        expect(page.locator("#mx-estimate")).to_contain_text("Pairs: ")  # and what it says of the pairs
         during = open_settings(page)
         assert during == before, {k: (before[k], during.get(k)) for k in before if during.get(k) != before[k]}
         (gate / "go").touch()

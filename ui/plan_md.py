@@ -95,8 +95,11 @@ def small_upload_note(steps: int, config: MirrorConfig) -> str:
     return f" of {per_epoch:,} step{'s' if per_epoch != 1 else ''}: a small upload trains at least {config.min_steps} steps"
 
 
-def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), why_rough: str = "") -> str:
-    """The Tune tab's Markdown: the plan, the estimated total and its phases, and how the costs were measured."""
+def estimate_md(
+    est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), why_rough: str = "", going: bool = False
+) -> str:
+    """The Tune tab's Markdown: the plan, the estimated total and its phases, and how the costs were measured.
+    `going`: the plan of a run already launched (a reattached page): nothing of what Launch would keep."""
     plan = (
         f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
         f"{'s' if config.epochs != 1 else ''}{small_upload_note(est.steps, config)})"
@@ -109,9 +112,9 @@ def estimate_md(est: Estimate, config: MirrorConfig, notes: Sequence[str] = (), 
         fewer = f"; {est.unsplit:,} with more memory free" if est.unsplit and est.unsplit != est.steps else ""
         plan += (
             f" · {est.split:,} batch{'es' if est.split != 1 else ''} of long strings split into smaller steps to fit "
-            f"the {fmt_gb(est.memory)} of memory a run gets here now ({est.steps:,} steps{fewer}); Launch keeps this "
-            "plan unless less is free by then"
+            f"the {fmt_gb(est.memory)} of memory a run gets here now ({est.steps:,} steps{fewer})"
         )
+        plan += "" if going else "; Launch keeps this plan unless less is free by then"
     extra = f" · {'; '.join(notes)}" if notes else ""
     cal = est.calibration
     if cal is None:

@@ -183,9 +183,10 @@ def blend_choice_md(run: RunInfo | None) -> str:
             return room_left(kv[1], spread.get(kv[0], 0.0), MARGINS.get(kv[0], 1.0))
 
         worst = min(checks.items(), key=left) if checks else None
-        worst_s = f"{worst[0]} {worst[1]:+.1f}" if worst else "not needed"
+        # (to two decimals, as the rule's bound: "-0.2 … ≥ -0.20 … no" read as passing)
+        worst_s = f"{worst[0]} {worst[1]:+.2f}" if worst else "not needed"
         if worst and worst[0] in spread:
-            worst_s += f" ± {spread[worst[0]]:.1f}"
+            worst_s += f" ± {spread[worst[0]]:.2f}"
         if worst:  # what the rule asks of it (room_left >= 0): "-0.2 ± 0.3 → no" read as arbitrary without it
             margin = MARGINS.get(worst[0], 1.0)
             worst_s += f" (the rule: ≥ {min(spread.get(worst[0], 0.0), 0.5 * margin) - 0.5 * margin:+.2f})"

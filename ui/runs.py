@@ -373,7 +373,7 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
                 )
                 + "; the status line below follows it (steps, the time left).",
                 "info",
-            ) + (f"\n\n{estimate_md(*planned)}" if planned else "")
+            ) + (f"\n\n{estimate_md(*planned, going=True)}" if planned else "")
             yield {**shown, **running, browser: memory, state: session}  # the state: Cancel reaches the run
             # the run's own strings, partners and settings for its "knows nothing" line: this page's session has no
             # strings until the run ends (a reloaded pairs run's curve lost its line)

@@ -93,9 +93,9 @@ class Run:
     texts: tuple[str, ...] = ()  # the strings themselves: a page reattached to the run gets them back at its end
     partners: tuple[str | None, ...] | None = None  # a pairs run's partners (and their columns), back with them
     pair_columns: tuple[str, str] | None = None
-    # (Estimate, MirrorConfig) of a training run once it has its slot: the plan it runs, which a page reattached to it
-    # shows again (a reload mid-run lost the plan the page had shown: steps, time, held-out rows)
-    planned: tuple[Any, Any] | None = None
+    # (Estimate, MirrorConfig, notes) of a training run once it has its slot: the plan it runs, which a page
+    # reattached to it shows again (a reload mid-run lost the plan the page had shown: steps, time, held-out rows)
+    planned: tuple[Any, Any, tuple[str, ...]] | None = None
     sessions: set[str] = field(default_factory=set)  # the sessions showing it (each can cancel it)
     last_seen: float = field(default_factory=time.monotonic)  # when a consumer last asked for events
     asked_at: float = field(default_factory=time.monotonic)  # when it was asked for (a Launch click, an API call)

@@ -10,6 +10,7 @@ import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from explorer.errors import incident, user_error
@@ -25,6 +26,7 @@ from explorer.runs.live import Run, RunRegistry, queue_key
 from explorer.settings import Settings, zero_gpu
 from explorer.tune.eta import LiveEta
 from explorer.tune.inputs import build_config
+from explorer.tune.planning import pairs_notes
 from mirror.config import BUNDLED_MODEL
 from mirror.errors import MirrorError
 
@@ -205,6 +207,8 @@ class Training(Producer):
         counted, loaded = stats.get("pairs"), self.pairing.stats if self.pairing is not None else None
         if not isinstance(counted, dict) or loaded is None or counted.get("paired") != loaded.paired:
             return
+        if loaded.empty + loaded.same + loaded.shared != len(self.texts) - loaded.paired:
+            return  # (the load's reasons counted rows it did not keep: a file cut at MIRROR_MAX_STRINGS)
         counted.update(empty=loaded.empty, same=loaded.same, shared=loaded.shared, other=loaded.other)
         from mirror.train import add_stats
 
@@ -224,7 +228,9 @@ class Training(Producer):
         # (mirror.job.kept_memory), and its priced phases time what is left of it as the steps go (explorer.tune.eta)
         budget = self.planner.launch_budget(self.session, config)  # the plan shown's, else the machine's now
         self.planned = self.planner.planned(texts, key, config, self.base, build_base, budget, self.partners)
-        run.planned = (self.planned, config) if self.planned is not None else None  # a reattached page shows it
+        if self.planned is not None:  # a reattached page shows it, with what it says of the pairs (held-out rows)
+            launched = SimpleNamespace(texts=texts, partners=self.partners, pairing=self.pairing)  # (as launched)
+            run.planned = (self.planned, config, tuple(pairs_notes(launched, config)))
         limits = {"memory": budget, "hub_cache": str(self.models.hub.root)}
         roots = [folder, *self.settings.model_roots]
         columns = list(self.pairing.columns()) if self.pairing is not None else None
