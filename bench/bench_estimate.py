@@ -112,7 +112,9 @@ def visit(app: MirrorApp, size: int, row: dict) -> dict:
     t = time.perf_counter()
     markdown = plan_text(app, session, "bundled", "auto", {})
     row["estimate_call_s"] = round(time.perf_counter() - t, 2)  # includes the calibration
-    config, _ = build_config(session.texts, "bundled", "auto", {}, app.settings.max_steps, pairs=bool(PAIRS[0]))
+    config, _ = build_config(
+        session.texts, "bundled", "auto", {}, app.settings.max_steps, pairs=bool(PAIRS[0]), partners=session.partners
+    )  # (the page's plan: its epochs scheduled on the rows that train)
     est, why = app.planner.estimate_of(session, config)  # the numbers behind that Markdown (calibrated: cached now)
     assert est.calibration is not None, why
     row.update(markdown=markdown, calibration_s=round(est.calibration.seconds, 2), steps=est.steps)

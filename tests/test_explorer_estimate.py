@@ -339,7 +339,7 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
         app.registry.end(someone)
     assert (
         "rough guess" in text
-        and "a run is training on this server now: a Launch waits for its slot" in text
+        and "a run is training on this server now: a Launch may wait for a slot" in text
         and not app.estimator.calibrations
     )
     config = MirrorConfig.preset("words", model=str(tiny_bert), **TINY)

@@ -151,7 +151,7 @@ class Planner:
         if est is None and self.registry.runs():
             # (a second visitor's plan said nothing of the run ahead: its Launch then waited 10 min for a slot)
             return rough, (
-                "a run is training on this server now: a Launch waits for its slot, and this plan is timed on this "
+                "a run is training on this server now: a Launch may wait for a slot, and this plan is timed on this "
                 "machine once no run trains"
             )
         if est is None:
