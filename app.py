@@ -48,6 +48,15 @@ CSS = """
 .mx-results table td, .mx-results table th {border: none; border-bottom: 1px solid var(--border-color-primary)}
 /* Explore's tables (and a pairs run's blend table under its summary) on a phone: scroll sideways rather than wrap a character per line; numbers never break */
 #mx-health table, #mx-forgetting table, #mx-result table {display: block; overflow-x: auto; max-width: 100%}
+/* ...and say so: a shadow at the edge that has more (a newcomer's phone cut the run table mid-word, no hint it
+   scrolls); the page's own colour covers it at an end that has nothing more (background-attachment: local) */
+#mx-health table, #mx-forgetting table, #mx-result table {
+  background:
+    linear-gradient(to right, var(--background-fill-primary) 30%, transparent) left / 32px 100% no-repeat local,
+    linear-gradient(to left, var(--background-fill-primary) 30%, transparent) right / 32px 100% no-repeat local,
+    radial-gradient(farthest-side at 0 50%, rgba(0,0,0,0.22), transparent) left / 12px 100% no-repeat scroll,
+    radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,0.22), transparent) right / 12px 100% no-repeat scroll;
+}
 #mx-health th, #mx-health td, #mx-forgetting th, #mx-forgetting td, #mx-result th, #mx-result td {
   word-break: normal; overflow-wrap: normal}
 #mx-health td:not(:first-child), #mx-forgetting td:not(:first-child), #mx-result td:not(:first-child) {
