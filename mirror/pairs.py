@@ -52,6 +52,11 @@ class PairStats:
     # name shared by several regions, each with its own code)
     other: int = 0
 
+    def accounts_for(self, strings: int) -> bool:
+        """Whether its reasons (empty, same, shared) count exactly the rows of `strings` without a partner (not: a
+        load cut at a strings limit recounts only `paired`)."""
+        return self.empty + self.same + self.shared == strings - self.paired
+
     def summary(self, strings: int) -> str:
         why = [
             f"{n:,} {what}"

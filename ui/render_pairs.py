@@ -188,8 +188,7 @@ def blend_choice_md(run: RunInfo | None) -> str:
         if worst and worst[0] in spread:
             worst_s += f" ± {spread[worst[0]]:.2f}"
         if worst:  # what the rule asks of it (room_left >= 0): "-0.2 ± 0.3 → no" read as arbitrary without it
-            margin = MARGINS.get(worst[0], 1.0)
-            worst_s += f" (the rule: ≥ {min(spread.get(worst[0], 0.0), 0.5 * margin) - 0.5 * margin:+.2f})"
+            worst_s += f" (the rule: ≥ {round(worst[1] - left(worst), 2) + 0.0:+.2f})"  # (never "-0.00")
         rule = {True: "yes", False: "**no**", None: "—"}[c.get("within")]
         mark = " (served)" if served is not None and abs(alpha - served) < 1e-9 else ""
         mark += " ← chosen" if abs(alpha - chosen) < 1e-9 else ""

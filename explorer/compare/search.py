@@ -22,12 +22,16 @@ if TYPE_CHECKING:
 BASE_INDEXES_KEPT = 4  # base-only indexes held in memory (each is the loaded strings' vectors)
 
 
+def is_query(text: str, query: str) -> bool:
+    """Whether a hit's `text` is the `query` itself, but for case and spacing."""
+    return " ".join(text.split()).casefold() == " ".join(query.split()).casefold()
+
+
 def without_query(hits: Sequence[Hit], query: str, k: int) -> list[Hit]:
-    """`hits` less those equal to `query` but for case and spacing, renumbered from 1, at most `k`."""
+    """`hits` less those that are the `query` itself (`is_query`), renumbered from 1, at most `k`."""
     from index.store import Hit
 
-    own = " ".join(query.split()).casefold()
-    kept = [h for h in hits if " ".join(h.text.split()).casefold() != own][:k]
+    kept = [h for h in hits if not is_query(h.text, query)][:k]
     return [Hit(h.text, h.score, rank, h.id) for rank, h in enumerate(kept, 1)]
 
 
@@ -97,7 +101,7 @@ def search_both(
     out = []
     for q, th_all, bh_all in zip(queries, tuned_hits, base_hits, strict=True):
         th, bh = (without_query(h, q, k) if hide_query else list(h[:k]) for h in (th_all, bh_all))
-        own = next((h for h in (*th_all, *bh_all) if hide_query and not without_query([h], q, 1)), None)
+        own = next((h for h in (*th_all, *bh_all) if hide_query and is_query(h.text, q)), None)
         rows = partners.rows if partners is not None else None
         if tuned is None:
             found = {"query": q, "tuned": [], "base": base_only_hits(bh, rows), "base_only": True}

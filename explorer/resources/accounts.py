@@ -164,29 +164,16 @@ class DiskAccounts:
         mine = [e for e in u.entries if e.owner is not None and e.owner.visitor == owner.visitor]
         over = u.by_visitor[owner.visitor] + incoming - s.visitor_disk_bytes
         if over > 0:
-            freed = prune_exports([e.folder for e in mine], over, 0)  # they can be made again
-            for e in sorted((e for e in mine if e.run and may_go(e.folder)), key=lambda e: e.last_used):
-                if freed >= over:
-                    break
-                freed += e.bytes
-                self.remove(e.folder)
-                removed.append(e.folder)
+            freed = self._evict(mine, over, lambda e: may_go(e.folder), removed)
             if freed < over:
                 raise MirrorError(self._why_visitor(u.by_visitor[owner.visitor] - freed, incoming))
             u = self.usage()
         over = u.by_address[owner.address] + incoming - s.address_disk_bytes
         if over > 0 and self.local_room and local(owner.address):  # (this machine's own browsers: one user)
             here = [e for e in u.entries if e.owner is not None and e.owner.address == owner.address]
-            freed = prune_exports([e.folder for e in here], over, 0)
             # another profile's runs: only those unused for LOCAL_IDLE_S (a tab of it may still show one)
             idle = time.time() - LOCAL_IDLE_S
-            others = (e for e in here if e.run and may_go(e.folder) and (e.owner == owner or e.last_used < idle))
-            for e in sorted(others, key=lambda e: e.last_used):
-                if freed >= over:
-                    break
-                freed += e.bytes
-                self.remove(e.folder)
-                removed.append(e.folder)
+            self._evict(here, over, lambda e: may_go(e.folder) and (e.owner == owner or e.last_used < idle), removed)
             u = self.usage()
         if u.by_address[owner.address] + incoming > s.address_disk_bytes:
             raise MirrorError(
@@ -195,6 +182,18 @@ class DiskAccounts:
             )
         self.server_room(incoming, u)
         return removed
+
+    def _evict(self, entries: list[Entry], over: int, may_go: Callable[[Entry], bool], removed: list[Path]) -> int:
+        """Up to `over` bytes freed from `entries`: their exports (they can be made again), then their least recently
+        used runs that `may_go` (appended to `removed`). The bytes freed."""
+        freed = prune_exports([e.folder for e in entries], over, 0)
+        for e in sorted((e for e in entries if e.run and may_go(e)), key=lambda e: e.last_used):
+            if freed >= over:
+                break
+            freed += e.bytes
+            self.remove(e.folder)
+            removed.append(e.folder)
+        return freed
 
     def server_room(self, incoming: int, u: Usage | None = None) -> None:
         """Room for `incoming` more bytes in the server's budget (MIRROR_DISK_MB), exports (which can be made again)

@@ -207,7 +207,7 @@ class Training(Producer):
         counted, loaded = stats.get("pairs"), self.pairing.stats if self.pairing is not None else None
         if not isinstance(counted, dict) or loaded is None or counted.get("paired") != loaded.paired:
             return
-        if loaded.empty + loaded.same + loaded.shared != len(self.texts) - loaded.paired:
+        if not loaded.accounts_for(len(self.texts)):
             return  # (the load's reasons counted rows it did not keep: a file cut at MIRROR_MAX_STRINGS)
         counted.update(empty=loaded.empty, same=loaded.same, shared=loaded.shared, other=loaded.other)
         from mirror.train import add_stats

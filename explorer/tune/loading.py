@@ -169,7 +169,7 @@ class TextLoader:
             session.pairing is not None
             and recorded is not None
             and recorded.stats.paired == session.pairing.stats.paired
-            and recorded.stats.empty + recorded.stats.same + recorded.stats.shared == len(texts) - recorded.stats.paired
+            and recorded.stats.accounts_for(len(texts))
         ):
             # why rows train alone is the run's record's: its kept partners hold None whatever the reason, and a run
             # opened again said "58 train alone (58 empty)" for 58 codes equal to their names
