@@ -70,6 +70,11 @@ SWEEP: list[tuple[str, dict[str, Any]]] = [  # what chose the default (a step of
     ("words no distill", {"blend_alpha": 1.0, "distill": 0.0}),
     ("words no distill lr 5e-5", {"blend_alpha": 1.0, "distill": 0.0, "lr": 5e-5}),
     ("words min steps 25", {"blend_alpha": 1.0, "min_steps": 25}),
+    # the peer's loss form (issue 60): MNRL's one direction (a partner against the batch's strings) in place of the
+    # 2B-view InfoNCE, with and without the preset's distillation; and the preset with at least 100 steps
+    ("one-way distill 10", {"blend_alpha": 1.0, "distill": 10.0, "pair_loss": "one-way"}),
+    ("one-way no distill", {"blend_alpha": 1.0, "distill": 0.0, "pair_loss": "one-way"}),
+    ("distill 10 min steps 100", {"blend_alpha": 1.0, "distill": 10.0, "min_steps": 100}),
 ]
 
 
@@ -240,6 +245,9 @@ def main() -> None:
     parser.add_argument("--checks", action="store_true")
     parser.add_argument("--alphas", default="", help="also each unblended run's tuned weights blended at these α")
     parser.add_argument("--no-mirror", action="store_true", help="skip the mirror-only run")
+    parser.add_argument(
+        "--no-default", action="store_true", help="skip the pairs preset's own run (a sweep's rows only)"
+    )
     parser.add_argument("--limit", type=int, help="rows of each half (a quick look)")
     parser.add_argument("--model", default="bundled", help="the base: 'bundled' or a sentence-transformers folder")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (ours and the peer)")
@@ -286,7 +294,7 @@ def main() -> None:
         plain = MirrorConfig.preset(mode, **common)
         paired = MirrorConfig.preset(mode, pairs=True, **common)
         runs: list[tuple[str, MirrorConfig]] = [] if args.no_mirror else [("mirror (no partners)", plain)]
-        runs.append(("pairs default", paired))
+        runs += [] if args.no_default else [("pairs default", paired)]
         if args.sweep:
             wanted = set(args.variants.split(",")) if args.variants else {label for label, _ in SWEEP}
             runs += [(f"pairs, {v}", dataclasses.replace(paired, **change)) for v, change in SWEEP if v in wanted]

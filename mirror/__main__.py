@@ -16,6 +16,7 @@ from mirror.config import (
     BUNDLED_MODEL,
     MIRROR_CONFIG_FILE,
     MODEL_FOLDER,
+    PAIR_LOSSES,
     POOLINGS,
     PRECISIONS,
     PRESETS,
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         extra = {"choices": POOLINGS} if f.name == "pooling" else {}
         extra |= {"choices": PRECISIONS} if f.name == "precision" else {}
+        extra |= {"choices": PAIR_LOSSES} if f.name == "pair_loss" else {}
         w, snt = getattr(PRESETS["words"], f.name), getattr(PRESETS["sentences"], f.name)
         note = f"default: {w}" if w == snt else f"default: {w} for words, {snt} for sentences"
         lead = f"{REMEDY_HELP[f.name]} " if f.name in REMEDY_HELP else ""

@@ -47,9 +47,10 @@ SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are
     ("lora_rank", "LoRA rank (adapters merged into the weights)"),
     ("pair_max_length", "pairs: max length of either side (tokens)"),
     ("pair_mask", "partners span-masked too"),
+    ("pair_loss", "pairs: loss form"),
     ("pair_holdout", "share of pairs held out"),
 )
-PAIR_SETTINGS = ("pair_max_length", "pair_mask", "pair_holdout")  # shown for a run on pairs only
+PAIR_SETTINGS = ("pair_max_length", "pair_mask", "pair_loss", "pair_holdout")  # shown for a run on pairs only
 
 
 def hub_base_model(name: str | None) -> str | None:

@@ -22,6 +22,10 @@ Mode = Literal["words", "sentences"]
 POOLINGS = ("auto", "cls", "mean")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# a pairs run's contrastive loss: "views" = InfoNCE over all 2B views (every view's negatives: the other 2B-2); "one-way"
+# = MultipleNegativesRankingLoss's form (each partner's one positive is its string, the batch's other strings its
+# negatives; nothing pulls a string toward another string's view)
+PAIR_LOSSES = ("views", "one-way")
 
 
 def steps_per_epoch(n: int, batch_size: int, min_size: int = 2) -> int:
@@ -95,6 +99,7 @@ class MirrorConfig:
     pairs: bool = False
     pair_max_length: int = 128
     pair_mask: bool = True
+    pair_loss: str = "views"  # PAIR_LOSSES; a run without partners ignores it
     # the share of the rows with a partner held out of training, to measure the gain on (mirror.pairs.HeldOut; at most
     # 500 rows, none under 40 pairs); 0: every row trains, and nothing measures the gain
     pair_holdout: float = 0.1
@@ -154,6 +159,7 @@ class MirrorConfig:
             (self.pooling in POOLINGS, f"pooling must be one of {POOLINGS}, got {self.pooling!r}"),
             (self.device in DEVICES, f"device must be one of {DEVICES}, got {self.device!r}"),
             (self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}, got {self.precision!r}"),
+            (self.pair_loss in PAIR_LOSSES, f"pair loss must be one of {PAIR_LOSSES}, got {self.pair_loss!r}"),
         ]
         for ok, message in checks:
             if not ok:

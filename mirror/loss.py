@@ -46,6 +46,25 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, masked: torc
     return F.cross_entropy(logits, targets)
 
 
+def one_way(z1: torch.Tensor, z2: torch.Tensor, temperature: float, masked: torch.Tensor | None = None) -> torch.Tensor:
+    """MultipleNegativesRankingLoss's form: view i of z2 (a partner) against every view of z1 (the strings); its
+    positive is view i, the other B-1 its negatives but for `masked` (B, B) bool, as in `nt_xent`. Cosine in fp32.
+
+    >>> z = torch.nn.functional.normalize(torch.randn(4, 8), dim=-1)
+    >>> float(one_way(z, z, 0.05)) < float(one_way(z, torch.randn(4, 8), 0.05))
+    True
+    """
+    if z1.shape != z2.shape or z1.dim() != 2:
+        raise ValueError(f"expected two (B, D) tensors of the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
+    a, b = F.normalize(z2.float(), dim=-1), F.normalize(z1.float(), dim=-1)
+    logits = a @ b.T / temperature
+    if masked is not None:
+        drop = masked.to(a.device).clone()
+        drop.fill_diagonal_(False)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return F.cross_entropy(logits, torch.arange(a.shape[0], device=a.device))
+
+
 def guided_mask(base: torch.Tensor, margin: float) -> torch.Tensor:
     """(B, B) bool: the pairs of strings whose frozen-base embeddings are within `margin` of the cosine of a positive
     (the same string, 1): near-duplicates the base already puts together, masked as negatives (GISTEmbed's guide).

@@ -15,7 +15,7 @@ from mirror.config import MirrorConfig, detect_mode, steps_per_epoch
 from mirror.data import clean_texts, decode, read_texts
 from mirror.errors import MirrorError
 from mirror.evaluate import parse_pairs, spearman
-from mirror.loss import nt_xent
+from mirror.loss import nt_xent, one_way
 from mirror.train import plan_batches
 
 # ---------------------------------------------------------------- loss
@@ -54,6 +54,33 @@ def test_nt_xent_prefers_aligned_views():
     assert nt_xent(z, z + 0.01 * torch.randn(6, 10), 0.2) < nt_xent(z, torch.randn(6, 10), 0.2)
     with pytest.raises(ValueError):
         nt_xent(torch.randn(3, 4), torch.randn(2, 4), 0.2)
+
+
+def test_one_way_is_mnrl_a_partner_against_the_strings_with_masked_negatives_left_out():
+    """pair_loss "one-way" (issue 60, the peer's loss form): row i of z2 (a partner) scores every row of z1 (the
+    strings); cross-entropy toward its own. No string-string or partner-partner term, unlike nt_xent's 2B views."""
+    torch.manual_seed(2)
+    z1, z2 = torch.randn(5, 8), torch.randn(5, 8)
+    tau = 0.1
+    a, s = torch.nn.functional.normalize(z2, dim=-1), torch.nn.functional.normalize(z1, dim=-1)
+    expected = sum(-(float(a[i] @ s[i]) / tau - math.log(sum(math.exp(float(a[i] @ s[j]) / tau) for j in range(5))))
+                   for i in range(5)) / 5  # fmt: skip
+    assert one_way(z1, z2, tau).item() == pytest.approx(expected, rel=1e-5)
+    assert one_way(z1, z2, tau).item() != pytest.approx(nt_xent(z1, z2, tau).item(), rel=1e-3)
+    # a masked pair (rows 0 and 1 share a partner: not each other's negatives) drops from both rows' sums
+    masked = torch.zeros(5, 5, dtype=torch.bool)
+    masked[0, 1] = masked[1, 0] = True
+    keep = [[j for j in range(5) if not masked[i, j]] for i in range(5)]
+    expected = sum(-(float(a[i] @ s[i]) / tau - math.log(sum(math.exp(float(a[i] @ s[j]) / tau) for j in keep[i])))
+                   for i in range(5)) / 5  # fmt: skip
+    assert one_way(z1, z2, tau, masked).item() == pytest.approx(expected, rel=1e-5)
+    # a model that knows nothing (every view alike) scores log(B), not nt_xent's log(2B - 1)
+    same = torch.ones(5, 8)
+    assert one_way(same, same, tau).item() == pytest.approx(math.log(5), rel=1e-5)
+    with pytest.raises(ValueError):
+        one_way(torch.randn(3, 4), torch.randn(2, 4), 0.2)
+    with pytest.raises(MirrorError, match="pair loss must be one of"):
+        MirrorConfig(pair_loss="mnrl").validated()
 
 
 # ---------------------------------------------------------------- augmentation

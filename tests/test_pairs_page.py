@@ -153,6 +153,33 @@ def test_the_loss_curve_of_a_pairs_run_starts_near_its_own_chance_line(app, tiny
     assert set(frame.series) == {"each step", "smoothed"} and render.LOSS_CAPTION.startswith("1 = a model that knows")
 
 
+def test_a_one_way_pairs_run_trains_with_that_loss_and_starts_near_its_own_line(app, tiny_bert, tmp_path):
+    """pair_loss "one-way" (MNRL's form): a model that knows nothing scores log(B) per step, not log(2B-1); the run
+    trains with that loss (its first step is near log(B), far under the views loss's chance), records it in its
+    model folder and card, and its curve's line is measured with the same loss."""
+    from explorer.compare import chance
+    from explorer.resources.store import tuned_weights
+    from mirror.card import read_mirror_config
+
+    s = pairs_session(app, tmp_path)
+    overrides = {**TINY, "distill": 0.0, "pooling": "mean", "pair_loss": "one-way"}
+    app.planner.hold(s, str(tiny_bert), "auto", overrides)
+    live = chance.live(s, app.models)
+    assert list(app.trainer.train(s, str(tiny_bert), "auto", overrides))[-1].kind == "done"
+    run = s.run
+    assert read_mirror_config(tuned_weights(run.folder))["config"]["pair_loss"] == "one-way"
+    b = run.record.training.batch_sizes[0]
+    assert abs(run.losses[0] - np.log(b)) < 0.25 * np.log(b), (run.losses[0], b)  # views' chance: log(2B-1)
+    first, line = first_and_line(run, app)
+    assert line < 0.95  # log(B)-based, divided like the curve (÷ log(2B-1))
+    assert abs(first - line) <= 0.15 * line, (first, line)
+    measured = live()
+    assert measured is not None and measured.one_way and abs(measured.at(b) - line) < 0.02
+    # the same rows trained with the views loss: its line is the views one
+    views = chance.PairsChance(0.0, 1.0, measured.unrelated, measured.batch_size, 1.0)
+    assert views.at(b) == 1.0 and chance.PairsChance(0.0, 0.0, 0.0, 8, one_way=True).at(8) < 1.0
+
+
 def test_the_chance_line_is_the_mirror_one_without_distillation_and_counts_the_paired_share():
     from explorer.compare import chance
 

@@ -21,11 +21,14 @@ with p the share of the step's strings that have a partner (a row without one tr
 base that knows nothing of the pairs starts on it (the tiny random BERT: first step 1.47, line 1.48); one that
 already knows them starts below it (400 FOLDOC rows, bundled model, B 200: line 2.5, first step 1.54: the base
 finds a term's definition at cos 0.43 against 0.10 for another's). Without distillation (λ 0: a plain-MLM base's
-pairs preset) the line is the shuffled contrastive term alone.
+pairs preset) the line is the shuffled contrastive term alone. A run with MNRL's loss form (pair_loss "one-way":
+each partner against the batch's B strings) knows nothing at log(B), so its lines are measured with that loss and a
+row without a partner reads log(B) / log(2B-1) (still divided like the curve).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from collections import OrderedDict
@@ -60,13 +63,15 @@ class PairsChance:
     unrelated: float
     batch_size: int
     shuffled: float = 1.0  # the contrastive term of the base with the partners shuffled, ÷ log(2B-1)
+    one_way: bool = False  # the run's pair_loss is "one-way": its chance is log(B), not log(2B-1)
 
     def at(self, batch: int) -> float:
         """The line at a step of `batch` strings, divided as the curve divides the loss (module docstring)."""
         if batch <= 0:
             return 1.0
         share = self.paired * min(1.0, self.batch_size / batch)
-        contrastive = share * self.shuffled + (1 - share)  # a row without a partner: the mirror line
+        alone = math.log(max(2, batch)) / chance_loss(batch) if self.one_way else 1.0  # a row without a partner
+        contrastive = share * self.shuffled + (1 - share) * alone
         return contrastive + self.distill / 2 * share * max(0.0, 1.0 - self.unrelated) / chance_loss(batch)
 
 
@@ -85,20 +90,23 @@ def cross_cosine(strings: Any, partners: Any) -> float:
     return float((s.sum(axis=0) @ p.sum(axis=0) - (s * p).sum()) / (n * (n - 1)))
 
 
-def shuffled_loss(strings: Any, partners: Any, temperature: float, batch_size: int) -> float:
+def shuffled_loss(strings: Any, partners: Any, temperature: float, batch_size: int, one_way: bool = False) -> float:
     """The contrastive term (mirror.loss.nt_xent) of unit `strings` each with another row's partner (the rows
     rotated by one), in batches of at most `batch_size`, ÷ log(2B-1): what the base scores when it knows nothing of
     which partner is whose, its sides as it sees them (strings nearer each other than a partner: above 1)."""
     import torch
 
     from mirror.loss import nt_xent
+    from mirror.loss import one_way as one_way_loss
+
+    loss = one_way_loss if one_way else nt_xent
 
     s, p = torch.as_tensor(np.asarray(strings), dtype=torch.float32), torch.as_tensor(np.asarray(partners))
     p = torch.roll(p.float(), 1, dims=0)
     n, b = len(s), max(2, min(batch_size, len(s)))
     parts = [(i, min(n, i + b)) for i in range(0, n - 1, b) if min(n, i + b) - i >= 2]
     with torch.no_grad():
-        losses = [float(nt_xent(s[i:j], p[i:j], temperature)) / chance_loss(j - i) for i, j in parts]
+        losses = [float(loss(s[i:j], p[i:j], temperature)) / chance_loss(j - i) for i, j in parts]
     return sum(losses) / len(losses) if losses else 1.0
 
 
@@ -109,7 +117,8 @@ def measure(encoder: Any, texts: Sequence[str], partners: Sequence[str | None], 
     picked = [rows[j] for j in sample_ids(len(rows))]
     strings = encoder.encode([texts[i] for i in picked], normalize=True)
     others = encoder.encode([str(partners[i]) for i in picked], normalize=True)
-    return cross_cosine(strings, others), shuffled_loss(strings, others, config.temperature, config.batch_size)
+    one_way = getattr(config, "pair_loss", "views") == "one-way"
+    return cross_cosine(strings, others), shuffled_loss(strings, others, config.temperature, config.batch_size, one_way)
 
 
 def paired_share(partners: Sequence[str | None], held: int) -> float:
@@ -157,9 +166,10 @@ def _measured(run: RunInfo, models: ModelCache, kept: Any) -> PairsChance | None
     if kept is None or len(kept.rows) != len(texts):
         return None
     encoder = models.base_encoder(run.base_model, run.pooling)
-    settings = SimpleNamespace(temperature=float(tau), batch_size=batch_size)
+    pair_loss = config.get("pair_loss", "views")
+    settings = SimpleNamespace(temperature=float(tau), batch_size=batch_size, pair_loss=pair_loss)
     c0, shuffled = measure(encoder, texts, kept.rows, settings)
-    return PairsChance(float(distill), share, c0, batch_size, shuffled)
+    return PairsChance(float(distill), share, c0, batch_size, shuffled, pair_loss == "one-way")
 
 
 def live(session: Session, models: ModelCache) -> Callable[[], PairsChance | None]:
@@ -180,6 +190,7 @@ def live(session: Session, models: ModelCache) -> Callable[[], PairsChance | Non
         held = len(held_out_rows(partners, config))
         encoder = models.base_encoder(config.model, config.pooling)
         c0, shuffled = measure(encoder, texts, partners, config)
-        return PairsChance(config.distill, paired_share(partners, held), c0, config.batch_size, shuffled)
+        share = paired_share(partners, held)
+        return PairsChance(config.distill, share, c0, config.batch_size, shuffled, config.pair_loss == "one-way")
 
     return line

@@ -12,7 +12,7 @@ from typing import Any
 
 from explorer.tune.guess import planned_steps
 from mirror.bundled import DATA_DIR
-from mirror.config import BUNDLED_MODEL, DEVICES, POOLINGS, PRECISIONS, MirrorConfig
+from mirror.config import BUNDLED_MODEL, DEVICES, PAIR_LOSSES, POOLINGS, PRECISIONS, MirrorConfig
 from mirror.errors import MirrorError
 
 EXAMPLES_DIR = DATA_DIR  # the bundled examples (mirror.bundled)
@@ -71,9 +71,10 @@ LABELS: dict[str, str] = {
     "long_anchor": "Keep long texts near the base: λ (0 = off)",
     "pair_max_length": "Pairs: max length of either side (tokens)",
     "pair_mask": "Pairs: span-mask the partners too",
+    "pair_loss": "Pairs: loss (views = InfoNCE over all 2B views; one-way = a partner against the strings, as MNRL)",
     "pair_holdout": "Pairs: share of rows held out to measure the gain (0 = all train)",
 }
-CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS}
+CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS, "pair_loss": PAIR_LOSSES}
 _DEFAULTS = MirrorConfig()
 # name -> "choice" | "bool" | "int" | "float" | "str", for every MirrorConfig field but mode and model.
 ADVANCED: dict[str, str] = {
