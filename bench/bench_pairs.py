@@ -75,6 +75,12 @@ SWEEP: list[tuple[str, dict[str, Any]]] = [  # what chose the default (a step of
     ("one-way distill 10", {"blend_alpha": 1.0, "distill": 10.0, "pair_loss": "one-way"}),
     ("one-way no distill", {"blend_alpha": 1.0, "distill": 0.0, "pair_loss": "one-way"}),
     ("distill 10 min steps 100", {"blend_alpha": 1.0, "distill": 10.0, "min_steps": 100}),
+    # the peer's settings in our trainer (a diagnostic): its loss form, no distillation, partners unmasked, batches not
+    # bucketed by length (the peer's are random)
+    (
+        "peer-like",
+        {"blend_alpha": 1.0, "distill": 0.0, "pair_loss": "one-way", "pair_mask": False, "bucket_by_length": False},
+    ),
 ]
 
 
@@ -116,7 +122,7 @@ def checks_of(base, tuned, half: str) -> dict[str, Any]:
 
 def run_ours(
     texts, partners, held: HeldOut, base_ranks, config: MirrorConfig, label: str, half: str, checks: bool,
-    alphas: tuple[float, ...] = (),
+    alphas: tuple[float, ...] = (), memory_mb: int | None = None,
 ) -> list[dict]:  # fmt: skip
     """The run's row, and one row per blend α of `alphas` of its tuned weights with the base (mirror.blend: no
     training again; only where the run itself is unblended)."""
@@ -126,9 +132,10 @@ def run_ours(
 
     train_texts, train_partners = held.training()
     started = time.perf_counter()
-    result = mirror_tune(train_texts, config, pairs=train_partners if config.pairs else None)
+    budget = memory_mb * 2**20 if memory_mb else None  # pinned: the same batches split whatever else runs
+    result = mirror_tune(train_texts, config, pairs=train_partners if config.pairs else None, memory_budget=budget)
     train_s = time.perf_counter() - started
-    extra = {"steps": result.steps}
+    extra = {"steps": result.steps, "notes": list(result.notes)}
     base = load_encoder(config.model, device=str(result.encoder.device))
     if checks:
         extra |= checks_of(base, result.encoder, half)
@@ -246,6 +253,12 @@ def main() -> None:
     parser.add_argument("--alphas", default="", help="also each unblended run's tuned weights blended at these α")
     parser.add_argument("--no-mirror", action="store_true", help="skip the mirror-only run")
     parser.add_argument(
+        "--memory-mb",
+        type=int,
+        help="each of our runs' memory budget (default: read from the machine when it starts, so what else runs "
+        "decides which batches split)",
+    )
+    parser.add_argument(
         "--no-default", action="store_true", help="skip the pairs preset's own run (a sweep's rows only)"
     )
     parser.add_argument("--limit", type=int, help="rows of each half (a quick look)")
@@ -301,7 +314,9 @@ def main() -> None:
         alphas = tuple(float(a) for a in args.alphas.split(",") if a.strip())
         for label, config in runs:
             try:
-                done = run_ours(texts, partners, held, base_ranks, config, label, args.half, args.checks, alphas)
+                done = run_ours(
+                    texts, partners, held, base_ranks, config, label, args.half, args.checks, alphas, args.memory_mb
+                )
             except Exception as e:  # one variant's failure (a remedy on a new device) leaves the others measured
                 done = [{"run": label, "error": f"{type(e).__name__}: {e}"}]
             for row in done:
