@@ -14,7 +14,7 @@ import torch
 
 from mirror.config import MirrorConfig
 from mirror.encoder import Encoder, save_encoder
-from mirror.terms import added_terms
+from mirror.terms import added_terms, contrastive_name
 
 
 @dataclass
@@ -51,6 +51,7 @@ class MirrorResult:
             "final_loss": self.final_loss,
             # what the raw loss adds to InfoNCE (mirror.terms.added_terms): the run table names it
             "loss_terms": added_terms(self.config),
+            "loss_form": contrastive_name(self.config),
             "notes": self.notes,
         }
 

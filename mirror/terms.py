@@ -157,6 +157,12 @@ def long_texts(texts: Sequence[str], lengths: Sequence[int], seed: int) -> list[
     return joined(list(texts), n, seed + 5)
 
 
+def contrastive_name(config: MirrorConfig) -> str:
+    """The contrastive loss a step reports, as the run's page names it: a pairs run's pair_loss "one-way" is
+    MultipleNegativesRankingLoss's form (mirror.loss.one_way), everything else InfoNCE over the 2B views."""
+    return "one-way InfoNCE, as MNRL" if config.pairs and config.pair_loss == "one-way" else "InfoNCE"
+
+
 def added_terms(config: MirrorConfig) -> list[str]:
     """What `terms_for` adds to the contrastive loss a step reports, as the run's page names them (a mask, guided
     negatives, adds nothing): the raw loss of a run with any is not InfoNCE alone."""

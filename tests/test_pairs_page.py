@@ -168,6 +168,7 @@ def test_a_one_way_pairs_run_trains_with_that_loss_and_starts_near_its_own_line(
     assert list(app.trainer.train(s, str(tiny_bert), "auto", overrides))[-1].kind == "done"
     run = s.run
     assert read_mirror_config(tuned_weights(run.folder))["config"]["pair_loss"] == "one-way"
+    assert "| Loss (raw one-way InfoNCE, as MNRL) |" in render.run_md(run)  # the run table names its loss
     b = run.record.training.batch_sizes[0]
     assert abs(run.losses[0] - np.log(b)) < 0.25 * np.log(b), (run.losses[0], b)  # views' chance: log(2B-1)
     first, line = first_and_line(run, app)

@@ -203,7 +203,8 @@ def loss_label(t: Any) -> str:
     distillation to the base: its first step is not InfoNCE's alone); "raw" alone for a record that does not say."""
     if t.loss_terms is None:
         return "Loss (raw)"
-    return "Loss (raw InfoNCE" + "".join(f" + {term}" for term in t.loss_terms) + ")"
+    form = t.loss_form or "InfoNCE"
+    return f"Loss (raw {form}" + "".join(f" + {term}" for term in t.loss_terms) + ")"
 
 
 def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:

@@ -63,6 +63,7 @@ class Training:
     blend_choice: dict[str, Any] | None = None  # how a pairs run chose its α (mirror.choose.Choice.to_dict)
     # what its loss adds to InfoNCE (mirror.terms.added_terms: "distillation to the base λ 10"); None: not recorded
     loss_terms: list[str] | None = None
+    loss_form: str | None = None  # its contrastive loss (mirror.terms.contrastive_name); None: InfoNCE (not recorded)
 
 
 @dataclass
@@ -137,6 +138,7 @@ TRAINED_MORE = (
     "run_alpha",
     "blend_choice",
     "loss_terms",
+    "loss_form",
 )  # after summary, pooling: mirror.job
 TIMING = ("load_seconds", "blend_seconds", "served_seconds", "wall_seconds", "started_at", "finished_at")
 TIMING += ("tuned_index_seconds", "waited_seconds")
@@ -148,6 +150,8 @@ def training_of(stats: Mapping[str, Any]) -> Training:
     fields = {k: stats.get(k) for k in (*TRAINING, *TRAINED_MORE)}
     terms = fields["loss_terms"]  # (an uploaded zip's mirror_config.json says anything: a list of names, or nothing)
     fields["loss_terms"] = [str(t) for t in terms] if isinstance(terms, list) else None
+    form = fields["loss_form"]
+    fields["loss_form"] = form[:80] if isinstance(form, str) and form.strip() else None
     return Training(**fields, pairs=pairs_of(stats.get("pairs")))
 
 
