@@ -577,7 +577,8 @@ def watch_console(page, errors: list[str]) -> None:
         if any(cut in msg.text for cut in RELOAD_CUTS):
             return
         if msg.type == "error" or "Infinite extent" in msg.text:
-            errors.append(f"console {msg.type}: {msg.text}")
+            where = (msg.location or {}).get("url") or ""  # which resource: a 404 names its URL only here
+            errors.append(f"console {msg.type}: {msg.text}" + (f" ({where})" if where else ""))
 
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
     page.on("console", on_console)
