@@ -38,9 +38,7 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, masked: torc
     logits = z @ z.T / temperature
     logits.fill_diagonal_(float("-inf"))  # a view is not its own negative
     if masked is not None:
-        drop = masked.to(z.device).clone()
-        drop.fill_diagonal_(False)
-        logits = logits.masked_fill(drop.repeat(2, 2), float("-inf"))
+        logits = logits.masked_fill(_off_diagonal(masked, z.device).repeat(2, 2), float("-inf"))
     # made on the device: a host tensor copied there (`.to(device)`) is a blocking copy, a host-device sync each step
     targets = torch.cat([torch.arange(b, 2 * b, device=z.device), torch.arange(0, b, device=z.device)])
     return F.cross_entropy(logits, targets)
@@ -59,10 +57,19 @@ def one_way(z1: torch.Tensor, z2: torch.Tensor, temperature: float, masked: torc
     a, b = F.normalize(z2.float(), dim=-1), F.normalize(z1.float(), dim=-1)
     logits = a @ b.T / temperature
     if masked is not None:
-        drop = masked.to(a.device).clone()
-        drop.fill_diagonal_(False)
-        logits = logits.masked_fill(drop, float("-inf"))
+        logits = logits.masked_fill(_off_diagonal(masked, a.device), float("-inf"))
     return F.cross_entropy(logits, torch.arange(a.shape[0], device=a.device))
+
+
+# a pairs run's contrastive loss by its config's pair_loss (mirror.config.PAIR_LOSSES); a mirror run's is nt_xent
+PAIR_LOSS = {"views": nt_xent, "one-way": one_way}
+
+
+def _off_diagonal(masked: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`masked` on `device` without its diagonal: a string's own views stay its positive."""
+    drop = masked.to(device).clone()
+    drop.fill_diagonal_(False)
+    return drop
 
 
 def guided_mask(base: torch.Tensor, margin: float) -> torch.Tensor:

@@ -26,7 +26,7 @@ from mirror.encoder import Encoder, attention_note, autocast, load_encoder, reso
 from mirror.errors import MirrorError
 from mirror.general import Mixer
 from mirror.lora import add_lora, merge_lora
-from mirror.loss import nt_xent, one_way
+from mirror.loss import PAIR_LOSS, nt_xent
 from mirror.plan import (  # re-exported: `from mirror.train import plan_steps` as before
     BUCKET_CHUNK,
     MASK_EXTRA_TOKENS,
@@ -508,7 +508,7 @@ def _train_step(
     z1 = distributed.gather_with_grad(emb[:b], n)
     z2 = distributed.gather_with_grad(emb[b:], n)
     masked = functools.reduce(torch.logical_or, masks) if masks else None
-    contrastive = one_way if config.pairs and config.pair_loss == "one-way" else nt_xent
+    contrastive = PAIR_LOSS[config.pair_loss] if config.pairs else nt_xent
     loss = contrastive(z1, z2, config.temperature, masked)  # fp32 inside, whatever the autocast
     for penalty in penalties:
         loss = loss + penalty

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mirror.config import PAIR_LOSSES
 from mirror.loss import chance_loss
 
 if TYPE_CHECKING:
@@ -90,16 +91,15 @@ def cross_cosine(strings: Any, partners: Any) -> float:
     return float((s.sum(axis=0) @ p.sum(axis=0) - (s * p).sum()) / (n * (n - 1)))
 
 
-def shuffled_loss(strings: Any, partners: Any, temperature: float, batch_size: int, one_way: bool = False) -> float:
+def shuffled_loss(strings: Any, partners: Any, temperature: float, batch_size: int, pair_loss: str = "views") -> float:
     """The contrastive term (mirror.loss.nt_xent) of unit `strings` each with another row's partner (the rows
     rotated by one), in batches of at most `batch_size`, ÷ log(2B-1): what the base scores when it knows nothing of
     which partner is whose, its sides as it sees them (strings nearer each other than a partner: above 1)."""
     import torch
 
-    from mirror.loss import nt_xent
-    from mirror.loss import one_way as one_way_loss
+    from mirror.loss import PAIR_LOSS
 
-    loss = one_way_loss if one_way else nt_xent
+    loss = PAIR_LOSS[pair_loss]
 
     s, p = torch.as_tensor(np.asarray(strings), dtype=torch.float32), torch.as_tensor(np.asarray(partners))
     p = torch.roll(p.float(), 1, dims=0)
@@ -117,8 +117,8 @@ def measure(encoder: Any, texts: Sequence[str], partners: Sequence[str | None], 
     picked = [rows[j] for j in sample_ids(len(rows))]
     strings = encoder.encode([texts[i] for i in picked], normalize=True)
     others = encoder.encode([str(partners[i]) for i in picked], normalize=True)
-    one_way = getattr(config, "pair_loss", "views") == "one-way"
-    return cross_cosine(strings, others), shuffled_loss(strings, others, config.temperature, config.batch_size, one_way)
+    shuffled = shuffled_loss(strings, others, config.temperature, config.batch_size, config.pair_loss)
+    return cross_cosine(strings, others), shuffled
 
 
 def paired_share(partners: Sequence[str | None], held: int) -> float:
@@ -166,7 +166,7 @@ def _measured(run: RunInfo, models: ModelCache, kept: Any) -> PairsChance | None
     if kept is None or len(kept.rows) != len(texts):
         return None
     encoder = models.base_encoder(run.base_model, run.pooling)
-    pair_loss = config.get("pair_loss", "views")
+    pair_loss = config.get("pair_loss") if config.get("pair_loss") in PAIR_LOSSES else "views"
     settings = SimpleNamespace(temperature=float(tau), batch_size=batch_size, pair_loss=pair_loss)
     c0, shuffled = measure(encoder, texts, kept.rows, settings)
     return PairsChance(float(distill), share, c0, batch_size, shuffled, pair_loss == "one-way")
