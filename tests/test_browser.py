@@ -567,20 +567,40 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
 RELOAD_CUTS = ("AbortError: signal is aborted without reason", "Unexpected error Connection errored out.")
 
 
+UPLOAD_PROGRESS = "/gradio_api/upload_progress"
+
+
 def watch_console(page, errors: list[str]) -> None:
     """Page errors and console errors (a script that threw, a failed frontend call) end up in `errors`, and so do
-    Vega-Lite's "Infinite extent" warnings: a chart handed no rows (tab ①'s loss curve during a blend did)."""
+    Vega-Lite's "Infinite extent" warnings: a chart handed no rows (tab ①'s loss curve during a blend did).
+
+    Forgiven, as Gradio's own artefacts of a loaded machine: an upload's progress stream answered 404 (Gradio waits
+    3 s for the upload's POST to be tracked, then says "Upload not found": the POST started later than its progress
+    stream, as on a busy server; the upload itself completes) and the "Response" its client logs for that 404, one per
+    such response. A fresh-clone suite failed once on exactly these three lines (a 404 and two "Response") at the
+    second browser's uploads; `test_an_upload_whose_progress_stream_404s_still_loads` makes the 404 on purpose."""
+    stalled = {"responses": 0, "forgiven": 0}
+
+    def on_response(response) -> None:
+        if response.status == 404 and UPLOAD_PROGRESS in response.url:
+            stalled["responses"] += 1
 
     def on_console(msg) -> None:
         # a reload while a request is in flight (a plan, the Explore panels) makes Gradio's client log the fetch it
         # aborted: the page went away, nothing failed
         if any(cut in msg.text for cut in RELOAD_CUTS):
             return
+        where = (msg.location or {}).get("url") or ""  # which resource: a 404 names its URL only here
+        if msg.type == "error" and UPLOAD_PROGRESS in where and "404" in msg.text:
+            return
+        if msg.type == "error" and msg.text == "Response" and stalled["forgiven"] < stalled["responses"]:
+            stalled["forgiven"] += 1
+            return
         if msg.type == "error" or "Infinite extent" in msg.text:
-            where = (msg.location or {}).get("url") or ""  # which resource: a 404 names its URL only here
             errors.append(f"console {msg.type}: {msg.text}" + (f" ({where})" if where else ""))
 
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+    page.on("response", on_response)
     page.on("console", on_console)
 
 
@@ -776,4 +796,37 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
         expect(other.locator("#mx-input")).to_contain_text("nul.csv: looks like a binary file")
         assert "_nul.csv" not in other.locator("#mx-input").inner_text()
         review_shot(other, "newcomer_6_second_browser.png")
+        assert not errors, errors
+
+
+def test_an_upload_whose_progress_stream_404s_still_loads(server, browser, tmp_path):
+    """Gradio answers an upload's progress stream 404 when the upload's POST is not tracked 3 s after it (a busy
+    server): the file still loads and Launch is offered, and watch_console forgives that 404 and the "Response" the
+    client logs for it (and nothing else: the page's own console, watched raw, shows both lines were logged)."""
+    from playwright.sync_api import expect
+
+    errors: list[str] = []
+    raw: list[str] = []
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    watch_console(page, errors)
+    page.on("console", lambda msg: msg.type == "error" and raw.append(msg.text))
+    stalled: list[str] = []
+
+    def not_tracked(route) -> None:
+        stalled.append(route.request.url)
+        route.fulfill(status=404, body="Upload not found")  # what gradio.routes' get_upload_progress says after 3 s
+
+    page.route(f"**{UPLOAD_PROGRESS}*", not_tracked)
+    with shot_on_failure(page, "upload_progress_404_failure.png", closing=context):
+        page.goto(server)
+        words = tmp_path / "words.txt"
+        words.write_text("\n".join(WORDS[:30]) + "\n")
+        upload_file(page, words)
+        expect(page.locator("#mx-input")).to_contain_text("30 strings loaded")
+        expect(page.locator("#mx-launch")).to_be_enabled()
+        assert stalled, "the upload opened no progress stream: this test no longer exercises anything"
+        page.wait_for_timeout(500)  # the client's catch logs after the 404 arrives
+        assert any("404" in text for text in raw) and "Response" in raw, raw
         assert not errors, errors
