@@ -1,0 +1,266 @@
+"""Is one α for every weight the best blend? (issue 60: in-domain below the peer under the checks' rule.)
+
+    .venv/bin/python bench/bench_layer_blend.py [--sets stdlib,foldoc] [--half dev] [--limit 1000] [--seed 0] [--memory-mb 12000]
+
+A pairs run's blend (mirror.choose) sets every weight to (1 - α)·base + α·tuned with one α from mirror.choose.ALPHAS.
+This bench trains the pairs preset once per set (unblended, as a run does before it chooses), then measures blends
+that need no training again:
+- uniform α on a finer grid than the app's four (1, 0.875, ..., 0.25);
+- a profile over depth: α rising or falling linearly from the embeddings (depth 0) to the last layer (depth 1; the
+  pooler with it), and the embeddings kept at the base with the layers at one α.
+Each blend is measured as a run's choice sees it and as a report would: of the set half's rows a seeded 20% (at most
+600) never trains; half of those are the *choice* rows (held-out MRR@10 a run chooses on), half the *report* rows; the
+general checks' dev halves with their noise (the rule the app serves by: mirror.choose.within_rule), and their check
+halves (reported: a check past half its margin below the base). Then each family of blends serves the one a run would
+(the most choice-row gain within the rule on the dev halves) and the table reports its report-row gain and check
+halves. `--freeze-top N` trains with the top N layers frozen (a bench-only variant: where the blends say forgetting
+sits, the lower layers learn the pairs alone); `--families uniform` measures the uniform blends only.
+JSON: bench/out/layer-blend-<half>[-top<N>-frozen][-seed<seed>].json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import bench_pairs
+from common import print_table, write_json
+
+from mirror.config import MirrorConfig
+from mirror.pairs import HeldOut, figures, gain, holdout
+
+UNIFORM = (1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25)
+APP_GRID = (1.0, 0.75, 0.5, 0.25)  # mirror.choose.ALPHAS when this bench was written
+LINES = ((0.0, 1.0), (0.5, 1.0), (0.25, 0.75), (1.0, 0.0), (1.0, 0.5), (0.75, 0.25))
+EMBEDDINGS_AT_BASE = (1.0, 0.75)
+
+
+def profiles() -> list[tuple[str, str, Callable[[float], float]]]:
+    """(family, label, α of depth) for every blend measured; depth 0 the embeddings, 1 the last layer."""
+    out: list[tuple[str, str, Callable[[float], float]]] = []
+    for a in UNIFORM:
+        out.append(("uniform", f"α {a:g}", lambda d, a=a: a))
+    for lo, hi in LINES:
+        family = "rising" if hi > lo else "falling"
+        out.append((family, f"α {lo:g}→{hi:g}", lambda d, lo=lo, hi=hi: lo + (hi - lo) * d))
+    for a in EMBEDDINGS_AT_BASE:
+        out.append(("embeddings at base", f"emb 0, layers {a:g}", lambda d, a=a: 0.0 if d == 0.0 else a))
+    return out
+
+
+def depth_of(key: str, layers: int) -> float:
+    """0 for the embeddings, (i + 1) / layers for encoder layer i, 1 for anything after (the pooler)."""
+    if key.startswith("embeddings."):
+        return 0.0
+    found = re.search(r"(?:^|\.)layer\.(\d+)\.", key)
+    return (int(found.group(1)) + 1) / layers if found else 1.0
+
+
+def set_profile(work: Any, trained: dict, base_state: dict, alpha_of: Callable[[float], float]) -> None:
+    import torch
+
+    layers = int(work.model.config.num_hidden_layers)
+    mixed = {}
+    for key, w in trained.items():
+        if not w.is_floating_point():
+            mixed[key] = w
+            continue
+        a = float(alpha_of(depth_of(key, layers)))
+        mixed[key] = base_state[key] * (1.0 - a) + w * a
+    with work.changing_weights(), torch.no_grad():
+        work.model.load_state_dict(mixed)
+
+
+def freeze_top(n: int) -> None:
+    """A bench-only variant (not a MirrorConfig field): the top `n` transformer layers keep the base's weights while
+    the rest trains (mirror.train's set_trainable wrapped), the mirror image of `freeze_layers`; where the blends
+    say forgetting sits (the top layers), the lower layers then learn the pairs alone."""
+    import mirror.train
+    from mirror.lora import LAYER
+    from mirror.trainable import set_trainable
+
+    def wrapped(model: Any, config: Any) -> None:
+        set_trainable(model, config)
+        layers = int(model.config.num_hidden_layers)
+        for name, param in model.named_parameters():
+            found = LAYER.search(name)
+            if found is not None and int(found.group(1)) >= layers - n:
+                param.requires_grad_(False)
+
+    mirror.train.set_trainable = wrapped
+
+
+def half_changes(base: Any, encoder: Any, half: str, kept: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """Each general check's change (points, blend - base) on `half`, and its standard error (mirror.choose.noise)."""
+    from mirror.checks import CHECKS, check_items, score, side
+    from mirror.choose import noise
+
+    changes, spread = {}, {}
+    for check in CHECKS:
+        items = check_items(check, half)
+        if (check.name, half) not in kept:
+            kept[(check.name, half)] = side(base, check, items)
+        ours = side(encoder, check, items)
+        changes[check.name] = round(score(items, ours) - score(items, kept[(check.name, half)]), 2)
+        spread[check.name] = round(noise(items, kept[(check.name, half)], ours), 2)
+    return changes, spread
+
+
+def one(
+    name: str,
+    half: str,
+    limit: int | None,
+    seed: int,
+    memory_mb: int | None,
+    max_steps: int | None = None,
+    check_halves: bool = True,
+    families: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    from mirror.checks import CHECKS
+    from mirror.choose import within_rule
+    from mirror.config import detect_mode
+    from mirror.encoder import load_encoder
+    from mirror.train import mirror_tune
+
+    texts, partners = bench_pairs.read_set(name, half, limit)
+    held = HeldOut(texts, partners, holdout(partners, bench_pairs.HELD_FRACTION, bench_pairs.HELD_MOST, seed=7))
+    rows = list(held.rows)
+    random.Random(seed).shuffle(rows)
+    choice = HeldOut(texts, partners, sorted(rows[: len(rows) // 2]))
+    report = HeldOut(texts, partners, sorted(rows[len(rows) // 2 :]))
+    mode, _ = detect_mode(held.training()[0])
+    config = dataclasses.replace(
+        MirrorConfig.preset(mode, pairs=True, seed=seed, device="cpu", max_steps=max_steps), blend_alpha=1.0
+    )
+    base = load_encoder(config.model, device="cpu")
+    base_choice, base_report = choice.ranks(base), report.ranks(base)
+    train_texts, train_partners = held.training()
+    started = time.perf_counter()
+    budget = memory_mb * 2**20 if memory_mb else None
+    result = mirror_tune(train_texts, config, pairs=train_partners, memory_budget=budget)
+    train_s = round(time.perf_counter() - started, 1)
+    print(f"{name} {half}: {len(texts):,} strings, {len(rows)} held out, trained {result.steps} steps in {train_s} s")
+    work = result.encoder
+    trained = {k: v.detach().clone() for k, v in work.model.state_dict().items()}
+    base_state = {k: v.detach().to(trained[k].dtype) for k, v in base.model.state_dict().items()}
+    margins = {c.name: c.margin for c in CHECKS}
+    kept: dict = {}
+    out = []
+    for family, label, alpha_of in profiles():
+        if families and family not in families:
+            continue
+        set_profile(work, trained, base_state, alpha_of)
+        chosen_ranks, report_ranks = choice.ranks(work), report.ranks(work)
+        dev, dev_noise = half_changes(base, work, "dev", kept)
+        check = half_changes(base, work, "check", kept)[0] if check_halves else {}
+        g = gain(base_report, report_ranks)
+        row = {
+            "set": name,
+            "half": half,
+            "seed": seed,
+            "steps": result.steps,
+            "train_s": train_s,
+            "family": family,
+            "blend": label,
+            "choice_gain": round(figures(chosen_ranks)["mrr10"] - figures(base_choice)["mrr10"], 2),
+            "report_gain": round(g.tuned["mrr10"] - g.base["mrr10"], 2),
+            "report_ci": [round(g.low["mrr10"], 1), round(g.high["mrr10"], 1)],
+            "dev_within": within_rule(dev, CHECKS, dev_noise),
+            "dev_within_strict": within_rule(dev, CHECKS),
+            "dev": dev,
+            "dev_noise": dev_noise,
+            "check": check,
+            "check_past": ", ".join(k for k, v in check.items() if v < -0.5 * margins[k]),
+        }
+        out.append(row)
+        print(
+            f"  {label:>20}: choice {row['choice_gain']:+.1f}, report {row['report_gain']:+.1f}, "
+            f"dev within {row['dev_within']}, check past: {row['check_past'] or 'none'}",
+            flush=True,
+        )
+    return out
+
+
+def served(rows: list[dict[str, Any]], keep: Callable[[dict[str, Any]], bool], rule: str = "dev_within") -> dict:
+    """The blend a run would serve among `rows` that `keep` admits: the most choice-row gain within the rule (a tie
+    nearer the base: the lower mean α is not known here, so the first listed); none within: the lowest uniform α."""
+    pool = [r for r in rows if keep(r)]
+    within = [r for r in pool if r[rule]]
+    if within:
+        return max(within, key=lambda r: r["choice_gain"])
+    return min((r for r in pool if r["family"] == "uniform"), key=lambda r: float(r["blend"].split()[1]))
+
+
+FAMILIES: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "app grid (4 α)": lambda r: r["family"] == "uniform" and float(r["blend"].split()[1]) in APP_GRID,
+    "uniform (7 α)": lambda r: r["family"] == "uniform",
+    "uniform + rising": lambda r: r["family"] in ("uniform", "rising"),
+    "uniform + falling": lambda r: r["family"] in ("uniform", "falling"),
+    "uniform + embeddings at base": lambda r: r["family"] in ("uniform", "embeddings at base"),
+    "all profiles": lambda r: True,
+}
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    table = []
+    for key in sorted({(r["set"], r["half"], r["seed"]) for r in rows}):
+        mine = [r for r in rows if (r["set"], r["half"], r["seed"]) == key]
+        for family, keep in FAMILIES.items():
+            r = served(mine, keep)
+            table.append(
+                {
+                    "set": key[0],
+                    "seed": key[2],
+                    "family": family,
+                    "served": r["blend"],
+                    "choice_gain": r["choice_gain"],
+                    "report_gain": r["report_gain"],
+                    "check_past": r["check_past"] or "none",
+                }
+            )
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", default="stdlib,foldoc")
+    parser.add_argument("--half", choices=["dev", "check"], default="dev")
+    parser.add_argument("--limit", type=int, default=1000, help="rows of each half (bench_blend_choice's default)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory-mb", type=int, default=12000, help="the run's memory budget (pinned: same splits)")
+    parser.add_argument("--max-steps", type=int, help="stop training after this many steps (a smoke run)")
+    parser.add_argument("--families", default="", help="only these blend families (comma-separated: uniform, ...)")
+    parser.add_argument("--freeze-top", type=int, default=0, help="train with the top N layers frozen (bench-only)")
+    parser.add_argument("--no-check-halves", action="store_true", help="the checks' dev halves only (a dev look)")
+    args = parser.parse_args()
+    bench_pairs.SETS.setdefault("go", (bench_pairs.EXAMPLES / "pairs" / "gene-ontology.tsv", "text", "term"))
+    if args.freeze_top:
+        freeze_top(args.freeze_top)
+    rows: list[dict[str, Any]] = []
+    top = f"-top{args.freeze_top}-frozen" if args.freeze_top else ""
+    name = f"layer-blend-{args.half}{top}{f'-seed{args.seed}' if args.seed else ''}.json"
+    for set_name in args.sets.split(","):
+        rows += one(
+            set_name,
+            args.half,
+            args.limit,
+            args.seed,
+            args.memory_mb,
+            args.max_steps,
+            not args.no_check_halves,
+            tuple(f for f in args.families.split(",") if f),
+        )
+        write_json(name, {"rows": rows, "args": vars(args), "partial": True})
+    print_table(rows, ["set", "blend", "choice_gain", "report_gain", "dev_within", "dev_within_strict", "check_past"])
+    table = summary(rows)
+    print_table(table, ["set", "seed", "family", "served", "choice_gain", "report_gain", "check_past"])
+    write_json(name, {"rows": rows, "summary": table, "args": vars(args)})
+
+
+if __name__ == "__main__":
+    main()
