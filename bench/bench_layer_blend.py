@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,7 +56,9 @@ def depth_of(key: str, layers: int) -> float:
     """0 for the embeddings, (i + 1) / layers for encoder layer i, 1 for anything after (the pooler)."""
     if key.startswith("embeddings."):
         return 0.0
-    found = re.search(r"(?:^|\.)layer\.(\d+)\.", key)
+    from mirror.lora import LAYER
+
+    found = LAYER.search(key)
     return (int(found.group(1)) + 1) / layers if found else 1.0
 
 
@@ -95,22 +96,6 @@ def freeze_top(n: int) -> None:
     mirror.train.set_trainable = wrapped
 
 
-def half_changes(base: Any, encoder: Any, half: str, kept: dict) -> tuple[dict[str, float], dict[str, float]]:
-    """Each general check's change (points, blend - base) on `half`, and its standard error (mirror.choose.noise)."""
-    from mirror.checks import CHECKS, check_items, score, side
-    from mirror.choose import noise
-
-    changes, spread = {}, {}
-    for check in CHECKS:
-        items = check_items(check, half)
-        if (check.name, half) not in kept:
-            kept[(check.name, half)] = side(base, check, items)
-        ours = side(encoder, check, items)
-        changes[check.name] = round(score(items, ours) - score(items, kept[(check.name, half)]), 2)
-        spread[check.name] = round(noise(items, kept[(check.name, half)], ours), 2)
-    return changes, spread
-
-
 def one(
     name: str,
     half: str,
@@ -122,7 +107,7 @@ def one(
     families: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     from mirror.checks import CHECKS
-    from mirror.choose import within_rule
+    from mirror.choose import check_changes, within_rule
     from mirror.config import detect_mode
     from mirror.encoder import load_encoder
     from mirror.train import mirror_tune
@@ -149,15 +134,16 @@ def one(
     trained = {k: v.detach().clone() for k, v in work.model.state_dict().items()}
     base_state = {k: v.detach().to(trained[k].dtype) for k, v in base.model.state_dict().items()}
     margins = {c.name: c.margin for c in CHECKS}
-    kept: dict = {}
+    kept_dev: dict = {}
+    kept_check: dict = {}
     out = []
     for family, label, alpha_of in profiles():
         if families and family not in families:
             continue
         set_profile(work, trained, base_state, alpha_of)
         chosen_ranks, report_ranks = choice.ranks(work), report.ranks(work)
-        dev, dev_noise = half_changes(base, work, "dev", kept)
-        check = half_changes(base, work, "check", kept)[0] if check_halves else {}
+        dev, dev_noise = check_changes(base, work, CHECKS, kept_dev)
+        check = check_changes(base, work, CHECKS, kept_check, "check")[0] if check_halves else {}
         g = gain(base_report, report_ranks)
         row = {
             "set": name,
@@ -187,8 +173,8 @@ def one(
 
 
 def served(rows: list[dict[str, Any]], keep: Callable[[dict[str, Any]], bool], rule: str = "dev_within") -> dict:
-    """The blend a run would serve among `rows` that `keep` admits: the most choice-row gain within the rule (a tie
-    nearer the base: the lower mean α is not known here, so the first listed); none within: the lowest uniform α."""
+    """The blend a run would serve among `rows` that `keep` admits: the most choice-row gain within the rule (a tie:
+    the first listed); none within: the lowest uniform α, as mirror.choose serves."""
     pool = [r for r in rows if keep(r)]
     within = [r for r in pool if r[rule]]
     if within:

@@ -101,18 +101,18 @@ def held_mrr(encoder: Any, strings: Sequence[str], partners: Sequence[str | None
 
 
 def check_changes(
-    base: Any, tuned: Any, checks: Sequence[Any], base_sides: dict[str, Any]
+    base: Any, tuned: Any, checks: Sequence[Any], base_sides: dict[str, Any], half: str = "dev"
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Each check's dev-half score, blend minus base (points), and that change's standard error (`noise`); the base's
-    side computed once into `base_sides` (and kept for the process by its fingerprint: mirror.checks.kept_side, so a
-    later run on the same base pays for its blends only)."""
+    """Each check's score on `half` (the choice: its dev half), blend minus base (points), and that change's standard
+    error (`noise`); the base's side computed once into `base_sides` (one dict per half; kept for the process by its
+    fingerprint too: mirror.checks.kept_side, so a later run on the same base pays for its blends only)."""
     from mirror.checks import check_items, kept_side, score, side
 
     changes, spread = {}, {}
     for check in checks:
-        items = check_items(check, "dev")
+        items = check_items(check, half)
         if check.name not in base_sides:
-            base_sides[check.name] = kept_side(base, check, "dev", items)
+            base_sides[check.name] = kept_side(base, check, half, items)
         tuned_side = side(tuned, check, items)
         changes[check.name] = round(score(items, tuned_side) - score(items, base_sides[check.name]), 2)
         spread[check.name] = round(noise(items, base_sides[check.name], tuned_side), 2)
