@@ -42,6 +42,23 @@ from ui.web.tabs import install as charge_server_work
 
 __all__ = ["MirrorApp", "Settings", "Session", "build_demo", "main"]
 
+# Gradio's default theme declares its Source Sans Pro at weights 400 and 600, and the 600 file its wheel ships holds
+# only a few glyphs (" AB" of ASCII, 55 in all; the 400 and the 700 files hold 1,615): every semibold or bold text
+# (headings, <b>, buttons) drew its "B" in Source Sans and the rest in a fallback font (a newcomer's "lighter capital
+# B"); its IBM Plex Mono's 600 file, 75 glyphs of 750. The same theme with the full bold faces for every weight above
+# 400 (tests/test_browser.py: every face the page declares draws a heading's letters itself).
+FONTS = (400, 700)
+
+
+def theme() -> gr.themes.Base:
+    body = gr.themes.LocalFont("Source Sans Pro", weights=FONTS)
+    mono = gr.themes.LocalFont("IBM Plex Mono", weights=FONTS)
+    return gr.themes.Default(
+        font=[body, "ui-sans-serif", "system-ui", "sans-serif"],
+        font_mono=[mono, "ui-monospace", "Consolas", "monospace"],
+    )
+
+
 CSS = """
 #mx-header h1 {margin-bottom: 0}
 .mx-step {font-weight: 600}
@@ -259,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_file_size=limit,
         css=CSS,
         head=HEAD,
+        theme=theme(),
         show_error=False,
         blocked_paths=blocked,
         # every request's server work charged to its visitor (ui.web.tabs); the app's download links

@@ -830,3 +830,48 @@ def test_an_upload_whose_progress_stream_404s_still_loads(server, browser, tmp_p
         page.wait_for_timeout(500)  # the client's catch logs after the 404 arrives
         assert any("404" in text for text in raw) and "Response" in raw, raw
         assert not errors, errors
+
+
+# Each @font-face the page declares, loaded under a name of its own and measured with two different fallbacks: a
+# face that holds every letter of the text draws it the same width either way; one missing letters leaves them to
+# the fallback, and the widths differ.
+FACES_JS = """async (text) => {
+  const rules = [];
+  for (const sheet of document.styleSheets) {
+    let list;
+    try { list = sheet.cssRules; } catch (e) { continue; }
+    for (const r of list) if (r instanceof CSSFontFaceRule) rules.push(r);
+  }
+  const ctx = document.createElement("canvas").getContext("2d");
+  const out = [];
+  for (const [i, r] of rules.entries()) {
+    const found = r.style.getPropertyValue("src").match(/url\\(["']?([^"')]+)["']?\\)/);
+    if (!found) continue;
+    const url = new URL(found[1], r.parentStyleSheet.href || document.baseURI).href;
+    const name = "mx-probe-" + i;
+    const face = new FontFace(name, `url(${url})`);
+    await face.load();
+    document.fonts.add(face);
+    const width = (fallback) => { ctx.font = `40px "${name}", ${fallback}`; return ctx.measureText(text).width; };
+    out.push({family: r.style.getPropertyValue("font-family").replace(/['"]/g, ""),
+              weight: r.style.getPropertyValue("font-weight"), url, mono: width("monospace"), serif: width("serif")});
+  }
+  return out;
+}"""
+
+
+def test_every_font_face_the_page_declares_draws_its_headings_letters(server, browser):
+    """Gradio's default theme declares Source Sans Pro at 600 from a file of 55 glyphs (" AB" of ASCII): every
+    semibold or bold text drew its "B" in Source Sans and the rest in a fallback font (a newcomer's "lighter capital
+    B" in "2. Base model and settings"). app.theme declares only full faces; each is loaded and measured here."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    with shot_on_failure(page, "font_faces_failure.png", closing=context):
+        page.goto(server)
+        page.wait_for_selector("#mx-header")
+        faces = page.evaluate(FACES_JS, "2. Base model and settings: Tune, Search, Evaluate, Explore")
+    body = [f for f in faces if f["family"] == "Source Sans Pro"]
+    assert body and any(int(f["weight"]) > 400 for f in body), faces  # the bold text's face is declared and probed
+    partial = [f"{f['family']} {f['weight']} ({f['url']})" for f in faces if abs(f["mono"] - f["serif"]) > 0.01]
+    assert not partial, f"faces missing letters of the text: {partial}"
