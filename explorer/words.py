@@ -14,6 +14,11 @@ def fmt_seconds(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
+def about(s: float) -> str:
+    """An estimate's duration: "~2 min", and "under a second" without the "~" ("~under a second" read badly)."""
+    return fmt_seconds(s) if s < 1 else "~" + fmt_seconds(s)
+
+
 def message(text: str, kind: str = "error") -> str:
     """A Markdown box for the UI: a quoted line that says what happened, never a traceback."""
     prefix = {"error": "**Error:** ", "warning": "**Note:** ", "info": "", "ok": ""}[kind]

@@ -89,7 +89,10 @@ TOKENIZER_LOCK = threading.RLock()
 
 
 def tokenized(tokenizer: Any, texts: Any, **kwargs: Any) -> Any:
-    """`tokenizer(texts, **kwargs)` holding TOKENIZER_LOCK."""
+    """`tokenizer(texts, **kwargs)` holding TOKENIZER_LOCK; not verbose: a count of a string's tokens past the model's
+    length (token_lengths, the general checks' lengths) is what it asks for, not the "will result in indexing errors"
+    warning transformers logs for it (a server's log said so at every start)."""
+    kwargs.setdefault("verbose", False)
     with TOKENIZER_LOCK:
         return tokenizer(texts, **kwargs)
 

@@ -121,7 +121,9 @@ def _table(text: str, delimiter: str, name: str, column: str | None, notes: list
     if has_header(rows, column):
         header, body, body_lines = first, rows[1:], lines[1:]
         if not any(any(cell.strip() for cell in row) for row in body):
-            raise MirrorError(f"{name}: has a header row ({', '.join(header)[:80]}) and no rows of data under it")
+            # rows of empty cells (",,") are not "no rows": said as they are (a newcomer's 50 rows of empty cells)
+            under = f"{len(body):,} rows under it, every cell empty" if body else "no rows of data under it"
+            raise MirrorError(f"{name}: has a header row ({', '.join(header)[:80]}) and {under}")
     else:
         width = max(len(row) for row in rows[: SAMPLE_ROWS + 1])
         header, body, body_lines = [f"column {i + 1}" for i in range(width)], rows, lines
@@ -253,7 +255,9 @@ def _pick_partner_column(header: Sequence[str], body: Sequence[Sequence[str]], i
         cells = [(row[idx].strip() if idx < len(row) else "", row[i].strip() if i < len(row) else "") for row in sample]
         values = [p for _, p in cells if p]
         if len(values) < 0.5 * max(1, len(sample)):
-            passed.append(f"{header[i]}: mostly empty ({len(values):,} of {len(sample):,} rows filled)")
+            first = f"the first {len(sample):,} rows" if len(body) > len(sample) else f"{len(sample):,} rows"
+            filled = f"mostly empty ({len(values):,} of {first} filled)" if values else f"empty in {first}"
+            passed.append(f"{header[i]}: {filled}")
             continue
         if sum(not is_number(v) for v in values) < 0.8 * len(values):
             passed.append(f"{header[i]}: numbers (an id, a score), not a text")

@@ -522,3 +522,29 @@ def test_the_base_model_a_tuned_folder_names_is_only_a_string(tiny_bert, tmp_pat
         check_model_name(encoder.base_model, roots=())
     (saved / "mirror_config.json").write_text(json.dumps({"config": ["not", "a", "dict"]}))
     assert load_encoder(saved).base_model is None
+
+
+def test_counting_a_long_strings_tokens_logs_no_indexing_errors_warning(tiny_bert):
+    """Counting tokens past the model's length is what token_lengths (and the checks' lengths) ask for: transformers'
+    "Token indices sequence length is longer than … will result in indexing errors" is not logged for it (a server's
+    log said so at every start). Its warning comes once a tokenizer: a fresh one here."""
+    import logging
+
+    from mirror.encoder import load_encoder, tokenized
+
+    enc = load_encoder(str(tiny_bert), device="cpu")
+    enc.tokenizer.model_max_length = 64  # the tiny BERT's folder sets none (a bundled model's: 512)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger("transformers.tokenization_utils_base")
+    logger.addHandler(handler)
+    try:
+        long = " ".join(["word"] * (enc.tokenizer.model_max_length + 50))
+        assert enc.token_lengths([long])[0] > enc.tokenizer.model_max_length
+        tokenized(enc.tokenizer, [long], add_special_tokens=False, truncation=False)
+        assert not [m for m in seen if "indexing errors" in m], seen
+        enc.tokenizer([long])  # the same call without tokenized's default: the warning this test would catch
+        assert [m for m in seen if "indexing errors" in m], "transformers no longer warns: this test checks nothing"
+    finally:
+        logger.removeHandler(handler)

@@ -17,6 +17,7 @@ import pytest
 
 from mirror.config import MirrorConfig
 from mirror.data import AUTO, read_file
+from mirror.errors import MirrorError
 from mirror.pairs import HeldOut, clean_pairs, holdout
 from mirror.plan import RunPlan, StepBudget, plan_run, training_rows
 from tests.conftest import VOCAB_WORDS
@@ -192,3 +193,20 @@ def test_the_run_trains_the_steps_its_plan_counts_on_heavy_repeats(tiny_bert):
     )
     assert result.steps == result.total_steps == plan.steps
     assert sizes == [len(b) for b in plan.batches]  # the run trained the plan's batches, size for size
+
+
+def test_an_empty_partner_column_and_rows_of_empty_cells_are_said_as_they_are(tmp_path):
+    """A newcomer's files: a definition column empty in all 299 rows was "mostly empty (0 of 200 rows filled)", and 50
+    rows of empty cells under a header were "no rows of data under it"."""
+    rows = [(f"term {i}", "") for i in range(299)]
+    read = read_file(write_csv(tmp_path / "empty_def.csv", "term,definition", rows), "term", pair_column=AUTO)
+    assert read.partners is None and "definition: empty in the first 200 rows" in read.pair_note
+    half = [(f"term {i}", f"a definition of term {i}" if i % 4 == 0 else "") for i in range(120)]
+    read = read_file(write_csv(tmp_path / "few.csv", "term,definition", half), "term", pair_column=AUTO)
+    assert "definition: mostly empty (30 of 120 rows filled)" in read.pair_note
+    (tmp_path / "cells.csv").write_text("term,definition\n" + ",\n" * 50)
+    with pytest.raises(MirrorError, match=r"has a header row \(term, definition\) and 50 rows under it, every cell"):
+        read_file(tmp_path / "cells.csv")
+    (tmp_path / "header.csv").write_text("term,definition\n")
+    with pytest.raises(MirrorError, match="no rows of data under it"):
+        read_file(tmp_path / "header.csv")

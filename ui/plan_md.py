@@ -9,7 +9,7 @@ from typing import Any
 
 from explorer.tune.estimate import BUSY_LOAD, SPEED_SHOWN, Estimate
 from explorer.tune.planning import UNSCALED_PHASES, Bases, Shown
-from explorer.words import fmt_seconds, message
+from explorer.words import about, fmt_seconds, message
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 
 NO_STRINGS = "Load some strings to see the plan and a time estimate."
@@ -122,12 +122,12 @@ def estimate_md(
         # the phases after training a run has too (a pairs run's blend choice, the general checks): a newcomer's plan
         # said "~2 min training + ~4 s indexing" and its run spent ~3 min more on these, unannounced
         later = "".join(
-            f" + ~{fmt_seconds(est.phase(name))} {words}"
+            f" + {about(est.phase(name))} {words}"
             for name, words in (("blend choice", "choosing the blend"), ("general checks", "general checks"))
             if est.phase(name) > 0
         )
         return (
-            f"{plan} · **estimated** (rough guess) ~{fmt_seconds(train)} training + ~{fmt_seconds(index)} indexing"
+            f"{plan} · **estimated** (rough guess) {about(train)} training + {about(index)} indexing"
             f"{later}{f' · {why_rough}' if why_rough else ''}{extra}"
         ).replace("~", "\\~")
     shown = " · ".join(
@@ -135,11 +135,11 @@ def estimate_md(
     )
     reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
-    total = f"~{fmt_seconds(est.total)}"
+    total = about(est.total)
     if est.quiet >= SPEED_SHOWN:
         # other work shares the machine: priced at the speed it gives now (one probe a quarter minute), and the range
         # down to its quickest here (what the run takes if that work stops); a quieter machine only lowers both
-        total = f"~{fmt_seconds(est.total)} (~{fmt_seconds(est.at_quietest)}–{fmt_seconds(est.total)})"
+        total = f"{about(est.total)} ({about(est.at_quietest)}–{fmt_seconds(est.total)})"
         how += (
             f"; the machine is {est.quiet:.1f}x slower now than at its quickest here (other work is running): priced "
             "at this speed, less if that work stops"
@@ -147,7 +147,7 @@ def estimate_md(
     elif est.busy or cal.load >= BUSY_LOAD:  # honest about itself: a busy machine's timings move with the other work
         how += "; the machine is busy (other work shares its cores): the run may take less, or more"
     after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
-    ready = f" (searchable after ~{fmt_seconds(est.total - after)})" if est.phase("general checks") > 0 else ""
+    ready = f" (searchable after {about(est.total - after)})" if est.phase("general checks") > 0 else ""
     # "~" escaped: two on a line are strikethrough in the page's Markdown ("~4 s (~3 s–4 s)" showed "4 s (3 s–4 s)")
     md = f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
     return md.replace("~", "\\~")
