@@ -14,7 +14,7 @@ from ui.explore import CELL_CHARS, moved_head
 from ui.render_pairs import blended, pairs_md, pairs_row
 
 
-def served_blend(run_alpha: float, alpha: float) -> SimpleNamespace:
+def served_blend(run_alpha: float, alpha: float, choice: dict | None = None) -> SimpleNamespace:
     figures = {"mrr10": 84.0, "r1": 78.0, "r10": 94.0}
     gain = PairGain(
         rows=50,
@@ -28,7 +28,7 @@ def served_blend(run_alpha: float, alpha: float) -> SimpleNamespace:
     pairs = SimpleNamespace(columns=("text", "term"), gain=gain, stats=None)
     record = SimpleNamespace(
         origin=SimpleNamespace(alpha=alpha, parent="48899504aaaa"),
-        training=SimpleNamespace(run_alpha=run_alpha, pairs=pairs),
+        training=SimpleNamespace(run_alpha=run_alpha, pairs=pairs, blend_choice=choice),
     )
     return SimpleNamespace(record=record)
 
@@ -47,6 +47,41 @@ def test_a_blend_says_the_alpha_its_held_out_figures_were_measured_at():
     half = served_blend(run_alpha=0.25, alpha=0.5)
     assert "this blend at α = 0.5 was not measured" in blended(half)
     assert "| **your held-out pairs** (at α 0.25, not this blend) | MRR@10 ×100 | 50 |" in pairs_row(half)
+
+
+CHOICE = {
+    "alpha": 1.0,
+    "base_mrr10": 54.4,
+    "rows": 250,
+    "pool": 2000,
+    "reason": "α 1: the most held-out gain",
+    "candidates": [
+        {"alpha": 1.0, "mrr10": 57.5, "checks": {}, "noise": {}, "within": True},
+        {"alpha": 0.75, "mrr10": 57.0, "checks": {}, "noise": {}, "within": None},
+        {"alpha": 0.5, "mrr10": 56.0, "checks": {}, "noise": {}, "within": None},
+    ],
+}
+
+
+def test_a_blend_its_run_measured_on_the_choice_rows_says_so_and_search_names_it():
+    """A newcomer's pass (Debian package pairs, α 1 chosen, then *Serve another α* → 0.5): the verdict said "this
+    blend at α = 0.5 was not measured" above a table whose α 0.5 row said 56.0, +1.6; the held-out sentence said
+    "+0.9, no better" and the table "+3.2" for the same α 1 with no word of the two halves; Search's tables said
+    "Tuned (mirror)" of the blend."""
+    from ui.render import render_results, tuned_side
+
+    half = served_blend(run_alpha=1.0, alpha=0.5, choice=CHOICE)
+    said = blended(half)
+    assert "this blend at α = 0.5 on the choice rows only: +1.6 in the table below" in said
+    assert "not measured" not in said
+    assert "These are its report rows: the blend was chosen on 250 other held-out rows" in pairs_md(half)
+    unchosen = served_blend(run_alpha=1.0, alpha=0.25, choice=CHOICE)  # an α the choice did not measure
+    assert "this blend at α = 0.25 was not measured" in blended(unchosen)
+    assert "report rows" not in pairs_md(served_blend(run_alpha=1.0, alpha=0.5))  # no choice made: nothing to tell
+    assert tuned_side(half) == "blend α=0.5" and tuned_side(served_blend(0.25, 1.0)) == ""
+    hits = [{"query": "q", "tuned": [], "base": []}]
+    assert "Tuned (mirror) · blend α=0.5" in render_results(hits, "bundled", served=tuned_side(half))
+    assert "Tuned (mirror)</div>" in render_results(hits, "bundled")
 
 
 def test_a_long_filter_is_quoted_by_its_start():

@@ -140,3 +140,35 @@ def test_the_lines_that_carry_a_blend_s_and_an_upload_s_progress_have_room_for_i
         (line,) = fns[name].show_progress_on
         assert isinstance(line, gr.Markdown) and line.elem_id == elem_id
         assert (line.min_height or 0) >= 48, (name, line.min_height)
+
+
+def test_a_cancelled_run_leaves_the_served_runs_loss_curve_under_its_summary(ui, tiny_bert):
+    """A newcomer's pass: after Cancel at step 4 the chart drew the cancelled run's 4 steps right above "Done: your
+    tuned model is served (run …) · Steps 54 / 54". With a run served, the chart is that run's, as its summary is."""
+    from tests.conftest import tuned_session
+
+    app, fns = ui
+    session = tuned_session(app, tiny_bert)
+    served = session.run
+    assert served is not None and len(served.losses) >= 2
+    run = app.registry.asked(session) or Run(session)
+    run.strings, run.texts = (3, "three.txt"), ("cat", "dog", "bird")
+    assert app.registry.begin(run)
+    run.admit()
+    drawn = fns["on_load"].fn({"runs": [], "active": run.id}, session, None)
+    next(drawn)
+    for step in range(1, 4):
+        run.publish(Step(step=step, total=10, loss=2.0 - step / 10, eta=30.0, batch=3))
+    run.publish(Cancelled("Cancelled after 3 of 10 steps; nothing was saved."))
+    app.registry.end(run)
+    run.end()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ends = list(drawn)
+    last = next(u for u in reversed(ends) if "Cancelled after 3 of 10 steps" in status(u))
+    assert "Your previous model and index are still served" in status(last)
+    plot = next(v for c, v in last.items() if getattr(c, "elem_id", None) == "mx-loss")
+    frame = getattr(plot, "value", plot)
+    frame = frame.get("value", frame) if isinstance(frame, dict) else frame
+    steps = sorted(set(frame["step"]))
+    assert steps == list(range(1, len(served.losses) + 1)), steps  # the served run's steps, not the cancelled 3

@@ -297,7 +297,7 @@ def wire_explore(app: MirrorApp, state: gr.State, ui: SimpleNamespace, search: S
             found = ex.neighbours(session, text)
             base = session.run.base_model if session.run else ""
             return render.message(f"Neighbours of **{text}**", "info"), render.render_results(
-                found, base, "mx-point-hits"
+                found, base, "mx-point-hits", render.tuned_side(session.run)
             )
 
         return call_service(app, s, 2, show)

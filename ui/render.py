@@ -400,6 +400,13 @@ def blend_part(run: RunInfo) -> str:
     return f" · {blend_name(alpha)}" + (f" of run `{parent[:8]}`" if parent else "")
 
 
+def tuned_side(run: RunInfo | None) -> str:
+    """What the tuned side of the hits is when it is a blend ("blend α=0.5"), for render_results; "" for weights as
+    trained (a run, or *Serve another α* → 1)."""
+    blend = blend_of(run)
+    return "" if blend is None or as_trained(blend[0]) else blend_name(blend[0])
+
+
 def served_md(session: Session | None, example: dict[str, Any] | None = None) -> str:
     """The Search tab's header: the run searched (a pairs run: which column, what its partner column is for, and a
     held-out row to try: `example`, explorer.compare.searching.Searcher.example), or the base model alone."""

@@ -19,11 +19,14 @@ def rank_move(rank: int, base_rank: int | None) -> str:
     return f"↑{base_rank - rank}" if base_rank > rank else f"↓{rank - base_rank}"
 
 
-def render_results(results: list[dict[str, Any]], base_label: str, dom_id: str = "mx-search-hits") -> str:
+def render_results(
+    results: list[dict[str, Any]], base_label: str, dom_id: str = "mx-search-hits", served: str = ""
+) -> str:
     """Side-by-side HTML tables per query; strings only one side found are highlighted, each tuned hit shows
     its move from the base ranking. A base-only result (no tuned model yet) is one table, said so. All text is
     escaped. `dom_id`: the wrapper's id, one per place on the page (the Search tab's hits, Explore's neighbours,
-    both shown at once); the class `mx-results` styles them all."""
+    both shown at once); the class `mx-results` styles them all. `served`: what the tuned side is when it is not the
+    weights as trained ("blend α=0.5": after *Serve another α* the tables said "Tuned (mirror)" of a blend)."""
     new_bg, gone_bg = "rgba(34,197,94,0.18)", "rgba(245,158,11,0.20)"
     base_only = any(r.get("base_only") for r in results)
     legend = (
@@ -47,7 +50,8 @@ def render_results(results: list[dict[str, Any]], base_label: str, dom_id: str =
         else:
             changed = sum(h["only_here"] for h in r["tuned"])
             head = f' <span style="opacity:0.7">· {changed} of {len(r["tuned"])} tuned hits are new</span>'
-            tuned = _hits_table(r["tuned"], "Tuned (mirror)", new_bg, "mx-only-tuned", True, columns)
+            title = "Tuned (mirror)" + (f" · {html.escape(served)}" if served else "")
+            tuned = _hits_table(r["tuned"], title, new_bg, "mx-only-tuned", True, columns)
             tables = tuned + _hits_table(
                 r["base"], "Base · " + html.escape(base_label), gone_bg, "mx-only-base", False, columns
             )

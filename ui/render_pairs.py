@@ -43,7 +43,23 @@ def pairs_md(run: RunInfo | None) -> str:
             "held out (held-out share 0, or under 40 pairs), so nothing measures the gain on your rows."
         )
     word = {"better": "better", "worse": "**worse**", "same": "no better than the base (within the interval)"}
-    return f"**Your held-out pairs — {word.get(gain.verdict, gain.verdict)}.** {gain.sentence()}{blended(run)}"
+    return (
+        f"**Your held-out pairs — {word.get(gain.verdict, gain.verdict)}.** {gain.sentence()}{report_rows(run)}"
+        f"{blended(run)}"
+    )
+
+
+def report_rows(run: RunInfo | None) -> str:
+    """A run that chose its blend measured two halves of its held-out rows: these (the report rows) and the choice
+    rows the blend table shows. Said where the figure is, so the two gains for one model are not a contradiction (a
+    newcomer read "+0.9, no better" here and "+3.2" for the same α in the table below); "" without a choice."""
+    choice = choice_of(run)
+    if choice is None:
+        return ""
+    return (
+        f" These are its report rows: the blend was chosen on {choice['rows']:,} other held-out rows (the table "
+        "below), whose gain for the α they pick runs high, as any choice's own rows do."
+    )
 
 
 def blended(run: RunInfo | None) -> str:
@@ -59,7 +75,20 @@ def blended(run: RunInfo | None) -> str:
         return f" _(Measured on {parent} {served}: these weights.)_"
     if as_trained(origin.alpha):  # *Serve another α* → 1: the run's weights as trained, not a blend
         return f" _(Measured on {parent} {served}; its weights as trained, α 1, were not measured.)_"
+    choice = choice_of(run)
+    tried = next((c for c in (choice or {}).get("candidates", ()) if same(c["alpha"], origin.alpha)), None)
+    if tried is not None:  # the run's choice measured this α on its other half (a newcomer: "was not measured" under
+        # a table whose row for it said 56.0, +1.6)
+        gained = float(tried["mrr10"]) - float(choice["base_mrr10"])
+        return (
+            f" _(Measured on {parent} {served}; this blend at α = {origin.alpha:g} on the choice rows only: "
+            f"{gained:+.1f} in the table below.)_"
+        )
     return f" _(Measured on {parent} {served}; this blend at α = {origin.alpha:g} was not measured.)_"
+
+
+def same(a: Any, b: Any) -> bool:
+    return abs(float(a) - float(b)) < 1e-6
 
 
 def same_alpha(run: RunInfo) -> bool:

@@ -165,9 +165,7 @@ class RunView:
         return {
             ui.result_md: render.run_md(run),
             **self.downloads(run),
-            ui.loss_plot: TrainView.plot(
-                run.losses, run.record.training.batch_sizes, TrainView.kept_chance(run, self.app)
-            ),
+            ui.loss_plot: self.served_loss(run),
             self.search.served_md: render.served_md(session, self.app.searcher.example(run)),
             # the last search's hits were the previous run's: gone, with what to do for this run's
             self.search.results: render.status_box("A new run is served: press **Search** to see its neighbours."),
@@ -178,6 +176,10 @@ class RunView:
             self.browser: memory,
             self.state: session,
         }
+
+    def served_loss(self, run: RunInfo) -> Any:
+        """`run`'s loss curve as it trained (its own batch sizes and "knows nothing" line)."""
+        return TrainView.plot(run.losses, run.record.training.batch_sizes, TrainView.kept_chance(run, self.app))
 
     def with_strings(self, shown: dict, session: Session) -> dict:
         """`shown` plus the served run's own strings when the session has none (a page reloaded during or after the
@@ -275,10 +277,18 @@ class RunView:
                 failed = isinstance(ev, Failed)
                 box = render.status_box(ev.text, "error") if failed else render.status_box(ev.text + kept, "warning")
                 losses = now.losses or list(getattr(ev, "losses", []))
+                # the chart is the served run's, as the summary under it is (a newcomer's page drew the cancelled
+                # run's 4 steps above "Done: your tuned model is served … Steps 54 / 54"); no run served: the
+                # stopped run's steps, the only ones there are
+                plot = (
+                    self.served_loss(session.run)
+                    if session.run
+                    else view.plot(losses, now.batches if now.losses else None)
+                )
                 yield {
                     ui.status_md: box,
                     ui.result_md: render.run_md(session.run) if session.run else "",  # the run still served
-                    ui.loss_plot: view.plot(losses, now.batches if now.losses else None),
+                    ui.loss_plot: plot,
                     **idle,
                     self.browser: remember(memory),
                     self.state: session,

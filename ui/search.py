@@ -82,7 +82,7 @@ def wire_search(
                 progress(None, desc="Searching with the base model (its first search embeds your strings)")
             found = app.searcher.search(session, q, k_value, corpus_value, bool(hide), model_value or BUNDLED_MODEL)
             base = session.run.base_model if session.run else (model_value or BUNDLED_MODEL)
-            return render.render_results(found, base)
+            return render.render_results(found, base, served=render.tuned_side(session.run))
 
         return call_service(app, s, 1, search, lambda text: render.status_box(text, "error"))
 
