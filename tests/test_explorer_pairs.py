@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mirror.config import MirrorConfig
 from mirror.data import AUTO
 from mirror.errors import MirrorError
 from tests.conftest import TINY, VOCAB_WORDS, WORDS
@@ -32,6 +33,9 @@ def test_an_upload_with_a_second_text_column_is_paired_planned_trained_and_measu
     shown = render.load_md(info)
     assert "**Pairs:** each `summary` is tuned with its `name` as its positive — two text columns" in shown
     assert f"{len(ROWS)} of {len(ROWS)} strings have a partner" in shown
+    # the preset's length as Advanced names it, each side's (a newcomer read "max length 128 tokens" here, 50 there)
+    pairs_preset = MirrorConfig.preset(info["mode"], pairs=True)
+    assert f"pairs' max length {pairs_preset.pair_max_length} tokens a side" in shown
     plan = plan_text(app, s, str(tiny_bert), "auto", dict(TINY))
     assert f"Pairs: {len(ROWS) - 20} rows train, each `summary` with its `name`" in plan and "20 rows held out" in plan
     events = list(app.trainer.train(s, str(tiny_bert), "auto", dict(TINY)))

@@ -156,3 +156,28 @@ def test_the_plan_shown_says_how_many_batches_it_splits_for_the_memory_free_now(
     machine["bytes"] = 2**40
     roomy = app.planner.plan(s, str(tiny_bert), "words", dict(SETTINGS))
     assert roomy.est.steps == steps and roomy.est.split == 0 and "split to fit" not in plan_md(roomy)
+
+
+def test_a_plan_says_a_launch_waits_behind_another_visitors_run(app, tiny_bert):
+    """A newcomer's second visitor read "~44 s" while another visitor's run held the only training slot, and its
+    Launch then waited 3 min for it: the plan says the runs of others in line when no slot is free (not its own)."""
+    from explorer.runs.live import Run
+    from tests.conftest import TINY, WORDS
+    from ui.plan_md import plan_text
+
+    first, second = app.session(), app.session()
+    for s in (first, second):
+        app.loader.load_pasted(s, "\n".join(WORDS))
+    assert "in line for this server's training slot" not in plan_text(app, second, str(tiny_bert), "auto", dict(TINY))
+    theirs = Run(first)
+    app.train_queue.join(theirs)  # it holds the only slot (train_concurrency 1)
+    try:
+        assert app.train_queue.free == 0
+        shown = plan_text(app, second, str(tiny_bert), "auto", dict(TINY))
+        assert "1 run of other visitors is in line for this server's training slot now: a Launch waits" in shown
+        assert "in line for this server's training slot" not in plan_text(
+            app, first, str(tiny_bert), "auto", dict(TINY)
+        )
+    finally:
+        app.train_queue.leave(theirs)
+    assert "in line" not in plan_text(app, second, str(tiny_bert), "auto", dict(TINY))

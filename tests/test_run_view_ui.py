@@ -172,3 +172,14 @@ def test_a_cancelled_run_leaves_the_served_runs_loss_curve_under_its_summary(ui,
     frame = frame.get("value", frame) if isinstance(frame, dict) else frame
     steps = sorted(set(frame["step"]))
     assert steps == list(range(1, len(served.losses) + 1)), steps  # the served run's steps, not the cancelled 3
+
+
+def test_every_tab_row_wraps_on_a_phone_rather_than_hiding_tabs_behind_a_menu(ui):
+    """A newcomer's phone (390 px): ① Tune's "Examples", which the README's first run asks for, was behind a "⋯"
+    menu (Gradio's default overflow); the page's four tabs already wrapped."""
+    import gradio as gr
+
+    app, _ = ui
+    demo = mx.build_demo(app)
+    rows = [b for b in demo.blocks.values() if isinstance(b, gr.Tabs)]
+    assert len(rows) >= 2 and all(b.overflow_behavior == "wrap" for b in rows), [b.overflow_behavior for b in rows]

@@ -190,12 +190,18 @@ def load_md(info: dict[str, Any]) -> str:
         f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
         f"**Detected:** {kind} → the **{info['mode']} preset{' for pairs' if paired else ''}** (τ {p.temperature}, "
         f"{p.epochs} epoch{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, "
-        f"max length {p.pair_max_length if paired else p.max_length} tokens{f', distilled from the base (λ {p.distill:g})' if p.distill else ''}"
+        f"{length_words(p, paired)}{f', distilled from the base (λ {p.distill:g})' if p.distill else ''}"
         f"{preset_blend(p)}). <small>{info['reason']}.</small>",
     ]
     lines += [pairs] if (pairs := pairing_md(info)) else []
     lines += [message(n, "warning") for n in info.get("notes", [])]
     return "\n\n".join(lines)
+
+
+def length_words(p: MirrorConfig, paired: bool) -> str:
+    """The preset's max length as Advanced names it: a pairs run's is each side's ("Pairs: max length of either side"),
+    not Advanced's "Max length" (a newcomer read "max length 128 tokens" here and 50 there)."""
+    return f"pairs' max length {p.pair_max_length} tokens a side" if paired else f"max length {p.max_length} tokens"
 
 
 def loss_label(t: Any) -> str:
@@ -364,7 +370,8 @@ def served_status(run: RunInfo) -> str:
     what = blended_words(blend) if blend is not None else "Tuned and indexed"
     return (
         f"{what}{when}: Search and Explore use it now. Checking general similarity (the forgetting check); "
-        "the downloads and the checks' table follow when they are done (this line says so)."
+        "the downloads and the checks' table follow when they are done, and Launch opens again then (the run holds "
+        "its training slot until its checks end)."
     )
 
 

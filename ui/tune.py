@@ -36,7 +36,7 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             gr.Markdown("### 1. Your strings", elem_classes="mx-step")
-            with gr.Tabs():
+            with gr.Tabs(overflow_behavior="wrap"):  # a phone shows all four ways in, Examples too (not a "⋯")
                 with gr.Tab("Upload a file"):
                     ui.upload = NamedFile(  # any file: the loader says why it refuses one (ui/uploads.py)
                         label="A .txt (one string per line), .csv / .tsv or .jsonl file",

@@ -127,6 +127,13 @@ class TrainQueue:
         self._promote()
         self._cond.notify_all()
 
+    def ahead_of(self, who: str) -> tuple[int, int]:
+        """(runs in line of visitors other than `who`, slots free now): what a plan says a Launch of `who`'s would
+        wait behind (a second visitor's plan said "~44 s" and its Launch then waited 3 min for a slot)."""
+        with self._cond:
+            others = sum(r.who != who for r in self._line)
+            return others, self.slots - sum(self._holds(r) for r in self._line)
+
     @property
     def free(self) -> int:
         """Slots free now (tests, the status line)."""

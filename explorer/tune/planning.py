@@ -64,8 +64,9 @@ class Planner:
     with the base encoders `models` holds; it calibrates only while no run is live in `registry`). One per
     MirrorApp (`app.planner`)."""
 
-    def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: Any):
+    def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: Any, queue: Any = None):
         self.settings, self.models, self.estimator, self.registry = settings, models, estimator, registry
+        self.queue = queue  # the training slots (explorer.runs.jobs.TrainQueue): a plan says what a Launch waits for
         self._launched: OrderedDict[str, Tuning] = OrderedDict()  # run id -> the settings its Launch ran (`launch`)
         self._budgets: OrderedDict[str, int] = OrderedDict()  # session id -> its plan shown's memory (`shown_budget`)
 
@@ -99,7 +100,24 @@ class Planner:
 
         base = self.models.cached_base(config.model, config.pooling)  # loaded by the estimate when it could be
         attention = attention_note(base) if base is not None else None
-        return Shown(est, config, (*notes, *([attention] if attention else [])), why)
+        waits = self.queue_note(session)
+        return Shown(est, config, (*notes, *([attention] if attention else []), *([waits] if waits else [])), why)
+
+    def queue_note(self, session: Session) -> str:
+        """What a Launch now waits for: the runs of other visitors in line for the training slots, when none is free
+        ("" when a slot is free, or only this visitor's own run is in line: that one says itself)."""
+        if self.queue is None:
+            return ""
+        from explorer.runs.live import queue_key
+
+        others, free = self.queue.ahead_of(queue_key(session))
+        if not others or free > 0:
+            return ""
+        runs = f"{others} run{'s' if others != 1 else ''} of other visitors {'is' if others == 1 else 'are'}"
+        return (
+            f"{runs} in line for this server's training slot now: a Launch waits for {'it' if others == 1 else 'them'} "
+            "first, and that wait is not in this estimate (the status line counts the jobs ahead while it waits)"
+        )
 
     def estimate_of(self, session: Session, config, may_calibrate: bool = True) -> tuple[Any, str]:
         """The calibrated Estimate of a run of `config` on the session's strings, or the rough one and why.
