@@ -279,3 +279,15 @@ def test_a_queries_text_past_its_length_is_refused_before_it_is_split_or_copied(
         finally:
             tracemalloc.stop()
         assert peak < 100_000, f"refusing a {len(huge):,}-character query text took {peak:,} bytes"
+
+
+def test_a_pasted_table_is_said_to_be_read_whole_lines(app):
+    """A newcomer pasted "term<TAB>definition" and three rows from a spreadsheet: 4 strings, the header among them,
+    nothing paired, nothing said. The load says a paste is not split into columns and how to pair them."""
+    s = app.session()
+    info = app.loader.load_pasted(s, "term\tdefinition\nkernel\tthe core\nshell\tits interface\nbus\ta channel")
+    assert info["strings"] == 4 and s.partners is None
+    shown = load_md(info)
+    assert "the pasted lines hold tabs: each whole line is one string here" in shown and ".tsv file" in shown
+    plain = app.loader.load_pasted(s, "kernel\nshell\nbus\tdriver")  # a tab in one line of three: no note
+    assert "hold tabs" not in load_md(plain)

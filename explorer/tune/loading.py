@@ -124,8 +124,16 @@ class TextLoader:
             raise MirrorError(
                 f"the pasted text is over {fmt_size(self.settings.max_upload_bytes, limit=True)}; upload a file instead"
             )
+        # a table pasted from a spreadsheet (a newcomer's "term<TAB>definition" rows: 4 strings, the header one of
+        # them, nothing paired): said, not split; counted without a copy of the text
+        notes = []
+        if 2 * text.count("\t") > text.count("\n") + 1:  # tabs in more than half the lines (about)
+            notes.append(
+                "the pasted lines hold tabs: each whole line is one string here (a paste is not split into columns); "
+                "to pick a column or pair two, save them as a .tsv file and upload it"
+            )
         # line by line: no list of every line, no copy of the text (a 19 MB paste cost ~10x its size: issue 58)
-        return self.set_texts(session, iter_lines(text), "pasted text")
+        return self.set_texts(session, iter_lines(text), "pasted text", notes)
 
     def load_example(self, session: Session, key: str) -> dict[str, Any]:
         with self._replacing_texts(session):
