@@ -1060,6 +1060,14 @@ def test_the_loss_curve_spans_every_step_of_the_run():
     few, many = TrainView.plot([1.0, 0.9, 0.8]), TrainView.plot([1.0 - i / 200 for i in range(130)])
     assert few["x_lim"] == [1, 10] and many["x_lim"] == [1, 130]
     assert max(many["value"]["step"]) == 130 and TrainView.plot([1.0])["visible"] is False
+    # a live run's axis spans its planned steps from its first ones (a newcomer's 60-step run drew 1-10, then grew)
+    from explorer.runs.follow import Progress
+    from mirror.job import Step
+
+    view, now = TrainView(None), Progress()
+    for step in (1, 2, 3):
+        now.take(Step(step=step, total=60, loss=1.0 - step / 10, eta=30.0, batch=8))
+    assert view.show(now)["curve"]["x_lim"] == [1, 60]
 
 
 def test_a_setting_changed_while_the_last_one_is_planned_is_planned_after_it(ui):

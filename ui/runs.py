@@ -38,18 +38,20 @@ class TrainView:
         self.progress, self.outputs = progress, outputs
         self.losses: list[float] = []
         self.batches: list[int] = []  # each step's strings: the curve divides its loss by log(2B-1)
+        self.steps = 0  # the run's planned steps (its last Step's total): the axis spans them
         self.status = render.status_box("Starting…")
         self._chance, self._line = chance, None
         # this view's curves (`view.plot(view.losses, view.batches)`) draw its run's own line: the instance's `plot`
         # shadows the static one, which draws a kept run's (`TrainView.plot(losses, batches, kept_chance(...))`)
         self.plot = self.curve
 
-    def curve(self, values: Sequence[float], batches: Sequence[int] | None = None) -> Any:
-        """The live curve (`plot`) with the run's own "knows nothing" line once it has two steps."""
+    def curve(self, values: Sequence[float], batches: Sequence[int] | None = None, steps: int = 0) -> Any:
+        """The live curve (`plot`) with the run's own "knows nothing" line once it has two steps; `steps`: the run's
+        planned steps, which its axis spans from the start."""
         if self._chance is not None and len(values) >= 2:
             measure, self._chance = self._chance, None  # measured once
             self._line = TrainView.measured(measure)
-        return TrainView.plot(values, batches, self._line)
+        return TrainView.plot(values, batches, self._line, steps)
 
     @staticmethod
     def measured(measure: Any) -> Any:
@@ -87,6 +89,7 @@ class TrainView:
         for text in view.take_notes():
             gr.Warning(render.toast_text(text))
         self.losses, self.batches, ev = view.losses, view.batches, view.now
+        self.steps = ev.total if isinstance(ev, Step) else self.steps
         halt = "stopping…" if stopping else ""
         if isinstance(ev, Phase) and ev.total:
             self.tell((ev.done, ev.total), desc=f"{ev.text} · {halt}" if halt else ev.text, unit="strings")
@@ -106,7 +109,7 @@ class TrainView:
             text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
             self.tell((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")
-        return {self.outputs[0]: self.status, self.outputs[1]: self.plot(self.losses, self.batches)}
+        return {self.outputs[0]: self.status, self.outputs[1]: self.plot(self.losses, self.batches, self.steps)}
 
     def tell(self, *args: Any, **kwargs: Any) -> None:
         if self.progress is not None:
@@ -115,7 +118,7 @@ class TrainView:
             self.progress(*args, **kwargs)
 
     @staticmethod
-    def plot(values: Sequence[float], batches: Sequence[int] | None = None, chance: Any = None) -> Any:
+    def plot(values: Sequence[float], batches: Sequence[int] | None = None, chance: Any = None, steps: int = 0) -> Any:
         """The loss curve (render.loss_frame, with a pairs run's `chance` line); hidden until it has two points, and its
         value left alone until then:
         Gradio's plot hands a new value, rows or none (None), to the chart already drawn, and a chart without rows
@@ -123,9 +126,10 @@ class TrainView:
         if len(values) < 2:
             return gr.update(visible=False)
         # under 10 steps the axis spans 1-10: whole-number ticks (Vega put ticks at halves, printed "1, 2, 2, 3, 3");
-        # past them, every step: always given (an update without x_lim kept the 1-10 of the run's first steps)
+        # past them, every step: always given (an update without x_lim kept the 1-10 of the run's first steps); a live
+        # run's axis spans its planned `steps` from the start (a newcomer's 60-step run drew 1-10 at first, then grew)
         frame = render.loss_frame(values, batches, chance)
-        return gr.update(value=frame, visible=True, x_lim=[1, max(10, len(values))])
+        return gr.update(value=frame, visible=True, x_lim=[1, max(10, len(values), steps)])
 
 
 class RunView:
