@@ -122,7 +122,12 @@ def _table(text: str, delimiter: str, name: str, column: str | None, notes: list
         header, body, body_lines = first, rows[1:], lines[1:]
         if not any(any(cell.strip() for cell in row) for row in body):
             # rows of empty cells (",,") are not "no rows": said as they are (a newcomer's 50 rows of empty cells)
-            under = f"{len(body):,} rows under it, every cell empty" if body else "no rows of data under it"
+            rows = sum(bool(row) for row in body)  # a blank line is no row; ",," is a row of empty cells
+            under = (
+                f"{rows:,} row{'s' if rows != 1 else ''} under it, every cell empty"
+                if rows
+                else "no rows of data under it"
+            )
             raise MirrorError(f"{name}: has a header row ({', '.join(header)[:80]}) and {under}")
     else:
         width = max(len(row) for row in rows[: SAMPLE_ROWS + 1])

@@ -21,7 +21,7 @@ from typing import Any
 
 from explorer.errors import incident
 from explorer.events import Event, Failed, Tick
-from explorer.runs.live import STOP_FILE, Run, Status
+from explorer.runs.live import STOP_FILE, Run, Status, queue_key
 from explorer.settings import spaces
 from explorer.tune.guess import estimate_seconds
 from mirror.config import MirrorConfig
@@ -127,9 +127,10 @@ class TrainQueue:
         self._promote()
         self._cond.notify_all()
 
-    def ahead_of(self, who: str) -> tuple[int, int]:
-        """(runs in line of visitors other than `who`, slots free now): what a plan says a Launch of `who`'s would
+    def ahead_of(self, session: Any) -> tuple[int, int]:
+        """(runs in line of visitors other than `session`'s, slots free now): what a plan says a Launch of its would
         wait behind (a second visitor's plan said "~44 s" and its Launch then waited 3 min for a slot)."""
+        who = queue_key(session)
         with self._cond:
             others = sum(r.who != who for r in self._line)
             return others, self.slots - sum(self._holds(r) for r in self._line)

@@ -108,9 +108,7 @@ class Planner:
         ("" when a slot is free, or only this visitor's own run is in line: that one says itself)."""
         if self.queue is None:
             return ""
-        from explorer.runs.live import queue_key
-
-        others, free = self.queue.ahead_of(queue_key(session))
+        others, free = self.queue.ahead_of(session)
         if not others or free > 0:
             return ""
         runs = f"{others} run{'s' if others != 1 else ''} of other visitors {'is' if others == 1 else 'are'}"
