@@ -185,6 +185,7 @@ class MirrorApp:
         self.models.warm_up()
         if not self.settings.warm_up:
             return
+        self.planner.warming = True  # plans meanwhile are not probed against this work (Planner.warming)
         try:
             import explorer.compare.forgetting as forgetting
             import explorer.compare.maps as maps
@@ -197,6 +198,8 @@ class MirrorApp:
             maps.warm_up()
         except Exception:
             log.exception("warm-up of the forgetting check, the estimate or the maps failed; the first request will")
+        finally:
+            self.planner.warming = False
 
     def check_model(self, model: str) -> str:
         return self.models.check_model(model)

@@ -565,6 +565,42 @@ def test_the_servers_warm_up_calibrates_the_small_example(app, tiny_bert, monkey
     assert encoders >= 1 and est.phase("general checks") == pytest.approx(encoders * 1.25 * est.slower)
 
 
+@pytest.mark.checks
+def test_a_plan_made_while_the_server_warms_up_is_not_probed_against_its_work(app, tiny_bert, monkeypatch):
+    """A fresh server's first plan said "the machine is 8.4x slower now … ~23 min" and a minute later "~3 min" (the
+    run took 7): its speed probe timed the server's own start-up work (UMAP's kernels compiled, after the estimate's
+    calibration). A plan made while the server warms up is priced at the calibrated speed; after it, probed."""
+    import explorer.compare.forgetting
+    import explorer.compare.maps
+    import explorer.service
+    import explorer.tune.planning
+
+    for module in (explorer.service, explorer.tune.planning):
+        monkeypatch.setattr(module, "BUNDLED_MODEL", str(tiny_bert))
+    monkeypatch.setattr(app.models, "warm_up", lambda: None)
+    monkeypatch.setattr(explorer.compare.forgetting, "warm_up", lambda base: None)
+    probes: list[str] = []
+    real_probe = est_mod.speed_probe
+    monkeypatch.setattr(est_mod, "speed_probe", lambda *a: probes.append("probe") or real_probe(*a))
+    monkeypatch.setattr(est_mod, "PROBE_MIN_S", 0.0)  # the tiny model's probe, quicker than a real one: used
+    app.estimator = Estimator(app.settings.work_dir / ".estimate", probe_fresh_s=0.0)  # every plan would probe
+    s = app.session()
+    app.loader.load_example(s, "small")
+    during: list[int] = []
+
+    def compiling() -> None:  # what maps.warm_up does meanwhile: a visitor's plan comes in
+        before = len(probes)
+        assert app.planner.warming and "calibrated on this machine" in plan_text(app, s, str(tiny_bert), "auto", {})
+        during.append(len(probes) - before)
+
+    monkeypatch.setattr(explorer.compare.maps, "warm_up", compiling)
+    app.warm_up()
+    assert during == [0] and not app.planner.warming
+    before = len(probes)
+    plan_text(app, s, str(tiny_bert), "auto", {})
+    assert len(probes) > before  # warmed up: the machine's speed now is probed again
+
+
 def test_the_calibration_trains_and_encodes_in_a_thread_of_its_own(base, tiny_bert, tmp_path, monkeypatch):
     """Issue 28: a run trains and indexes in a thread of its own (its run's, explorer.runs.execute), where a step took ~20% longer
     on this CPU than in the main thread: the calibration is timed in a fresh thread too, whoever calls it."""

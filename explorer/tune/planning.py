@@ -67,6 +67,10 @@ class Planner:
     def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: Any, queue: Any = None):
         self.settings, self.models, self.estimator, self.registry = settings, models, estimator, registry
         self.queue = queue  # the training slots (explorer.runs.jobs.TrainQueue): a plan says what a Launch waits for
+        # the server's own start-up work (MirrorApp.warm_up: the checks' base side, UMAP's kernels compiled) runs now:
+        # a plan is priced at the calibrated speed, not probed against it (a fresh server's first plan said "8.4x
+        # slower now … ~23 min" while it compiled, "~3 min" a minute later; the run took 7)
+        self.warming = False
         self._launched: OrderedDict[str, Tuning] = OrderedDict()  # run id -> the settings its Launch ran (`launch`)
         self._budgets: OrderedDict[str, int] = OrderedDict()  # session id -> its plan shown's memory (`shown_budget`)
 
@@ -158,8 +162,9 @@ class Planner:
             # a calibration would slow a training run, and be slowed by it
             may_calibrate=may_calibrate and not self.registry.runs(),
             check_encoders=self.check_encoders(base),
-            # what the machine gives now (a tenth of a second): not while a run here trains, which a new run waits for
-            probe=may_calibrate and not self.registry.runs(),
+            # what the machine gives now (a tenth of a second): not while a run here trains, which a new run waits for,
+            # nor while this server warms up (its own passing work, not the machine's speed)
+            probe=may_calibrate and not self.registry.runs() and not self.warming,
             train_texts=second_sides(texts, session.partners),
         )
         if est is None and not may_calibrate:
@@ -189,7 +194,7 @@ class Planner:
         texts = list(session.texts)
         est = self.estimator.estimate(
             texts, texts_key(texts), like, device, threads, bundled, self.memory_budget(like),
-            wait=False, may_calibrate=False, check_encoders=self.check_encoders(bundled), probe=True,
+            wait=False, may_calibrate=False, check_encoders=self.check_encoders(bundled), probe=not self.warming,
             train_texts=second_sides(texts, session.partners),
         )  # fmt: skip
         if est is None:
