@@ -14,8 +14,10 @@ general checks' dev halves with their noise (the rule the app serves by: mirror.
 halves (reported: a check past half its margin below the base). Then each family of blends serves the one a run would
 (the most choice-row gain within the rule on the dev halves) and the table reports its report-row gain and check
 halves. `--freeze-top N` trains with the top N layers frozen (a bench-only variant: where the blends say forgetting
-sits, the lower layers learn the pairs alone); `--families uniform` measures the uniform blends only.
-JSON: bench/out/layer-blend-<half>[-top<N>-frozen][-seed<seed>].json
+sits, the lower layers learn the pairs alone); `--hard-batches SHARE` trains with batches of a seed row and its
+nearest rows by the base (that share of each batch; bench-only: topic-aware batches, harder negatives);
+`--families uniform` measures the uniform blends only.
+JSON: bench/out/layer-blend-<half>[-top<N>-frozen][-hard<SHARE>][-seed<seed>].json
 """
 
 from __future__ import annotations
@@ -96,6 +98,47 @@ def freeze_top(n: int) -> None:
     mirror.train.set_trainable = wrapped
 
 
+def hard_batches(vectors: Any, share: float) -> None:
+    """A bench-only variant (not a MirrorConfig field): each batch is a seed row and, for `share` of the batch, its
+    nearest rows by the base encoder (`vectors`: unit rows, one a training row, in mirror_tune's order), the rest
+    drawn at random, so that a step's negatives are the rows most like its positives (topic-aware batches, as TAS-B
+    samples them); the seeds are drawn from the run's seeded stream, rows sharing a partner are kept apart
+    (mirror.plan.separate) as always. mirror.plan.plan_batches replaced: the plan and the run draw the same."""
+    import numpy as np
+
+    import mirror.plan
+
+    def batches(n, batch_size, rng, min_size=2, lengths=None, groups=None):
+        if n != len(vectors):
+            raise RuntimeError(f"hard batches: {n} training rows, {len(vectors)} vectors")
+        left = list(range(n))
+        rng.shuffle(left)
+        free = np.ones(n, dtype=bool)
+        out = []
+        for seed in left:
+            if not free[seed]:
+                continue
+            free[seed] = False
+            near = max(0, min(batch_size - 1, round(share * batch_size) - 1))
+            idx = np.flatnonzero(free)
+            batch = [seed]
+            if near and len(idx):
+                sims = vectors[idx] @ vectors[seed]
+                take = idx[np.argsort(-sims)[:near]]
+                batch += [int(i) for i in take]
+                free[take] = False
+            rest = [i for i in left if free[i]][: batch_size - len(batch)]
+            batch += rest
+            free[rest] = False
+            out.append(batch)
+        if len(out) > 1 and len(out[-1]) < min_size:
+            out[-2].extend(out.pop())
+        rng.shuffle(out)
+        return out if groups is None else mirror.plan.separate(out, groups, None, min_size)
+
+    mirror.plan.plan_batches = batches
+
+
 def one(
     name: str,
     half: str,
@@ -105,6 +148,7 @@ def one(
     max_steps: int | None = None,
     check_halves: bool = True,
     families: tuple[str, ...] = (),
+    hard: float = 0.0,
 ) -> list[dict[str, Any]]:
     from mirror.checks import CHECKS
     from mirror.choose import check_changes, within_rule
@@ -125,6 +169,8 @@ def one(
     base = load_encoder(config.model, device="cpu")
     base_choice, base_report = choice.ranks(base), report.ranks(base)
     train_texts, train_partners = held.training()
+    if hard:
+        hard_batches(base.encode(train_texts, normalize=True), hard)
     started = time.perf_counter()
     budget = memory_mb * 2**20 if memory_mb else None
     result = mirror_tune(train_texts, config, pairs=train_partners, memory_budget=budget)
@@ -222,6 +268,9 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, help="stop training after this many steps (a smoke run)")
     parser.add_argument("--families", default="", help="only these blend families (comma-separated: uniform, ...)")
     parser.add_argument("--freeze-top", type=int, default=0, help="train with the top N layers frozen (bench-only)")
+    parser.add_argument(
+        "--hard-batches", type=float, default=0.0, help="share of each batch from a seed row's nearest (bench-only)"
+    )
     parser.add_argument("--no-check-halves", action="store_true", help="the checks' dev halves only (a dev look)")
     args = parser.parse_args()
     bench_pairs.SETS.setdefault("go", (bench_pairs.EXAMPLES / "pairs" / "gene-ontology.tsv", "text", "term"))
@@ -229,6 +278,7 @@ def main() -> None:
         freeze_top(args.freeze_top)
     rows: list[dict[str, Any]] = []
     top = f"-top{args.freeze_top}-frozen" if args.freeze_top else ""
+    top += f"-hard{args.hard_batches:g}" if args.hard_batches else ""
     name = f"layer-blend-{args.half}{top}{f'-seed{args.seed}' if args.seed else ''}.json"
     for set_name in args.sets.split(","):
         rows += one(
@@ -240,6 +290,7 @@ def main() -> None:
             args.max_steps,
             not args.no_check_halves,
             tuple(f for f in args.families.split(",") if f),
+            args.hard_batches,
         )
         write_json(name, {"rows": rows, "args": vars(args), "partial": True})
     print_table(rows, ["set", "blend", "choice_gain", "report_gain", "dev_within", "dev_within_strict", "check_past"])
