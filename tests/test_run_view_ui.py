@@ -183,3 +183,28 @@ def test_every_tab_row_wraps_on_a_phone_rather_than_hiding_tabs_behind_a_menu(ui
     demo = mx.build_demo(app)
     rows = [b for b in demo.blocks.values() if isinstance(b, gr.Tabs)]
     assert len(rows) >= 2 and all(b.overflow_behavior == "wrap" for b in rows), [b.overflow_behavior for b in rows]
+
+
+def test_a_launch_while_the_served_run_is_checked_says_the_checks_run_not_cancel(ui, tiny_bert):
+    """A newcomer's pass again: Launch right after a blend from Explore (served, its general checks running) said "A run
+    is already in progress in this session; wait for it or cancel it", and Cancel had nothing to stop."""
+    from tests.conftest import TINY, tuned_session
+
+    app, fns = ui
+    session = tuned_session(app, tiny_bert)
+    served = session.run
+    run = Run(session)
+    run.kind = "blend"
+    assert app.registry.begin(run)
+    run.admit()
+    run.commit()
+    run.serving(served)  # served, its general checks running
+    try:
+        events = list(app.trainer.train(session, str(tiny_bert), "auto", dict(TINY)))
+        said = str(getattr(events[-1], "text", events[-1]))
+        assert "Your blend is served and its general checks are running" in said and "Cancel cannot stop" in said
+        assert session.run is served
+    finally:
+        run.publish(Cancelled("test over"))
+        app.registry.end(run)
+        run.end()

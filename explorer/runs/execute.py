@@ -42,6 +42,20 @@ from mirror.exports import download_name
 
 log = logging.getLogger("mirror.app")
 BUSY = "A run is already in progress in this session; wait for it or cancel it."
+KIND_WORDS = {"run": "run", "blend": "blend", "upload": "uploaded model"}
+
+
+def busy(going: Run | None) -> str:
+    """Why a session's second run is refused: BUSY, or, when the one going is served and checked (its general checks
+    cannot be cancelled), that (a Launch right after a blend from Explore said "wait for it or cancel it", and
+    Cancel had nothing to stop)."""
+    if going is None or not going.checking:
+        return BUSY
+    what = KIND_WORDS.get(going.kind, "run")
+    return (
+        f"Your {what} is served and its general checks are running (they finish on their own, usually within a "
+        "minute; Cancel cannot stop them): launch again when they are done."
+    )
 
 
 @dataclass(frozen=True)
@@ -117,7 +131,7 @@ class Runner:
         run = run or Run(session)
         run.kind, run.watcher = producer.kind, self.watch  # watched after each event, its producer's own too
         if not self.registry.begin(run):
-            return Run.refused(BUSY)
+            return Run.refused(busy(self.registry.going(session)))
         name = f"mirror-{run.kind}-{run.id[:8]}"
         threading.Thread(target=self._drive, args=(run, producer), name=name, daemon=True).start()
         return run
