@@ -88,6 +88,7 @@ def blended(run: RunInfo | None) -> str:
 
 
 def same(a: Any, b: Any) -> bool:
+    """Two α as a record keeps them (JSON floats) are the same blend."""
     return abs(float(a) - float(b)) < 1e-6
 
 
@@ -95,7 +96,7 @@ def same_alpha(run: RunInfo) -> bool:
     """Whether a blend is served at the α its run's held-out figures were measured at (`measured_alpha`): a run that
     chose α 1 served at α 1 again, or at its own α after another: the figures are its own."""
     origin = run.record.origin
-    return origin.alpha is not None and abs(float(origin.alpha) - measured_alpha(run)) < 1e-6
+    return origin.alpha is not None and same(origin.alpha, measured_alpha(run))
 
 
 def measured_alpha(run: RunInfo) -> float:
