@@ -208,3 +208,20 @@ def test_a_launch_while_the_served_run_is_checked_says_the_checks_run_not_cancel
         run.publish(Cancelled("test over"))
         app.registry.end(run)
         run.end()
+
+
+def test_launch_is_greyed_while_a_blend_goes_and_enabled_again_when_it_ends(ui, tiny_bert):
+    """Issue 60's last newcomer's pass: a blend from Explore left Launch enabled through its phases and general checks
+    (a click refused with a message); a training greyed it. A blend drawn by RunView now greys Launch with its first
+    redraw and enables it again (the session has strings) when it is Done."""
+    from tests.conftest import tuned_session
+
+    app, fns = ui
+    session = tuned_session(app, tiny_bert)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shown = [{getattr(c, "elem_id", None): v for c, v in u.items()} for u in fns["on_blend"].fn(0.5, None, session)]
+    launch = [u["mx-launch"]["interactive"] for u in shown if "mx-launch" in u]
+    assert launch[0] is False and launch[-1] is True, launch
+    assert len(launch) == 2  # said once, then at the end: not in every redraw of its progress
+    assert session.run.record.origin.alpha == 0.5  # the blend is served

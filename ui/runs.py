@@ -255,6 +255,9 @@ class RunView:
         ui, chance = self.ui, TrainView.live_chance(launched or session, self.app.models)
         view = TrainView(progress, chance, (ui.status_md, ui.loss_plot))
         idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
+        # Launch greyed while the run goes, for every kind: a blend from Explore or a model zip too (their Launch
+        # stayed enabled through their checks, a click refused with a message: issue 60's last newcomer's pass)
+        held = {ui.launch: gr.update(interactive=False)}
         for now in follow_progress(events):
             ev = now.end
             if now.served is not None and ev is None:
@@ -268,7 +271,9 @@ class RunView:
                     ui.status_md: box,
                     ui.cancel: gr.update(interactive=False),
                     **self.served(now.served, session, memory, active),
+                    **held,
                 }
+                held = {}
                 continue
             if now.served is not None and isinstance(ev, Done):
                 box, memory = render.status_box(render.done_status(ev.run), "ok"), remember(memory)
@@ -302,7 +307,8 @@ class RunView:
                 box = render.status_box(render.done_status(ev.run), "ok")
                 yield self.with_strings({ui.status_md: box, **idle, **self.served(ev.run, session, memory)}, session)
                 return
-            yield view.show(now, self.stopping(session))
+            yield {**view.show(now, self.stopping(session)), **held}
+            held = {}  # said once: the page keeps it until the run's end sets it again (`idle`)
 
 
 def wire_training(app: MirrorApp, view: RunView) -> None:
