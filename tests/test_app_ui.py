@@ -373,6 +373,30 @@ def test_every_file_reaches_the_loader_and_is_reported_by_the_name_the_user_gave
     assert "_nul.csv: looks like a binary file" in upload_with_launch(ui, session, odd)[0]
 
 
+def test_clearing_the_upload_says_its_strings_stay_loaded_and_a_paste_after_it_is_left_alone(app, tmp_path):
+    """Issue 60's newcomers: after the upload's ✕ the summary still said "3 strings loaded from terms.csv", a file
+    the page no longer showed, and Launch tuned it. The strings stay loaded (a file is replaced by clearing it first,
+    and a bad file after a good one keeps the good one: issue 28), and the page now says so where it said the file was
+    loaded; strings pasted after the upload are not the file's: its summary stays."""
+    demo = mx.build_demo(app)
+    fns = {f.name: f for f in demo.fns.values()}
+    upload = fns["on_upload"]
+    defaults = [c.value for c in upload.inputs[6:]]
+    csv = tmp_path / "terms.csv"
+    csv.write_text("term\ncat\ndog\nkitten\n")
+    session = upload.fn(str(csv), None, [], "auto", "bundled", None, *defaults)[-1]
+    out = upload.fn(None, None, [], "auto", "bundled", session, *defaults)
+    said = {getattr(c, "elem_id", None): v for c, v in zip(upload.outputs, out, strict=True)}
+    assert (
+        "`terms.csv` was removed from the box; its **3 strings** stay loaded and Launch tunes them" in said["mx-input"]
+    )
+    assert session.texts == ["cat", "dog", "kitten"] and said["mx-launch"] == {"__type__": "update"}  # still armed
+    upload.fn(str(csv), None, [], "auto", "bundled", session, *defaults)
+    fns["on_paste"].fn("ant\nbee\nwasp", [], "auto", "bundled", session, *defaults)
+    out = upload.fn(None, None, [], "auto", "bundled", session, *defaults)
+    assert session.texts == ["ant", "bee", "wasp"] and out[0] == {"__type__": "update"}  # the paste's summary stays
+
+
 # The upload corpus (tests/upload_corpus.py) through the page's upload handler: a message, no traceback, and the
 # strings loaded before stay loaded, Launch enabled, with a line saying which strings Launch would tune (issue 15
 # unloaded them and disabled Launch; issue 28 found that a newcomer lost a good file to a bad one). (Through the

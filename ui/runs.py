@@ -254,7 +254,10 @@ class RunView:
         partners and settings: a page reattached after a reload holds none of its own); `session` when None."""
         ui, chance = self.ui, TrainView.live_chance(launched or session, self.app.models)
         view = TrainView(progress, chance, (ui.status_md, ui.loss_plot))
-        idle = {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
+
+        def idle() -> dict:  # at the run's end: Launch when strings are loaded then (an upload cleared meanwhile)
+            return {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
+
         # Launch greyed while the run goes, for every kind: a blend from Explore or a model zip too (their Launch
         # stayed enabled through their checks, a click refused with a message: issue 60's last newcomer's pass)
         held = {ui.launch: gr.update(interactive=False)}
@@ -277,7 +280,7 @@ class RunView:
                 continue
             if now.served is not None and isinstance(ev, Done):
                 box, memory = render.status_box(render.done_status(ev.run), "ok"), remember(memory)
-                shown = {ui.status_md: box, **idle, **self.checked(ev.run, memory), self.browser: memory}
+                shown = {ui.status_md: box, **idle(), **self.checked(ev.run, memory), self.browser: memory}
                 yield {**self.with_strings(shown, session), self.state: session}
                 return
             if isinstance(ev, Failed | Cancelled):
@@ -298,14 +301,14 @@ class RunView:
                     ui.status_md: box,
                     ui.result_md: render.run_md(session.run) if session.run else "",  # the run still served
                     ui.loss_plot: plot,
-                    **idle,
+                    **idle(),
                     self.browser: remember(memory),
                     self.state: session,
                 }
                 return
             if isinstance(ev, Done):
                 box = render.status_box(render.done_status(ev.run), "ok")
-                yield self.with_strings({ui.status_md: box, **idle, **self.served(ev.run, session, memory)}, session)
+                yield self.with_strings({ui.status_md: box, **idle(), **self.served(ev.run, session, memory)}, session)
                 return
             yield {**view.show(now, self.stopping(session)), **held}
             held = {}  # said once: the page keeps it until the run's end sets it again (`idle`)

@@ -235,9 +235,16 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
 
     def on_upload(path, col, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
-        if not path:
+        if not path:  # cleared (its ✕; or a moment before another file lands on it)
             hidden = gr.update(choices=[], value=None, visible=False)
-            return [gr.update(), hidden, hidden, *keep_fields, gr.update(), gr.update(), session]
+            if not session.upload or not session.texts:  # a paste's or an example's strings: the page says them
+                return [gr.update(), hidden, hidden, *keep_fields, gr.update(), gr.update(), session]
+            # the file's strings stay loaded (a bad file after a good one keeps the good one: issue 28, and a file
+            # is replaced by clearing it first), said where the page said the file was loaded (issue 60's newcomers:
+            # the summary still named a file the box no longer showed, and Launch tuned it)
+            kept = f"`{session.upload}` was removed from the box; its **{len(session.texts):,} strings** stay "
+            kept += "loaded and Launch tunes them, until you load others (a file, a paste or an example)."
+            return [render.message(kept, "info"), hidden, hidden, *keep_fields, gr.update(), gr.update(), session]
         load = lambda: app.loader.load_file(session, path, None, given_name(path), AUTO)  # noqa: E731
         out, cols, used, paired = after_load(session, load, mode_value, model_value, touched, vals)
         shown = pickers(cols, used, paired) if cols is not None else [gr.update(), gr.update()]

@@ -47,6 +47,7 @@ class Session:
     partners: list[str | None] | None = None
     pairing: Pairing | None = None  # where the partners came from and what cleaning kept of them
     source: str = ""
+    upload: str = ""  # the uploaded file the strings came from, as named on the page ("": pasted, an example, …)
     stats: CleanStats | None = None
     detected_mode: str = "words"
     mode_reason: str = ""

@@ -67,7 +67,7 @@ class TextLoader:
                 f"({stats.lines} lines, {stats.empty} empty, {stats.duplicates + stats.case_duplicates} duplicates); mirror tuning needs at least 2 distinct strings"
             )
         mode, reason = detect_mode(texts)
-        session.texts, session.source, session.stats = texts, source, stats
+        session.texts, session.source, session.stats, session.upload = texts, source, stats, ""
         session.detected_mode, session.mode_reason = mode, reason
         session.partners, session.pairing = None, None
         if kept is not None and pair_stats.paired >= 2:  # fewer: no pair to learn from, a plain run
@@ -104,6 +104,7 @@ class TextLoader:
             )
             columns = (read.column or "string", read.pair_column or "partner")
             info = self.set_texts(session, read.strings, name, notes, read.partners, columns, read.pair_note)
+            session.upload = name
             return {
                 **info,
                 "columns": read.columns,
