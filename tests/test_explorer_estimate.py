@@ -671,6 +671,12 @@ def test_a_plan_of_a_few_strings_says_under_a_second_without_a_tilde():
     config = MirrorConfig.preset("words")
     text = estimate_md(Estimate(2, tuple((n, quick.get(n, 0.0)) for n in PHASES), cal), config)
     assert "(searchable after under a second)" in text and "~under" not in text and "estimated \\~5 s" in text
+    # a phase the run does not have is not named: a mirror-only run's plan said "blend choice <1 s"
+    assert "blend choice" not in text and "general checks 4 s" in text
+    chooses = estimate_md(
+        Estimate(2, tuple((n, {**quick, "blend choice": 3.0}.get(n, 0.0)) for n in PHASES), cal), config
+    )
+    assert "blend choice 3 s" in chooses
     busy = Estimate(2, tuple((n, 3 * quick.get(n, 0.0)) for n in PHASES), cal, quiet=3.0)
     text = estimate_md(busy, config)
     assert "estimated \\~15 s (\\~6 s–15 s)" in text and "(searchable after \\~2 s)" in text

@@ -13,6 +13,9 @@ from explorer.words import about, fmt_seconds, message
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 
 NO_STRINGS = "Load some strings to see the plan and a time estimate."
+# phases a run may not have, named in its plan only when it does (a run with no held-out rows to choose its blend
+# on, or no pairs, said "blend choice <1 s")
+OPTIONAL_PHASES = ("base index", "blend choice", "general checks")
 
 
 def plan_md(shown: Shown) -> str:
@@ -130,9 +133,7 @@ def estimate_md(
             f"{plan} · **estimated** (rough guess) {about(train)} training + {about(index)} indexing"
             f"{later}{f' · {why_rough}' if why_rough else ''}{extra}"
         ).replace("~", "\\~")
-    shown = " · ".join(
-        f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in ("base index", "general checks")
-    )
+    shown = " · ".join(f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in OPTIONAL_PHASES)
     reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
     total = about(est.total)
