@@ -199,6 +199,54 @@ def summarize(names: Sequence[str]) -> list[dict[str, Any]]:
     return out
 
 
+def orders(names: Sequence[str]) -> list[dict[str, Any]]:
+    """Did the choice rows' noise decide an α served? For each run of the JSONs `names` that recorded its choice: the
+    α ordered by MRR@10 on its choice rows (how many), the α the rule in the code serves from them (`served_now`),
+    what decided it (the rows ranking the α as α: the checks, which serve the highest α they let through; else the
+    rows' order, or their tie) and, where every α was measured on the report rows, each one's gain there."""
+
+    out = []
+    for name in names:
+        path = Path(name) if Path(name).exists() else ROOT / "bench" / "results" / name
+        runs: dict[tuple, dict[str, dict[str, Any]]] = {}
+        for row in json.loads(path.read_text())["rows"]:
+            runs.setdefault((row["set"], row["seed"]), {})[str(row["run"])] = row
+        for (set_name, seed), got in runs.items():
+            row = next((r for run, r in got.items() if run.startswith("chosen")), None)
+            choice = row.get("choice") if row else None
+            choice = json.loads(choice) if isinstance(choice, str) else choice  # (a string in these JSONs)
+            if not isinstance(choice, dict):  # (the first runs kept their candidates only)
+                continue
+            cands = choice["candidates"]
+            by_rows = [c["alpha"] for c in sorted(cands, key=lambda c: (-c["mrr10"], c["alpha"]))]
+            now = served_now(row)
+            if len({c["mrr10"] for c in cands}) == 1:
+                decided = "a tie: the lowest α that keeps the checks"
+            elif by_rows == sorted(by_rows, reverse=True):  # the rows rank the α as α: the highest the checks allow
+                decided = "the checks"
+            else:
+                decided = "the choice rows' order"
+            reported = {
+                float(run.split()[1]): r["mrr10_gain"].split(" [")[0] for run, r in got.items() if run.startswith("α ")
+            }
+            out.append(
+                {
+                    "file": path.name,
+                    "set": set_name,
+                    "seed": seed,
+                    "choice rows": choice["rows"],
+                    "α by choice rows": " > ".join(f"{a:g}" for a in by_rows),
+                    "served": "–" if now is None else f"{now:g}",
+                    "decided by": decided,
+                    "report rows (gain by α)": ", ".join(
+                        f"{a:g} {g}" for a, g in sorted(reported.items(), reverse=True)
+                    )
+                    or "–",
+                }
+            )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sets", default="foldoc,stdlib")
@@ -211,7 +259,12 @@ def main() -> None:
     parser.add_argument(
         "--summarize", default="", help="JSONs to summarize per set and seed, comma-separated (no run): see summarize"
     )
+    parser.add_argument("--orders", default="", help="JSONs whose choices to read for what decided them (no run)")
     args = parser.parse_args()
+    if args.orders:
+        rows = orders(args.orders.split(","))
+        print_table(rows, list(rows[0]) if rows else [])
+        return
     if args.summarize:
         columns = ["set", "seed", "served", "fixed α 0.5", "α 1", "peer"]
         print_table(summarize(args.summarize.split(",")), columns)
