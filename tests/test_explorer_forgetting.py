@@ -272,8 +272,7 @@ def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
     # what a blend re-encodes, timed: the parent's tuned index (mirror.job), and the blend's own for a blend of it
     for served in (parent, run):
         took = served.record.timing.tuned_index_seconds
-        said = render.fmt_seconds(took)  # "about 2 s", or "under a second" (not "about under a second")
-        assert f"{said if said.startswith('under') else f'about {said}'} here" in render.blend_info(served)
+        assert took is not None and f"about {render.fmt_seconds(took)} here" in render.blend_info(served)
     assert not run.checks_pending and run.model_zip.is_file() and "| Short articles |" in render.forgetting_md(run)
     assert run.stats["forgetting"] is not parent.stats["forgetting"] and run.stats["forgetting"]["checks"]
     assert render.default_alpha(run) == 0.5 and "α = 0.5 of the tuned weights" in render.forgetting_md(run)
@@ -293,14 +292,6 @@ def test_the_blend_slider_starts_at_the_suggestion_only_when_a_check_is_worse():
     assert render.default_alpha(run({"forgetting": fine})) == 1.0
     assert render.default_alpha(run({"forgetting": worse})) == forgetting.SUGGESTED_ALPHA
     assert render.default_alpha(run({"forgetting": worse, "blend_alpha": 0.0})) == 0.0  # a blend: its own α
-    # a run served at its own α (its preset's): the slider starts there, so Blend unmoved serves the same model (it
-    # said 1, and Blend served the weights as trained: a newcomer's pass); a worse check below the suggestion: no
-    # remedy offered (a blend at 0.5 would take back less of the base than the α 0.25 served)
-    assert render.default_alpha(run({"run_alpha": 0.75})) == 0.75 and render.default_alpha(run({"run_alpha": 1})) == 1
-    assert render.default_alpha(run({"run_alpha": 0.75, "forgetting": worse})) == forgetting.SUGGESTED_ALPHA
-    assert render.remedy_offered(run({"run_alpha": 0.75, "forgetting": worse}))
-    low = run({"run_alpha": 0.25, "forgetting": worse})
-    assert render.default_alpha(low) == 0.25 and not render.remedy_offered(low)
     assert f"blend at α = {forgetting.SUGGESTED_ALPHA:g}" in verdict([{**r, "worse": True} for r in [ROW]])
 
 
@@ -415,18 +406,3 @@ def test_a_run_on_long_strings_carries_the_own_long_texts_figures(app, tiny_bert
     own = s.run.stats["forgetting"]["own_long_texts"]
     assert own["strings"] == 24 and 0 <= own["overlap_at_10"] <= 1 and 0 < own["halves_mrr_base"] <= 100
     assert "information, not a quality score" in render.forgetting_md(s.run)
-
-
-def test_a_run_served_at_its_own_low_alpha_is_not_told_to_blend_at_a_higher_one():
-    """A run served at its preset's α 0.25 with a general check worse read "blend at α = 0.5" (the verdict kept with
-    it): more of the tuned weights, not less. Its verdict now names its own blend and says a lower α keeps more."""
-    from types import SimpleNamespace
-
-    worse = {"checks": [{**ROW, "worse": True}], "verdict": forgetting.verdict([{**ROW, "worse": True}])}
-    for alpha, suggested in ((0.25, False), (0.75, True)):
-        run = SimpleNamespace(record=record_of({"run_alpha": alpha, "forgetting": worse}), checks_pending=False)
-        said = render.forgetting_md(run)
-        assert (f"blend at α = {forgetting.SUGGESTED_ALPHA:g}" in said) is suggested, said
-        assert (
-            "this run's own blend: α = 0.25" in said and "A lower α keeps more of the base" in said
-        ) is not suggested

@@ -13,17 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from explorer.resources.runfacts import (  # noqa: F401 (re-exported, as render_results)
-    as_trained,
-    blend_name,
-    blend_of,
-    choice_of,
-    default_alpha,
-    remedy_offered,
-    served_alpha,
-    served_label,
-    uploaded_zip,
-)
+from explorer.resources.runfacts import as_trained, blend_name, blend_of, choice_of, served_label, uploaded_zip
 from explorer.words import fmt_seconds, message
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL, MirrorConfig
@@ -498,13 +488,6 @@ def forgetting_md(run: RunInfo | None) -> str:
     kind = "warning" if check.worse else "ok"
     blend = blend_of(run)
     verdict = check.verdict if blend is None else blend_verdict(check.rows, blend[0])
-    if (
-        blend is None and check.worse and float(served_alpha(run) or 1.0) <= SUGGESTED_ALPHA
-    ):  # its verdict's "blend at α 0.5": no
-        verdict = (
-            f"The served model is this run's own blend: α = {float(served_alpha(run) or 1.0):g} of the tuned weights. "
-        )
-        verdict += blend_summary(check.rows)
     took = f" The checks took {check.seconds:g} s." if check.seconds is not None else ""
     note = (
         "\n\nThe check half of each bundled set (its dev half chose the defaults). *Worse* means a drop of more than "
@@ -558,13 +541,36 @@ def _interval(ci: Any) -> str:
     return f"{ci[0]:+.1f} to {ci[1]:+.1f}" if ci else ""
 
 
+def default_alpha(run: RunInfo | None) -> float:
+    """Where the blend slider starts: a blend's own α; for a run as trained, the suggested α
+    (mirror.checks.SUGGESTED_ALPHA) when its forgetting check found a general check worse, else 1 (the
+    tuned model as trained: nothing to repair). Only a starting point: nothing is blended until the user asks."""
+    if run is None:
+        return 1.0
+    blend = blend_of(run)
+    if blend is not None:
+        return blend[0]
+    if choice_of(run) is not None:  # the α the run chose for itself (mirror/choose.py)
+        return float(run.record.training.run_alpha or 1.0)
+    checks = run.record.checks
+    return float(SUGGESTED_ALPHA) if checks is not None and checks.worse else 1.0
+
+
+def remedy_offered(run: RunInfo | None) -> bool:
+    """Whether the one-click remedy (a blend at the suggested α) is offered: the run as trained (not a blend) has a
+    general check worse than the base."""
+    if run is None or blend_of(run) is not None:
+        return False
+    checks = run.record.checks
+    return checks is not None and checks.worse
+
+
 def blend_info(run: RunInfo) -> str:
     """What a blend costs, said before it is asked for: the weights mix at once, but every string is encoded again
     (14,257 strings took 81 s on a busy 2-core machine, where the README said "seconds"), as long as the run's tuned
     index took, and the general checks run again."""
     took = run.record.timing.tuned_index_seconds
-    took = "" if took is None else fmt_seconds(float(took))  # "under a second": not "about under a second"
-    here = f", {took if took.startswith('under') else f'about {took}'} here as this run's took" if took else ""
+    here = f", about {fmt_seconds(float(took))} here as this run's took" if took is not None else ""
     return (
         f"Interpolates the weights at once, then re-encodes your {run.n_texts:,} strings with them{here} "
         "(no retraining), then the general checks"

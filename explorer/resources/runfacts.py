@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mirror.checks import SUGGESTED_ALPHA
-
 if TYPE_CHECKING:
     from explorer.resources.record import Pairs, RunInfo
     from mirror.pairs import PairGain
@@ -85,27 +83,3 @@ def choice_alphas(run: RunInfo | None) -> list[float]:
     """The α a run chose among, for the one-click picker; [] without a choice."""
     choice = choice_of(run)
     return [float(c["alpha"]) for c in choice["candidates"]] if choice else []
-
-
-def default_alpha(run: RunInfo | None) -> float:
-    """Where the blend slider starts: what is served, so Blend unmoved serves the same model (a run's own α too: it
-    said 1 over a run served at α 0.75, a newcomer's pass); the suggested α when `remedy_offered`. Only a start."""
-    if run is None:
-        return 1.0
-    blend = blend_of(run)
-    if blend is not None:
-        return blend[0]
-    own = float(served_alpha(run) or 1.0)
-    if choice_of(run) is not None:  # the α the run chose for itself (mirror/choose.py)
-        return own
-    return float(SUGGESTED_ALPHA) if remedy_offered(run) else own
-
-
-def remedy_offered(run: RunInfo | None) -> bool:
-    """Whether the one-click remedy (a blend at the suggested α) is offered: the run as trained (not a blend), served
-    above the suggested α, has a general check worse than the base (served at or below it already, a blend at the
-    suggested α would take back less of the base, not more)."""
-    if run is None or blend_of(run) is not None or float(served_alpha(run) or 1.0) <= SUGGESTED_ALPHA:
-        return False
-    checks = run.record.checks
-    return checks is not None and checks.worse
