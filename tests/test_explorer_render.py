@@ -302,3 +302,26 @@ def test_alpha_1_served_again_is_the_tuned_weights_not_a_blend():
     said = render.blend_verdict(worse, 1.0)  # the checks of α 1 served again (a real page: "is a blend: α = 1")
     assert "as trained" in said and "blend" not in said.replace("A lower α", "") and "worse than the base" in said
     assert "blend" not in render.blend_verdict([], 0.99999999)  # float noise of 1 is 1
+
+
+def test_a_blend_of_a_run_its_preset_blended_says_what_its_alpha_is_of():
+    """A newcomer's pass: a words run served at its preset's α 0.75; Explore's slider read 1 and Blend at 1 said
+    "Serving the tuned weights as trained (…: nothing of the base)". A blend of such a run starts from its model as
+    served (explorer.resources.store.tuned_weights): 1 is that model, its preset's blend included, and the page now
+    says so; a pairs run that chose its α keeps its weights as trained, and says "nothing of the base" still."""
+    from ui import render
+
+    whole, half = blend_run(blend_alpha=1.0, run_alpha=0.75), blend_run(run_alpha=0.75)
+    text = render.blend_text(whole)
+    assert "as its preset blended them, α 0.75 of the tuned weights" in text and "nothing of the base" not in text
+    assert "its preset's blend α 0.75 included" in render.run_md(whole) and "nothing of the base" not in render.run_md(
+        whole
+    )
+    assert "α = 0.5 of the run's model (its preset's blend, α 0.75 of the tuned weights)" in render.blend_text(half)
+    served = blend_run(blend_alpha=None, run_alpha=0.75, tuned_index_seconds=0.4)  # the run itself, as Explore shows it
+    info = render.blend_info(served)
+    assert "1 = the run's model as its preset made it (already α 0.75 of the tuned weights)" in info
+    assert "under a second here" in info and "about under" not in info
+    chose = {"alpha": 0.75, "candidates": [{"alpha": 1.0, "mrr10": 50.0}, {"alpha": 0.75, "mrr10": 49.0}]}
+    picked = blend_run(blend_alpha=1.0, run_alpha=0.75, blend_choice=chose)  # a pairs run's α 1: as trained
+    assert "nothing of the base" in render.blend_text(picked) and "preset" not in render.blend_info(picked)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from explorer.resources import runfacts
 from explorer.resources.runfacts import as_trained, blend_name, blend_of, choice_of, served_label, uploaded_zip
 from explorer.words import fmt_seconds, message
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
@@ -233,9 +234,11 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         where = "(" if zipped is None else f"you uploaded (`{zipped}`, "
         if as_trained(alpha):  # α 1 served again (*Serve another α*): the tuned weights as trained, not a blend
             made = "No training" if zipped is None else "Loaded now, trained earlier"
+            preset = runfacts.preset_alpha(run)
+            kept = f"its preset's blend α {preset:g} included" if preset else "nothing of the base"
             head = (
                 f"### Served: the tuned weights as trained {where}run `{run_id[:8]}`), α 1 of {of}\n"
-                f"{made}: the weights of {of} as it trained them, nothing of the base; the table shows that training."
+                f"{made}: the weights of {of} as it trained them, {kept}; the table shows that training."
                 f"\n\n| Trained as {of} | value |\n|---|---|\n{table}\n\n"
             )
         else:
@@ -566,14 +569,16 @@ def remedy_offered(run: RunInfo | None) -> bool:
 
 
 def blend_info(run: RunInfo) -> str:
-    """What a blend costs, said before it is asked for: the weights mix at once, but every string is encoded again
-    (14,257 strings took 81 s on a busy 2-core machine, where the README said "seconds"), as long as the run's tuned
-    index took, and the general checks run again."""
+    """What a blend costs, said before it is asked for: the weights mix at once, every string is encoded again (14,257
+    strings took 81 s on a busy 2-core machine) as long as the run's tuned index took, the general checks again."""
     took = run.record.timing.tuned_index_seconds
-    here = f", about {fmt_seconds(float(took))} here as this run's took" if took is not None else ""
+    took = "" if took is None else fmt_seconds(float(took))  # "under a second", not "about under a second"
+    here = f", {took if took.startswith('under') else f'about {took}'} here as this run's took" if took else ""
+    preset = runfacts.preset_alpha(run)  # α is of the run's model as its preset blended it: 1 is what it served
+    of = f"; 1 = the run's model as its preset made it (already α {preset:g} of the tuned weights)" if preset else ""
     return (
         f"Interpolates the weights at once, then re-encodes your {run.n_texts:,} strings with them{here} "
-        "(no retraining), then the general checks"
+        f"(no retraining), then the general checks{of}"
     )
 
 
@@ -581,12 +586,15 @@ def blend_text(run: RunInfo) -> str:
     """What the user reads when a blend is served."""
     alpha, parent = blend_of(run) or (1.0, "")
     of = f" of run `{parent[:8]}`" if parent else ""
+    preset = runfacts.preset_alpha(run)  # the parent's preset blended its weights already: α is of those
     if as_trained(alpha):  # Serve another α → 1: the run's weights as trained, nothing of the base (not called a blend)
+        kept = f"as its preset blended them, α {preset:g} of the tuned weights" if preset else "nothing of the base"
         return (
-            f"Serving the tuned weights as trained (run `{run.folder.name[:8]}`, α 1{of}: nothing of the base). "
+            f"Serving the tuned weights as trained (run `{run.folder.name[:8]}`, α 1{of}: {kept}). "
             "Search, the maps and the downloads now use them; the general checks above are their own."
         )
+    what = f"the run's model (its preset's blend, α {preset:g} of the tuned weights)" if preset else "the tuned weights"
     return (
-        f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of the tuned weights{of}, {1 - alpha:g} of "
+        f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of {what}{of}, {1 - alpha:g} of "
         "the base. Search, the maps and the downloads now use it; the general checks above are its own."
     )

@@ -83,3 +83,14 @@ def choice_alphas(run: RunInfo | None) -> list[float]:
     """The α a run chose among, for the one-click picker; [] without a choice."""
     choice = choice_of(run)
     return [float(c["alpha"]) for c in choice["candidates"]] if choice else []
+
+
+def preset_alpha(run: RunInfo | None) -> float | None:
+    """The α a run's preset blended its saved weights with (the words preset's 0.75, the sentences' 0.25), which a
+    blend of it starts from: Explore's α is of those weights (explorer.resources.store.tuned_weights: model/), so 1
+    there serves them as they are, the preset's blend included. None where a blend starts from the weights as trained
+    (no preset blend, or a pairs run that chose its α: it keeps them unblended in tuned_model/)."""
+    alpha = run.record.training.run_alpha if run is not None else None
+    if not isinstance(alpha, int | float) or alpha >= 1 or choice_of(run) is not None:
+        return None
+    return float(alpha)
