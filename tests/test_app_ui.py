@@ -392,7 +392,15 @@ def test_clearing_the_upload_says_its_strings_stay_loaded_and_a_paste_after_it_i
     )
     assert session.texts == ["cat", "dog", "kitten"] and said["mx-launch"] == {"__type__": "update"}  # still armed
     upload.fn(str(csv), None, [], "auto", "bundled", session, *defaults)
-    fns["on_paste"].fn("ant\nbee\nwasp", [], "auto", "bundled", session, *defaults)
+    paste = fns["on_paste"]
+    pasted = paste.fn("ant\nbee\nwasp", [], "auto", "bundled", session, *defaults)
+    # the paste empties the upload box and hides its column pickers: picking a column there loaded the file again
+    said = dict(zip(paste.outputs, pasted, strict=True))
+    assert said[next(c for c in paste.outputs if getattr(c, "elem_id", None) == "mx-upload")]["value"] is None
+    hidden = [v for c, v in said.items() if getattr(c, "elem_id", None) in ("mx-column", "mx-pair-column")]
+    assert len(hidden) == 2 and all(v["visible"] is False for v in hidden)
+    refused = dict(zip(paste.outputs, paste.fn("", [], "auto", "bundled", session, *defaults), strict=True))
+    assert all(refused[c] == {"__type__": "update"} for c in paste.outputs[-3:])  # refused: the box stays as it is
     out = upload.fn(None, None, [], "auto", "bundled", session, *defaults)
     assert session.texts == ["ant", "bee", "wasp"] and out[0] == {"__type__": "update"}  # the paste's summary stays
 

@@ -875,3 +875,36 @@ def test_every_font_face_the_page_declares_draws_its_headings_letters(server, br
     assert body and any(int(f["weight"]) > 400 for f in body), faces  # the bold text's face is declared and probed
     partial = [f"{f['family']} {f['weight']} ({f['url']})" for f in faces if abs(f["mono"] - f["serif"]) > 0.01]
     assert not partial, f"faces missing letters of the text: {partial}"
+
+
+def test_a_paste_after_an_upload_empties_the_upload_box_and_its_column_pickers(server, browser, tmp_path):
+    """A newcomer's pass: after a paste, the Upload tab still showed the CSV and its *Text column* / *Paired with*
+    pickers, and picking (none) there loaded the CSV again over the paste. A load from elsewhere now empties the box
+    and hides its pickers, without Gradio's "Value: … is not in the list of choices" error (it checks the pickers'
+    values as the emptied box fires its own event)."""
+    from playwright.sync_api import expect
+
+    pairs = tmp_path / "terms.csv"
+    pairs.write_text("term,definition\n" + "".join(f"{w},the word {w} in a sentence\n" for w in WORDS[:20]))
+    errors: list[str] = []
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    watch_console(page, errors)
+    with shot_on_failure(page, "paste_after_upload_failure.png", closing=context):
+        page.goto(server)
+        upload_file(page, pairs)
+        expect(page.locator("#mx-input")).to_contain_text("loaded from terms.csv")
+        expect(page.locator("#mx-pair-column")).to_be_visible()
+        page.get_by_role("tab", name="Paste").click()
+        page.locator("textarea").first.fill("\n".join(WORDS[:6]))
+        page.get_by_role("button", name="Use these strings").click()
+        expect(page.locator("#mx-input")).to_contain_text("6 strings loaded from pasted text")
+        expect(page.locator("#mx-estimate")).to_contain_text("Plan:", timeout=180_000)
+        page.get_by_role("tab", name="Upload a file").click()
+        expect(page.locator("#mx-pair-column")).to_be_hidden()
+        expect(page.locator("#mx-column")).to_be_hidden()
+        expect(page.locator("#mx-upload")).not_to_contain_text("terms.csv")
+        expect(page.locator("#mx-input")).to_contain_text("6 strings loaded from pasted text")
+        assert page.get_by_text("is not in the list of choices").count() == 0
+        assert not errors, errors

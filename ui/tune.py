@@ -271,20 +271,31 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
         kept = paired or (session.pairing.partner_column if session.pairing is not None else "")
         return [*out, gr.update(value=kept)]
 
+    def elsewhere(session, load, mode_value, model_value, touched, vals) -> list:
+        """A load from the paste, an example or the Hub; once it loaded, the upload box and its column pickers are
+        emptied: they showed the file no longer loaded, and picking a column there loaded it again over the paste
+        (a newcomer's pass). A refused load keeps them, as it keeps the strings."""
+        out, cols, _, _ = after_load(session, load, mode_value, model_value, touched, vals)
+        if cols is None:  # refused: what was loaded stays, and so does the box that loaded it
+            return [*out, gr.update(), gr.update(), gr.update()]
+        # the pickers hidden, their choices kept: emptying the box fires its `change` with their values, which
+        # Gradio checks against their choices ("Value: definition is not in the list of choices: []")
+        return [*out, gr.update(value=None), gr.update(visible=False), gr.update(visible=False)]
+
     def on_paste(text, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
         load = lambda: app.loader.load_pasted(session, text)  # noqa: E731
-        return after_load(session, load, mode_value, model_value, touched, vals)[0]
+        return elsewhere(session, load, mode_value, model_value, touched, vals)
 
     def on_example(key, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
         load = lambda: app.loader.load_example(session, key)  # noqa: E731
-        return after_load(session, load, mode_value, model_value, touched, vals)[0]
+        return elsewhere(session, load, mode_value, model_value, touched, vals)
 
     def on_hub(dataset, column, split, touched, mode_value, model_value, s, *vals):
         session = app.session(s)
         load = lambda: app.loader.load_hub_dataset(session, dataset, column, split)  # noqa: E731
-        return after_load(session, load, mode_value, model_value, touched, vals)[0]
+        return elsewhere(session, load, mode_value, model_value, touched, vals)
 
     def on_mode(mode_value, model_value, s, *vals):
         session = app.session(s)
@@ -320,10 +331,11 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
     ui.column.select(on_column, columns_in, column_out, **PRIVATE).then(**estimated)
     # `select`, not `input`: a dropdown's `input` fired twice for one pick (two loads, two toasts)
     ui.pair_column.select(on_pair, columns_in, [*loaded, ui.pair_column], **PRIVATE).then(**estimated)
-    ui.paste_btn.click(on_paste, [ui.pasted, *mine], loaded, **PRIVATE).then(**estimated)
-    ui.example_btn.click(on_example, [ui.example, *mine], loaded, **PRIVATE).then(**estimated)
+    other = [*loaded, ui.upload, ui.column, ui.pair_column]  # a load from elsewhere empties the upload box
+    ui.paste_btn.click(on_paste, [ui.pasted, *mine], other, **PRIVATE).then(**estimated)
+    ui.example_btn.click(on_example, [ui.example, *mine], other, **PRIVATE).then(**estimated)
     hub_in = [ui.hub_dataset, ui.hub_column, ui.hub_split, *mine]
-    ui.hub_btn.click(on_hub, hub_in, loaded, **PRIVATE).then(**estimated)
+    ui.hub_btn.click(on_hub, hub_in, other, **PRIVATE).then(**estimated)
     ui.mode.input(on_mode, inputs, [*field_list, ui.estimate_md, state, ui.touched], **PRIVATE)
     for name, field in fields.items():  # a setting changed by hand is the user's: loads keep it
 
