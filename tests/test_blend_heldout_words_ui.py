@@ -90,3 +90,12 @@ def test_a_long_filter_is_quoted_by_its_start():
     assert len(head) < CELL_CHARS + 40, head
     assert head.startswith("0 strings matching “membrane protein complex") and "…”" in head
     assert moved_head(3, 3, "membrane") == "3 strings matching “membrane”, most moved first."
+
+
+def test_alpha_1_served_again_after_a_choice_points_at_its_row_in_the_table():
+    """A newcomer's pass: *Serve another α* → 1 after a run chose α 0.75 said "its weights as trained, α 1, were not
+    measured" right above the choice's table, whose α 1 row measured them (46.8, +10.9)."""
+    chose = {**CHOICE, "alpha": 0.5}
+    said = blended(served_blend(run_alpha=0.5, alpha=1.0, choice=chose))
+    assert "its weights as trained, α 1, on the choice rows only: +3.1 in the table below" in said
+    assert "not measured" not in said

@@ -73,18 +73,15 @@ def blended(run: RunInfo | None) -> str:
     served = f"as it served α = {measured_alpha(run):g}"
     if same_alpha(run):  # served again at the α its run was measured at: these very weights' figures
         return f" _(Measured on {parent} {served}: these weights.)_"
-    if as_trained(origin.alpha):  # *Serve another α* → 1: the run's weights as trained, not a blend
-        return f" _(Measured on {parent} {served}; its weights as trained, α 1, were not measured.)_"
+    # *Serve another α* → 1: the run's weights as trained, not a blend
+    these = "its weights as trained, α 1," if as_trained(origin.alpha) else f"this blend at α = {origin.alpha:g}"
     choice = choice_of(run)
     tried = next((c for c in (choice or {}).get("candidates", ()) if same(c["alpha"], origin.alpha)), None)
-    if tried is not None:  # the run's choice measured this α on its other half (a newcomer: "was not measured" under
-        # a table whose row for it said 56.0, +1.6)
+    if tried is not None:  # the run's choice measured this α on its other half (newcomers: "was not measured" under
+        # a table whose row for it said 56.0, +1.6; for α 1 too)
         gained = float(tried["mrr10"]) - float(choice["base_mrr10"])
-        return (
-            f" _(Measured on {parent} {served}; this blend at α = {origin.alpha:g} on the choice rows only: "
-            f"{gained:+.1f} in the table below.)_"
-        )
-    return f" _(Measured on {parent} {served}; this blend at α = {origin.alpha:g} was not measured.)_"
+        return f" _(Measured on {parent} {served}; {these} on the choice rows only: {gained:+.1f} in the table below.)_"
+    return f" _(Measured on {parent} {served}; {these} {'were' if as_trained(origin.alpha) else 'was'} not measured.)_"
 
 
 def same(a: Any, b: Any) -> bool:
