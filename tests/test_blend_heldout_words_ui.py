@@ -78,7 +78,7 @@ def test_a_blend_its_run_measured_on_the_choice_rows_says_so_and_search_names_it
     unchosen = served_blend(run_alpha=1.0, alpha=0.25, choice=CHOICE)  # an α the choice did not measure
     assert "this blend at α = 0.25 was not measured" in blended(unchosen)
     assert "report rows" not in pairs_md(served_blend(run_alpha=1.0, alpha=0.5))  # no choice made: nothing to tell
-    assert tuned_side(half) == "blend α=0.5" and tuned_side(served_blend(0.25, 1.0)) == ""
+    assert tuned_side(half) == "blend α=0.5" and tuned_side(served_blend(0.25, 1.0)) == "as trained α=1"
     hits = [{"query": "q", "tuned": [], "base": []}]
     assert "Tuned (mirror) · blend α=0.5" in render_results(hits, "bundled", served=tuned_side(half))
     assert "Tuned (mirror)</div>" in render_results(hits, "bundled")
@@ -99,3 +99,21 @@ def test_alpha_1_served_again_after_a_choice_points_at_its_row_in_the_table():
     said = blended(served_blend(run_alpha=0.5, alpha=1.0, choice=chose))
     assert "its weights as trained, α 1, on the choice rows only: +3.1 in the table below" in said
     assert "not measured" not in said
+
+
+def test_a_choice_s_reason_is_said_once_under_the_run():
+    """A newcomer's pass: a pairs run's summary said its choice's reason twice, in "The blend this run chose" and
+    again as a note box under the table."""
+    from pathlib import Path
+
+    from explorer.resources.record import record_of
+    from ui.render import run_md
+
+    reason = "α 0.75: the most held-out gain (+10.3 MRR@10 on 142 rows) of the blends that keep every check"
+    stats = {"run_alpha": 0.75, "blend_choice": {**CHOICE, "alpha": 0.75, "reason": reason}, "notes": [reason, "other"]}
+    run = SimpleNamespace(
+        folder=Path("/runs") / ("c" * 32), record=record_of(stats), losses=[], n_texts=10, corpus="t.csv",
+        base_model="bundled", pooling="mean",
+    )  # fmt: skip
+    said = run_md(run)
+    assert said.count("the most held-out gain (+10.3") == 1 and "other" in said

@@ -225,9 +225,9 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {t.mode or '?'} preset"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(run.record.notes))
-    run_id = run.folder.name
-    blend, zipped = blend_of(run), uploaded_zip(run)
+    said = (choice_of(run) or {}).get("reason")  # the blend choice's reason: its own paragraph says it (not twice)
+    extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(run.record.notes) if n != said)
+    run_id, blend, zipped = run.folder.name, blend_of(run), uploaded_zip(run)
     if blend is not None:  # the training in the table is the parent's; the blend itself trained nothing
         alpha, parent = blend
         of = f"run `{parent[:8]}`" if parent else "the tuned model"
@@ -411,10 +411,10 @@ def blend_part(run: RunInfo) -> str:
 
 
 def tuned_side(run: RunInfo | None) -> str:
-    """What the tuned side of the hits is when it is a blend ("blend α=0.5"), for render_results; "" for weights as
-    trained (a run, or *Serve another α* → 1)."""
+    """The tuned side of the hits for render_results: a blend's name ("blend α=0.5", "as trained α=1": it said
+    "Tuned (mirror)" alone after *Serve another α* → 1, as for the run's own α); "" for a run itself."""
     blend = blend_of(run)
-    return "" if blend is None or as_trained(blend[0]) else blend_name(blend[0])
+    return "" if blend is None else blend_name(blend[0])
 
 
 def served_md(session: Session | None, example: dict[str, Any] | None = None) -> str:
