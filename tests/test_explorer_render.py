@@ -260,6 +260,26 @@ def test_the_plan_says_why_a_small_upload_trains_more_epochs():
     assert big.epochs == 1 and small_upload_note(106, big) == ""
     asked, _ = build_config(texts, "bundled", "sentences", {"min_steps": 50, "epochs": 12})
     assert asked.epochs == 12 and small_upload_note(60, asked) == ""  # the epochs asked for: no note
+    # 40 strings: one step an epoch, 25 epochs at most: the plan said "at least 50 steps" beside its 25 (a newcomer)
+    few, _ = build_config(texts[:40], "bundled", "sentences", {"min_steps": 50})
+    assert few.epochs == 25
+    assert (
+        small_upload_note(25, few)
+        == " of 1 step: a small upload trains at most 25 epochs, short of the preset's 50 steps"
+    )
+
+
+def test_a_plan_cut_by_max_steps_says_so_not_the_epochs():
+    """A newcomer's pass: Max steps 4 planned "4 steps (sentences preset, batch 200, 25 epochs)"."""
+    from explorer.tune.estimate import PHASES, Calibration, Estimate, Fit
+    from explorer.tune.inputs import build_config
+    from ui.plan_md import estimate_md
+
+    texts = [f"sentence number {i} of a small upload" for i in range(40)]
+    config, _ = build_config(texts, "bundled", "sentences", {"min_steps": 50, "max_steps": 4})
+    cal = Calibration(Fit(0, 0), Fit(0, 0), 0, 0, 0, 0, 1.0, "CPU (2 threads, bf16)")
+    said = estimate_md(Estimate(4, tuple((n, 1.0) for n in PHASES), cal), config)
+    assert "**Plan:** 4 steps (max steps 4; sentences preset, batch 200)" in said and "epochs" not in said
 
 
 def test_an_unexpected_error_is_shown_as_a_code_and_logged_under_it(caplog):

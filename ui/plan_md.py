@@ -90,12 +90,18 @@ def short_seconds(s: float) -> str:
 def small_upload_note(steps: int, config: MirrorConfig) -> str:
     """Why a run trains more epochs than one: " of 5 steps: a small upload trains at least 50 steps", or "" where the
     epochs are not the fewest that reach `min_steps` (the epochs asked for, not raised by it)."""
+    from mirror.config import MIN_STEPS_EPOCHS
+
     if not config.min_steps or config.epochs <= 1 or not steps:
         return ""
     per_epoch = -(-steps // config.epochs)
+    of = f" of {per_epoch:,} step{'s' if per_epoch != 1 else ''}: a small upload trains"
+    if config.epochs == MIN_STEPS_EPOCHS and steps < config.min_steps:  # 40 strings: 25 steps, the preset's "at
+        # least 50" said beside them (a newcomer's pass)
+        return f"{of} at most {MIN_STEPS_EPOCHS} epochs, short of the preset's {config.min_steps} steps"
     if not (config.epochs - 1) * per_epoch < config.min_steps <= steps:
         return ""
-    return f" of {per_epoch:,} step{'s' if per_epoch != 1 else ''}: a small upload trains at least {config.min_steps} steps"
+    return f"{of} at least {config.min_steps} steps"
 
 
 def estimate_md(
@@ -107,6 +113,8 @@ def estimate_md(
         f"**Plan:** {est.steps:,} steps ({config.mode} preset, batch {config.batch_size}, {config.epochs} epoch"
         f"{'s' if config.epochs != 1 else ''}{small_upload_note(est.steps, config)})"
     )
+    if config.max_steps is not None and est.steps >= config.max_steps:  # the epochs do not count them: said so
+        plan = f"**Plan:** {est.steps:,} steps (max steps {config.max_steps:,}; {config.mode} preset, batch {config.batch_size})"
     if est.split and est.memory:
         # planned with the memory free now: a plan made at another moment (another visitor's, a page of another
         # time) may split fewer or more and count other steps; said here, not only in the run's report afterwards
