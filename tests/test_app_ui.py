@@ -1190,3 +1190,23 @@ def test_a_bad_file_after_a_good_one_keeps_the_good_ones_column_pickers(ui, tmp_
     out = quiet(fns["on_upload"].fn, str(empty), None, [], "auto", "bundled", session, *defaults)
     assert "Still loaded: **8 strings** from `glossary.csv`" in out[0]
     assert out[1] == gr.update() and out[2] == gr.update()  # not hidden: the loaded file's pairing stays in view
+
+
+def test_a_pairs_file_whose_strings_repeat_with_other_partners_says_how_to_search_every_partner(app, tmp_path):
+    """A newcomer's man pages (command, description): 1,660 commands shared a description with an earlier row, were
+    removed with it, and could never be found; the page said so, not how to keep them. It now says to pick the
+    other column as the text column when many go."""
+    demo = mx.build_demo(app)
+    fns = {f.name: f for f in demo.fns.values()}
+    upload = fns["on_upload"]
+    defaults = [c.value for c in upload.inputs[6:]]
+    rows = [f"cmd{i},prints the value number {i} of a table" for i in range(80)]
+    rows += [f"xlib{i},X FreeType interface library" for i in range(40)]  # 40 commands, one description
+    shared = tmp_path / "commands.csv"
+    shared.write_text("command,description\n" + "\n".join(rows) + "\n")
+    said = upload.fn(str(shared), None, [], "auto", "bundled", None, *defaults)[0]
+    assert "39 duplicate strings removed had another partner" in said, said
+    assert "To search every `command`, pick it as the *Text column*" in said
+    few = tmp_path / "few.csv"
+    few.write_text("command,description\n" + "\n".join(rows[:82]) + "\n")  # 1 repeat: no such advice
+    assert "To search every" not in upload.fn(str(few), None, [], "auto", "bundled", None, *defaults)[0]

@@ -23,9 +23,19 @@ def pairing_md(info: dict[str, Any]) -> str:
         return f"**Pairs:** none ({note})." if note and info.get("columns") else ""
     string_col, partner_col = pairing.columns()
     why = f" — {pairing.note}" if pairing.note else ""
+    other = pairing.stats.other
+    # many strings repeated with other partners (man pages: 1,660 commands sharing a description): those partners
+    # are gone from the index too, which the other column as the strings keeps (a newcomer's pass)
+    lost = (
+        f" To search every `{partner_col}`, pick it as the *Text column* (rows sharing a `{string_col}` then train "
+        "without it)."
+        if other >= max(20, 0.1 * info["strings"])
+        else ""
+    )
     return (
         f"**Pairs:** each `{string_col}` is tuned with its `{partner_col}` as its positive{why}. "
-        f"{pairing.stats.summary(info['strings'])}. Pick *(none)* under *Paired with* to tune on the strings alone."
+        f"{pairing.stats.summary(info['strings'])}.{lost} Pick *(none)* under *Paired with* to tune on the strings "
+        "alone."
     )
 
 
