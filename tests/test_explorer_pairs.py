@@ -126,5 +126,8 @@ def test_rows_trained_alone_keep_their_reason_when_a_run_is_opened_again(app, ti
     app.saved.open_run(other, s.run.folder.name)
     again = render.load_md(app.loader.restore_texts(other))
     assert f"train alone ({same} equal to their string)" in again and "empty" not in again.split("Pairs")[-1]
+    # its counts are the run's: "0 duplicates removed" of the strings cleaned already read against the pairs line's
+    # count of duplicates removed (a newcomer's pass)
+    assert "loaded from `run " in again and ": as the run kept them." in again and "duplicates removed" not in again
     alone = partner_line({"partner": None}, "code")
     assert "no code" not in alone and "trained on its own" in alone and "the string itself" in alone

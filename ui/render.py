@@ -17,12 +17,12 @@ from explorer.resources import runfacts
 from explorer.resources.runfacts import as_trained, blend_name, blend_of, choice_of, served_label, uploaded_zip
 from explorer.words import fmt_seconds, message
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
-from mirror.config import BUNDLED_MODEL, MirrorConfig
+from mirror.config import BUNDLED_MODEL
 from ui.render_hits import rank_move, render_results  # noqa: F401 (re-exported: render.render_results)
+from ui.render_load import length_words, load_md, preset_blend  # noqa: F401 (re-exported: render.load_md)
 from ui.render_pairs import (
     a_or_an,
     blend_choice_md,
-    pairing_md,
     pairs_md,
     pairs_row,
     search_by_partner,
@@ -32,7 +32,6 @@ from ui.render_pairs import (
 if TYPE_CHECKING:
     from explorer.resources.record import Checks, RunInfo, Training
     from explorer.resources.sessions import Session
-    from mirror.data import CleanStats
 
 
 def status_box(text: str, kind: str = "info") -> str:
@@ -165,44 +164,6 @@ def end_losses(training: Training) -> str:
     if not isinstance(first, int | float) or not first:
         return f"{last:.4f} (last step)"
     return f"{last:.4f} (last step; first step: {first:.4f}, {(last - first) / first:+.0%})"
-
-
-def preset_blend(p: MirrorConfig) -> str:
-    """The blend a preset serves, as the Detected line says it: "the base", not "it" (without distillation "it" had
-    nothing to stand for: "max length 50 tokens, blended with it at α 0.25"); a pairs run's α is the one the run
-    chooses after training (mirror/choose.py), the preset's own only when too few rows are held out to choose on."""
-    if p.blend_choose:
-        from mirror.choose import ALPHAS
-
-        alphas = ", ".join(f"{a:g}" for a in ALPHAS)
-        picked = f"({alphas}; {p.blend_alpha:g} when few rows are held out)"
-        return f", blended with the base at the α the run picks after training {picked}"
-    return f", blended with the base at α {p.blend_alpha:g}" if p.blend_alpha < 1 else ""
-
-
-def load_md(info: dict[str, Any]) -> str:
-    stats: CleanStats = info["stats"]
-    paired = info.get("pairing") is not None  # the pairs preset's settings (mirror.config.PAIRS_ADJUSTMENTS)
-    p = MirrorConfig.preset(info["mode"], pairs=paired)
-    kind = "single words and short terms" if info["mode"] == "words" else "sentences"
-    lines = [
-        f"**{info['strings']:,} strings** loaded from `{info['source']}`: {stats.lines:,} lines, "
-        f"{stats.empty:,} empty dropped, {stats.duplicates:,} duplicate{'s' if stats.duplicates != 1 else ''} removed, "
-        f"{stats.case_duplicates:,} case variant{'s' if stats.case_duplicates != 1 else ''} merged (first spelling kept).",
-        f"**Detected:** {kind} → the **{info['mode']} preset{' for pairs' if paired else ''}** (τ {p.temperature}, "
-        f"{p.epochs} epoch{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, "
-        f"{length_words(p, paired)}{f', distilled from the base (λ {p.distill:g})' if p.distill else ''}"
-        f"{preset_blend(p)}). <small>{info['reason']}.</small>",
-    ]
-    lines += [pairs] if (pairs := pairing_md(info)) else []
-    lines += [message(n, "warning") for n in info.get("notes", [])]
-    return "\n\n".join(lines)
-
-
-def length_words(p: MirrorConfig, paired: bool) -> str:
-    """The preset's max length as Advanced names it: a pairs run's is each side's ("Pairs: max length of either side"),
-    not Advanced's "Max length" (a newcomer read "max length 128 tokens" here and 50 there)."""
-    return f"pairs' max length {p.pair_max_length} tokens a side" if paired else f"max length {p.max_length} tokens"
 
 
 def loss_label(t: Any) -> str:

@@ -185,4 +185,5 @@ class TextLoader:
             session.pairing = info["pairing"] = dataclasses.replace(session.pairing, stats=recorded.stats)
         again = "the strings of the run this page serves" + (f" and their `{columns[1]}`" if columns else "")
         info["notes"] = [f"{again}, loaded again: Launch tunes them again"] + info["notes"]
+        info["restored"] = True  # cleaned when they were first loaded: counting again finds nothing to remove
         return info
