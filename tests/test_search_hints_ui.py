@@ -53,3 +53,6 @@ def test_the_search_header_is_redrawn_by_a_load_and_names_a_pairs_files_columns(
     assert session.partners is not None
     header = redraw.fn(session)
     assert "Searching the `" in header and "column" in header and "No tuned model yet" in header
+    # the strings loaded are named, not "load your strings in tab ①" (a second visitor with the example loaded)
+    assert "your 60 strings from `glossary.csv` are searched here with the base model" in header
+    assert "load your strings" not in header

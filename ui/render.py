@@ -391,11 +391,15 @@ def served_md(session: Session | None, example: dict[str, Any] | None = None) ->
                 f" Searching the `{strings}` column; each hit's `{partner}` is shown under it (the column that will "
                 f"train the pairs): type {a_or_an(partner)} `{partner}` to find its `{strings}`."
             )
-        # the page's first header, for every visitor (not redrawn by an upload): it cannot say strings are loaded
+        # the page's first header (no session yet), and again after each load (ui.search: the load summary's change)
+        texts = getattr(session, "texts", None)
+        what = (  # strings loaded: said (a visitor with the example loaded read "load your strings in tab ①")
+            f"your {len(texts):,} strings from `{session.source}` are searched here with the base model; tune a model"
+            if texts
+            else "load your strings in tab ① (step 1) to search them here with the base model, then tune one there"
+        )
         return message(
-            "No tuned model yet: load your strings in tab ① (step 1) to search them here with the base model, then "
-            f"tune one there (or upload a saved model) to compare it with the tuned model.{both}",
-            "info",
+            f"No tuned model yet: {what} (or upload a saved model) to compare it with the base.{both}", "info"
         )
     other = getattr(session, "extra", None)  # this session's other corpus, for the run it serves
     extra = f" · other corpus: `{other.name}`" if other is not None and other.run == run.folder else ""
