@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -116,9 +117,12 @@ class Planner:
         if not others or free > 0:
             return ""
         runs = f"{others} run{'s' if others != 1 else ''} of other visitors {'is' if others == 1 else 'are'}"
+        # the time said: a plan is drawn when strings or settings change, not when those runs end (a second visitor's
+        # plan still named a run ended minutes before: a newcomer's pass)
         return (
-            f"{runs} in line for this server's training slot now: a Launch waits for {'it' if others == 1 else 'them'} "
-            "first, and that wait is not in this estimate (the status line counts the jobs ahead while it waits)"
+            f"{runs} in line for this server's training slot now ({time.strftime('%H:%M')}, as this plan was made): a "
+            f"Launch waits for {'it' if others == 1 else 'them'} first, and that wait is not in this estimate (the "
+            "status line counts the jobs ahead while it waits)"
         )
 
     def estimate_of(self, session: Session, config, may_calibrate: bool = True) -> tuple[Any, str]:
