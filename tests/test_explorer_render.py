@@ -337,7 +337,8 @@ def test_a_blend_of_a_run_its_preset_blended_says_what_its_alpha_is_of():
     assert "its preset's blend α 0.75 included" in render.run_md(whole) and "nothing of the base" not in render.run_md(
         whole
     )
-    assert "α = 0.5 of the run's model (its preset's blend, α 0.75 of the tuned weights)" in render.blend_text(half)
+    said = render.blend_text(half)
+    assert "α = 0.5 of the model of run `aaaaaaaa` (its preset's blend: α 0.75 of the tuned weights), 0.5 of" in said
     served = blend_run(blend_alpha=None, run_alpha=0.75, tuned_index_seconds=0.4)  # the run itself, as Explore shows it
     info = render.blend_info(served)
     assert "1 = the run's model as its preset made it (already α 0.75 of the tuned weights)" in info

@@ -558,8 +558,10 @@ def blend_text(run: RunInfo) -> str:
             f"Serving the tuned weights as trained (run `{run.folder.name[:8]}`, α 1{of}: {kept}). "
             "Search, the maps and the downloads now use them; the general checks above are their own."
         )
-    what = f"the run's model (its preset's blend, α {preset:g} of the tuned weights)" if preset else "the tuned weights"
+    what = f"the tuned weights{of}"
+    if preset:  # "α = 0.5 of the model of run x (its preset's blend: …)", not "… of the tuned weights) of run x"
+        what = f"the model{of or ' of its run'} (its preset's blend: α {preset:g} of the tuned weights)"
     return (
-        f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of {what}{of}, {1 - alpha:g} of "
+        f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of {what}, {1 - alpha:g} of "
         "the base. Search, the maps and the downloads now use it; the general checks above are its own."
     )
