@@ -140,7 +140,9 @@ def test_a_reload_during_a_run_keeps_the_settings_launch_runs(gated_server, brow
         page.reload()  # mid-run: the page reattaches to it
         expect(page.locator("#mx-input")).to_contain_text("Your run in progress tunes 48 strings")
         # the plan it runs, shown again (a newcomer's reload lost it: steps, time, held-out rows)
-        expect(page.locator("#mx-estimate")).to_contain_text("A run of these strings is going on, with the plan below")
+        expect(page.locator("#mx-estimate")).to_contain_text(
+            "A run of these strings is going on, with the plan it runs below (made and timed at its Launch"
+        )
         expect(page.locator("#mx-estimate")).to_contain_text(plan)
         expect(page.locator("#mx-estimate")).to_contain_text("Pairs: ")  # and what it says of the pairs
         during = open_settings(page)

@@ -390,7 +390,9 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
             shown[ui.estimate_md] = render.message(
                 "A run of these strings is going on"
                 + (
-                    ", with the plan below"
+                    # timed again at Launch: its times may differ from the plan the page showed before it (a
+                    # newcomer's "~6 min" then "~5 min" after a reload), its steps not
+                    ", with the plan it runs below (made and timed at its Launch, at the machine's speed then)"
                     if planned
                     else ": its plan and time estimate were made when it was launched"
                 )
