@@ -44,14 +44,19 @@ def recorded_blend(info: Any) -> tuple[float, str] | None:
     return alpha, str(record.get("of") or "")
 
 
-def blend(base: Encoder, tuned: Encoder, alpha: float, of: str | None = None) -> Encoder:
+def blend(
+    base: Encoder, tuned: Encoder, alpha: float, of: str | None = None, blended_at: float | None = None
+) -> Encoder:
     """A new encoder with the tuned model's tokenizer, pooling and config and weights (1 - α)·base + α·tuned; `of`
     names the tuned model in the record (the app: its run id). When `tuned` is itself a blend of this base at α0
-    (a saved blend loaded again, e.g. a model zip), α stays α of the tuned weights it blends: the weights are
+    (a saved blend loaded again, e.g. a model zip; or `blended_at` α0: a run's own blend after training, which its
+    folder does not record as a blend), α stays α of the tuned weights it blends: the weights are
     base + (α/α0)·(blend - base), not α·α0 of them. MirrorError when the two models' weights do not match one for
     one (not the same architecture), or when `tuned` is a blend at α0 = 0 (the base: its tuned weights are gone)."""
     alpha = check_alpha(alpha)
     weight, prior = alpha, recorded_blend(tuned.info)
+    if prior is None and blended_at is not None and blended_at < 1 - 1e-6:  # (1: the weights as trained)
+        prior = (check_alpha(blended_at), "")
     if prior is not None:
         if prior[0] == 0.0 and alpha != 0.0:
             raise MirrorError(
@@ -98,11 +103,17 @@ def mix_weights(model: Any, base_model: Any, alpha: float) -> None:
 
 
 def blend_folder(
-    base: Encoder | str | Path | None, tuned_dir: str | Path, alpha: float, out_dir: str | Path, of: str | None = None
+    base: Encoder | str | Path | None,
+    tuned_dir: str | Path,
+    alpha: float,
+    out_dir: str | Path,
+    of: str | None = None,
+    blended_at: float | None = None,
 ) -> Path:
     """Blend the tuned model saved in `tuned_dir` with `base` (an encoder, a model name or folder; None: the
     base the tuned folder names) and save the blend to `out_dir` as a model mirror wrote (its mirror_config.json
-    records α, the base and `of`, so the folder, its zip and the CLI know it for a blend: `recorded_blend`)."""
+    records α, the base and `of`, so the folder, its zip and the CLI know it for a blend: `recorded_blend`).
+    `blended_at`: the α the folder's weights already are of the tuned weights (`blend`)."""
     alpha = check_alpha(alpha)
     tuned = load_encoder(tuned_dir)
     if not isinstance(base, Encoder):
@@ -110,5 +121,5 @@ def blend_folder(
         if not name:
             raise MirrorError(f"{Path(tuned_dir).name}: the folder does not name its base model; give --base")
         base = load_encoder(check_model_name(str(name)), pooling=tuned.pooling)  # a name from a file: checked
-    mixed = blend(base, tuned, alpha, of)
+    mixed = blend(base, tuned, alpha, of, blended_at)
     return save_encoder(mixed, out_dir, extra=mixed.info)

@@ -16,7 +16,7 @@ from explorer.settings import Settings
 from mirror import checks as engine
 from mirror.checks import check_items
 from mirror.errors import MirrorError
-from tests.conftest import blend, train
+from tests.conftest import WORDS, blend, train
 from ui import render
 
 TOY = Check("Toy pairs", "toy.tsv", "toy similarity", 200)
@@ -407,3 +407,52 @@ def test_a_run_on_long_strings_carries_the_own_long_texts_figures(app, tiny_bert
     own = s.run.stats["forgetting"]["own_long_texts"]
     assert own["strings"] == 24 and 0 <= own["overlap_at_10"] <= 1 and 0 < own["halves_mrr_base"] <= 100
     assert "information, not a quality score" in render.forgetting_md(s.run)
+
+
+def weights(folder) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(next(folder.rglob("model.safetensors"))))
+
+
+def test_every_blend_alpha_is_of_the_tuned_weights_as_trained_also_for_a_run_that_blended_its_own(app, tiny_bert):
+    """A newcomer's pass: a words run served at its preset's α 0.75; Explore's slider read 1, and Blend at 1 served
+    that α 0.75 again, called "the tuned weights as trained" (a blend took α of the run's model, itself a blend).
+    A blend now takes the run's own α into account: Blend at the α served serves the same weights, Blend at 1 the
+    weights as trained (the same run, unblended), and the slider starts at the α served."""
+    import torch
+
+    trained, own = app.session(), app.session()
+    for s in (trained, own):
+        app.loader.load_pasted(s, "\n".join(WORDS))
+    assert train(app, trained, tiny_bert, blend_alpha=1.0, seed=3)[-1].kind == "done"
+    assert train(app, own, tiny_bert, blend_alpha=0.75, seed=3)[-1].kind == "done"
+    served = own.run
+    assert served.record.training.run_alpha == 0.75 and render.default_alpha(served) == 0.75
+    as_trained_w, served_w = weights(trained.run.folder / "model"), weights(served.folder / "model")
+    _, _, again = blend(app, own, 0.75)  # the slider unmoved: the same model
+    _, _, whole = blend(app, own, 1.0)  # α 1: the run as it trained, before its own blend
+    for key, w in served_w.items():
+        if w.is_floating_point():
+            assert torch.allclose(weights(again.folder / "model")[key], w, atol=1e-5), key
+            assert torch.allclose(weights(whole.folder / "model")[key], as_trained_w[key], atol=1e-4), key
+    assert any(not torch.equal(as_trained_w[k], w) for k, w in served_w.items() if w.is_floating_point())
+    assert render.default_alpha(whole) == 1.0 and "nothing of the base" in render.blend_text(whole)
+
+
+def test_the_remedy_is_offered_only_above_the_suggested_alpha_and_its_verdict_says_so():
+    """The one-click remedy blends at α 0.5 of the tuned weights: offered for a run served above it (α 1, the words
+    preset's 0.75), not for the sentences preset's 0.25 (it would take back less of the base), whose verdict named
+    "blend at α = 0.5" too; now it names its own blend and says a lower α keeps more of the base."""
+    from types import SimpleNamespace
+
+    rows = [{"name": "Long texts", "what": "long", "pairs": 60, "base": 80.0, "tuned": 70.0, "delta": -10.0}]
+    rows[0]["worse"] = True
+    worse = {"checks": rows, "verdict": verdict(rows)}
+    for alpha, offered in ((1.0, True), (0.75, True), (0.5, False), (0.25, False)):
+        run = SimpleNamespace(record=record_of({"run_alpha": alpha, "forgetting": worse}), checks_pending=False)
+        assert render.remedy_offered(run) is offered
+        assert render.default_alpha(run) == (forgetting.SUGGESTED_ALPHA if offered else alpha)
+        said = render.forgetting_md(run)
+        assert (f"blend at α = {forgetting.SUGGESTED_ALPHA:g}" in said) is offered, said
+        assert (f"this run's own blend, α = {alpha:g} of the tuned weights" in said) is not offered

@@ -324,25 +324,18 @@ def test_alpha_1_served_again_is_the_tuned_weights_not_a_blend():
     assert "blend" not in render.blend_verdict([], 0.99999999)  # float noise of 1 is 1
 
 
-def test_a_blend_of_a_run_its_preset_blended_says_what_its_alpha_is_of():
-    """A newcomer's pass: a words run served at its preset's α 0.75; Explore's slider read 1 and Blend at 1 said
-    "Serving the tuned weights as trained (…: nothing of the base)". A blend of such a run starts from its model as
-    served (explorer.resources.store.tuned_weights): 1 is that model, its preset's blend included, and the page now
-    says so; a pairs run that chose its α keeps its weights as trained, and says "nothing of the base" still."""
+def test_a_blend_of_a_run_that_blended_its_own_reads_alpha_of_the_tuned_weights():
+    """The words preset serves α 0.75 of its tuned weights; a blend of it is α of the tuned weights too (a blend takes
+    the run's own α into account: tests/test_explorer_forgetting.py checks the weights), and the blend's cost says
+    "under a second", not "about under a second"."""
     from ui import render
 
     whole, half = blend_run(blend_alpha=1.0, run_alpha=0.75), blend_run(run_alpha=0.75)
-    text = render.blend_text(whole)
-    assert "as its preset blended them, α 0.75 of the tuned weights" in text and "nothing of the base" not in text
-    assert "its preset's blend α 0.75 included" in render.run_md(whole) and "nothing of the base" not in render.run_md(
+    assert "Serving the tuned weights as trained" in render.blend_text(whole) and "preset" not in render.blend_text(
         whole
     )
-    said = render.blend_text(half)
-    assert "α = 0.5 of the model of run `aaaaaaaa` (its preset's blend: α 0.75 of the tuned weights), 0.5 of" in said
-    served = blend_run(blend_alpha=None, run_alpha=0.75, tuned_index_seconds=0.4)  # the run itself, as Explore shows it
+    assert "α = 0.5 of the tuned weights of run `aaaaaaaa`, 0.5 of the base" in render.blend_text(half)
+    served = blend_run(blend_alpha=None, run_alpha=0.75, tuned_index_seconds=0.4, forgetting=None)  # the run itself
+    assert render.default_alpha(served) == 0.75  # the slider starts at the α served
     info = render.blend_info(served)
-    assert "1 = the run's model as its preset made it (already α 0.75 of the tuned weights)" in info
     assert "under a second here" in info and "about under" not in info
-    chose = {"alpha": 0.75, "candidates": [{"alpha": 1.0, "mrr10": 50.0}, {"alpha": 0.75, "mrr10": 49.0}]}
-    picked = blend_run(blend_alpha=1.0, run_alpha=0.75, blend_choice=chose)  # a pairs run's α 1: as trained
-    assert "nothing of the base" in render.blend_text(picked) and "preset" not in render.blend_info(picked)

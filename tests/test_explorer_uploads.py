@@ -368,3 +368,25 @@ def test_large_bodies_are_held_within_the_visitor_address_and_server_accounts(tm
     assert held.held() == 800
     assert post(quota, big, peer="3.3.3.3", path=join) == 200
     assert post(quota, big, path="/gradio_api/run/predict") == 200 and held.held() == 1600  # answered: given back
+
+
+def test_a_zip_of_a_run_that_blended_its_own_records_that_alpha_for_its_blends():
+    """A zip holds model/ only, at its run's own blend (the words preset's 0.75, or a pairs run's choice): its page
+    serves that α, and a blend of it takes it into account (runfacts.own_blend), as for the run itself. A zip of a
+    blend keeps its recorded blend (mirror.blend.recorded_blend), whatever its config says."""
+    from types import SimpleNamespace
+
+    from explorer.resources.runfacts import own_blend
+    from explorer.runs.saved import uploaded_made
+    from ui import render
+
+    def made(info):
+        record = uploaded_made(SimpleNamespace(info=info, pooling="mean"), "m.zip", []).record
+        return SimpleNamespace(record=record)
+
+    words = made({"config": {"mode": "words", "blend_alpha": 0.75}, "stats": {"steps": 4}})
+    assert words.record.training.run_alpha == 0.75 and own_blend(words) == 0.75 and render.default_alpha(words) == 0.75
+    trained = made({"config": {"mode": "words", "blend_alpha": 1.0}, "stats": {}})
+    assert own_blend(trained) is None and render.default_alpha(trained) == 1.0
+    of_blend = made({"config": {"mode": "words", "blend_alpha": 0.75}, "blend": {"alpha": 0.5, "of": "abcd1234"}})
+    assert render.default_alpha(of_blend) == 0.5  # the blend it is

@@ -13,8 +13,15 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from explorer.resources import runfacts
-from explorer.resources.runfacts import as_trained, blend_name, blend_of, choice_of, served_label, uploaded_zip
+from explorer.resources.runfacts import (
+    as_trained,
+    blend_name,
+    blend_of,
+    choice_of,
+    served_alpha,
+    served_label,
+    uploaded_zip,
+)
 from explorer.words import fmt_seconds, message
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
 from mirror.config import BUNDLED_MODEL
@@ -195,11 +202,9 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         where = "(" if zipped is None else f"you uploaded (`{zipped}`, "
         if as_trained(alpha):  # α 1 served again (*Serve another α*): the tuned weights as trained, not a blend
             made = "No training" if zipped is None else "Loaded now, trained earlier"
-            preset = runfacts.preset_alpha(run)
-            kept = f"its preset's blend α {preset:g} included" if preset else "nothing of the base"
             head = (
                 f"### Served: the tuned weights as trained {where}run `{run_id[:8]}`), α 1 of {of}\n"
-                f"{made}: the weights of {of} as it trained them, {kept}; the table shows that training."
+                f"{made}: the weights of {of} as it trained them, nothing of the base; the table shows that training."
                 f"\n\n| Trained as {of} | value |\n|---|---|\n{table}\n\n"
             )
         else:
@@ -456,6 +461,9 @@ def forgetting_md(run: RunInfo | None) -> str:
     kind = "warning" if check.worse else "ok"
     blend = blend_of(run)
     verdict = check.verdict if blend is None else blend_verdict(check.rows, blend[0])
+    if blend is None and check.worse and not remedy_offered(run):  # its verdict's "blend at α 0.5": α served is lower
+        verdict = f"The served model is this run's own blend, α = {alpha_served(run):g} of the tuned weights. "
+        verdict += blend_summary(check.rows)
     took = f" The checks took {check.seconds:g} s." if check.seconds is not None else ""
     note = (
         "\n\nThe check half of each bundled set (its dev half chose the defaults). *Worse* means a drop of more than "
@@ -509,25 +517,26 @@ def _interval(ci: Any) -> str:
     return f"{ci[0]:+.1f} to {ci[1]:+.1f}" if ci else ""
 
 
+def alpha_served(run: RunInfo) -> float:
+    """The α of the tuned weights the served model is (a blend's, the run's own; 1 when none is recorded)."""
+    alpha = served_alpha(run)
+    return 1.0 if alpha is None else float(alpha)
+
+
 def default_alpha(run: RunInfo | None) -> float:
-    """Where the blend slider starts: a blend's own α; for a run as trained, the suggested α
-    (mirror.checks.SUGGESTED_ALPHA) when its forgetting check found a general check worse, else 1 (the
-    tuned model as trained: nothing to repair). Only a starting point: nothing is blended until the user asks."""
+    """Where the blend slider starts: the α served (a blend's, or the run's own: its choice, its preset's), so Blend
+    unmoved serves the same model (it said 1 over a run served at α 0.75: a newcomer's pass); the suggested α when
+    `remedy_offered`. Every α is of the tuned weights as trained (runfacts.own_blend). Only a starting point."""
     if run is None:
         return 1.0
-    blend = blend_of(run)
-    if blend is not None:
-        return blend[0]
-    if choice_of(run) is not None:  # the α the run chose for itself (mirror/choose.py)
-        return float(run.record.training.run_alpha or 1.0)
-    checks = run.record.checks
-    return float(SUGGESTED_ALPHA) if checks is not None and checks.worse else 1.0
+    return float(SUGGESTED_ALPHA) if remedy_offered(run) else alpha_served(run)
 
 
 def remedy_offered(run: RunInfo | None) -> bool:
-    """Whether the one-click remedy (a blend at the suggested α) is offered: the run as trained (not a blend) has a
-    general check worse than the base."""
-    if run is None or blend_of(run) is not None:
+    """Whether the one-click remedy (a blend at the suggested α) is offered: the run as trained (not a blend), served
+    above the suggested α, has a general check worse than the base (served at or below it already, such a blend
+    would take back less of the base, not more)."""
+    if run is None or blend_of(run) is not None or alpha_served(run) <= SUGGESTED_ALPHA:
         return False
     checks = run.record.checks
     return checks is not None and checks.worse
@@ -539,11 +548,9 @@ def blend_info(run: RunInfo) -> str:
     took = run.record.timing.tuned_index_seconds
     took = "" if took is None else fmt_seconds(float(took))  # "under a second", not "about under a second"
     here = f", {took if took.startswith('under') else f'about {took}'} here as this run's took" if took else ""
-    preset = runfacts.preset_alpha(run)  # α is of the run's model as its preset blended it: 1 is what it served
-    of = f"; 1 = the run's model as its preset made it (already α {preset:g} of the tuned weights)" if preset else ""
     return (
         f"Interpolates the weights at once, then re-encodes your {run.n_texts:,} strings with them{here} "
-        f"(no retraining), then the general checks{of}"
+        "(no retraining), then the general checks"
     )
 
 
@@ -551,17 +558,12 @@ def blend_text(run: RunInfo) -> str:
     """What the user reads when a blend is served."""
     alpha, parent = blend_of(run) or (1.0, "")
     of = f" of run `{parent[:8]}`" if parent else ""
-    preset = runfacts.preset_alpha(run)  # the parent's preset blended its weights already: α is of those
     if as_trained(alpha):  # Serve another α → 1: the run's weights as trained, nothing of the base (not called a blend)
-        kept = f"as its preset blended them, α {preset:g} of the tuned weights" if preset else "nothing of the base"
         return (
-            f"Serving the tuned weights as trained (run `{run.folder.name[:8]}`, α 1{of}: {kept}). "
+            f"Serving the tuned weights as trained (run `{run.folder.name[:8]}`, α 1{of}: nothing of the base). "
             "Search, the maps and the downloads now use them; the general checks above are their own."
         )
-    what = f"the tuned weights{of}"
-    if preset:  # "α = 0.5 of the model of run x (its preset's blend: …)", not "… of the tuned weights) of run x"
-        what = f"the model{of or ' of its run'} (its preset's blend: α {preset:g} of the tuned weights)"
     return (
-        f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of {what}, {1 - alpha:g} of "
+        f"Serving a blend (run `{run.folder.name[:8]}`): α = {alpha:g} of the tuned weights{of}, {1 - alpha:g} of "
         "the base. Search, the maps and the downloads now use it; the general checks above are its own."
     )

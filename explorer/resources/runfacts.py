@@ -85,11 +85,13 @@ def choice_alphas(run: RunInfo | None) -> list[float]:
     return [float(c["alpha"]) for c in choice["candidates"]] if choice else []
 
 
-def preset_alpha(run: RunInfo | None) -> float | None:
-    """The α a run's preset blended its saved weights with (the words preset's 0.75, the sentences' 0.25), which a
-    blend of it starts from: Explore's α is of those weights (explorer.resources.store.tuned_weights: model/), so 1
-    there serves them as they are, the preset's blend included. None where a blend starts from the weights as trained
-    (no preset blend, or a pairs run that chose its α: it keeps them unblended in tuned_model/)."""
+def own_blend(run: RunInfo | None) -> float | None:
+    """The α a run blended its saved weights (model/) with after training (its preset's, or one set in Advanced),
+    which a blend of it starts from (explorer.resources.store.tuned_weights: model/ when there is no tuned_model/):
+    a blend takes it into account (mirror.blend.blend's `blended_at`), so every blend's α is of the tuned weights as
+    trained (the slider read 1 over a run served at α 0.75 and Blend at 1 served that α 0.75 again, called "the
+    tuned weights as trained": a newcomer's pass). None where a blend starts from the weights as trained: no blend
+    (α 1), or a pairs run that chose its α (it keeps them unblended in tuned_model/)."""
     alpha = run.record.training.run_alpha if run is not None else None
     if not isinstance(alpha, int | float) or alpha >= 1 or choice_of(run) is not None:
         return None

@@ -17,7 +17,7 @@ from typing import Any
 from explorer.events import Event, Failed, Phase
 from explorer.resources.models import REBUILT_NOTE, ModelCache
 from explorer.resources.record import Checks, Made, Origin, RunInfo, RunRecord, Timing, training_of
-from explorer.resources.runfacts import as_trained, blend_name
+from explorer.resources.runfacts import as_trained, blend_name, own_blend
 from explorer.resources.sessions import Session
 from explorer.resources.store import RunStore, tuned_weights
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes
@@ -215,7 +215,9 @@ class Blend(Producer):
         link_tree(tuned_weights(parent.folder), folder / "tuned_model")
         # the record names the parent run, so the blend's zip reads as this blend when it is reused; by its
         # short id only: the zip and a Hub push are shared, and a full run id opens the run (its strings)
-        blend_folder(self.loaded.base, folder / "tuned_model", alpha, folder / "model", of=origin[:8])
+        # α of the tuned weights as trained, for a run that blended its own after training too (runfacts.own_blend)
+        blended_at = own_blend(parent)
+        blend_folder(self.loaded.base, folder / "tuned_model", alpha, folder / "model", origin[:8], blended_at)
         blended = load_encoder(folder / "model", device=inference_device(), allowed_roots=[folder])
         link_tree(parent.folder / "base_index", folder / "base_index")
         run.checkpoint()  # stopped while it blended: it ends here, before its index
@@ -248,7 +250,11 @@ def uploaded_made(tuned: Any, name: str, notes: list[str]) -> Made:
 
     saved = dict(tuned.info.get("stats") or {})
     training = training_of(saved)
-    training.mode = (tuned.info.get("config") or {}).get("mode", "?")
+    config = tuned.info.get("config") or {}
+    training.mode = config.get("mode", "?")
+    if training.run_alpha is None and isinstance(config.get("blend_alpha"), int | float):
+        # its weights are its run's own blend (a zip holds model/ only): what a blend of it starts from (own_blend)
+        training.run_alpha = float(config["blend_alpha"])
     blended = recorded_blend(tuned.info)
     alpha, parent = blended if blended is not None else (None, None)
     origin = Origin("uploaded", alpha, parent, zip=name)
