@@ -222,6 +222,8 @@ def orders(names: Sequence[str]) -> list[dict[str, Any]]:
             now = served_now(row)
             if len({c["mrr10"] for c in cands}) == 1:
                 decided = "a tie: the lowest α that keeps the checks"
+            elif len({c["mrr10"] for c in cands}) < len(cands):  # some equal: the lower of them goes first
+                decided = "the choice rows' order, with ties"
             elif by_rows == sorted(by_rows, reverse=True):  # the rows rank the α as α: the highest the checks allow
                 decided = "the checks"
             else:

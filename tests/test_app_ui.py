@@ -388,7 +388,8 @@ def test_clearing_the_upload_says_its_strings_stay_loaded_and_a_paste_after_it_i
     out = upload.fn(None, None, [], "auto", "bundled", session, *defaults)
     said = {getattr(c, "elem_id", None): v for c, v in zip(upload.outputs, out, strict=True)}
     assert (
-        "`terms.csv` was removed from the box; its **3 strings** stay loaded and Launch tunes them" in said["mx-input"]
+        "The file was removed from the box; the **3 strings** from `terms.csv` stay loaded and Launch tunes them"
+        in said["mx-input"]
     )
     assert session.texts == ["cat", "dog", "kitten"] and said["mx-launch"] == {"__type__": "update"}  # still armed
     upload.fn(str(csv), None, [], "auto", "bundled", session, *defaults)

@@ -264,8 +264,7 @@ def test_the_plan_says_why_a_small_upload_trains_more_epochs():
     few, _ = build_config(texts[:40], "bundled", "sentences", {"min_steps": 50})
     assert few.epochs == 25
     assert (
-        small_upload_note(25, few)
-        == " of 1 step: a small upload trains at most 25 epochs, short of the preset's 50 steps"
+        small_upload_note(25, few) == " of 1 step: a small upload trains at most 25 epochs, short of its min steps (50)"
     )
 
 

@@ -98,7 +98,7 @@ def small_upload_note(steps: int, config: MirrorConfig) -> str:
     of = f" of {per_epoch:,} step{'s' if per_epoch != 1 else ''}: a small upload trains"
     if config.epochs == MIN_STEPS_EPOCHS and steps < config.min_steps:  # 40 strings: 25 steps, the preset's "at
         # least 50" said beside them (a newcomer's pass)
-        return f"{of} at most {MIN_STEPS_EPOCHS} epochs, short of the preset's {config.min_steps} steps"
+        return f"{of} at most {MIN_STEPS_EPOCHS} epochs, short of its min steps ({config.min_steps})"
     if not (config.epochs - 1) * per_epoch < config.min_steps <= steps:
         return ""
     return f"{of} at least {config.min_steps} steps"

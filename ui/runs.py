@@ -258,8 +258,8 @@ class RunView:
         def idle() -> dict:  # at the run's end: Launch when strings are loaded then (an upload cleared meanwhile)
             return {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
 
-        # Launch greyed while the run goes, for every kind: a blend from Explore or a model zip too (their Launch
-        # stayed enabled through their checks, a click refused with a message: issue 60's last newcomer's pass)
+        # Launch greyed while the run goes, a blend from Explore too (its Launch stayed enabled through its checks, a
+        # click refused with a message: issue 60's last newcomer's pass); a model zip's upload draws its own line
         held = {ui.launch: gr.update(interactive=False)}
         for now in follow_progress(events):
             ev = now.end
@@ -412,6 +412,7 @@ def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:
                 info = app.loader.set_texts(
                     session, list(live.texts), live.strings[1], again, live.partners, live.pair_columns
                 )
+                info["restored"] = True  # cleaned when first loaded: no "0 duplicates removed" (ui.render_load)
                 yield {ui.input_md: render.load_md(info), ui.launch: gr.update(interactive=True), state: session}
             return
         # the run asked for by a link, else the one that was going, else the one this page served before a reload
