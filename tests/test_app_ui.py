@@ -400,7 +400,8 @@ def test_clearing_the_upload_says_its_strings_stay_loaded_and_a_paste_after_it_i
     assert said[next(c for c in paste.outputs if getattr(c, "elem_id", None) == "mx-upload")]["value"] is None
     hidden = [v for c, v in said.items() if getattr(c, "elem_id", None) in ("mx-column", "mx-pair-column")]
     assert len(hidden) == 2 and all(v["visible"] is False for v in hidden)
-    refused = dict(zip(paste.outputs, paste.fn("", [], "auto", "bundled", session, *defaults), strict=True))
+    with pytest.warns(UserWarning, match="paste some strings first"):  # the refusal's toast
+        refused = dict(zip(paste.outputs, paste.fn("", [], "auto", "bundled", session, *defaults), strict=True))
     assert all(refused[c] == {"__type__": "update"} for c in paste.outputs[-3:])  # refused: the box stays as it is
     out = upload.fn(None, None, [], "auto", "bundled", session, *defaults)
     assert session.texts == ["ant", "bee", "wasp"] and out[0] == {"__type__": "update"}  # the paste's summary stays
