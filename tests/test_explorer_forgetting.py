@@ -272,8 +272,7 @@ def test_a_blend_is_served_as_a_new_run_with_its_own_checks(app, tuned):
     # what a blend re-encodes, timed: the parent's tuned index (mirror.job), and the blend's own for a blend of it
     for served in (parent, run):
         took = served.record.timing.tuned_index_seconds
-        said = render.fmt_seconds(took)  # "about 2 s", or "under a second" (not "about under a second")
-        assert f"{said if said.startswith('under') else f'about {said}'} here" in render.blend_info(served)
+        assert f"(this run's took {render.fmt_seconds(took)} here; no retraining)" in render.blend_info(served)
     assert not run.checks_pending and run.model_zip.is_file() and "| Short articles |" in render.forgetting_md(run)
     assert run.stats["forgetting"] is not parent.stats["forgetting"] and run.stats["forgetting"]["checks"]
     assert render.default_alpha(run) == 0.5 and "α = 0.5 of the tuned weights" in render.forgetting_md(run)

@@ -165,14 +165,17 @@ def test_a_runs_tuned_index_time_and_held_out_examples_are_typed_kept_and_said(t
     assert info.record.timing.tuned_index_seconds == 81.0
     assert info.record.training.pairs.examples == (("a name it never trained on", "its summary"), ("another", "one"))
     assert dict(info.stats) == stats  # written back as read
-    assert f"re-encodes your 200 strings with them, about {render.fmt_seconds(81.0)} here" in render.blend_info(info)
+    assert (
+        f"re-encodes your 200 strings with them (this run's took {render.fmt_seconds(81.0)} here; no retraining)"
+        in render.blend_info(info)
+    )
     assert "type a `name` to find its `summary`, e.g. a row it never trained on: *a name it never trained on*" in (
         search_by_partner(info)
     )
     assert pairs_about(info).startswith("Tuned on pairs: each summary with its name as its positive (200 strings")
     old = from_json({**data, "stats": OLD_STATS, "created": 1.0}, tmp_path)  # an older run: neither, and said so
     assert old.record.timing.tuned_index_seconds is None and old.record.training.pairs.examples == ()
-    assert "here as this run's took" not in render.blend_info(old) and "e.g." not in search_by_partner(old)
+    assert "this run's took" not in render.blend_info(old) and "e.g." not in search_by_partner(old)
 
 
 def test_a_models_loss_terms_are_read_as_a_list_of_names_or_not_at_all():

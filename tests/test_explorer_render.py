@@ -336,5 +336,8 @@ def test_a_blend_of_a_run_that_blended_its_own_reads_alpha_of_the_tuned_weights(
     assert "α = 0.5 of the tuned weights of run `aaaaaaaa`, 0.5 of the base" in render.blend_text(half)
     served = blend_run(blend_alpha=None, run_alpha=0.75, tuned_index_seconds=0.4, forgetting=None)  # the run itself
     assert render.default_alpha(served) == 0.75  # the slider starts at the α served
+    # Search names the run's own blend as it names a blend of the same α (a tester: "Tuned (mirror)" for one, "blend
+    # α=0.75" for the other, same weights); a run as trained: nothing added
+    assert render.tuned_side(served) == "α=0.75" and render.tuned_side(blend_run(blend_alpha=None)) == ""
     info = render.blend_info(served)
-    assert "under a second here" in info and "about under" not in info
+    assert "(this run's took under a second here; no retraining)" in info and "about under" not in info

@@ -168,15 +168,15 @@ def test_a_plan_says_a_launch_waits_behind_another_visitors_run(app, tiny_bert):
     first, second = app.session(), app.session()
     for s in (first, second):
         app.loader.load_pasted(s, "\n".join(WORDS))
-    assert "in line for this server's training slot" not in plan_text(app, second, str(tiny_bert), "auto", dict(TINY))
+    assert "waiting for this server's training slot" not in plan_text(app, second, str(tiny_bert), "auto", dict(TINY))
     theirs = Run(first)
     app.train_queue.join(theirs)  # it holds the only slot (train_concurrency 1)
     try:
         assert app.train_queue.free == 0
         shown = plan_text(app, second, str(tiny_bert), "auto", dict(TINY))
-        assert "1 run of other visitors is in line for this server's training slot now (" in shown
+        assert "1 run of other visitors is training or waiting for this server's training slot now (" in shown
         assert ", as this plan was made): a Launch waits" in shown  # when: a plan is not redrawn as that run ends
-        assert "in line for this server's training slot" not in plan_text(
+        assert "waiting for this server's training slot" not in plan_text(
             app, first, str(tiny_bert), "auto", dict(TINY)
         )
     finally:

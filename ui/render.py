@@ -380,7 +380,10 @@ def tuned_side(run: RunInfo | None) -> str:
     """The tuned side of the hits for render_results: a blend's name ("blend α=0.5", "as trained α=1": it said
     "Tuned (mirror)" alone after *Serve another α* → 1, as for the run's own α); "" for a run itself."""
     blend = blend_of(run)
-    return "" if blend is None else blend_name(blend[0])
+    if blend is None:  # a run's own blend (its preset's, its choice) named too: a blend of the same α was, not it
+        alpha = served_alpha(run) if run is not None else None
+        return f"α={alpha:g}" if isinstance(alpha, int | float) and alpha < 1 else ""
+    return blend_name(blend[0])
 
 
 def served_md(session: Session | None, example: dict[str, Any] | None = None) -> str:
@@ -546,11 +549,10 @@ def blend_info(run: RunInfo) -> str:
     """What a blend costs, said before it is asked for: the weights mix at once, every string is encoded again (14,257
     strings took 81 s on a busy 2-core machine) as long as the run's tuned index took, the general checks again."""
     took = run.record.timing.tuned_index_seconds
-    took = "" if took is None else fmt_seconds(float(took))  # "under a second", not "about under a second"
-    here = f", {took if took.startswith('under') else f'about {took}'} here as this run's took" if took else ""
+    here = f"this run's took {fmt_seconds(float(took))} here; " if took is not None else ""
     return (
-        f"Interpolates the weights at once, then re-encodes your {run.n_texts:,} strings with them{here} "
-        "(no retraining), then the general checks"
+        f"Interpolates the weights at once, then re-encodes your {run.n_texts:,} strings with them ({here}no "
+        "retraining), then the general checks"
     )
 
 

@@ -53,8 +53,11 @@ class Disk:
             return []
         names = ", ".join(f.name[:8] for f in removed)
         return [
-            f"To make room within your disk on this server (MIRROR_VISITOR_DISK_MB, MIRROR_ADDRESS_DISK_MB), your least "
-            f"recently used run{'s' if len(removed) > 1 else ''} {names} {'were' if len(removed) > 1 else 'was'} removed."
+            # (of this browser or of its address: another browser behind the same address shares the address's
+            # budget, and read "your … run" of a run it never made: a tester's pass)
+            f"To make room within the disk this server gives a browser and an address (MIRROR_VISITOR_DISK_MB, "
+            f"MIRROR_ADDRESS_DISK_MB), the least recently used run{'s' if len(removed) > 1 else ''} {names} of this "
+            f"browser or its address {'were' if len(removed) > 1 else 'was'} removed."
         ]
 
     @staticmethod
