@@ -394,7 +394,10 @@ def cmd_blend(args: argparse.Namespace) -> int:
         raise MirrorError(f"{args.tuned}: not {what}; give the --out folder of `python -m mirror train`")
     check_out_dir(args.out, (MIRROR_CONFIG_FILE,), MODEL_FOLDER)
     base = check_model_name(args.base) if args.base is not None else None
-    out = blend_folder(base, tuned, alpha, args.out)
+    # α of the tuned weights as trained, as the app's Blend: a folder `train` blended after training (the presets'
+    # blend_alpha, 0.75 / 0.25 on a sentence encoder) is that blend of them, its config says at which α
+    own = (json.loads((tuned / MIRROR_CONFIG_FILE).read_text(encoding="utf-8")).get("config") or {}).get("blend_alpha")
+    out = blend_folder(base, tuned, alpha, args.out, blended_at=own if isinstance(own, int | float) else None)
     write_card(out)  # names the blend and its alpha
     print(f"saved: {out}  (blend alpha={alpha:g}: {alpha:g} tuned, {1 - alpha:g} base)")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -201,3 +202,22 @@ def test_cli_check_of_a_blend_folder_says_it_is_a_blend(pair, tuned_dir, tmp_pat
     assert "blend at α" not in last
     assert main(["check", str(tuned_dir), "--device", "cpu"]) == 0
     assert f"tuned: {tuned_dir}   (check half)" in capsys.readouterr().out
+
+
+def test_cli_blend_alpha_is_of_the_tuned_weights_also_for_a_folder_train_blended(tiny_bert, tmp_path):
+    """`train` blends its weights with the base after training (the presets' blend_alpha: 0.75 for words on a
+    sentence encoder), and its folder says so in its config; `blend --alpha` is α of the tuned weights as trained
+    there too, as the app's Blend is: α 1 gives the weights as trained, the folder's own α gives the folder back."""
+    config = MirrorConfig.preset("words", model=str(tiny_bert), pooling="mean", **{**TINY, "max_steps": 3, "seed": 5})
+    trained = save_result(mirror_tune(WORDS, dataclasses.replace(config, blend_alpha=1.0)), tmp_path / "trained")
+    own = save_result(mirror_tune(WORDS, dataclasses.replace(config, blend_alpha=0.75)), tmp_path / "own")
+    assert json.loads((own / "mirror_config.json").read_text())["config"]["blend_alpha"] == 0.75
+    for alpha, like in (("1", trained), ("0.75", own)):
+        out = tmp_path / f"cli-{alpha}"
+        assert main(["blend", str(own), "--alpha", alpha, "--out", str(out), "--base", str(tiny_bert)]) == 0
+        got, want = weights(load_encoder(out)), weights(load_encoder(like))
+        assert all(torch.allclose(got[k], want[k], atol=1e-4) for k in want if want[k].is_floating_point()), alpha
+    assert not all(
+        torch.equal(a, b)
+        for a, b in zip(weights(load_encoder(own)).values(), weights(load_encoder(trained)).values(), strict=True)
+    )
