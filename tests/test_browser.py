@@ -570,6 +570,16 @@ RELOAD_CUTS = ("AbortError: signal is aborted without reason", "Unexpected error
 UPLOAD_PROGRESS = "/gradio_api/upload_progress"
 
 
+def watched_page(browser, errors: list[str], width: int, height: int) -> tuple:
+    """A new browser context of that viewport and its page (60 s default timeout), its errors into `errors`
+    (`watch_console`): (the context, to close, and the page)."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    watch_console(page, errors)
+    return context, page
+
+
 def watch_console(page, errors: list[str]) -> None:
     """Page errors and console errors (a script that threw, a failed frontend call) end up in `errors`, and so do
     Vega-Lite's "Infinite extent" warnings: a chart handed no rows (tab ①'s loss curve during a blend did).
@@ -616,10 +626,7 @@ def test_a_newcomers_path_example_blend_reload_and_a_second_browser(server, brow
     from playwright.sync_api import expect
 
     errors: list[str] = []
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    watch_console(page, errors)
+    context, page = watched_page(browser, errors, 1400, 1000)
     with shot_on_failure(page, "newcomer_failure.png", closing=context):
         page.goto(server)
         expect(page.locator("#mx-launch")).to_be_disabled()
@@ -887,10 +894,7 @@ def test_a_paste_after_an_upload_empties_the_upload_box_and_its_column_pickers(s
     pairs = tmp_path / "terms.csv"
     pairs.write_text("term,definition\n" + "".join(f"{w},the word {w} in a sentence\n" for w in WORDS[:20]))
     errors: list[str] = []
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    watch_console(page, errors)
+    context, page = watched_page(browser, errors, 1200, 900)
     with shot_on_failure(page, "paste_after_upload_failure.png", closing=context):
         page.goto(server)
         upload_file(page, pairs)
