@@ -315,8 +315,12 @@ def test_upload_adapters_fill_the_column_picker_and_reuse_a_saved_zip(app, tuned
 
     # a zip downloaded from an earlier run, uploaded in a session that has strings loaded
     app.loader.load_pasted(session, "\n".join(WORDS))
-    out = fns["on_saved_zip"].fn(str(tuned.run.model_zip), None, session)
+    updates = list(fns["on_saved_zip"].fn(str(tuned.run.model_zip), None, session))
+    out = updates[-1]
     shown = {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in out.items()}
+    # Launch held while the zip loads and its checks run, armed again at its end (the session has strings)
+    launch = [u[c]["interactive"] for u in updates for c in u if getattr(c, "elem_id", None) == "mx-launch"]
+    assert launch == [False, True], launch
     result_md, model_file = shown["mx-result"], shown["mx-model-zip"]
     assert "Served: the model you uploaded" in result_md and model_file["visible"]
     assert any("Serving" in str(v) for v in out.values())  # the note under the upload
@@ -500,7 +504,7 @@ def test_a_reused_model_zip_says_it_was_loaded_now_and_trained_earlier(app, tiny
     trained = tuned_session(app, tiny_bert).run
     session = app.session()
     app.loader.load_pasted(session, "\n".join(WORDS))
-    out = quiet(fns["on_saved_zip"].fn, str(trained.model_zip), None, session)
+    out = quiet(lambda *a: list(fns["on_saved_zip"].fn(*a))[-1], str(trained.model_zip), None, session)
     shown = {getattr(c, "elem_id", None) or type(c).__name__: v for c, v in out.items()}
     run = session.run
     assert run is not None and run is not trained

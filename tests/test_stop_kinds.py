@@ -65,7 +65,7 @@ def test_the_saved_zip_handler_shows_a_cancelled_upload(app, tuned, monkeypatch)
     fns = {f.name: f for f in mx.build_demo(app).fns.values()}
     with warnings.catch_warnings():  # its gr.Warning, outside a request: a Python warning
         warnings.simplefilter("ignore")
-        shown = fns["on_saved_zip"].fn("mirror-model.zip", {}, tuned)
+        shown = list(fns["on_saved_zip"].fn("mirror-model.zip", {}, tuned))[-1]
     said = [v for v in shown.values() if isinstance(v, str) and text in v]
     assert said, f"the cancelled upload's message is not shown: {shown}"
     assert tuned.run is not None  # the previous run, still served

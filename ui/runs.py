@@ -259,7 +259,7 @@ class RunView:
             return {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
 
         # Launch greyed while the run goes, a blend from Explore too (its Launch stayed enabled through its checks, a
-        # click refused with a message: issue 60's last newcomer's pass); a model zip's upload draws its own line
+        # click refused with a message: issue 60's last newcomer's pass); a model zip's upload greys it itself
         held = {ui.launch: gr.update(interactive=False)}
         for now in follow_progress(events):
             ev = now.end
@@ -483,7 +483,17 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
 
     def on_saved_zip(path, memory, s, progress=gr.Progress()):  # noqa: B008
         session = app.session(s)
-        for now in follow_progress(app.saved.use_saved_model(session, path) if path else ()):
+        if not path:
+            yield {state: session}
+            return
+        # Launch held while the zip loads and its checks run, as for a blend (a click was refused with a message: a
+        # review); armed again at its end when strings are loaded and no other run of the session goes on
+        yield {ui.launch: gr.update(interactive=False)}
+
+        def armed() -> dict:
+            return {ui.launch: gr.update(interactive=bool(session.texts) and app.registry.of(session) is None)}
+
+        for now in follow_progress(app.saved.use_saved_model(session, path)):
             ev = now.end
             if ev is None and isinstance(now.now, Phase):  # its phases on Gradio's progress: it shows no curve
                 # with a number: Gradio shows a progress's text only with one (None: a bare timer, for minutes when
@@ -496,12 +506,14 @@ def wire_saved_zip(app: MirrorApp, view: RunView) -> None:
             elif isinstance(ev, Failed | Cancelled):  # cancelled (Cancel, the time cap): said, as a blend says it
                 gr.Warning(render.toast_text(ev.text))
                 kind = "error" if isinstance(ev, Failed) else "warning"
-                return {ui.saved_md: render.message(ev.text, kind), state: session}
+                yield {ui.saved_md: render.message(ev.text, kind), state: session, **armed()}
+                return
             elif isinstance(ev, Done):
                 shown = render.message(f"Serving `{display_name(path)}`{render.blend_part(ev.run)}.", "ok")
                 took = render.status_box(render.done_status(ev.run), "ok")  # not the last run's "Tuned and indexed"
-                return {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory)}
-        return {state: session}
+                yield {ui.saved_md: shown, ui.status_md: took, **view.served(ev.run, session, memory), **armed()}
+                return
+        yield {state: session, **armed()}
 
     # its progress on its own line, as a blend's: the whole Tune tab greyed out under timers while it waited for a
     # training slot (a user's pass: minutes behind another visitor's run, no word of why)
