@@ -212,7 +212,9 @@ def choose_blend(
             break
     if chosen is not None:
         reason = (
-            f"α {chosen:g}: the most held-out gain ({measured[chosen] - base_mrr:+.1f} MRR@10 on {len(rows):,} rows) "
+            # the gain from the figures as kept (2 decimals), as the choice's table shows them: +2.0 here, +2.1 there
+            f"α {chosen:g}: the most held-out gain ({round(measured[chosen], 2) - round(base_mrr, 2):+.1f} MRR@10 on "
+            f"{len(rows):,} rows) "
             "of the blends that keep every general check's dev half within half a margin of the base, with room for "
             "its noise"
         )

@@ -74,8 +74,8 @@ class PairStats:
             else (f"; {alone:,} train alone" if alone else "")
         )
         dropped = (
-            f"; {self.other:,} duplicate string{'s' if self.other != 1 else ''} removed had another partner than "
-            "their first row's (the first row's is kept)"
+            f"; {self.other:,} duplicate string{'s' if self.other != 1 else ''} removed (case variants too) had "
+            "another partner than their first row's (the first row's is kept)"
             if self.other
             else ""
         )

@@ -1211,7 +1211,7 @@ def test_a_pairs_file_whose_strings_repeat_with_other_partners_says_how_to_searc
     shared = tmp_path / "commands.csv"
     shared.write_text("command,description\n" + "\n".join(rows) + "\n")
     said = upload.fn(str(shared), None, [], "auto", "bundled", None, *defaults)[0]
-    assert "39 duplicate strings removed had another partner" in said, said
+    assert "39 duplicate strings removed (case variants too) had another partner" in said, said
     assert "To search every `command`, pick it as the *Text column*" in said
     few = tmp_path / "few.csv"
     few.write_text("command,description\n" + "\n".join(rows[:82]) + "\n")  # 1 repeat: no such advice

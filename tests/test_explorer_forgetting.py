@@ -455,3 +455,10 @@ def test_the_remedy_is_offered_only_above_the_suggested_alpha_and_its_verdict_sa
         said = render.forgetting_md(run)
         assert (f"blend at α = {forgetting.SUGGESTED_ALPHA:g}" in said) is offered, said
         assert (f"this run's own blend, α = {alpha:g} of the tuned weights" in said) is not offered
+
+
+def test_an_interval_end_near_zero_keeps_the_sign_it_has():
+    """A tester read "+0.0 to +2.7" beside *better* (whose whole interval is above zero): an end that rounds to 0.0
+    but is not 0 keeps two decimals."""
+    assert render._interval([0.04, 2.71]) == "+0.04 to +2.7" and render._interval([-0.03, 0.0]) == "-0.03 to +0.0"
+    assert render._interval([0.25, 1.0]) == "+0.2 to +1.0" and render._interval(None) == ""

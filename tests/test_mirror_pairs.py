@@ -251,6 +251,8 @@ def test_duplicate_strings_with_another_partner_are_counted_and_said():
     kept, out, _, stats = clean_pairs(texts, partners)
     assert kept == ["Central", "North", "East"] and out == ["GH-C", "GH-N", "KE-E"]
     assert stats.other == 1  # ZM-C (the second North has no partner: nothing lost)
-    assert "1 duplicate string removed had another partner than their first row's" in stats.summary(len(kept))
+    assert "1 duplicate string removed (case variants too) had another partner than their first row's" in stats.summary(
+        len(kept)
+    )
     assert "another partner" not in clean_pairs(["a", "b"], ["x", "y"])[3].summary(2)
     assert clean_pairs(["a", "b", "A"], ["", "y", "z"])[3].other == 1  # the first 'a' had none: z is lost too

@@ -517,7 +517,13 @@ def own_long_md(check: Checks) -> str:
 
 
 def _interval(ci: Any) -> str:
-    return f"{ci[0]:+.1f} to {ci[1]:+.1f}" if ci else ""
+    """A 95% interval; an end that is not 0 but rounds to it keeps two decimals ("+0.04 to +2.7": "+0.0 to +2.7"
+    read as touching zero beside *better*, whose whole interval is above it)."""
+
+    def end(x: float) -> str:
+        return f"{x:+.2f}" if x and abs(x) < 0.05 else f"{x:+.1f}"
+
+    return f"{end(ci[0])} to {end(ci[1])}" if ci else ""
 
 
 def alpha_served(run: RunInfo) -> float:
