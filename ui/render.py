@@ -381,8 +381,8 @@ def tuned_side(run: RunInfo | None) -> str:
     "Tuned (mirror)" alone after *Serve another α* → 1, as for the run's own α); "" for a run itself."""
     blend = blend_of(run)
     if blend is None:  # a run's own blend (its preset's, its choice) named too: a blend of the same α was, not it
-        alpha = served_alpha(run) if run is not None else None
-        return f"α={alpha:g}" if isinstance(alpha, int | float) and alpha < 1 else ""
+        alpha = alpha_served(run) if run is not None else 1.0
+        return f"α={alpha:g}" if alpha < 1 else ""
     return blend_name(blend[0])
 
 

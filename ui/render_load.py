@@ -3,12 +3,14 @@ with its settings and blend, and their pairing (ui.render_pairs.pairing_md). Re-
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from explorer.words import message
 from mirror.config import MirrorConfig
-from mirror.data import CleanStats
 from ui.render_pairs import pairing_md
+
+if TYPE_CHECKING:
+    from mirror.data import CleanStats
 
 
 def preset_blend(p: MirrorConfig) -> str:

@@ -244,11 +244,11 @@ def wire_inputs(app: MirrorApp, state: gr.State, ui: SimpleNamespace) -> None:
             # the summary still named a file the box no longer showed, and Launch tuned it)
             # (the file last loaded: a refused one since, removed here, was never loaded: a review)
             paired = f", each with its `{session.pairing.partner_column}`," if session.pairing is not None else ""
-            kept = f"The file was removed from the box; the **{len(session.texts):,} strings** from `{session.upload}`"
-            kept += (
+            kept = (
+                f"The file was removed from the box; the **{len(session.texts):,} strings** from `{session.upload}`"
                 f"{paired} stay loaded and Launch tunes them, until you load others (a file, a paste, an example or "
+                "the Hub)."
             )
-            kept += "the Hub)."
             return [render.message(kept, "info"), hidden, hidden, *keep_fields, gr.update(), gr.update(), session]
         load = lambda: app.loader.load_file(session, path, None, given_name(path), AUTO)  # noqa: E731
         out, cols, used, paired = after_load(session, load, mode_value, model_value, touched, vals)

@@ -116,15 +116,14 @@ class Planner:
         others, free = self.queue.ahead_of(session)
         if not others or free > 0:
             return ""
-        runs = (
-            f"{others} run{'s' if others != 1 else ''} of other visitors {'is' if others == 1 else 'are'} training or"
-        )
+        one = others == 1
         # the time said: a plan is drawn when strings or settings change, not when those runs end (a second visitor's
         # plan still named a run ended minutes before: a newcomer's pass)
         return (
-            f"{runs} waiting for this server's training slot now ({time.strftime('%H:%M %Z')}, as this plan was made): a "
-            f"Launch waits for {'it' if others == 1 else 'them'} first, and that wait is not in this estimate (the "
-            "status line counts the jobs ahead while it waits)"
+            f"{others} run{'' if one else 's'} of other visitors {'is' if one else 'are'} training or waiting for this "
+            f"server's training slot now ({time.strftime('%H:%M %Z')}, as this plan was made): a Launch waits for "
+            f"{'it' if one else 'them'} first, and that wait is not in this estimate (the status line counts the jobs "
+            "ahead while it waits)"
         )
 
     def estimate_of(self, session: Session, config, may_calibrate: bool = True) -> tuple[Any, str]:
