@@ -92,6 +92,9 @@ class MirrorConfig:
     # long-text anchor: λ of λ·mean(1 − cos) between the tuned and the frozen base's embedding of a few long texts
     # (the user's strings joined to 128-256 tokens) each step (0: off)
     long_anchor: float = 0.0
+    # general anchor: λ of λ·mean(1 − cos) between the tuned and the frozen base's embedding of a few general texts
+    # (mirror/general.py's bundled Wikipedia text: a sentence to a paragraph, or words for a words run) each step (0: off)
+    general_anchor: float = 0.0
     # Pairs (mirror/pairs.py): each string's partner text from the user's file (a definition, a description) is its
     # positive. `pairs` marks a run of them (MirrorConfig.preset(..., pairs=True) takes PAIRS_ADJUSTMENTS); both sides
     # are tokenized up to `pair_max_length` (one of them is often much longer: a definition, a description), each
@@ -204,6 +207,8 @@ REMEDY_HELP: dict[str, str] = {
     "same string: 1) is masked, not pushed away; 0 = off",
     "long_anchor": "keep long texts (your strings joined to 128-256 tokens) near the frozen base's embedding: weight λ "
     "of mean(1 - cos), 0 = off",
+    "general_anchor": "keep general text (bundled Wikipedia sentences and paragraphs, or words for a words run) near the "
+    "frozen base's embedding: weight λ of mean(1 - cos), 0 = off",
     "lora_rank": "train only rank-r adapters on the attention layers (LoRA; the base's weights frozen), merged into the "
     "weights when training ends; 0 = off (every weight trains)",
 }
@@ -239,6 +244,7 @@ NUMBER_RANGES: dict[str, tuple[str, bool, float | None, float | None]] = {
     "lora_rank": ("LoRA rank", True, 0, 4096),
     "guide_margin": ("guided negatives margin", False, 0.0, 2.0),
     "long_anchor": ("long-text anchor weight", False, 0.0, 1000.0),
+    "general_anchor": ("general anchor weight", False, 0.0, 1000.0),
     "pair_max_length": ("partner max length", True, 4, 8192),
     "pair_holdout": ("held-out share of pairs", False, 0.0, 0.5),
 }

@@ -26,6 +26,9 @@ Batch = dict[str, torch.Tensor]
 
 LONG_TOKENS = (128, 256)  # the long-text anchor's texts: the user's strings joined to about this many tokens
 LONG_PER_STEP = 4  # long texts a step pulls toward the base's embedding
+GENERAL_PER_STEP = 16  # general texts a step pulls toward the base's embedding
+GENERAL_JOINS = (1, 2, 4, 8)  # a general text: this many consecutive Wikipedia sentences (a sentence to a paragraph)
+GENERAL_TOKENS = 256  # and at most this many tokens
 
 
 def needs_base(config: MirrorConfig) -> bool:
@@ -37,6 +40,7 @@ def needs_base(config: MirrorConfig) -> bool:
         or config.blend_alpha < 1.0
         or config.guide_margin > 0
         or config.long_anchor > 0
+        or config.general_anchor > 0
     )
 
 
@@ -140,6 +144,50 @@ class LongAnchor(Term):
         return self.weight * distill_cosine(pooled(student, long, self.base.pooling), target)
 
 
+@dataclass
+class GeneralAnchor(Term):
+    """Each step, GENERAL_PER_STEP general texts (mirror.general's bundled Wikipedia: one to eight consecutive
+    sentences, or words for a words run) embedded by the tuned model (dropout on, with gradients) and by the frozen
+    base: λ·mean(1 − cos). Distillation on text that is not the user's, so what tuning moves is the user's domain and
+    not how the model reads everything else (the general checks' data is not in it: mirror/general.py)."""
+
+    base: FrozenBase
+    weight: float
+    texts: list[str]
+    tokenize: Callable[[list[str]], Batch]
+
+    def prepare(self, batch_ids):
+        chunks = max(1, len(self.texts) // GENERAL_PER_STEP)
+        start = (batch_ids[0] % chunks) * GENERAL_PER_STEP  # one chunk of texts of one join: little padding
+        return self.tokenize(self.texts[start : start + GENERAL_PER_STEP])
+
+    def penalty(self, student, batch, z1, z2, extra):  # noqa: ARG002
+        if not extra:
+            return None
+        general = {k: v.to(z1.device, non_blocking=True) for k, v in extra.items()}
+        target = self.base.embed(general)
+        return self.weight * distill_cosine(pooled(student, general, self.base.pooling), target)
+
+
+def general_texts(mode: str, seed: int) -> list[str]:
+    """The general anchor's texts: for a sentences run the bundled Wikipedia sentences, each GENERAL_JOINS run of
+    consecutive ones joined (the file keeps each article's sentences in order: a paragraph of one article); for a
+    words run the bundled words. Shuffled with the run's seed in chunks of GENERAL_PER_STEP texts of one join (a
+    step's texts pad to about one length), the chunks in a seeded order."""
+    from mirror.general import general_text
+
+    lines = [t for t in general_text(mode) if t.strip()]
+    rng = random.Random(seed + 7)  # its own stream, as joined()'s
+    chunks: list[list[str]] = []
+    for n in (1,) if mode == "words" else GENERAL_JOINS:
+        texts = [" ".join(lines[i : i + n]) for i in range(0, len(lines) - n + 1, n)]
+        rng.shuffle(texts)
+        whole = max(1, len(texts) - GENERAL_PER_STEP + 1)  # chunks of GENERAL_PER_STEP (a remainder left out)
+        chunks += [texts[i : i + GENERAL_PER_STEP] for i in range(0, whole, GENERAL_PER_STEP)]
+    rng.shuffle(chunks)
+    return [t for chunk in chunks for t in chunk]
+
+
 def joined(texts: list[str], n: int, seed: int) -> list[str]:
     """Longer views: the strings in a seeded random order, joined `n` at a time with a space (as they are for n 1)."""
     if n <= 1:
@@ -167,7 +215,7 @@ def added_terms(config: MirrorConfig) -> list[str]:
     """What `terms_for` adds to the contrastive loss a step reports, as the run's page names them (a mask, guided
     negatives, adds nothing): the raw loss of a run with any is not InfoNCE alone."""
     named = (("distillation to the base", config.distill), ("L2 to the base", config.l2_base))
-    named += (("long-text anchor", config.long_anchor),)
+    named += (("long-text anchor", config.long_anchor), ("general anchor", config.general_anchor))
     return [f"{name} λ {weight:g}" for name, weight in named if weight > 0]
 
 
@@ -196,4 +244,8 @@ def terms_for(
         limit = min(LONG_TOKENS[1], token_limit)
         longs = long_texts(texts, lengths, config.seed)
         terms.append(LongAnchor(base, config.long_anchor, longs, lambda picked: tokenize(picked, limit)))
+    if config.general_anchor > 0:
+        limit = min(GENERAL_TOKENS, token_limit)
+        general = general_texts(config.mode, config.seed)
+        terms.append(GeneralAnchor(base, config.general_anchor, general, lambda picked: tokenize(picked, limit)))
     return terms

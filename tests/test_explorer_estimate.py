@@ -130,6 +130,32 @@ def test_distillation_prices_the_frozen_base_encoding_every_batch(base, tiny_ber
     assert taught.phase("training") == pytest.approx(plain.phase("training") + 4 * cal.encode(tokens, 5))
 
 
+def test_the_anchors_price_their_texts_through_the_tuned_model_and_the_base_every_step(
+    base, tiny_bert, tmp_path, monkeypatch
+):
+    """The long-text and the general anchor (mirror.terms) put a few texts through the tuned model (one view, forward
+    and backward) and the frozen base each step: the plan adds them (a run with one on priced as without it ran longer
+    than its plan), the general texts at the padded length of the chunk a step draws."""
+    from mirror.terms import GENERAL_PER_STEP, general_texts
+
+    clock = VirtualClock(monkeypatch)
+    config = dataclasses.replace(words_config(tiny_bert, batch_size=10, max_steps=4), mode="sentences")
+    cal = calibrate(base, config, tmp_path, clock)
+    short = three_token_words(200)
+    plain = price(short, base.token_lengths(short), config, base, cal)
+    texts = general_texts("sentences", config.seed)
+    lengths = [min(n + 2, 256, base.token_limit) for n in base.token_lengths(texts)]
+    chunks = [max(lengths[i : i + GENERAL_PER_STEP]) for i in range(0, len(lengths), GENERAL_PER_STEP)]
+    padded = sum(chunks) / len(chunks)
+    assert 20 < padded < 256  # sentences to paragraphs
+    general = price(short, base.token_lengths(short), dataclasses.replace(config, general_anchor=10.0), base, cal)
+    n = GENERAL_PER_STEP * padded
+    added = 4 * (cal.step(n, padded) / 2 + cal.encode(n, padded))
+    assert general.phase("training") == pytest.approx(plain.phase("training") + added)
+    long = price(short, base.token_lengths(short), dataclasses.replace(config, long_anchor=10.0), base, cal)
+    assert long.phase("training") > plain.phase("training")
+
+
 def test_a_pairs_step_is_priced_as_its_strings_and_its_partners_each_padded_to_their_own(
     base, tiny_bert, tmp_path, monkeypatch
 ):

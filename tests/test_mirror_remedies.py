@@ -12,8 +12,20 @@ from mirror import MirrorConfig
 from mirror.__main__ import build_parser
 from mirror.encoder import load_encoder
 from mirror.errors import MirrorError
+from mirror.general import general_text
 from mirror.loss import distill_cosine, guided_mask, l2_to_anchor, nt_xent
-from mirror.terms import FrozenBase, LongAnchor, joined, long_texts, needs_base, terms_for
+from mirror.terms import (
+    GENERAL_JOINS,
+    GENERAL_PER_STEP,
+    FrozenBase,
+    GeneralAnchor,
+    LongAnchor,
+    general_texts,
+    joined,
+    long_texts,
+    needs_base,
+    terms_for,
+)
 from mirror.train import mirror_tune, plan_steps, save_result
 from tests.conftest import SENTENCES
 
@@ -96,6 +108,7 @@ def test_no_remedy_keeps_no_copy_of_the_base(tiny_bert):
         {"blend_alpha": 0.5},
         {"guide_margin": 0.1},
         {"long_anchor": 1.0},
+        {"general_anchor": 1.0},
     ):
         assert needs_base(cfg(tiny_bert, **remedy)), remedy
     enc = load_encoder(tiny_bert)
@@ -263,6 +276,41 @@ def test_the_long_text_anchor_is_zero_at_the_start_and_keeps_long_texts_nearer_t
     held = mirror_tune(SENTENCES, cfg(tiny_bert, long_anchor=20.0))
     assert np.isfinite(held.losses).all()
     assert mean_cosine_to(base, held.encoder, longs) > mean_cosine_to(base, plain.encoder, longs)
+
+
+def test_the_general_anchor_draws_wikipedia_paragraphs_is_zero_at_the_start_and_keeps_them_nearer_the_base(tiny_bert):
+    sentences = [t for t in general_text("sentences") if t.strip()]
+    texts = general_texts("sentences", 42)
+    assert texts == general_texts("sentences", 42) and texts != general_texts("sentences", 1)  # seeded
+    assert set(sentences) <= set(texts)  # every sentence alone, and runs of consecutive ones joined
+    kept = set(texts)
+    assert (
+        sum(" ".join(sentences[i : i + 4]) in kept for i in range(0, 400, 4)) >= 95
+    )  # a chunk's remainder is left out
+    chunks = [texts[i : i + GENERAL_PER_STEP] for i in range(0, len(texts), GENERAL_PER_STEP)]
+    groups = [{" ".join(sentences[i : i + n]) for i in range(0, len(sentences) - n + 1, n)} for n in GENERAL_JOINS]
+    assert all(any(set(c) <= g for g in groups) for c in chunks)  # a step's texts: one join, about one length
+    assert len(chunks[-1]) == GENERAL_PER_STEP
+    assert general_texts("words", 42)[0] in general_text("words")  # a words run anchors words
+    enc = load_encoder(tiny_bert, dropout=0.0)
+    config = cfg(tiny_bert, general_anchor=1.0, dropout=0.0)
+    base = FrozenBase.of(enc.model, enc.pooling)
+    (anchor,) = terms_for(config, enc.model, base, SENTENCES, enc.token_lengths(SENTENCES), enc.tokenize, 128)
+    assert isinstance(anchor, GeneralAnchor) and anchor.texts == texts
+    step = anchor.prepare([0, 1])
+    assert step["input_ids"].shape[0] == GENERAL_PER_STEP and step["input_ids"].shape[1] <= 128
+    assert anchor.prepare([1, 0])["input_ids"].shape != step["input_ids"].shape or not torch.equal(
+        anchor.prepare([1, 0])["input_ids"], step["input_ids"]
+    )  # another step, other texts
+    enc.model.train()
+    z = torch.zeros(1, 4)
+    assert float(anchor.penalty(enc.model, {}, z, z, step).detach()) == pytest.approx(0.0, abs=1e-5)
+    base = load_encoder(tiny_bert)
+    plain = mirror_tune(SENTENCES, cfg(tiny_bert))
+    held = mirror_tune(SENTENCES, cfg(tiny_bert, general_anchor=20.0))
+    assert np.isfinite(held.losses).all()
+    probe = texts[:64]
+    assert mean_cosine_to(base, held.encoder, probe) > mean_cosine_to(base, plain.encoder, probe)
 
 
 def test_guided_negatives_run_and_change_the_run_only_when_on(tiny_bert):

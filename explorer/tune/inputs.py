@@ -69,6 +69,7 @@ LABELS: dict[str, str] = {
     "lora_rank": "LoRA: adapter rank on attention, merged at the end (0 = off)",
     "guide_margin": "Guided negatives: mask those the base finds within this margin (0 = off)",
     "long_anchor": "Keep long texts near the base: λ (0 = off)",
+    "general_anchor": "Keep general text (Wikipedia) near the base: λ (0 = off)",
     "pair_max_length": "Pairs: max length of either side (tokens)",
     "pair_mask": "Pairs: span-mask the partners too",
     "pair_loss": "Pairs: loss (views = InfoNCE over all 2B views; one-way = a partner against the strings, as MNRL)",
