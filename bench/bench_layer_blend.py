@@ -16,7 +16,9 @@ halves (reported: a check past half its margin below the base). Then each family
 halves. `--freeze-top N` trains with the top N layers frozen (a bench-only variant: where the blends say forgetting
 sits, the lower layers learn the pairs alone); `--hard-batches SHARE` trains with batches of a seed row and its
 nearest rows by the base (that share of each batch; bench-only: topic-aware batches, harder negatives);
-`--families uniform` measures the uniform blends only.
+`--families uniform` measures the uniform blends only, `--families app` the app's four α. `--variants` trains more
+than the preset on each set ("preset;general_anchor=10;peer": MirrorConfig fields over the preset, or the peer,
+sentence-transformers' trainer with MultipleNegativesRankingLoss on the same rows, blended with the base as ours).
 JSON: bench/out/layer-blend-<half>[-top<N>-frozen][-hard<SHARE>][-seed<seed>].json
 """
 
@@ -24,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import bench_pairs
@@ -149,6 +153,9 @@ def one(
     check_halves: bool = True,
     families: tuple[str, ...] = (),
     hard: float = 0.0,
+    device: str = "cpu",
+    variant: str = "",
+    model: str = "bundled",
 ) -> list[dict[str, Any]]:
     from mirror.checks import CHECKS
     from mirror.choose import check_changes, within_rule
@@ -164,28 +171,38 @@ def one(
     report = HeldOut(texts, partners, sorted(rows[len(rows) // 2 :]))
     mode, _ = detect_mode(held.training()[0])
     config = dataclasses.replace(
-        MirrorConfig.preset(mode, pairs=True, seed=seed, device="cpu", max_steps=max_steps), blend_alpha=1.0
+        MirrorConfig.preset(mode, pairs=True, seed=seed, device=device, max_steps=max_steps, model=model),
+        blend_alpha=1.0,
+        **overrides(variant),
     )
-    base = load_encoder(config.model, device="cpu")
+    base = load_encoder(config.model, device=device)
     base_choice, base_report = choice.ranks(base), report.ranks(base)
     train_texts, train_partners = held.training()
     if hard:
         hard_batches(base.encode(train_texts, normalize=True), hard)
     started = time.perf_counter()
     budget = memory_mb * 2**20 if memory_mb else None
-    result = mirror_tune(train_texts, config, pairs=train_partners, memory_budget=budget)
-    train_s = round(time.perf_counter() - started, 1)
-    print(f"{name} {half}: {len(texts):,} strings, {len(rows)} held out, trained {result.steps} steps in {train_s} s")
-    work = result.encoder
+    if variant == "peer":
+        from mirror.encoder import bundled_model_path
+
+        path = str(bundled_model_path()) if model == "bundled" else model
+        work, steps, seconds = bench_pairs.train_peer(held, config, path)
+    else:
+        result = mirror_tune(train_texts, config, pairs=train_partners, memory_budget=budget)
+        work, steps, seconds = result.encoder, result.steps, time.perf_counter() - started
+    train_s = round(seconds, 1)
+    run = variant or "preset"
+    print(f"{name} {half} ({run}): {len(texts):,} strings, {len(rows)} held out, {steps} steps in {train_s} s")
     trained = {k: v.detach().clone() for k, v in work.model.state_dict().items()}
     base_state = {k: v.detach().to(trained[k].dtype) for k, v in base.model.state_dict().items()}
     margins = {c.name: c.margin for c in CHECKS}
-    kept_dev: dict = {}
-    kept_check: dict = {}
+    kept_dev, kept_check = KEPT["dev"], KEPT["check"]
     out = []
     for family, label, alpha_of in profiles():
-        if families and family not in families:
+        if families and family not in families and not (family == "uniform" and "app" in families):
             continue
+        if "app" in families and family == "uniform" and alpha_of(1.0) not in APP_GRID:
+            continue  # the app's four α only
         set_profile(work, trained, base_state, alpha_of)
         chosen_ranks, report_ranks = choice.ranks(work), report.ranks(work)
         dev, dev_noise = check_changes(base, work, CHECKS, kept_dev)
@@ -195,7 +212,8 @@ def one(
             "set": name,
             "half": half,
             "seed": seed,
-            "steps": result.steps,
+            "variant": run,
+            "steps": steps,
             "train_s": train_s,
             "family": family,
             "blend": label,
@@ -215,6 +233,24 @@ def one(
             f"dev within {row['dev_within']}, check past: {row['check_past'] or 'none'}",
             flush=True,
         )
+    return out
+
+
+KEPT: dict[str, dict] = {"dev": {}, "check": {}}  # the base's side of each check, once a process (one base)
+
+
+def overrides(variant: str) -> dict[str, Any]:
+    """A variant's MirrorConfig fields: "preset" or "" none, "peer" none (the peer trains with its own trainer),
+    else "field=value,field=value" (numbers as floats, ints where the field is one)."""
+    if variant in ("", "preset", "peer"):
+        return {}
+    defaults = MirrorConfig()
+    out: dict[str, Any] = {}
+    for part in variant.split(","):
+        key, _, raw = part.partition("=")
+        key = key.strip()
+        kind = type(getattr(defaults, key))
+        out[key] = raw.strip() if kind is str else (raw.strip() == "true" if kind is bool else kind(float(raw)))
     return out
 
 
@@ -240,14 +276,20 @@ FAMILIES: dict[str, Callable[[dict[str, Any]], bool]] = {
 
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     table = []
-    for key in sorted({(r["set"], r["half"], r["seed"]) for r in rows}):
-        mine = [r for r in rows if (r["set"], r["half"], r["seed"]) == key]
+    for key in sorted({(r["set"], r["half"], r["seed"], r.get("variant", "preset")) for r in rows}):
+        mine = [r for r in rows if (r["set"], r["half"], r["seed"], r.get("variant", "preset")) == key]
+        shown: list[list[dict[str, Any]]] = []
         for family, keep in FAMILIES.items():
+            pool = [r for r in mine if keep(r)]
+            if pool in shown:
+                continue  # the same blends as a family above (its own were not measured)
+            shown.append(pool)
             r = served(mine, keep)
             table.append(
                 {
                     "set": key[0],
                     "seed": key[2],
+                    "variant": key[3],
                     "family": family,
                     "served": r["blend"],
                     "choice_gain": r["choice_gain"],
@@ -256,6 +298,41 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return table
+
+
+def cut_base_names() -> list[str]:
+    from mirror.checks import CHECKS
+
+    return [c.name for c in CHECKS]
+
+
+def cut_base(tokens: int, model: str, device: str) -> list[dict[str, Any]]:
+    """Each general check's change (± its standard error) of the untuned base reading every text cut at `tokens`,
+    against the base reading its own inference length: what a model saved with a shorter `max_seq_length` loses on
+    the checks without any training (the peer's truncation, bench/RESULTS.md "A general anchor")."""
+    from mirror.checks import CHECKS
+    from mirror.choose import check_changes
+    from mirror.encoder import load_encoder
+
+    base, cut = load_encoder(model, device=device), load_encoder(model, device=device)
+    cut.max_seq_length = tokens
+    rows = []
+    for half in ("dev", "check"):
+        change, noise = check_changes(base, cut, CHECKS, {}, half)
+        rows.append({"half": half, **{k: f"{v:+.2f} ± {noise[k]:.2f}" for k, v in change.items()}})
+    write_json(f"cut-base-{tokens}.json", {"tokens": tokens, "rows": rows})
+    return rows
+
+
+def best_variant(rows: list[dict[str, Any]], exclude: list[str]) -> str:
+    """The variant whose blend a run serves (the app's four α) gains the most, in the mean over its sets of the
+    choice and report rows' gains (both rows of a dev half: more rows, less noise); a tie, the first run."""
+    gains: dict[str, list[float]] = {}
+    for r in summary(rows):
+        if r["family"] == "app grid (4 α)" and r["variant"] not in exclude:
+            gains.setdefault(r["variant"], []).append((r["choice_gain"] + r["report_gain"]) / 2)
+    order = list(dict.fromkeys(r.get("variant", "preset") for r in rows))
+    return max(gains, key=lambda v: (sum(gains[v]) / len(gains[v]), -order.index(v)))
 
 
 def main() -> None:
@@ -272,30 +349,57 @@ def main() -> None:
         "--hard-batches", type=float, default=0.0, help="share of each batch from a seed row's nearest (bench-only)"
     )
     parser.add_argument("--no-check-halves", action="store_true", help="the checks' dev halves only (a dev look)")
+    parser.add_argument("--device", default="cpu", help="where to train and measure (cuda on a GPU)")
+    parser.add_argument("--model", default="bundled", help="the base (a folder; default the bundled model)")
+    parser.add_argument(
+        "--variants",
+        default="preset",
+        help="runs per set, ';'-separated: preset, peer (sentence-transformers' trainer + MNRL, then blended as ours), "
+        "or MirrorConfig fields over the preset ('general_anchor=10' or 'distill=0,general_anchor=30')",
+    )
+    parser.add_argument("--out", default="", help="the JSON's name under bench/out/ (default: from the options)")
+    parser.add_argument(
+        "--best-variant", help="a JSON this bench wrote: print the variant served the most gain (no run)"
+    )
+    parser.add_argument("--exclude", default="", help="with --best-variant: variants not to pick (';'-separated)")
+    parser.add_argument(
+        "--cut-base", type=int, help="no run: the general checks of the base read at this many tokens against it"
+    )
     args = parser.parse_args()
+    if args.cut_base:
+        print_table(cut_base(args.cut_base, args.model, args.device), ["half", *(c for c in cut_base_names())])
+        return
+    if args.best_variant:
+        print(best_variant(json.loads(Path(args.best_variant).read_text())["rows"], args.exclude.split(";")))
+        return
     bench_pairs.SETS.setdefault("go", (bench_pairs.EXAMPLES / "pairs" / "gene-ontology.tsv", "text", "term"))
     if args.freeze_top:
         freeze_top(args.freeze_top)
     rows: list[dict[str, Any]] = []
     top = f"-top{args.freeze_top}-frozen" if args.freeze_top else ""
     top += f"-hard{args.hard_batches:g}" if args.hard_batches else ""
-    name = f"layer-blend-{args.half}{top}{f'-seed{args.seed}' if args.seed else ''}.json"
+    name = args.out or f"layer-blend-{args.half}{top}{f'-seed{args.seed}' if args.seed else ''}.json"
     for set_name in args.sets.split(","):
-        rows += one(
-            set_name,
-            args.half,
-            args.limit,
-            args.seed,
-            args.memory_mb,
-            args.max_steps,
-            not args.no_check_halves,
-            tuple(f for f in args.families.split(",") if f),
-            args.hard_batches,
-        )
-        write_json(name, {"rows": rows, "args": vars(args), "partial": True})
-    print_table(rows, ["set", "blend", "choice_gain", "report_gain", "dev_within", "dev_within_strict", "check_past"])
+        for variant in [v.strip() for v in args.variants.split(";") if v.strip()]:
+            rows += one(
+                set_name,
+                args.half,
+                args.limit or None,
+                args.seed,
+                args.memory_mb,
+                args.max_steps,
+                not args.no_check_halves,
+                tuple(f for f in args.families.split(",") if f),
+                args.hard_batches,
+                args.device,
+                variant,
+                args.model,
+            )
+            write_json(name, {"rows": rows, "args": vars(args), "partial": True})
+    columns = ["set", "variant", "blend", "choice_gain", "report_gain", "dev_within", "dev_within_strict", "check_past"]
+    print_table(rows, columns)
     table = summary(rows)
-    print_table(table, ["set", "seed", "family", "served", "choice_gain", "report_gain", "check_past"])
+    print_table(table, ["set", "seed", "variant", "family", "served", "choice_gain", "report_gain", "check_past"])
     write_json(name, {"rows": rows, "summary": table, "args": vars(args)})
 
 

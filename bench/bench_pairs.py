@@ -151,6 +151,18 @@ def run_peer(
     held: HeldOut, base_ranks, config: MirrorConfig, label: str, model_path: str, checks: bool, half: str
 ) -> dict:
     """The peer on the same training pairs, on `config.device` (bf16 on CUDA, as ours runs there)."""
+    from mirror.encoder import load_encoder
+
+    encoder, steps, train_s = train_peer(held, config, model_path)
+    extra = {"steps": steps}
+    if checks:
+        extra |= checks_of(load_encoder(model_path, device=config.device), encoder, half)
+    return measured(held, base_ranks, encoder, label, train_s, extra)
+
+
+def train_peer(held: HeldOut, config: MirrorConfig, model_path: str) -> tuple[Any, int, float]:
+    """The peer's encoder trained on `held`'s training pairs (anchor: the partner, positive: the string, in-batch
+    negatives) with `config`'s batch, epochs, lr, max length and temperature, its steps and its training's seconds."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -161,7 +173,8 @@ def run_peer(
     pairs = [(p, t) for t, p in zip(train_texts, train_partners, strict=True) if p is not None]
     device = config.device
     model = SentenceTransformer(model_path, device=device)
-    model.max_seq_length = max(config.max_length, config.pair_max_length)
+    inference_length = model.max_seq_length
+    model.max_seq_length = max(config.max_length, config.pair_max_length)  # trains at our runs' bound
     dataset = Dataset.from_dict({"anchor": [p for p, _ in pairs], "positive": [t for _, t in pairs]})
     epochs = config.epochs_for(len(train_texts))
     with tempfile.TemporaryDirectory() as out:
@@ -172,12 +185,14 @@ def run_peer(
         started = time.perf_counter()
         state = trainer.train()
         train_s = time.perf_counter() - started
+        # it reads as the base does (and as our tuned models do: mirror keeps the base's inference length). Saved at
+        # its training bound (128), it cut every longer text and scored Long documents and Short articles as if it
+        # forgot them: the untuned base cut at 128 tokens scores Short articles' dev half -5.8 (RESULTS "A general
+        # anchor", the peer's truncation)
+        model.max_seq_length = inference_length
         model.save(out + "/m")
         encoder = load_encoder(out + "/m", device=device)
-    extra = {"steps": state.global_step}
-    if checks:
-        extra |= checks_of(load_encoder(model_path, device=device), encoder, half)
-    return measured(held, base_ranks, encoder, label, train_s, extra)
+    return encoder, state.global_step, train_s
 
 
 def choose(rows: list[dict], sets: list[str]) -> dict[str, Any] | None:

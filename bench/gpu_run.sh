@@ -5,7 +5,7 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux2014_x86_64 -d .whl datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \
 #     sentence-transformers==6.2.0                                  # the peer's trainer needs datasets
-# then the device call, carrying .gpu and .whl:  bash bench/gpu_run.sh [speed|weights|all|pairs]
+# then the device call, carrying .gpu and .whl:  bash bench/gpu_run.sh [speed|weights|all|pairs|anchor]
 # Everything it measures goes to $OUT (bench/out/gpu here), written as it goes: a call cut short keeps what it did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,5 +62,21 @@ if [ "$what" = pairs ]; then
   say "pairs: check halves, the chosen run beside the default, mirror-only and the peer"
   BENCH_OUT=$OUT "$PY" bench/bench_pairs.py --half check --model "$MODEL" --device "${DEVICE:-cuda}" --checks --peer \
     --from-choice "$OUT/pairs-dev.json" $limit $steps 2>&1 | tee "$OUT/pairs-check.txt"
+fi
+if [ "$what" = anchor ]; then
+  # issue 60: does a general anchor (distillation on bundled Wikipedia text: mirror.terms.GeneralAnchor) move the
+  # frontier of in-domain gain against forgetting? Dev halves first (the preset, anchors with and without the preset's
+  # distillation, the peer; each at the app's four α, the checks' dev halves), then the check halves of three sources
+  # for the preset, the anchor variant the dev halves serve the most gain with, and the peer (checks' dev halves for
+  # the choice, check halves reported)
+  blend="$PY bench/bench_layer_blend.py --model $MODEL --device ${DEVICE:-cuda} --families app --memory-mb 60000 --limit ${LIMIT:-0} $steps"
+  variants="preset;general_anchor=10;general_anchor=30;distill=0,general_anchor=10;distill=0,general_anchor=30;peer"
+  say "anchor: dev halves"
+  BENCH_OUT=$OUT $blend --sets foldoc,stdlib --half dev --no-check-halves --variants "$variants" --out anchor-dev.json \
+    2>&1 | tee "$OUT/anchor-dev.txt"
+  best=$("$PY" bench/bench_layer_blend.py --best-variant "$OUT/anchor-dev.json" --exclude "preset;peer")
+  say "anchor: check halves, the preset, $best and the peer"
+  BENCH_OUT=$OUT $blend --sets foldoc,stdlib,go --half check --variants "preset;$best;peer" --out anchor-check.json \
+    2>&1 | tee "$OUT/anchor-check.txt"
 fi
 say "done"
