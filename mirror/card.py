@@ -45,12 +45,22 @@ SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are
     ("join_views", "strings joined per training view"),
     ("mix_general", "general text mixed into each batch (fraction)"),
     ("lora_rank", "LoRA rank (adapters merged into the weights)"),
+    ("guide_margin", "guided negatives margin"),
+    ("long_anchor", "long texts held near the base (λ)"),
+    ("general_anchor", "general text held near the base (λ)"),
     ("pair_max_length", "pairs: max length of either side (tokens)"),
     ("pair_mask", "partners span-masked too"),
     ("pair_loss", "pairs: loss form"),
+    ("pair_distill_own", "pairs: partners distilled toward themselves"),
     ("pair_holdout", "share of pairs held out"),
 )
-PAIR_SETTINGS = ("pair_max_length", "pair_mask", "pair_loss", "pair_holdout")  # shown for a run on pairs only
+PAIR_SETTINGS = (
+    "pair_max_length",
+    "pair_mask",
+    "pair_loss",
+    "pair_holdout",
+    "pair_distill_own",
+)  # shown for a run on pairs only
 
 
 def hub_base_model(name: str | None) -> str | None:

@@ -103,6 +103,9 @@ class MirrorConfig:
     pair_max_length: int = 128
     pair_mask: bool = True
     pair_loss: str = "views"  # PAIR_LOSSES; a run without partners ignores it
+    # distillation (`distill`) of a pairs run: each partner's view toward the base's embedding of the partner itself
+    # (True), or, as chosen, both views toward the base's embedding of the string (False)
+    pair_distill_own: bool = False
     # the share of the rows with a partner held out of training, to measure the gain on (mirror.pairs.HeldOut; at most
     # 500 rows, none under 40 pairs); 0: every row trains, and nothing measures the gain
     pair_holdout: float = 0.1
@@ -209,6 +212,8 @@ REMEDY_HELP: dict[str, str] = {
     "of mean(1 - cos), 0 = off",
     "general_anchor": "keep general text (bundled Wikipedia sentences and paragraphs, or words for a words run) near the "
     "frozen base's embedding: weight λ of mean(1 - cos), 0 = off",
+    "pair_distill_own": "a pairs run with distillation: each partner toward the base's embedding of the partner "
+    "itself, not of its string",
     "lora_rank": "train only rank-r adapters on the attention layers (LoRA; the base's weights frozen), merged into the "
     "weights when training ends; 0 = off (every weight trains)",
 }

@@ -77,21 +77,27 @@ class Term:
         """(b, b) bool: pairs of this step's strings not to count as each other's negatives, or None."""
         return None
 
-    def penalty(self, student: Any, batch: Batch, z1: torch.Tensor, z2: torch.Tensor, extra: Batch | None):  # noqa: ARG002
-        """A scalar added to the loss (z1, z2: this step's two views' embeddings), or None."""
+    def penalty(  # noqa: ARG002
+        self, student: Any, batch: Batch, z1: torch.Tensor, z2: torch.Tensor, extra: Batch | None, second=None
+    ):
+        """A scalar added to the loss (z1, z2: this step's two views' embeddings; `second`: a pairs step's second
+        views, tokenized apart), or None."""
         return None
 
 
 @dataclass
 class Distill(Term):
-    """λ·mean(1 − cos) of both views against the base's embedding of the unmasked string."""
+    """λ·mean(1 − cos) of both views against the base's embedding of the unmasked string; with `own`, a pairs step's
+    second view (the partner) against the base's embedding of that view itself, not of its string."""
 
     base: FrozenBase
     weight: float
+    own: bool = False
 
-    def penalty(self, student, batch, z1, z2, extra):  # noqa: ARG002
+    def penalty(self, student, batch, z1, z2, extra, second=None):  # noqa: ARG002
         target = self.base.embed(first(batch, len(z1)))
-        return self.weight * (distill_cosine(z1, target) + distill_cosine(z2, target)) / 2
+        target2 = self.base.embed(second) if self.own and second is not None else target
+        return self.weight * (distill_cosine(z1, target) + distill_cosine(z2, target2)) / 2
 
 
 @dataclass
@@ -101,7 +107,7 @@ class L2ToBase(Term):
     pairs: list[tuple[torch.Tensor, torch.Tensor]]  # (trained weight, its base value)
     weight: float
 
-    def penalty(self, student, batch, z1, z2, extra):  # noqa: ARG002
+    def penalty(self, student, batch, z1, z2, extra, second=None):  # noqa: ARG002
         if not self.pairs:
             return None
         return self.weight * l2_to_anchor([p for p, _ in self.pairs], [a for _, a in self.pairs]).to(z1.device)
@@ -136,7 +142,7 @@ class LongAnchor(Term):
             [self.texts[(start + j) % len(self.texts)] for j in range(min(LONG_PER_STEP, len(self.texts)))]
         )
 
-    def penalty(self, student, batch, z1, z2, extra):  # noqa: ARG002
+    def penalty(self, student, batch, z1, z2, extra, second=None):  # noqa: ARG002
         if not extra:
             return None
         long = {k: v.to(z1.device, non_blocking=True) for k, v in extra.items()}
@@ -161,7 +167,7 @@ class GeneralAnchor(Term):
         start = (batch_ids[0] % chunks) * GENERAL_PER_STEP  # one chunk of texts of one join: little padding
         return self.tokenize(self.texts[start : start + GENERAL_PER_STEP])
 
-    def penalty(self, student, batch, z1, z2, extra):  # noqa: ARG002
+    def penalty(self, student, batch, z1, z2, extra, second=None):  # noqa: ARG002
         if not extra:
             return None
         general = {k: v.to(z1.device, non_blocking=True) for k, v in extra.items()}
@@ -234,7 +240,7 @@ def terms_for(
         return []
     terms: list[Term] = []
     if config.distill > 0:
-        terms.append(Distill(base, config.distill))
+        terms.append(Distill(base, config.distill, own=config.pairs and config.pair_distill_own))
     if config.l2_base > 0:
         pairs = [(p, a) for p, a in zip(model.parameters(), base.model.parameters(), strict=True) if p.requires_grad]
         terms.append(L2ToBase(pairs, config.l2_base))

@@ -503,7 +503,7 @@ def _train_step(
         penalties = [
             p
             for term, own in zip(terms, extra, strict=True)
-            if (p := term.penalty(encoder.model, batch, emb[:b], emb[b:], own)) is not None  # this rank's views
+            if (p := term.penalty(encoder.model, batch, emb[:b], emb[b:], own, second)) is not None  # this rank's
         ]
     z1 = distributed.gather_with_grad(emb[:b], n)
     z2 = distributed.gather_with_grad(emb[b:], n)

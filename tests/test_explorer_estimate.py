@@ -174,6 +174,11 @@ def test_a_pairs_step_is_priced_as_its_strings_and_its_partners_each_padded_to_t
     strings, partners = 10 * (9 + 2), 10 * (3 + 2)
     assert est.steps == 4
     assert est.phase("training") == pytest.approx(4 * (cal.step(strings, 11) + cal.step(partners, 5)) / 2)
+    kwargs = {"train_lengths": plan, "second_lengths": partner_lengths}
+    taught = price(long, lengths, dataclasses.replace(paired, distill=10.0), base, cal, **kwargs)
+    own = price(long, lengths, dataclasses.replace(paired, distill=10.0, pair_distill_own=True), base, cal, **kwargs)
+    assert taught.phase("training") == pytest.approx(est.phase("training") + 4 * cal.encode(strings, 11))
+    assert own.phase("training") == pytest.approx(taught.phase("training") + 4 * cal.encode(partners, 5))  # partners
     assert est.phase("training") < price(long, lengths, config, base, cal).phase("training")
 
 

@@ -4,19 +4,22 @@ base than a run without it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from mirror import MirrorConfig
 from mirror.__main__ import build_parser
-from mirror.encoder import load_encoder
+from mirror.encoder import load_encoder, pooled
 from mirror.errors import MirrorError
 from mirror.general import general_text
 from mirror.loss import distill_cosine, guided_mask, l2_to_anchor, nt_xent
 from mirror.terms import (
     GENERAL_JOINS,
     GENERAL_PER_STEP,
+    Distill,
     FrozenBase,
     GeneralAnchor,
     LongAnchor,
@@ -311,6 +314,31 @@ def test_the_general_anchor_draws_wikipedia_paragraphs_is_zero_at_the_start_and_
     assert np.isfinite(held.losses).all()
     probe = texts[:64]
     assert mean_cosine_to(base, held.encoder, probe) > mean_cosine_to(base, plain.encoder, probe)
+
+
+def test_pair_distillation_pulls_each_partner_toward_itself_or_toward_its_string(tiny_bert):
+    """A pairs run's distillation (issue 60): as chosen, both views toward the base's embedding of the string, so a
+    partner (a term, a few words) is pulled toward the base's embedding of its definition; with pair_distill_own the
+    partner toward the base's embedding of itself. A student still at the base owes nothing then, and does before."""
+    enc = load_encoder(tiny_bert, dropout=0.0, pooling="mean")  # the tiny BERT's [CLS] is one point for every input
+    base = FrozenBase.of(enc.model, enc.pooling)
+    strings, partners = SENTENCES[:3], ["alpha", "beta gamma", "delta epsilon zeta"]
+    batch, second = enc.tokenize(strings), enc.tokenize(partners)
+    enc.model.eval()
+    z1, z2 = pooled(enc.model, batch, enc.pooling), pooled(enc.model, second, enc.pooling)
+    own = Distill(base, 1.0, own=True).penalty(enc.model, batch, z1, z2, None, second).detach()
+    toward_string = Distill(base, 1.0).penalty(enc.model, batch, z1, z2, None, second).detach()
+    assert float(own) == pytest.approx(0.0, abs=1e-5) and float(toward_string) > 1e-2, float(toward_string)
+    lengths = enc.token_lengths(strings)
+    for pairs, flag, expected in ((True, True, True), (True, False, False), (False, True, False)):
+        config = cfg(tiny_bert, distill=1.0, pairs=pairs, pair_distill_own=flag)
+        (term,) = terms_for(config, enc.model, base, strings, lengths, enc.tokenize, 128)
+        assert isinstance(term, Distill) and term.own is expected  # a mirror run has no partner to distil
+    config = MirrorConfig.preset("sentences", model=str(tiny_bert), pairs=True, distill=1.0, max_steps=3, lr=1e-3)
+    texts, partners = SENTENCES, [s.split()[0] for s in SENTENCES]
+    as_chosen = mirror_tune(texts, config, pairs=partners)
+    to_itself = mirror_tune(texts, dataclasses.replace(config, pair_distill_own=True), pairs=partners)
+    assert np.isfinite(to_itself.losses).all() and to_itself.losses != as_chosen.losses
 
 
 def test_guided_negatives_run_and_change_the_run_only_when_on(tiny_bert):

@@ -427,7 +427,13 @@ def price(
     check_s = check_encoders * per_encoder
     teacher = cal.encode if config.distill else lambda *_: 0.0  # distillation: the frozen base encodes each batch too
     anchors = sum(cal.step(n * p, p) / 2 + cal.encode(n * p, p) for n, p in anchor_batches(config, encoder))
-    train_s = sum((cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) + anchors for n, p, q in steps)
+    # distilling each partner toward itself, the frozen base encodes the partners too
+    own = config.pairs and config.pair_distill_own and second_lengths is not None
+    teacher2 = teacher if own else lambda *_: 0.0
+    train_s = sum(
+        (cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) + teacher2(n * q, q) + anchors
+        for n, p, q in steps
+    )
     train_s += (cal.warmup_s + tokenize_s) * bool(steps)
     train_s *= observed.train_ratio
     choice_s = 0.0

@@ -74,6 +74,7 @@ LABELS: dict[str, str] = {
     "pair_mask": "Pairs: span-mask the partners too",
     "pair_loss": "Pairs: loss (views = InfoNCE over all 2B views; one-way = a partner against the strings, as MNRL)",
     "pair_holdout": "Pairs: share of rows held out to measure the gain (0 = all train)",
+    "pair_distill_own": "Pairs: distil each partner toward the base's embedding of itself (off: of its string)",
 }
 CHOICE_FIELDS = {"pooling": POOLINGS, "device": DEVICES, "precision": PRECISIONS, "pair_loss": PAIR_LOSSES}
 _DEFAULTS = MirrorConfig()
