@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from explorer.tune.steps import choice_price, train_plan
+from explorer.tune.steps import choice_price, steps_price, train_plan
 from mirror.config import MirrorConfig
 
 if TYPE_CHECKING:
@@ -366,32 +366,6 @@ class Observed:
     train_ratio: float = 1.0
 
 
-_GENERAL_PADDED: dict[tuple[str, str, int], float] = {}
-
-
-def anchor_batches(config: MirrorConfig, encoder: Encoder) -> list[tuple[int, float]]:
-    """(texts, padded length) of what a step's anchors (mirror.terms: the long-text and the general anchor) put
-    through the tuned model (one view, forward and backward) and the frozen base: the long texts at the anchor's
-    token bound (joined to about that), the general texts at their chunks' mean padded length (a step draws one
-    chunk, its texts of one join: measured once a process with this tokenizer)."""
-    from mirror.terms import GENERAL_PER_STEP, GENERAL_TOKENS, LONG_PER_STEP, LONG_TOKENS, general_texts
-
-    extra = encoder.tokenizer.num_special_tokens_to_add()
-    out: list[tuple[int, float]] = []
-    if config.long_anchor > 0:
-        out.append((LONG_PER_STEP, min(LONG_TOKENS[1], encoder.token_limit)))
-    if config.general_anchor > 0:
-        limit = min(GENERAL_TOKENS, encoder.token_limit)
-        key = (str(getattr(encoder.tokenizer, "name_or_path", "")), config.mode, limit)
-        if key not in _GENERAL_PADDED:
-            texts = general_texts(config.mode, config.seed)
-            lengths = [min(n + extra, limit) for n in encoder.token_lengths(texts)]
-            chunks = [max(lengths[i : i + GENERAL_PER_STEP]) for i in range(0, len(lengths), GENERAL_PER_STEP)]
-            _GENERAL_PADDED[key] = sum(chunks) / len(chunks)
-        out.append((GENERAL_PER_STEP, _GENERAL_PADDED[key]))
-    return out
-
-
 def price(
     texts: Sequence[str],
     lengths: Sequence[int],
@@ -425,15 +399,7 @@ def price(
     priced = checks_price(encoder, cal)
     per_encoder = observed.check_s if observed.check_s is not None else priced
     check_s = check_encoders * per_encoder
-    teacher = cal.encode if config.distill else lambda *_: 0.0  # distillation: the frozen base encodes each batch too
-    anchors = sum(cal.step(n * p, p) / 2 + cal.encode(n * p, p) for n, p in anchor_batches(config, encoder))
-    # distilling each partner toward itself, the frozen base encodes the partners too
-    own = config.pairs and config.pair_distill_own and second_lengths is not None
-    teacher2 = teacher if own else lambda *_: 0.0
-    train_s = sum(
-        (cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) + teacher2(n * q, q) + anchors
-        for n, p, q in steps
-    )
+    train_s = steps_price(steps, config, encoder, cal, partnered=second_lengths is not None)
     train_s += (cal.warmup_s + tokenize_s) * bool(steps)
     train_s *= observed.train_ratio
     choice_s = 0.0

@@ -1,5 +1,5 @@
 """The steps a run will take, as the estimator prices them: mirror.plan's RunPlan (the run's own plan) of the rows
-that train, without training."""
+that train, without training; and what each step's anchors add to it."""
 
 from __future__ import annotations
 
@@ -105,3 +105,45 @@ def choice_price(
 # α's dev halves scored before one keeps the rule (or all four when none does): 4, 2, 4 and 1 on the Gene Ontology,
 # FOLDOC, stdlib and WordNet check halves (bench/RESULTS.md "Pairs: the choice with room for a dev half's noise")
 CHOICE_ALPHA_ROUNDS = 2.75
+
+
+_GENERAL_PADDED: dict[tuple[str, str, int], float] = {}
+
+
+def anchor_batches(config: MirrorConfig, encoder: Encoder) -> list[tuple[int, float]]:
+    """(texts, padded length) of what a step's anchors (mirror.terms: the long-text and the general anchor) put
+    through the tuned model (one view, forward and backward) and the frozen base: the long texts at the anchor's
+    token bound (joined to about that), the general texts at their chunks' mean padded length (a step draws one
+    chunk, its texts of one join: measured once a process with this tokenizer)."""
+    from mirror.terms import GENERAL_PER_STEP, GENERAL_TOKENS, LONG_PER_STEP, LONG_TOKENS, general_texts
+
+    extra = encoder.tokenizer.num_special_tokens_to_add()
+    out: list[tuple[int, float]] = []
+    if config.long_anchor > 0:
+        out.append((LONG_PER_STEP, min(LONG_TOKENS[1], encoder.token_limit)))
+    if config.general_anchor > 0:
+        limit = min(GENERAL_TOKENS, encoder.token_limit)
+        key = (str(getattr(encoder.tokenizer, "name_or_path", "")), config.mode, limit)
+        if key not in _GENERAL_PADDED:
+            texts = general_texts(config.mode, config.seed)
+            lengths = [min(n + extra, limit) for n in encoder.token_lengths(texts)]
+            chunks = [max(lengths[i : i + GENERAL_PER_STEP]) for i in range(0, len(lengths), GENERAL_PER_STEP)]
+            _GENERAL_PADDED[key] = sum(chunks) / len(chunks)
+        out.append((GENERAL_PER_STEP, _GENERAL_PADDED[key]))
+    return out
+
+
+def steps_price(
+    steps: Sequence[tuple[int, ...]], config: MirrorConfig, encoder: Encoder, cal: Any, partnered: bool
+) -> float:
+    """Seconds of a run's steps (`train_plan`'s (strings, padded, second padded)) at `cal`'s costs: each side of a
+    step padded to its own longest (a mirror run's two views; a pairs run's strings and partners), what the frozen base
+    encodes (distillation: the strings, and the partners too where each is distilled toward itself) and each step's
+    anchors (`anchor_batches`: one view through the tuned model, forward and backward, and an encode by the base)."""
+    teacher = cal.encode if config.distill else lambda *_: 0.0
+    teacher2 = teacher if config.pairs and config.pair_distill_own and partnered else lambda *_: 0.0
+    anchors = sum(cal.step(n * p, p) / 2 + cal.encode(n * p, p) for n, p in anchor_batches(config, encoder))
+    return sum(
+        (cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) + teacher2(n * q, q) + anchors
+        for n, p, q in steps
+    )
