@@ -126,15 +126,27 @@ class GuidedNegatives(Term):
 
 
 @dataclass
-class LongAnchor(Term):
-    """Each step, LONG_PER_STEP long texts (the user's strings joined to about 192 tokens) embedded by the tuned model
-    (dropout on, with gradients) and by the frozen base: λ·mean(1 − cos). Distillation where the short training
-    strings cannot protect: long inputs."""
+class TextAnchor(Term):
+    """A few texts a step (`prepare` picks them) embedded by the tuned model (dropout on, with gradients) and by the
+    frozen base: λ·mean(1 − cos)."""
 
     base: FrozenBase
     weight: float
     texts: list[str]
     tokenize: Callable[[list[str]], Batch]
+
+    def penalty(self, student, batch, z1, z2, extra, second=None):  # noqa: ARG002
+        if not extra:
+            return None
+        texts = {k: v.to(z1.device, non_blocking=True) for k, v in extra.items()}
+        target = self.base.embed(texts)
+        return self.weight * distill_cosine(pooled(student, texts, self.base.pooling), target)
+
+
+@dataclass
+class LongAnchor(TextAnchor):
+    """Each step, LONG_PER_STEP long texts (the user's strings joined to about 192 tokens) held near the base's
+    embedding: distillation where the short training strings cannot protect: long inputs."""
 
     def prepare(self, batch_ids):
         start = (batch_ids[0] * LONG_PER_STEP) % len(self.texts)
@@ -142,37 +154,18 @@ class LongAnchor(Term):
             [self.texts[(start + j) % len(self.texts)] for j in range(min(LONG_PER_STEP, len(self.texts)))]
         )
 
-    def penalty(self, student, batch, z1, z2, extra, second=None):  # noqa: ARG002
-        if not extra:
-            return None
-        long = {k: v.to(z1.device, non_blocking=True) for k, v in extra.items()}
-        target = self.base.embed(long)
-        return self.weight * distill_cosine(pooled(student, long, self.base.pooling), target)
-
 
 @dataclass
-class GeneralAnchor(Term):
+class GeneralAnchor(TextAnchor):
     """Each step, GENERAL_PER_STEP general texts (mirror.general's bundled Wikipedia: one to eight consecutive
-    sentences, or words for a words run) embedded by the tuned model (dropout on, with gradients) and by the frozen
-    base: λ·mean(1 − cos). Distillation on text that is not the user's, so what tuning moves is the user's domain and
-    not how the model reads everything else (the general checks' data is not in it: mirror/general.py)."""
-
-    base: FrozenBase
-    weight: float
-    texts: list[str]
-    tokenize: Callable[[list[str]], Batch]
+    sentences, or words for a words run) held near the base's embedding: distillation on text that is not the user's,
+    so what tuning moves is the user's domain and not how the model reads everything else (the general checks' data
+    is not in it: mirror/general.py)."""
 
     def prepare(self, batch_ids):
         chunks = max(1, len(self.texts) // GENERAL_PER_STEP)
         start = (batch_ids[0] % chunks) * GENERAL_PER_STEP  # one chunk of texts of one join: little padding
         return self.tokenize(self.texts[start : start + GENERAL_PER_STEP])
-
-    def penalty(self, student, batch, z1, z2, extra, second=None):  # noqa: ARG002
-        if not extra:
-            return None
-        general = {k: v.to(z1.device, non_blocking=True) for k, v in extra.items()}
-        target = self.base.embed(general)
-        return self.weight * distill_cosine(pooled(student, general, self.base.pooling), target)
 
 
 def general_texts(mode: str, seed: int) -> list[str]:

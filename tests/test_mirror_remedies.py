@@ -270,15 +270,20 @@ def test_the_long_text_anchor_is_zero_at_the_start_and_keeps_long_texts_nearer_t
     longs = long_texts(SENTENCES, enc.token_lengths(SENTENCES), config.seed)
     assert anchor.texts == longs
     assert sorted(" ".join(longs).split()) == sorted(" ".join(SENTENCES).split())  # every string, once
-    long = anchor.prepare([0, 1])  # this step's long texts, tokenized
+    anchor_holds(tiny_bert, enc, anchor, anchor.prepare([0, 1]), {"long_anchor": 20.0}, longs)
+
+
+def anchor_holds(tiny_bert, enc, anchor, step, setting: dict, probe: list[str]) -> None:
+    """An anchor owes nothing at the start of a run (the student is the base), and a run with it keeps `probe` nearer
+    the base than a run without."""
     enc.model.train()
     z = torch.zeros(1, 4)
-    assert float(anchor.penalty(enc.model, {}, z, z, long).detach()) == pytest.approx(0.0, abs=1e-5)
+    assert float(anchor.penalty(enc.model, {}, z, z, step).detach()) == pytest.approx(0.0, abs=1e-5)
     base = load_encoder(tiny_bert)
     plain = mirror_tune(SENTENCES, cfg(tiny_bert))
-    held = mirror_tune(SENTENCES, cfg(tiny_bert, long_anchor=20.0))
+    held = mirror_tune(SENTENCES, cfg(tiny_bert, **setting))
     assert np.isfinite(held.losses).all()
-    assert mean_cosine_to(base, held.encoder, longs) > mean_cosine_to(base, plain.encoder, longs)
+    assert mean_cosine_to(base, held.encoder, probe) > mean_cosine_to(base, plain.encoder, probe)
 
 
 def test_the_general_anchor_draws_wikipedia_paragraphs_is_zero_at_the_start_and_keeps_them_nearer_the_base(tiny_bert):
@@ -305,15 +310,7 @@ def test_the_general_anchor_draws_wikipedia_paragraphs_is_zero_at_the_start_and_
     assert anchor.prepare([1, 0])["input_ids"].shape != step["input_ids"].shape or not torch.equal(
         anchor.prepare([1, 0])["input_ids"], step["input_ids"]
     )  # another step, other texts
-    enc.model.train()
-    z = torch.zeros(1, 4)
-    assert float(anchor.penalty(enc.model, {}, z, z, step).detach()) == pytest.approx(0.0, abs=1e-5)
-    base = load_encoder(tiny_bert)
-    plain = mirror_tune(SENTENCES, cfg(tiny_bert))
-    held = mirror_tune(SENTENCES, cfg(tiny_bert, general_anchor=20.0))
-    assert np.isfinite(held.losses).all()
-    probe = texts[:64]
-    assert mean_cosine_to(base, held.encoder, probe) > mean_cosine_to(base, plain.encoder, probe)
+    anchor_holds(tiny_bert, enc, anchor, step, {"general_anchor": 20.0}, texts[:64])
 
 
 def test_pair_distillation_pulls_each_partner_toward_itself_or_toward_its_string(tiny_bert):
