@@ -300,12 +300,6 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
-def cut_base_names() -> list[str]:
-    from mirror.checks import CHECKS
-
-    return [c.name for c in CHECKS]
-
-
 def cut_base(tokens: int, model: str, device: str) -> list[dict[str, Any]]:
     """Each general check's change (± its standard error) of the untuned base reading every text cut at `tokens`,
     against the base reading its own inference length: what a model saved with a shorter `max_seq_length` loses on
@@ -367,7 +361,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.cut_base:
-        print_table(cut_base(args.cut_base, args.model, args.device), ["half", *(c for c in cut_base_names())])
+        table = cut_base(args.cut_base, args.model, args.device)
+        print_table(table, list(table[0]))
         return
     if args.best_variant:
         print(best_variant(json.loads(Path(args.best_variant).read_text())["rows"], args.exclude.split(";")))

@@ -503,7 +503,8 @@ def _train_step(
         penalties = [
             p
             for term, own in zip(terms, extra, strict=True)
-            if (p := term.penalty(encoder.model, batch, emb[:b], emb[b:], own, second)) is not None  # this rank's
+            # this rank's views (a pairs step's partners tokenized apart: `second`)
+            if (p := term.penalty(encoder.model, batch, emb[:b], emb[b:], own, second)) is not None
         ]
     z1 = distributed.gather_with_grad(emb[:b], n)
     z2 = distributed.gather_with_grad(emb[b:], n)
