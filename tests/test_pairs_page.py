@@ -153,6 +153,26 @@ def test_the_loss_curve_of_a_pairs_run_starts_near_its_own_chance_line(app, tiny
     assert set(frame.series) == {"each step", "smoothed"} and render.LOSS_CAPTION.startswith("1 = a model that knows")
 
 
+def test_a_pairs_run_distilling_each_partner_toward_itself_starts_near_its_own_line(app, tiny_bert, tmp_path):
+    """With pair_distill_own each partner is distilled toward the base's embedding of itself, so the base (which
+    knows nothing of the pairs) owes the distillation term nothing: the run's line is the contrastive one alone, and
+    its first step is near it (the line read λ/2·(1 - c0) above it, as if partners were pulled toward strings)."""
+    from explorer.compare import chance
+
+    s = pairs_session(app, tmp_path)
+    overrides = {**TINY, "distill": 10.0, "pooling": "mean", "pair_distill_own": True}
+    app.planner.hold(s, str(tiny_bert), "auto", overrides)
+    live = chance.live(s, app.models)
+    assert list(app.trainer.train(s, str(tiny_bert), "auto", overrides))[-1].kind == "done"
+    run = s.run
+    first, line = first_and_line(run, app)
+    measured = live()
+    assert measured is not None and measured.distill == 0.0 and abs(measured.at(8) - line) < 0.02
+    owed = chance.PairsChance(10.0, measured.paired, measured.unrelated, measured.batch_size, measured.shuffled)
+    assert owed.at(8) > line + 0.1  # what the line read before: the string's pull counted
+    assert abs(first - line) <= 0.15 * line, (first, line)
+
+
 def test_a_one_way_pairs_run_trains_with_that_loss_and_starts_near_its_own_line(app, tiny_bert, tmp_path):
     """pair_loss "one-way" (MNRL's form): a model that knows nothing scores log(B) per step, not log(2B-1); the run
     trains with that loss (its first step is near log(B), far under the views loss's chance), records it in its

@@ -21,7 +21,8 @@ with p the share of the step's strings that have a partner (a row without one tr
 base that knows nothing of the pairs starts on it (the tiny random BERT: first step 1.47, line 1.48); one that
 already knows them starts below it (400 FOLDOC rows, bundled model, B 200: line 2.5, first step 1.54: the base
 finds a term's definition at cos 0.43 against 0.10 for another's). Without distillation (λ 0: a plain-MLM base's
-pairs preset) the line is the shuffled contrastive term alone. A run with MNRL's loss form (pair_loss "one-way":
+pairs preset) the line is the shuffled contrastive term alone; so it is with each partner distilled toward the base's
+embedding of itself (pair_distill_own): the base, which knows nothing of the pairs, owes that term nothing. A run with MNRL's loss form (pair_loss "one-way":
 each partner against the batch's B strings) knows nothing at log(B), so its lines are measured with that loss and a
 row without a partner reads log(B) / log(2B-1) (still divided like the curve).
 """
@@ -169,7 +170,8 @@ def _measured(run: RunInfo, models: ModelCache, kept: Any) -> PairsChance | None
     pair_loss = config.get("pair_loss") if config.get("pair_loss") in PAIR_LOSSES else "views"
     settings = SimpleNamespace(temperature=float(tau), batch_size=batch_size, pair_loss=pair_loss)
     c0, shuffled = measure(encoder, texts, kept.rows, settings)
-    return PairsChance(float(distill), share, c0, batch_size, shuffled, pair_loss == "one-way")
+    distill = 0.0 if config.get("pair_distill_own") else float(distill)
+    return PairsChance(distill, share, c0, batch_size, shuffled, pair_loss == "one-way")
 
 
 def live(session: Session, models: ModelCache) -> Callable[[], PairsChance | None]:
@@ -191,6 +193,7 @@ def live(session: Session, models: ModelCache) -> Callable[[], PairsChance | Non
         encoder = models.base_encoder(config.model, config.pooling)
         c0, shuffled = measure(encoder, texts, partners, config)
         share = paired_share(partners, held)
-        return PairsChance(config.distill, share, c0, config.batch_size, shuffled, config.pair_loss == "one-way")
+        distill = 0.0 if config.pair_distill_own else config.distill
+        return PairsChance(distill, share, c0, config.batch_size, shuffled, config.pair_loss == "one-way")
 
     return line
