@@ -213,7 +213,9 @@ def contrastive_name(config: MirrorConfig) -> str:
 def added_terms(config: MirrorConfig) -> list[str]:
     """What `terms_for` adds to the contrastive loss a step reports, as the run's page names them (a mask, guided
     negatives, adds nothing): the raw loss of a run with any is not InfoNCE alone."""
-    named = (("distillation to the base", config.distill), ("L2 to the base", config.l2_base))
+    own = config.pairs and config.pair_distill_own  # each column toward the base's embedding of itself
+    distill = "distillation of both columns to the base" if own else "distillation to the base"
+    named = ((distill, config.distill), ("L2 to the base", config.l2_base))
     named += (("long-text anchor", config.long_anchor), ("general anchor", config.general_anchor))
     return [f"{name} λ {weight:g}" for name, weight in named if weight > 0]
 

@@ -6,7 +6,7 @@ training (mirror/choose.py), and "the sentences preset (…, max length 50 token
 from __future__ import annotations
 
 from mirror.config import MirrorConfig
-from ui import render
+from ui import render, render_load
 
 
 def test_a_plain_preset_is_blended_with_the_base_not_with_it():
@@ -18,3 +18,15 @@ def test_a_plain_preset_is_blended_with_the_base_not_with_it():
 def test_a_pairs_preset_says_the_run_picks_its_alpha():
     said = render.preset_blend(MirrorConfig.preset("sentences", pairs=True))
     assert "the α the run picks after training (1, 0.75, 0.5, 0.25; 0.5 when few rows are held out)" in said
+
+
+def test_a_pairs_preset_on_a_sentence_encoder_says_each_column_is_distilled_toward_its_own():
+    """The pairs preset on the bundled sentence encoder distils each partner toward the base's embedding of itself
+    (mirror.config.PAIRS_ENCODER_ADJUSTMENTS); the Detected line says so, and a run that turns it off does not."""
+    paired = MirrorConfig.preset("sentences", pairs=True)
+    assert paired.distill == 10.0 and paired.pair_distill_own
+    assert render_load.distilled(paired) == ", distilled from the base (λ 10, each column toward its own embedding)"
+    assert render_load.distilled(MirrorConfig.preset("sentences", pairs=True, pair_distill_own=False)) == (
+        ", distilled from the base (λ 10)"
+    )
+    assert render_load.distilled(MirrorConfig.preset("sentences", pairs=False)) == ""

@@ -336,6 +336,9 @@ def test_pair_distillation_pulls_each_partner_toward_itself_or_toward_its_string
     as_chosen = mirror_tune(texts, config, pairs=partners)
     to_itself = mirror_tune(texts, dataclasses.replace(config, pair_distill_own=True), pairs=partners)
     assert np.isfinite(to_itself.losses).all() and to_itself.losses != as_chosen.losses
+    # the run's page names which distillation its loss holds
+    assert to_itself.stats()["loss_terms"] == ["distillation of both columns to the base λ 1"]
+    assert as_chosen.stats()["loss_terms"] == ["distillation to the base λ 1"]
 
 
 def test_guided_negatives_run_and_change_the_run_only_when_on(tiny_bert):

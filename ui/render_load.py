@@ -43,12 +43,21 @@ def load_md(info: dict[str, Any]) -> str:
         f"**{info['strings']:,} strings** loaded from `{info['source']}`: {counts}.",
         f"**Detected:** {kind} → the **{info['mode']} preset{' for pairs' if paired else ''}** (τ {p.temperature}, "
         f"{p.epochs} epoch{'s' if p.epochs != 1 else ''}{f', at least {p.min_steps} steps' if p.min_steps else ''}, "
-        f"{length_words(p, paired)}{f', distilled from the base (λ {p.distill:g})' if p.distill else ''}"
+        f"{length_words(p, paired)}{distilled(p)}"
         f"{preset_blend(p)}). <small>{info['reason']}.</small>",
     ]
     lines += [pairs] if (pairs := pairing_md(info)) else []
     lines += [message(n, "warning") for n in info.get("notes", [])]
     return "\n\n".join(lines)
+
+
+def distilled(p: MirrorConfig) -> str:
+    """The preset's distillation as the Detected line says it: a pairs run's each column toward the base's embedding
+    of itself (pair_distill_own), or both toward the string's."""
+    if not p.distill:
+        return ""
+    toward = ", each column toward its own embedding" if p.pairs and p.pair_distill_own else ""
+    return f", distilled from the base (λ {p.distill:g}{toward})"
 
 
 def length_words(p: MirrorConfig, paired: bool) -> str:

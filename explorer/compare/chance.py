@@ -3,10 +3,11 @@
 The curve divides each step's loss by log(2B-1) (mirror.loss.chance_loss): a mirror run's contrastive loss of a
 model that knows nothing (every view as like its string as the 2B-1 others) reads 1, and a mirror run starts below
 it. A pairs run's loss is the same InfoNCE plus, on a sentence-encoder base, the distillation term of its preset
-(mirror.terms.Distill: λ·mean(1 - cos) of both views against the frozen base's embedding of the *string*,
-mirror.config.PAIRS_ENCODER_ADJUSTMENTS: λ 10). Its second view is the partner, so that term pays for every partner
-not where its string is: before any training the bundled model's first step read 1.54 on FOLDOC rows (B 200), above
-the mirror line all run, as issue 60 saw (1.56 -> 1.17).
+(mirror.terms.Distill, λ 10: mirror.config.PAIRS_ENCODER_ADJUSTMENTS). The preset distils each view toward the
+frozen base's embedding of its own text (pair_distill_own), which a model at the base already meets. Without
+pair_distill_own both views go toward the base's embedding of the *string*; the second view is the partner, so that
+term pays for every partner not where its string is: before any training the bundled model's first step read 1.54
+on FOLDOC rows (B 200), above the mirror line all run, as issue 60 saw (1.56 -> 1.17).
 
 A model that knows nothing of the pairs sees the two columns as the base does but not which partner is whose: the
 base with every string given another row's partner. Its contrastive term (`shuffled_loss`, ÷ log(2B-1)) is 1 when
@@ -21,10 +22,11 @@ with p the share of the step's strings that have a partner (a row without one tr
 base that knows nothing of the pairs starts on it (the tiny random BERT: first step 1.47, line 1.48); one that
 already knows them starts below it (400 FOLDOC rows, bundled model, B 200: line 2.5, first step 1.54: the base
 finds a term's definition at cos 0.43 against 0.10 for another's). Without distillation (λ 0: a plain-MLM base's
-pairs preset) the line is the shuffled contrastive term alone; so it is with each partner distilled toward the base's
-embedding of itself (pair_distill_own): the base, which knows nothing of the pairs, owes that term nothing. A run with MNRL's loss form (pair_loss "one-way":
-each partner against the batch's B strings) knows nothing at log(B), so its lines are measured with that loss and a
-row without a partner reads log(B) / log(2B-1) (still divided like the curve).
+pairs preset) the line is the shuffled contrastive term alone, and so it is with each partner distilled toward the
+base's embedding of itself (pair_distill_own, the preset's): the base, which knows nothing of the pairs, owes that
+term nothing. A run with MNRL's loss form (pair_loss "one-way": each partner against the batch's B strings) knows
+nothing at log(B), so its lines are measured with that loss and a row without a partner reads log(B) / log(2B-1)
+(still divided like the curve).
 """
 
 from __future__ import annotations
