@@ -98,7 +98,8 @@ def moved_header(run: RunInfo | None) -> str:
 LOSS_TITLE = "Training loss ÷ log(2B−1)"
 LOSS_CAPTION = (
     "1 = a model that knows nothing (a mirror run). A pairs run draws its own line in red: a model that knows nothing "
-    "of which partner is whose, its loss counting the run's pull toward the base where it has one (distillation); "
+    "of which partner is whose (the base with the partners shuffled, and the pull of a partner toward its string's "
+    "base embedding where the run distils so); "
     "for it that line, not 1, is the mark, and a base that already pairs most rows starts well below it. Each step, "
     "and smoothed (each step weighted by its strings)"
 )
