@@ -158,6 +158,12 @@ class MirrorConfig:
         epochs = self.epochs_for(n)
         return self if epochs == self.epochs else dataclasses.replace(self, epochs=epochs)
 
+    @property
+    def distills_own(self) -> bool:
+        """Whether the distillation pulls each column of a pairs run toward the base's embedding of itself (a partner
+        toward its own, not its string's): pair_distill_own, on a run with partners."""
+        return self.pairs and self.pair_distill_own
+
     def validated(self) -> MirrorConfig:
         """Return self, or raise MirrorError naming the first bad field and its allowed range."""
         checks: list[tuple[bool, str]] = [

@@ -213,8 +213,7 @@ def contrastive_name(config: MirrorConfig) -> str:
 def added_terms(config: MirrorConfig) -> list[str]:
     """What `terms_for` adds to the contrastive loss a step reports, as the run's page names them (a mask, guided
     negatives, adds nothing): the raw loss of a run with any is not InfoNCE alone."""
-    own = config.pairs and config.pair_distill_own  # each column toward the base's embedding of itself
-    distill = "distillation of both columns to the base" if own else "distillation to the base"
+    distill = "distillation of both columns to the base" if config.distills_own else "distillation to the base"
     named = ((distill, config.distill), ("L2 to the base", config.l2_base))
     named += (("long-text anchor", config.long_anchor), ("general anchor", config.general_anchor))
     return [f"{name} λ {weight:g}" for name, weight in named if weight > 0]
@@ -235,7 +234,7 @@ def terms_for(
         return []
     terms: list[Term] = []
     if config.distill > 0:
-        terms.append(Distill(base, config.distill, own=config.pairs and config.pair_distill_own))
+        terms.append(Distill(base, config.distill, own=config.distills_own))
     if config.l2_base > 0:
         pairs = [(p, a) for p, a in zip(model.parameters(), base.model.parameters(), strict=True) if p.requires_grad]
         terms.append(L2ToBase(pairs, config.l2_base))

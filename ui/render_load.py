@@ -56,7 +56,7 @@ def distilled(p: MirrorConfig) -> str:
     of itself (pair_distill_own), or both toward the string's."""
     if not p.distill:
         return ""
-    toward = ", each column toward its own embedding" if p.pairs and p.pair_distill_own else ""
+    toward = ", each column toward its own embedding" if p.distills_own else ""
     return f", distilled from the base (λ {p.distill:g}{toward})"
 
 

@@ -195,7 +195,7 @@ def live(session: Session, models: ModelCache) -> Callable[[], PairsChance | Non
         encoder = models.base_encoder(config.model, config.pooling)
         c0, shuffled = measure(encoder, texts, partners, config)
         share = paired_share(partners, held)
-        distill = 0.0 if config.pair_distill_own else config.distill
+        distill = 0.0 if config.distills_own else config.distill
         return PairsChance(distill, share, c0, config.batch_size, shuffled, config.pair_loss == "one-way")
 
     return line

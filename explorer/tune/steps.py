@@ -141,7 +141,7 @@ def steps_price(
     encodes (distillation: the strings, and the partners too where each is distilled toward itself) and each step's
     anchors (`anchor_batches`: one view through the tuned model, forward and backward, and an encode by the base)."""
     teacher = cal.encode if config.distill else lambda *_: 0.0
-    teacher2 = teacher if config.pairs and config.pair_distill_own and partnered else lambda *_: 0.0
+    teacher2 = teacher if config.distills_own and partnered else lambda *_: 0.0
     anchors = sum(cal.step(n * p, p) / 2 + cal.encode(n * p, p) for n, p in anchor_batches(config, encoder))
     return sum(
         (cal.step(n * p, p) + cal.step(n * q, q)) / 2 + teacher(n * p, p) + teacher2(n * q, q) + anchors
