@@ -564,7 +564,7 @@ def test_explore_what_changed_maps_neighbours_selection_export_and_what_moved(se
         assert not errors, errors
 
 
-# What Gradio's client and Chromium log in the page being left when a reload (or a goto) cuts its event stream: the
+# What Gradio's client and Chromium log in the page being left when a reload cuts its event stream: the
 # client aborts the stream (AbortError, "Connection errored out"); the server, seeing it go, forgets the session's
 # messages, so an event the leaving page joined a moment later asks for its stream and gets 404 ("Unexpected error
 # 404: Not Found"), and a half-read stream fails (ERR_INCOMPLETE_CHUNKED_ENCODING, "TypeError: network error"). All
@@ -580,15 +580,12 @@ RELOAD_CUTS = (
 )
 
 
-def leave(page, url: str | None = None) -> None:
-    """Reload `page` (or go to `url`), forgiving what the page being left logs as it goes (RELOAD_CUTS) until the
-    new one is parsed: `watch_console` ends the window at its DOMContentLoaded (not at `framenavigated`, which a
-    history.replaceState of the page being left fires too; the new page joins no event before it is parsed)."""
+def leave(page) -> None:
+    """Reload `page`, forgiving what the page being left logs as it goes (RELOAD_CUTS) until the new one is parsed:
+    `watch_console` ends the window at its DOMContentLoaded (not at `framenavigated`, which a history.replaceState of
+    the page being left fires too; the new page joins no event before it is parsed)."""
     page.mx_leaving = True
-    if url is None:
-        page.reload()
-    else:
-        page.goto(url)
+    page.reload()
 
 
 UPLOAD_PROGRESS = "/gradio_api/upload_progress"
