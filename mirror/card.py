@@ -42,6 +42,7 @@ SETTINGS = (  # MirrorConfig fields worth a reader's time, in the order they are
     ("freeze_layers", "frozen lower layers"),
     ("freeze_embeddings", "frozen embeddings"),
     ("blend_alpha", "blend with the base after training (α)"),
+    ("retry_anchor", "pairs: a second training's general anchor, where the checks held the blend down (λ)"),
     ("join_views", "strings joined per training view"),
     ("mix_general", "general text mixed into each batch (fraction)"),
     ("lora_rank", "LoRA rank (adapters merged into the weights)"),
@@ -60,6 +61,7 @@ PAIR_SETTINGS = (
     "pair_loss",
     "pair_holdout",
     "pair_distill_own",
+    "retry_anchor",
 )  # shown for a run on pairs only
 
 

@@ -54,6 +54,23 @@ class Choice:
     pool: int
     reason: str
 
+    @property
+    def kept(self) -> bool:
+        """Whether the α served kept every check (else none did, and the lowest is served)."""
+        return any(c.within and c.alpha == self.alpha for c in self.candidates)
+
+    @property
+    def gain(self) -> float:
+        """The served α's held-out MRR@10 change on the choice rows (points)."""
+        return next(c.mrr10 for c in self.candidates if c.alpha == self.alpha) - self.base_mrr10
+
+    @property
+    def bound(self) -> bool:
+        """Whether the general checks held this blend below the α the choice rows gain most at (that α refused, or
+        none kept): forgetting, not the pairs, bounds the run (mirror.job's second training, `retry_anchor`)."""
+        best = min(self.candidates, key=lambda c: (-c.mrr10, c.alpha))  # the order choose_blend checks them in
+        return not self.kept or best.alpha != self.alpha
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "alpha": self.alpha,
@@ -223,3 +240,27 @@ def choose_blend(
         reason = f"α {chosen:g}: no blend kept every general check within half a margin of the base; the lowest"
     set_alpha(chosen)
     return Choice(chosen, base_mrr, tuple(candidates[a] for a in alphas), len(rows), len(pool), reason)
+
+
+def better_of(first: Choice, second: Choice) -> bool:
+    """Whether a second training's choice (the same choice rows and pool: `choose_blend` with the same seed) serves
+    more than the first's: a blend that keeps every check against one that kept none, else the more held-out gain
+    (a tie keeps the first: one training less to explain)."""
+    if first.kept != second.kept:
+        return second.kept
+    return second.gain > first.gain
+
+
+def retry_sentence(retry: dict[str, Any]) -> str:
+    """A second training in words (the record's `retry`: mirror.job._train_again)."""
+    first, second = retry["first"], retry["second"]
+
+    def said(c: dict[str, Any]) -> str:
+        kept = "" if c["kept"] else ", no blend keeping every check"
+        return f"α {c['alpha']:g}, {c['gain']:+.1f} MRR@10 on the choice rows{kept}"
+
+    which = "the second" if retry["served"] == "second" else "the first"
+    return (
+        f"the general checks held the first training's blend down ({said(first)}); a second training with general "
+        f"text held near the base (general anchor λ {retry['anchor']:g}) served {said(second)}; {which} is served"
+    )

@@ -165,21 +165,24 @@ def tune_and_index(
         memory_budget=memory,
         pairs=train_partners,
     )
-    stats = {**result.stats(), "summary": result.summary(), "pooling": result.config.pooling}
-    stats.update(mode=result.config.mode, losses=list(result.losses), batch_sizes=list(result.batch_sizes))
-    # what the page says a run did: the epochs it ran (a small upload trains more: min_steps), its own blend
-    stats.update(epochs=result.config.epochs, min_steps=result.config.min_steps, run_alpha=result.config.blend_alpha)
+    stats = _stats_of(result)
     if result.cancelled:
         emit(Stopped(stats))
         return
     report_rows = held.rows if held is not None else []
     if base_copy is not None:
-        report_rows, choice = _choose_blend(base_copy, result, held, run, emit, should_stop, config.blend_alpha)
+        report_rows, choice = _choose_blend(base_copy, result, held, run / "tuned_model", emit, should_stop,
+                                            config.blend_alpha)  # fmt: skip
+        retry = None
+        if choice is not None and config.retry_anchor > 0 and choice.bound:
+            result, choice, retry = _train_again(base_copy, result, choice, held, config, run, emit, should_stop,
+                                                 memory)  # fmt: skip
         del base_copy
         if choice is None:
             emit(Stopped(stats))
             return
-        stats.update(run_alpha=choice.alpha, blend_choice=choice.to_dict(), summary=result.summary())
+        stats = _stats_of(result)  # the training served
+        stats.update(run_alpha=choice.alpha, blend_choice={**choice.to_dict(), **({"retry": retry} if retry else {})})
     emit(Phase("Saving the tuned model"))
     save_result(result, run / "model")
     started = time.perf_counter()
@@ -202,21 +205,32 @@ def tune_and_index(
     emit(Finished(stats))
 
 
-def _choose_blend(base, result, held, run: Path, emit, should_stop, fallback_alpha: float) -> tuple[list[int], Any]:
-    """Split the held-out rows (every other one chooses, the rest report), save the unblended weights as
-    run/tuned_model (what a later blend of this run blends), and leave `result` at the chosen α (mirror.choose):
-    (the reporting rows, the Choice), or (rows, None) when a stop was asked meanwhile."""
+def _stats_of(result: Any) -> dict[str, Any]:
+    """What a run's record keeps of its training (`result`, a MirrorResult)."""
+    stats = {**result.stats(), "summary": result.summary(), "pooling": result.config.pooling}
+    stats.update(mode=result.config.mode, losses=list(result.losses), batch_sizes=list(result.batch_sizes))
+    # what the page says a run did: the epochs it ran (a small upload trains more: min_steps), its own blend
+    stats.update(epochs=result.config.epochs, min_steps=result.config.min_steps, run_alpha=result.config.blend_alpha)
+    return stats
+
+
+def _choose_blend(base, result, held, folder: Path, emit, should_stop, fallback_alpha: float,
+                  which: str = "") -> tuple[list[int], Any]:  # fmt: skip
+    """Split the held-out rows (every other one chooses, the rest report), save the unblended weights in `folder`
+    (run/tuned_model: what a later blend of this run blends), and leave `result` at the chosen α (mirror.choose):
+    (the reporting rows, the Choice), or (rows, None) when a stop was asked meanwhile. `which`: the training's name
+    in the phases ("" for the first)."""
     from mirror.choose import ALPHAS, choose_blend
     from mirror.train import save_result
 
     choosing, reporting = held.rows[0::2], held.rows[1::2]
-    emit(Phase("Saving the unblended tuned model"))
+    emit(Phase(f"Saving the unblended tuned model{which}"))
     trained_as = result.config  # blend_alpha 1: the weights as trained
     result.config = dataclasses.replace(trained_as, blend_alpha=fallback_alpha)  # its config: the settings launched
-    save_result(result, run / "tuned_model")
+    save_result(result, folder)
     if should_stop():
         return reporting, None
-    label = f"Choosing the blend: {len(choosing):,} held-out rows and the general checks at α " + ", ".join(
+    label = f"Choosing the blend{which}: {len(choosing):,} held-out rows and the general checks at α " + ", ".join(
         f"{a:g}" for a in ALPHAS
     )
     emit(Phase(label))
@@ -237,6 +251,61 @@ def _choose_blend(base, result, held, run: Path, emit, should_stop, fallback_alp
     result.config = dataclasses.replace(result.config, blend_alpha=choice.alpha)
     result.notes.append(choice.reason)
     return reporting, choice
+
+
+def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emit, should_stop,
+                 memory) -> tuple[Any, Any, Any]:  # fmt: skip
+    """The general checks held `first`'s blend (`choice`) below its best α: train once more from the base with
+    general text held near it (`retry_anchor` as the general anchor), choose that training's blend on the same rows,
+    and serve the better (mirror.choose.better_of). Returns (the result served, its Choice, what the retry found for
+    the record), or (first, None, None) when a stop was asked meanwhile. `config`: the run's as launched. The first's
+    weights wait on the CPU, its encoder trains again (no third model in memory); run/tuned_model ends up the served
+    training's."""
+    import shutil
+
+    import torch
+
+    from mirror.choose import better_of, retry_sentence
+    from mirror.train import mirror_tune
+
+    anchored = dataclasses.replace(config, blend_alpha=1.0, general_anchor=config.retry_anchor)
+    encoder = first.encoder
+    kept = {k: v.detach().to("cpu", copy=True) for k, v in encoder.model.state_dict().items()}  # at its α
+
+    def restore(state: dict[str, Any]) -> None:
+        with encoder.changing_weights(), torch.no_grad():
+            encoder.model.load_state_dict(state)
+
+    restore(base.model.state_dict())
+    emit(Phase(f"Training again with general text held near the base (general anchor λ {config.retry_anchor:g}): "
+               f"the general checks held the blend at α {choice.alpha:g}, below the α its held-out rows gain most at"))  # fmt: skip
+    texts, partners = held.training()
+    second = mirror_tune(texts, anchored, on_step=lambda s, t, loss, batch: emit(Step(s, t, loss, batch=batch)),
+                         should_stop=should_stop, encoder=encoder, memory_budget=memory, pairs=partners)  # fmt: skip
+    folder = run / "tuned_model.anchored"
+    again = None
+    if not second.cancelled:
+        again = _choose_blend(base, second, held, folder, emit, should_stop, config.blend_alpha,
+                              " of the second training")[1]  # fmt: skip
+    if again is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return first, None, None
+    served = better_of(choice, again)
+    retry = {
+        "anchor": config.retry_anchor,
+        "served": "second" if served else "first",
+        "first": {"alpha": choice.alpha, "gain": round(choice.gain, 2), "kept": choice.kept},
+        "second": {"alpha": again.alpha, "gain": round(again.gain, 2), "kept": again.kept},
+    }
+    if served:
+        shutil.rmtree(run / "tuned_model")
+        folder.rename(run / "tuned_model")
+        second.notes.append(f"trained twice: {retry_sentence(retry)}")
+        return second, again, retry
+    shutil.rmtree(folder)
+    restore(kept)
+    first.notes.append(f"trained twice: {retry_sentence(retry)}")
+    return first, choice, retry
 
 
 def index_with(

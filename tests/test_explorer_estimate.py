@@ -204,6 +204,39 @@ def test_a_pairs_runs_blend_choice_is_priced_only_where_the_run_chooses(base, ti
     assert est.total > fixed.total
 
 
+def test_a_second_training_is_priced_beside_the_total_where_the_run_may_train_twice(
+    base, tiny_bert, tmp_path, monkeypatch
+):
+    """retry_anchor (mirror.job._train_again): where the general checks hold a pairs run's blend down it trains once
+    more with the general anchor and chooses again. The plan prices that beside its total (most runs do not train
+    twice: left out of it, and said), and only where the run chooses its blend at all."""
+    from ui.plan_md import estimate_md
+
+    clock = VirtualClock(monkeypatch)
+    config = words_config(tiny_bert, batch_size=10, max_steps=4)
+    cal = calibrate(base, config, tmp_path, clock)
+    texts = three_token_words(600)
+    partners = [f"{t} here" for t in texts]
+    lengths = base.token_lengths(texts)
+    chooses = dataclasses.replace(config, pairs=True, blend_choose=True)
+    once = price(texts, lengths, chooses, base, cal, partners=partners, tokenize_s=0.5)
+    twice = price(texts, lengths, dataclasses.replace(chooses, retry_anchor=30.0), base, cal, partners=partners,
+                  tokenize_s=0.5)  # fmt: skip
+    anchored = price(texts, lengths, dataclasses.replace(chooses, general_anchor=30.0), base, cal, partners=partners,
+                     tokenize_s=0.5)  # fmt: skip
+    assert once.retry == 0 and twice.total == pytest.approx(once.total)
+    # the anchored training, and a choice whose base sides the first choice kept (one round less)
+    rounds_less = est_mod.checks_price(base, cal, "dev")
+    assert twice.retry == pytest.approx(anchored.phase("training") + once.phase("blend choice") - rounds_less)
+    assert anchored.phase("training") > once.phase("training")
+    few = price(texts[:100], lengths[:100], dataclasses.replace(chooses, retry_anchor=30.0), base, cal,
+                partners=partners[:100])  # fmt: skip
+    assert few.retry == 0  # too few held-out rows: no choice, so nothing held down
+    assert est_mod.at_speed(twice, 2.0).retry == pytest.approx(2 * twice.retry)
+    shown, plain = estimate_md(twice, chooses), estimate_md(once, chooses)
+    assert "more if the general checks hold its blend down" in shown and "hold its blend down" not in plain
+
+
 def test_the_choice_is_priced_one_round_less_once_its_base_dev_sides_are_kept(base, tiny_bert, tmp_path, monkeypatch):
     """The blend choice scores the checks' dev halves for the base once per process (mirror.checks.kept_side, shared
     with later runs on the same base): a later run's plan leaves that round out, and only that."""

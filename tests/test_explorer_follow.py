@@ -78,3 +78,19 @@ def test_nothing_follows_a_runs_end_event_even_before_the_run_has_ended():
     finally:
         ender.join()
     assert [e.kind for e in events] == ["error"], events
+
+
+def test_a_second_training_draws_its_own_curve():
+    """A pairs run that trains twice (mirror.job._train_again) counts its steps from 1 again: the live curve is the
+    training going on, not the first's losses with the second's after them."""
+    now = [0.0]
+    events = [
+        (0.1, Step(1, 2, 3.0, batch=8)),
+        (0.2, Step(2, 2, 2.5, batch=8)),
+        (0.3, Phase("Training again with general text held near the base")),
+        (0.4, Step(1, 2, 2.9, batch=6)),
+        (0.5, Step(2, 2, 2.4, batch=6)),
+        (0.6, Done(FakeInfo())),
+    ]
+    *_, last = progress(clocked(events, now), clock=lambda: now[0])
+    assert last.losses == [2.9, 2.4] and last.batches == [6, 6] and last.step.step == 2

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from index.store import FolderIndexes, VectorIndex
 from mirror.checks import CHECKS
-from mirror.choose import ALPHAS, choose_blend, noise, pool_of, within_rule
+from mirror.choose import ALPHAS, Candidate, Choice, better_of, choose_blend, noise, pool_of, within_rule
 from mirror.config import MirrorConfig
 from tests.conftest import VOCAB_WORDS
 
@@ -244,3 +245,156 @@ def test_a_stop_asked_while_it_chooses_ends_the_run_there_with_nothing_served(ti
     )
     assert isinstance(events[-1], Stopped) and not any(isinstance(e, Finished) for e in events)
     assert not (run / "model").exists() and not (run / "tuned_index").exists()
+
+
+def choice_of(alpha: float, gains: dict[float, float], within: dict[float, bool | None]) -> Choice:
+    """A Choice as choose_blend makes one: the base at 50, each α's gain and whether its checks kept the rule."""
+    candidates = tuple(Candidate(a, 50 + gains[a], within=within.get(a)) for a in ALPHAS)
+    return Choice(alpha, 50.0, candidates, 40, 400, "")
+
+
+def test_a_blend_is_bound_when_the_checks_refused_the_alpha_the_rows_gain_most_at():
+    gains = {1.0: 6.0, 0.75: 5.5, 0.5: 4.0, 0.25: 2.0}
+    assert not choice_of(1.0, gains, {1.0: True}).bound  # the best α kept: nothing to gain from a second training
+    held_down = choice_of(0.5, gains, {1.0: False, 0.75: False, 0.5: True})
+    assert held_down.bound and held_down.kept and held_down.gain == pytest.approx(4.0)
+    none_kept = choice_of(0.25, gains, dict.fromkeys(ALPHAS, False))
+    assert none_kept.bound and not none_kept.kept
+    tie = {1.0: 3.0, 0.75: 3.0, 0.5: 1.0, 0.25: 1.0}  # a tie goes to the α nearer the base, as choose_blend orders them
+    assert not choice_of(0.75, tie, {0.75: True}).bound
+
+
+def test_the_second_training_is_served_only_when_it_gains_more_or_alone_keeps_the_checks():
+    gains = {1.0: 6.0, 0.75: 5.5, 0.5: 4.0, 0.25: 2.0}
+    first = choice_of(0.5, gains, {1.0: False, 0.75: False, 0.5: True})
+    assert better_of(first, choice_of(0.75, gains, {1.0: False, 0.75: True}))  # +5.5 against +4.0
+    assert not better_of(first, choice_of(0.5, gains, {1.0: False, 0.75: False, 0.5: True}))  # a tie: the first
+    assert not better_of(first, choice_of(0.25, gains, dict.fromkeys(ALPHAS, False)))  # it kept none
+    nothing_kept = choice_of(0.25, gains, dict.fromkeys(ALPHAS, False))
+    assert better_of(nothing_kept, choice_of(0.25, gains, {0.25: True}))  # the same gain, but within the rule
+
+
+@pytest.mark.parametrize("second_served", [True, False])
+def test_a_run_whose_checks_hold_its_blend_down_trains_again_and_serves_the_better_training(
+    tiny_bert, tmp_path, monkeypatch, second_served
+):
+    """retry_anchor (issue 60): the first training's best α refused by the checks, the run trains once more with the
+    general anchor and serves whichever blend gains more; what is served, kept as trained, recorded and drawn is that
+    training's, whichever it is."""
+    from mirror import choose
+    from mirror.encoder import load_encoder
+    from mirror.job import Finished, Phase, Step, tune_and_index
+
+    verdicts = iter([False])  # the first α checked is refused, every later one kept: the first blend is held down
+    monkeypatch.setattr(choose, "check_changes", lambda *a, **k: ({}, {}))  # (the rule's own tests are above)
+    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    monkeypatch.setattr(choose, "better_of", lambda first, second: second_served)
+    texts, partners = rows_of_pairs(440)
+    config = MirrorConfig.preset(
+        "sentences", model=str(tiny_bert), pairs=True, max_steps=2, retry_anchor=30.0, **TINY_PAIRS
+    )
+    events: list = []
+    run = tmp_path / "run"
+    tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners)
+    stats = next(e for e in events if isinstance(e, Finished)).stats
+    again = next(i for i, e in enumerate(events) if isinstance(e, Phase) and e.text.startswith("Training again"))
+    first_losses = [e.loss for e in events[:again] if isinstance(e, Step)]
+    second_losses = [e.loss for e in events[again:] if isinstance(e, Step)]
+    assert [e.step for e in events if isinstance(e, Step)] == [1, 2, 1, 2]  # two trainings, each counted from 1
+    retry = stats["blend_choice"]["retry"]
+    assert retry["served"] == ("second" if second_served else "first") and retry["anchor"] == 30.0
+    assert retry["first"]["kept"] and retry["second"]["kept"]
+    if not second_served:  # the table is the first training's: its best α refused, the next best served
+        candidates = stats["blend_choice"]["candidates"]
+        best = min(candidates, key=lambda c: (-c["mrr10"], c["alpha"]))
+        assert [c["alpha"] for c in candidates if c["within"] is False] == [best["alpha"]]
+        assert retry["first"]["alpha"] != best["alpha"]
+    assert stats["losses"] == pytest.approx(second_losses if second_served else first_losses)
+    assert (
+        stats["run_alpha"] == stats["blend_choice"]["alpha"] == retry["second" if second_served else "first"]["alpha"]
+    )
+    assert any(n.startswith("trained twice") for n in stats["notes"])
+    saved = json.loads((run / "model" / "mirror_config.json").read_text())["config"]
+    assert saved["general_anchor"] == (30.0 if second_served else 0.0) and saved["blend_alpha"] == stats["run_alpha"]
+    assert not (run / "tuned_model.anchored").exists()
+    # the served model is the chosen blend of the base and the served training's weights as trained (tuned_model/)
+    a = stats["run_alpha"]
+    b = weights(load_encoder(str(tiny_bert), device="cpu").model)
+    t = weights(load_encoder(str(run / "tuned_model"), device="cpu", allowed_roots=[run]).model)
+    s = weights(load_encoder(str(run / "model"), device="cpu", allowed_roots=[run]).model)
+    for key in s:
+        torch.testing.assert_close(s[key], (1 - a) * b[key] + a * t[key], rtol=1e-5, atol=1e-5)
+    trained = json.loads((run / "tuned_model" / "mirror_config.json").read_text())["config"]
+    assert trained["general_anchor"] == saved["general_anchor"]
+    # and what a search finds is what it computes
+    index = VectorIndex.load(run / "tuned_index")
+    served = load_encoder(str(run / "model"), device="cpu", allowed_roots=[run])
+    np.testing.assert_allclose(index.stored([0, 99]), served.encode([texts[0], texts[99]], normalize=True), atol=1e-5)
+
+
+def test_a_stop_asked_in_the_second_training_ends_the_run_with_nothing_served(tiny_bert, tmp_path, monkeypatch):
+    from mirror import choose
+    from mirror.job import Finished, Phase, Stopped, tune_and_index
+
+    verdicts = iter([False])
+    monkeypatch.setattr(choose, "check_changes", lambda *a, **k: ({}, {}))
+    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    texts, partners = rows_of_pairs(440)
+    config = MirrorConfig.preset(
+        "sentences", model=str(tiny_bert), pairs=True, max_steps=2, retry_anchor=30.0, **TINY_PAIRS
+    )
+    events: list = []
+    asked = {"stop": False}
+
+    def emit(ev) -> None:
+        events.append(ev)
+        if isinstance(ev, Phase) and ev.text.startswith("Training again"):
+            asked["stop"] = True  # Cancel pressed as the second training begins
+
+    run = tmp_path / "run"
+    tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=emit, should_stop=lambda: asked["stop"],
+                   pairs=partners)  # fmt: skip
+    assert isinstance(events[-1], Stopped) and not any(isinstance(e, Finished) for e in events)
+    assert not (run / "model").exists() and not (run / "tuned_index").exists()
+    assert not (run / "tuned_model.anchored").exists()
+
+
+def test_the_page_says_a_run_trained_twice_and_another_alpha_blends_the_served_trainings_weights(
+    app, tiny_bert, tmp_path, monkeypatch
+):
+    """The whole path of a run trained twice (the app's Launch): the verdict says so beside the choice table, the
+    record keeps the settings the served training ran with, and *Serve another α* blends that training's weights."""
+    import dataclasses
+
+    from mirror import choose
+    from mirror.encoder import load_encoder
+    from tests.conftest import TINY
+    from ui import render
+
+    verdicts = iter([False])
+    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    monkeypatch.setattr(choose, "better_of", lambda first, second: True)
+    texts, partners = rows_of_pairs(440)
+    path = tmp_path / "pairs.csv"
+    path.write_text("name,summary\n" + "\n".join(f"{t},{p}" for t, p in zip(texts, partners, strict=True)) + "\n")
+    app.settings = dataclasses.replace(app.settings, general_checks=True)
+    s = app.session()
+    app.loader.load_file(s, str(path), "name", "pairs.csv", "summary")
+    launched = {**TINY, "blend_choose": True, "retry_anchor": 30.0}
+    assert list(app.trainer.train(s, str(tiny_bert), "auto", launched))[-1].kind == "done"
+    run = s.run
+    choice = run.record.training.blend_choice
+    assert choice["retry"]["served"] == "second" and run.record.training.run_alpha == choice["alpha"]
+    table = render.forgetting_md(run)
+    assert "**Trained twice:**" in table and "general anchor λ 30" in table and "the second is served" in table
+    saved = json.loads((run.folder / "model" / "mirror_config.json").read_text())["config"]
+    assert saved["general_anchor"] == 30.0 and saved["retry_anchor"] == 30.0
+    other = next(a for a in ALPHAS if a != choice["alpha"])
+    assert list(app.saved.blend_run(s, other))[-1].kind == "done"
+    b = weights(load_encoder(str(tiny_bert), device="cpu").model)
+    t = weights(load_encoder(str(run.folder / "tuned_model"), device="cpu", allowed_roots=[run.folder]).model)
+    served = weights(load_encoder(str(s.run.folder / "model"), device="cpu", allowed_roots=[s.run.folder]).model)
+    for key in served:
+        torch.testing.assert_close(served[key], (1 - other) * b[key] + other * t[key], rtol=1e-5, atol=1e-5)
+    trained = json.loads((run.folder / "tuned_model" / "mirror_config.json").read_text())["config"]
+    assert trained["general_anchor"] == 30.0  # the weights a blend blends are the served (second) training's

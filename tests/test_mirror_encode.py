@@ -244,7 +244,7 @@ def test_every_tokenizer_call_on_a_served_encoder_holds_the_lock(tiny_bert, tmp_
     every call goes through mirror.encoder.TOKENIZER_LOCK: encode, tokenize, token_lengths, the long-upload self-check
     and the estimate's count of the checks' tokens."""
     from explorer.compare.forgetting import MIN_LONG, own_long_texts
-    from explorer.tune import estimate
+    from explorer.tune import checkcost
 
     enc = load_encoder(tiny_bert, pooling="mean")
     real, held = enc.tokenizer, []
@@ -268,8 +268,8 @@ def test_every_tokenizer_call_on_a_served_encoder_holds_the_lock(tiny_bert, tmp_
     enc.tokenize(["a cat"])
     enc.token_lengths(["a cat"])
     assert own_long_texts(enc, enc, long) is not None
-    estimate._CHECK_LENGTHS.clear()
-    estimate.forgetting_lengths(enc)
+    checkcost._CHECK_LENGTHS.clear()
+    checkcost.forgetting_lengths(enc)
     assert len(held) >= 5 and all(held), held
     assert not encoder_module.TOKENIZER_LOCK._is_owned()
 

@@ -53,6 +53,20 @@ def test_steps_reported_together_restart_the_clock():
     assert live.timed(Step(5, 75, 1.0)).eta == pytest.approx(8.0 * 70 + AFTER)  # 3 steps in 24 s since step 2
 
 
+def test_a_second_training_restarts_the_clock():
+    """A pairs run held down by its checks trains again (mirror.job._train_again), its steps counted from 1 again:
+    its pace is its own, not the first training's steps and the choice between them."""
+    now = [0.0]
+    live = eta.LiveEta(PLAN, clock=lambda: now[0])
+    live.timed(Step(1, 75, 1.0))
+    now[0] = 8.0
+    assert live.timed(Step(2, 75, 1.0)).eta == pytest.approx(8.0 * 73 + AFTER)
+    now[0] = 300.0  # the rest of the first training, then its blend choice
+    assert live.timed(Step(1, 75, 1.0)).eta == pytest.approx(100 * 74 / 75 + AFTER)  # untimed: the plan's price
+    now[0] = 302.0
+    assert live.timed(Step(2, 75, 1.0)).eta == pytest.approx(2.0 * 73 + AFTER)  # 2 s a step since it began
+
+
 def fake_job(now: list[float], steps: int):
     """A run_job that trains nothing: a phase, `steps` steps each STEP_S apart on the test's clock, then stopped."""
 

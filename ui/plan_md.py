@@ -139,7 +139,7 @@ def estimate_md(
         )
         return (
             f"{plan} · **estimated** (rough guess) {about(train)} training + {about(index)} indexing"
-            f"{later}{f' · {why_rough}' if why_rough else ''}{extra}"
+            f"{later}{retry_md(est)}{f' · {why_rough}' if why_rough else ''}{extra}"
         ).replace("~", "\\~")
     shown = " · ".join(f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in OPTIONAL_PHASES)
     reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
@@ -158,5 +158,16 @@ def estimate_md(
     after = est.phase("general checks") + est.phase("downloads")  # the run is served (searchable) before these
     ready = f" (searchable after {about(est.total - after)})" if est.phase("general checks") > 0 else ""
     # "~" escaped: two on a line are strikethrough in the page's Markdown ("~4 s (~3 s–4 s)" showed "4 s (3 s–4 s)")
-    md = f"{plan} · **estimated {total}**{ready} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
+    md = f"{plan} · **estimated {total}**{ready}{retry_md(est)} on this {cal.where}: {shown}{reused} · _{how}_{extra}"
     return md.replace("~", "\\~")
+
+
+def retry_md(est: Estimate) -> str:
+    """What a pairs run adds when its general checks hold its blend down (a second training: mirror.job), beside the
+    total that leaves it out; "" for a run that never trains twice."""
+    if est.retry <= 0:
+        return ""
+    return (
+        f", {about(est.retry)} more if the general checks hold its blend down (a second training, general text held "
+        "near the base)"
+    )

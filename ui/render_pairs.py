@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.resources.runfacts import as_trained, choice_of, gain_of, pairs_of, served_alpha
 from mirror.checks import CHECKS
-from mirror.choose import room_left
+from mirror.choose import retry_sentence, room_left
 
 if TYPE_CHECKING:
     from explorer.resources.record import RunInfo
@@ -235,13 +235,20 @@ def blend_choice_md(run: RunInfo | None) -> str:
         f"({base:.1f}) | general checks' dev halves: the worst change ± its standard error (what the rule asks of it) | "
         "within the rule |\n|---|---:|---:|---|---|"
     )
+    retry = choice.get("retry")
+    twice = (
+        f"\n\n**Trained twice:** {retry_sentence(retry)}. The table is the served training's; a blend picked below "
+        "blends its weights as trained."
+        if isinstance(retry, dict)
+        else ""
+    )
     return (
         f"**The blend this run chose:** {choice['reason']}. Measured after training on half its held-out rows (the "
         "other half reports its gain) and the checks' dev halves; the rule: no check more than half its margin below "
         "the base, even one standard error (±) lower (that room at most the half margin: a check too small to tell holds "
         "when it measured no loss). Serve another with one click under *Serve another α* (④ Explore, *Space health "
         "and general checks*; the weights as trained are kept: no training again).\n\n"
-        f"{head}\n" + "\n".join(rows) + halves_note(choice, gain_of(run))
+        f"{head}\n" + "\n".join(rows) + halves_note(choice, gain_of(run)) + twice
     )
 
 

@@ -37,6 +37,8 @@ class Progress:
         if isinstance(ev, Phase):
             self.now = ev
         elif isinstance(ev, Step):
+            if self.step is not None and ev.step <= self.step.step:  # a second training (mirror.job): its own curve
+                self.losses, self.batches = [], []
             self.now = self.step = ev
             self.losses.append(ev.loss)
             self.batches.append(ev.batch)

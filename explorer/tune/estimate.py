@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from explorer.tune.checkcost import forgetting_lengths
 from explorer.tune.steps import choice_price, steps_price, train_plan
 from mirror.config import MirrorConfig
 
@@ -134,6 +135,9 @@ class Estimate:
     split: int = 0  # batches of long strings split to fit the memory the plan is priced with (more, smaller steps)
     memory: int = 0  # that memory (bytes; 0: a rough guess, not planned with one)
     unsplit: int = 0  # the steps the run would take with no batch split (0: none is split)
+    # a pairs run whose general checks hold its blend down trains once more (mirror.job._train_again: retry_anchor):
+    # that training and its blend choice, priced; not in `total` (most runs do not), said beside it (ui.plan_md)
+    retry: float = 0.0
 
     @property
     def at_calibration(self) -> float:
@@ -324,32 +328,6 @@ def encode_plan(lengths: Sequence[int], encoder: Encoder, batch_size: int = ENCO
     return encode_batches([min(n + extra, limit) for n in lengths], batch_size, tokens)
 
 
-def forgetting_lengths(encoder: Encoder, half: str = "check") -> list[list[int]]:
-    """Token lengths (without special tokens) of the texts each general check encodes on its `half` (one encode call
-    a check), by this encoder's tokenizer (counted once per tokenizer and kept)."""
-    return [list(lengths) for lengths in _check_lengths(encoder.tokenizer, half)]
-
-
-_CHECK_LENGTHS: dict[tuple[str, int, str], tuple[tuple[int, ...], ...]] = {}
-
-
-def _check_lengths(tokenizer, half: str = "check") -> tuple[tuple[int, ...], ...]:
-    key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer), half)
-    if key not in _CHECK_LENGTHS:
-        from mirror.checks import CHECKS, check_texts
-        from mirror.encoder import tokenized
-
-        counted = []
-        for check in CHECKS:
-            ids = tokenized(tokenizer, check_texts(check, half), add_special_tokens=False, truncation=False)
-            ids = ids["input_ids"]
-            counted.append(tuple(max(1, len(x)) for x in ids))
-        if len(_CHECK_LENGTHS) > 16:
-            _CHECK_LENGTHS.clear()
-        _CHECK_LENGTHS[key] = tuple(counted)
-    return _CHECK_LENGTHS[key]
-
-
 def checks_price(encoder: Encoder, cal: Calibration, half: str = "check") -> float:
     """One encoder's general checks on their `half`, priced with `cal`'s encode fit (every check's own encode)."""
     plans = [encode_plan(lengths, encoder) for lengths in forgetting_lengths(encoder, half)]
@@ -399,16 +377,21 @@ def price(
     priced = checks_price(encoder, cal)
     per_encoder = observed.check_s if observed.check_s is not None else priced
     check_s = check_encoders * per_encoder
-    train_s = steps_price(steps, config, encoder, cal, partnered=second_lengths is not None)
-    train_s += (cal.warmup_s + tokenize_s) * bool(steps)
-    train_s *= observed.train_ratio
-    choice_s = 0.0
+
+    def training(of: MirrorConfig) -> float:  # its steps, warm-up and tokenizing, as this key's last run ran them
+        priced = steps_price(steps, of, encoder, cal, partnered=second_lengths is not None)
+        return (priced + (cal.warmup_s + tokenize_s) * bool(steps)) * observed.train_ratio
+
+    train_s, choice_s, retry_s = training(config), 0.0, 0.0
     if steps and config.blend_choose and partners is not None:
         from mirror.checks import CHECKS, sides_kept
 
         base_kept = sides_kept(encoder, CHECKS, "dev")  # an earlier run on this base scored it (mirror.choose)
         per_dev = checks_price(encoder, cal, "dev") * (per_encoder / priced if priced > 0 else 1.0)  # (choice_price)
         choice_s = choice_price(lengths, config, partners, index_s, per_dev, cal, base_kept)
+    if choice_s and config.retry_anchor > 0:  # the same steps with the general anchor, and a choice on kept sides
+        retry_s = training(dataclasses.replace(config, general_anchor=config.retry_anchor))
+        retry_s += choice_price(lengths, config, partners, index_s, per_dev, cal, base_kept=True)
     phases = (
         ("load", cal.load_s),
         ("base index", index_s if build_base else 0.0),
@@ -420,7 +403,8 @@ def price(
         ("downloads", cal.zip_s + cal.load_s + cal.cleanup_s),
         ("general checks", check_s),
     )
-    return Estimate(len(steps), phases, cal, split=planned.split, memory=planned.memory, unsplit=planned.unsplit)
+    split, memory, unsplit = planned.split, planned.memory, planned.unsplit
+    return Estimate(len(steps), phases, cal, split=split, memory=memory, unsplit=unsplit, retry=retry_s)
 
 
 class Estimator:
@@ -596,4 +580,4 @@ def at_speed(est: Estimate, slower: float) -> Estimate:
     below 1); disk and zip phases as they were. Bounded to 1/8..8: one probe is a fraction of a second."""
     slower = min(8.0, max(1 / 8, slower))
     phases = tuple((name, s if name in IO_PHASES else s * slower) for name, s in est.phases)
-    return dataclasses.replace(est, phases=phases, slower=est.slower * slower)
+    return dataclasses.replace(est, phases=phases, slower=est.slower * slower, retry=est.retry * slower)

@@ -53,17 +53,19 @@ def time_left(
 
 class LiveEta:
     """The ETA of one run's steps as they come (`timed`): the clock starts at the first step (which pays the warm-up,
-    so it is not timed); steps reported together restart it."""
+    so it is not timed); steps reported together restart it, and so does a step count starting again (a pairs run's
+    second training: mirror.job._train_again)."""
 
     def __init__(self, planned: Estimate | None, clock: Callable[[], float] | None = None) -> None:
         self.planned, self.clock = planned, clock or perf_counter
         self.started: float | None = None
-        self.first = 0
+        self.first = self.last = 0
 
     def per_step(self, step: int) -> float | None:
         """Seconds a step took since the clock started (None before a step is timed)."""
         now = self.clock()
-        if self.started is None or (now - self.started < BURST_S and step > self.first):
+        again, self.last = step <= self.last, step
+        if self.started is None or again or (now - self.started < BURST_S and step > self.first):
             self.started, self.first = now, step  # the first step, or one of a burst: the clock (re)starts here
             return None
         return (now - self.started) / (step - self.first) if step > self.first else None

@@ -23,7 +23,8 @@ def rough_estimate(
     steps, train_s, index_s = estimate_seconds(texts, config, device, threads, trained)
     guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
     phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
-    return Estimate(steps, phases, None)
+    retry = train_s if config.pairs and config.blend_choose and config.retry_anchor > 0 else 0.0  # mirror.job
+    return Estimate(steps, phases, None, retry=retry)
 
 
 def planned_steps(n: int, config: MirrorConfig) -> int:

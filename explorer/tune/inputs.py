@@ -64,6 +64,7 @@ LABELS: dict[str, str] = {
     "freeze_embeddings": "Freeze the embeddings",
     "blend_alpha": "Blend with the base after training: α (1 = off)",
     "blend_choose": "Pairs: choose the blend α per run (held-out rows + general checks)",
+    "retry_anchor": "Pairs: if the checks hold the blend down, train again with general text near the base: λ (0 = never)",
     "join_views": "Longer views: strings joined per view (1 = off)",
     "mix_general": "Mix general text into each batch: its fraction (0 = off)",
     "lora_rank": "LoRA: adapter rank on attention, merged at the end (0 = off)",
