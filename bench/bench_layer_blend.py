@@ -318,6 +318,48 @@ def cut_base(tokens: int, model: str, device: str) -> list[dict[str, Any]]:
     return rows
 
 
+def retried(rows: list[dict[str, Any]], first: str = "preset", second: str = "general_anchor=30") -> list[dict]:
+    """The run the app makes with `retry_anchor` (mirror.job._train_again), from two variants' rows on the same set,
+    half and seed (the app's four α): `first` served as mirror.choose serves it; where its checks held it below its
+    best α (Choice.bound), the `second` training (the anchored one) served instead if mirror.choose.better_of says
+    so. One row per set, half and seed where both ran."""
+    from mirror.choose import Candidate, Choice, better_of
+
+    def as_choice(mine: list[dict[str, Any]]) -> tuple[Choice, dict[str, Any]]:
+        grid = [r for r in mine if FAMILIES["app grid (4 α)"](r)]
+        r = served(grid, lambda r: True)
+        alpha = lambda r: float(r["blend"].split()[1])  # noqa: E731
+        candidates = tuple(Candidate(alpha(c), c["choice_gain"], within=c["dev_within"]) for c in grid)
+        return Choice(alpha(r), 0.0, candidates, 0, 0, ""), r
+
+    out = []
+    for key in sorted({(r["set"], r["half"], r["seed"]) for r in rows}):
+        by = {v: [r for r in rows if (r["set"], r["half"], r["seed"]) == key and r.get("variant") == v]
+              for v in (first, second)}  # fmt: skip
+        if not all(by.values()):
+            continue
+        choice, r = as_choice(by[first])
+        trained = 1
+        if choice.bound:
+            trained = 2
+            again, r2 = as_choice(by[second])
+            r = r2 if better_of(choice, again) else r
+        out.append(
+            {
+                "set": key[0],
+                "half": key[1],
+                "seed": key[2],
+                "trainings": trained,
+                "served": f"{r['variant']} {r['blend']}",
+                "choice_gain": r["choice_gain"],
+                "report_gain": r["report_gain"],
+                "report_ci": r["report_ci"],
+                "check_past": r["check_past"] or "none",
+            }
+        )
+    return out
+
+
 def best_variant(rows: list[dict[str, Any]], exclude: list[str]) -> str:
     """The variant whose blend a run serves (the app's four α) gains the most, in the mean over its sets of the
     choice and report rows' gains (both rows of a dev half: more rows, less noise); a tie, the first run."""
@@ -357,12 +399,26 @@ def main() -> None:
     )
     parser.add_argument("--exclude", default="", help="with --best-variant: variants not to pick (';'-separated)")
     parser.add_argument(
+        "--retried",
+        nargs="+",
+        help="JSONs this bench wrote: no run; the app's second training where the checks hold a blend down (--first "
+        "served, --second where they do and it gains more: mirror.job's retry_anchor), per set, half and seed",
+    )
+    parser.add_argument("--first", default="preset", help="with --retried: the first training's variant")
+    parser.add_argument("--second", default="general_anchor=30", help="with --retried: the anchored training's")
+    parser.add_argument(
         "--cut-base", type=int, help="no run: the general checks of the base read at this many tokens against it"
     )
     args = parser.parse_args()
     if args.cut_base:
         table = cut_base(args.cut_base, args.model, args.device)
         print_table(table, list(table[0]))
+        return
+    if args.retried:
+        rows = [r for f in args.retried for r in json.loads(Path(f).read_text())["rows"]]
+        table = retried(rows, args.first, args.second)
+        print_table(table, list(table[0]) if table else ["set"])
+        write_json(args.out or "retried.json", {"rows": table, "args": vars(args)})
         return
     if args.best_variant:
         print(best_variant(json.loads(Path(args.best_variant).read_text())["rows"], args.exclude.split(";")))

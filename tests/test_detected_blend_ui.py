@@ -30,3 +30,12 @@ def test_a_pairs_preset_on_a_sentence_encoder_says_each_column_is_distilled_towa
         ", distilled from the base (λ 10)"
     )
     assert render_load.distilled(MirrorConfig.preset("sentences", pairs=False)) == ""
+
+
+def test_a_pairs_preset_on_a_sentence_encoder_says_it_may_train_again_and_a_words_one_does_not():
+    """retry_anchor (mirror.job._train_again): the pairs preset of a sentence encoder trains again with the general
+    anchor where the checks hold its α down; the Detected line says so where the preset does, as the plan prices it."""
+    again = "trained again with general text held near the base (λ 30) if the general checks hold that α down"
+    assert again in render.preset_blend(MirrorConfig.preset("sentences", pairs=True))
+    assert "trained again" not in render.preset_blend(MirrorConfig.preset("words", pairs=True))  # short pairs: never
+    assert "trained again" not in render.preset_blend(MirrorConfig.preset("sentences", pairs=True, retry_anchor=0))

@@ -22,7 +22,14 @@ def preset_blend(p: MirrorConfig) -> str:
 
         alphas = ", ".join(f"{a:g}" for a in ALPHAS)
         picked = f"({alphas}; {p.blend_alpha:g} when few rows are held out)"
-        return f", blended with the base at the α the run picks after training {picked}"
+        # mirror.job._train_again: said where the preset says how it blends, as the plan prices it
+        again = (
+            f"; trained again with general text held near the base (λ {p.retry_anchor:g}) if the general checks hold "
+            "that α down"
+            if p.retry_anchor > 0
+            else ""
+        )
+        return f", blended with the base at the α the run picks after training {picked}{again}"
     return f", blended with the base at α {p.blend_alpha:g}" if p.blend_alpha < 1 else ""
 
 
