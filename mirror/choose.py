@@ -252,7 +252,13 @@ def better_of(first: Choice, second: Choice) -> bool:
 
 
 def retry_sentence(retry: dict[str, Any]) -> str:
-    """A second training in words (the record's `retry`: mirror.job._train_again)."""
+    """A second training in words (the record's `retry`: mirror.job._train_again), or why none was started."""
+    if "skipped" in retry:
+        return (
+            f"the general checks held the blend down, but a second training with general text held near the base "
+            f"(general anchor λ {retry['anchor']:g}; about {retry['skipped'] / 60:.0f} min) would not end within this "
+            f"server's time for a run ({max(0, retry['left']) / 60:.0f} min left)"
+        )
     first, second = retry["first"], retry["second"]
 
     def said(c: dict[str, Any]) -> str:

@@ -67,6 +67,9 @@ class Stopped:
 
 # a run chooses its blend (mirror.choose) on half its held-out rows when both halves have at least this many
 CHOICE_ROWS_LEAST = 20
+# a second training with the general anchor and its blend choice, against the first's (its sixteen general texts a
+# step through the tuned model and the base: ~1.2x on the bundled model, CPU): what a time cap must leave for it
+RETRY_COST = 1.3
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ def tune_and_index(
     pairs: Sequence[str | None] | None = None,
     columns: tuple[str, str] = ("string", "partner"),
     planned_memory: int | None = None,
+    until: float | None = None,
 ) -> None:
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
     and run/tuned_index (built and read through `indexes`). Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
@@ -117,7 +121,9 @@ def tune_and_index(
     says how much better the tuned encoder finds their strings from their partners than the base (`columns`: the
     names of the two sides, for the sentence that says so). `planned_memory`: the budget the run's plan was made with
     (the app's Launch: `memory` is then not read), kept unless the machine has less than that free when the training
-    starts (`kept_memory`; then Replanned says so)."""
+    starts (`kept_memory`; then Replanned says so). `until`: the time (time.time()) the run must be served by (a
+    server's cap): a pairs run's second training (`retry_anchor`) that would end later is not started, and its record
+    says so."""
     from mirror.encoder import load_encoder
     from mirror.train import add_stats, mirror_tune, save_result
 
@@ -137,8 +143,11 @@ def tune_and_index(
         allowed_roots=roots,
         cache_dir=cache_dir,
     )
+    index_s = 0.0  # what indexing the strings took: the tuned index after a second training takes about as long
     if build_base:
+        started = time.perf_counter()
         index_with(indexes, encoder, texts, run / "base_index", "Indexing your strings with the base encoder", emit)
+        index_s = time.perf_counter() - started
     base_ranks = None
     if held is not None and held.rows:  # before training: the encoder is tuned in place
         emit(Phase(f"Measuring the base on {len(held.rows):,} held-out rows"))
@@ -156,6 +165,7 @@ def tune_and_index(
     choose = config.blend_choose and held is not None and len(held.rows) >= 2 * CHOICE_ROWS_LEAST
     base_copy = copy.deepcopy(encoder) if choose else None
     emit(Phase(f"Starting the training: tokenizing {len(texts):,} strings, planning batches, first step (warm-up)"))
+    began = time.perf_counter()
     result = mirror_tune(
         train_texts,
         dataclasses.replace(config, blend_alpha=1.0) if choose else config,
@@ -175,8 +185,13 @@ def tune_and_index(
                                             config.blend_alpha)  # fmt: skip
         retry = None
         if choice is not None and config.retry_anchor > 0 and choice.bound:
-            result, choice, retry = _train_again(base_copy, result, choice, held, config, run, emit, should_stop,
-                                                 memory)  # fmt: skip
+            # the second training and its choice as long as the first's (the anchor adds a little), then the index
+            needed = RETRY_COST * (time.perf_counter() - began) + index_s
+            if until is not None and time.time() + needed > until:
+                retry = {"anchor": config.retry_anchor, "skipped": round(needed), "left": round(until - time.time())}
+            else:
+                result, choice, retry = _train_again(base_copy, result, choice, held, config, run, emit, should_stop,
+                                                     memory)  # fmt: skip
         del base_copy
         if choice is None:
             emit(Stopped(stats))

@@ -377,11 +377,19 @@ def test_the_page_says_a_run_trained_twice_and_another_alpha_blends_the_served_t
     texts, partners = rows_of_pairs(440)
     path = tmp_path / "pairs.csv"
     path.write_text("name,summary\n" + "\n".join(f"{t},{p}" for t, p in zip(texts, partners, strict=True)) + "\n")
-    app.settings = dataclasses.replace(app.settings, general_checks=True)
+    app.settings = dataclasses.replace(app.settings, general_checks=True, max_run_seconds=1800.0)
+    import time
+
+    import explorer.runs.training as training
+
+    limits, real = {}, training.run_job
+    monkeypatch.setattr(training, "run_job", lambda *a, **k: limits.update(a[5]) or real(*a, **k))
     s = app.session()
     app.loader.load_file(s, str(path), "name", "pairs.csv", "summary")
     launched = {**TINY, "blend_choose": True, "retry_anchor": 30.0}
+    asked = time.time()
     assert list(app.trainer.train(s, str(tiny_bert), "auto", launched))[-1].kind == "done"
+    assert asked + 1700 < limits["until"] <= time.time() + 1800  # the server's cap reaches the job as a clock time
     run = s.run
     choice = run.record.training.blend_choice
     assert choice["retry"]["served"] == "second" and run.record.training.run_alpha == choice["alpha"]
@@ -398,3 +406,33 @@ def test_the_page_says_a_run_trained_twice_and_another_alpha_blends_the_served_t
         torch.testing.assert_close(served[key], (1 - other) * b[key] + other * t[key], rtol=1e-5, atol=1e-5)
     trained = json.loads((run.folder / "tuned_model" / "mirror_config.json").read_text())["config"]
     assert trained["general_anchor"] == 30.0  # the weights a blend blends are the served (second) training's
+
+
+def test_a_second_training_that_would_outlast_the_servers_time_for_a_run_is_not_started(
+    tiny_bert, tmp_path, monkeypatch
+):
+    """`until` (the server's MIRROR_MAX_RUN_SECONDS as a clock time): a run held down by its checks with too little
+    time left serves its first training, and its record says why it trained once (not stopped over the cap, with
+    nothing served)."""
+    import time
+
+    from mirror import choose
+    from mirror.job import Finished, Phase, tune_and_index
+
+    verdicts = iter([False])
+    monkeypatch.setattr(choose, "check_changes", lambda *a, **k: ({}, {}))
+    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    texts, partners = rows_of_pairs(440)
+    config = MirrorConfig.preset(
+        "sentences", model=str(tiny_bert), pairs=True, max_steps=2, retry_anchor=30.0, **TINY_PAIRS
+    )
+    events: list = []
+    run = tmp_path / "run"
+    tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners,
+                   until=time.time() + 0.01)  # fmt: skip
+    stats = next(e for e in events if isinstance(e, Finished)).stats
+    assert not any(isinstance(e, Phase) and e.text.startswith("Training again") for e in events)
+    retry = stats["blend_choice"]["retry"]
+    assert retry["anchor"] == 30.0 and retry["skipped"] >= 0 and retry["left"] <= 0
+    assert "would not end within this server's time for a run" in choose.retry_sentence(retry)
+    assert json.loads((run / "model" / "mirror_config.json").read_text())["config"]["general_anchor"] == 0.0

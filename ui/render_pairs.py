@@ -236,12 +236,14 @@ def blend_choice_md(run: RunInfo | None) -> str:
         "within the rule |\n|---|---:|---:|---|---|"
     )
     retry = choice.get("retry")
-    twice = (
-        f"\n\n**Trained twice:** {retry_sentence(retry)}. The table is the served training's; a blend picked below "
-        "blends its weights as trained."
-        if isinstance(retry, dict)
-        else ""
-    )
+    twice = ""
+    if isinstance(retry, dict) and "skipped" in retry:
+        twice = f"\n\n**Trained once:** {retry_sentence(retry)}."
+    elif isinstance(retry, dict):
+        twice = (
+            f"\n\n**Trained twice:** {retry_sentence(retry)}. The table is the served training's; a blend picked "
+            "below blends its weights as trained."
+        )
     return (
         f"**The blend this run chose:** {choice['reason']}. Measured after training on half its held-out rows (the "
         "other half reports its gain) and the checks' dev halves; the rule: no check more than half its margin below "

@@ -15,6 +15,7 @@ import math
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,8 @@ def run_job(
     budget the run's plan was made with (explorer.tune.planning.Planner.memory_budget), which the run keeps unless the
     machine has less than that free when it trains (then it says so: Replanned; None: what the machine gives when it
     trains); `limits["hub_cache"]`: where the server keeps hub models (explorer.resources.hubcache: the base was
-    downloaded there before the job). Its Steps carry no time left: the service times them against the run's plan
+    downloaded there before the job); `limits["until"]`: the time (time.time()) the run must be served by, the server's
+    MIRROR_MAX_RUN_SECONDS (a second training that would end later is not started). Its Steps carry no time left: the service times them against the run's plan
     (explorer.tune.eta). `partners`: each string's partner text (pairs, from the file's `columns` [strings,
     partners]): some held out, the gain on them in Finished's stats["pairs"] (mirror.job.tune_and_index).
     """
@@ -207,6 +209,7 @@ def run_job(
             should_stop=should_stop,
             planned_memory=limits.get("memory"),
             cache_dir=limits.get("hub_cache"),
+            until=limits.get("until"),
             pairs=partners,
             columns=tuple(columns or ("string", "partner")),
         )
@@ -252,6 +255,9 @@ def train_job(
     generator is closed before its end (its consumer is gone)."""
     run = Path(run_dir)
     stop = run / STOP_FILE
+    # the GPU is reserved for job_duration's seconds: a second training that would outlast it is not started
+    reserved = time.time() + job_duration(texts, config)
+    limits = {**limits, "until": min(limits.get("until") or reserved, reserved)}
     events: queue.Queue = queue.Queue()
     closed = threading.Event()  # this generator was closed before its end: nobody takes the job's events any more
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -231,7 +232,10 @@ class Training(Producer):
         if self.planned is not None:  # a reattached page shows it, with what it says of the pairs (held-out rows)
             launched = SimpleNamespace(texts=texts, partners=self.partners, pairing=self.pairing)  # (as launched)
             run.planned = (self.planned, config, tuple(pairs_notes(launched, config)))
-        limits = {"memory": budget, "hub_cache": str(self.models.hub.root)}
+        limits: dict[str, Any] = {"memory": budget, "hub_cache": str(self.models.hub.root)}
+        cap = self.settings.max_run_seconds
+        if cap and run.job_since is not None:  # its time cap as a clock time (the job may run in another process)
+            limits["until"] = time.time() + cap - (time.monotonic() - run.job_since)
         roots = [folder, *self.settings.model_roots]
         columns = list(self.pairing.columns()) if self.pairing is not None else None
         relay = Relay(run, self.session, self.planned)
