@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from mirror.choose import retry_sentence
 from mirror.config import MirrorConfig
 from mirror.pairs import HeldOut, clean_pairs
 
@@ -189,6 +190,7 @@ def tune_and_index(
             needed = RETRY_COST * (time.perf_counter() - began) + index_s
             if until is not None and time.time() + needed > until:
                 retry = {"anchor": config.retry_anchor, "skipped": round(needed), "left": round(until - time.time())}
+                result.notes.append(f"trained once: {retry_sentence(retry)}")
             else:
                 result, choice, retry = _train_again(base_copy, result, choice, held, config, run, emit, should_stop,
                                                      memory)  # fmt: skip
@@ -280,7 +282,7 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
 
     import torch
 
-    from mirror.choose import better_of, retry_sentence
+    from mirror.choose import better_of
     from mirror.train import mirror_tune
 
     anchored = dataclasses.replace(config, blend_alpha=1.0, general_anchor=config.retry_anchor)

@@ -435,4 +435,5 @@ def test_a_second_training_that_would_outlast_the_servers_time_for_a_run_is_not_
     retry = stats["blend_choice"]["retry"]
     assert retry["anchor"] == 30.0 and retry["skipped"] >= 0 and retry["left"] <= 0
     assert "would not end within this server's time for a run" in choose.retry_sentence(retry)
+    assert any(n.startswith("trained once:") for n in stats["notes"])  # the CLI prints it, the record keeps it
     assert json.loads((run / "model" / "mirror_config.json").read_text())["config"]["general_anchor"] == 0.0
