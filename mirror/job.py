@@ -313,6 +313,7 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
         "served": "second" if served else "first",
         "first": {"alpha": choice.alpha, "gain": round(choice.gain, 2), "kept": choice.kept},
         "second": {"alpha": again.alpha, "gain": round(again.gain, 2), "kept": again.kept},
+        "seconds": [round(first.seconds, 1), round(second.seconds, 1)],  # each training's (the plan prices the first)
     }
     if served:
         shutil.rmtree(run / "tuned_model")

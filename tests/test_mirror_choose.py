@@ -304,6 +304,9 @@ def test_a_run_whose_checks_hold_its_blend_down_trains_again_and_serves_the_bett
     retry = stats["blend_choice"]["retry"]
     assert retry["served"] == ("second" if second_served else "first") and retry["anchor"] == 30.0
     assert retry["first"]["kept"] and retry["second"]["kept"]
+    assert len(retry["seconds"]) == 2 and stats["seconds"] == pytest.approx(
+        retry["seconds"][1 if second_served else 0], abs=0.06
+    )
     if not second_served:  # the table is the first training's: its best α refused, the next best served
         candidates = stats["blend_choice"]["candidates"]
         best = min(candidates, key=lambda c: (-c["mrr10"], c["alpha"]))

@@ -259,6 +259,9 @@ class Training(Producer):
                 self.why_alone(ev.stats, folder)
             made = Made.of_training(ev.stats)
             self.train_s = made.record.training.seconds
+            retry = (made.record.training.blend_choice or {}).get("retry") or {}
+            if "seconds" in retry:  # trained twice: the plan's training is the first (mirror.job._train_again)
+                self.train_s = retry["seconds"][0]
             return made_info(folder, config.model, texts, self.source, made)
         if isinstance(ev, Failed):
             return ev
