@@ -322,7 +322,7 @@ def retried(rows: list[dict[str, Any]], first: str = "preset", second: str = "ge
     """The run the app makes with `retry_anchor` (mirror.job._train_again), from two variants' rows on the same set,
     half and seed (the app's four α): `first` served as mirror.choose serves it; where its checks held it below its
     best α (Choice.bound), the `second` training (the anchored one) served instead if mirror.choose.better_of says
-    so. One row per set, half and seed where both ran."""
+    so. One row per set, half and seed where the first ran (and the second, where the first was held down)."""
     from mirror.choose import Candidate, Choice, better_of
 
     def as_choice(mine: list[dict[str, Any]]) -> tuple[Choice, dict[str, Any]]:
@@ -336,11 +336,13 @@ def retried(rows: list[dict[str, Any]], first: str = "preset", second: str = "ge
     for key in sorted({(r["set"], r["half"], r["seed"]) for r in rows}):
         by = {v: [r for r in rows if (r["set"], r["half"], r["seed"]) == key and r.get("variant") == v]
               for v in (first, second)}  # fmt: skip
-        if not all(by.values()):
+        if not by[first]:
             continue
         choice, r = as_choice(by[first])
         trained = 1
         if choice.bound:
+            if not by[second]:
+                continue  # held down, and the anchored training was not run here
             trained = 2
             again, r2 = as_choice(by[second])
             r = r2 if better_of(choice, again) else r
