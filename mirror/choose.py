@@ -16,6 +16,10 @@ blends of one model by chance alone, so a change at the rule's edge is one that 
 the blend per run on more sources"). Candidates are measured on the held-out rows first and checked in that order,
 so a run usually pays for one to three rounds of checks. When no α keeps every check, the lowest is served and the
 choice says so. The encoder is left at the chosen α.
+
+A choice whose checks refused the α its rows gain most at (`Choice.bound`) is one forgetting holds down: mirror.job
+then trains once more with the general anchor (`retry_anchor`) and serves the better of the two choices
+(`better_of`, on the same choice rows).
 """
 
 from __future__ import annotations
