@@ -182,19 +182,25 @@ def test_a_pairs_step_is_priced_as_its_strings_and_its_partners_each_padded_to_t
     assert est.phase("training") < price(long, lengths, config, base, cal).phase("training")
 
 
+def choosing_run(base, tiny_bert, tmp_path, monkeypatch) -> tuple:
+    """A calibration on the test's clock, and 600 strings with partners of a pairs run that chooses its blend: (cal,
+    texts, partners, token lengths, config)."""
+    clock = VirtualClock(monkeypatch)
+    config = words_config(tiny_bert, batch_size=10, max_steps=4)
+    cal = calibrate(base, config, tmp_path, clock)
+    texts = three_token_words(600)
+    partners = [f"{t} here" for t in texts]
+    chooses = dataclasses.replace(config, pairs=True, blend_choose=True)
+    return cal, texts, partners, base.token_lengths(texts), chooses
+
+
 def test_a_pairs_runs_blend_choice_is_priced_only_where_the_run_chooses(base, tiny_bert, tmp_path, monkeypatch):
     """Issue 60: a pairs run with enough held-out rows measures its blends after training (mirror/choose.py): a pool
     of its strings at each α and the checks' dev halves. The plan prices it (it was left out: a dictionary's run took
     1.71x its estimate at 2 jobs, 1.24x without the choice), and only where the run will choose."""
     from mirror.choose import ALPHAS, POOL
 
-    clock = VirtualClock(monkeypatch)
-    config = words_config(tiny_bert, batch_size=10, max_steps=4)
-    cal = calibrate(base, config, tmp_path, clock)
-    texts = three_token_words(600)
-    partners = [f"{t} here" for t in texts]
-    lengths = base.token_lengths(texts)
-    chooses = dataclasses.replace(config, pairs=True, blend_choose=True)
+    cal, texts, partners, lengths, chooses = choosing_run(base, tiny_bert, tmp_path, monkeypatch)
     est = price(texts, lengths, chooses, base, cal, partners=partners)
     index = est.phase("tuned index")
     assert est.phase("blend choice") > (1 + len(ALPHAS)) * min(1.0, POOL / len(texts)) * index > 0
@@ -212,13 +218,7 @@ def test_a_second_training_is_priced_beside_the_total_where_the_run_may_train_tw
     twice: left out of it, and said), and only where the run chooses its blend at all."""
     from ui.plan_md import estimate_md
 
-    clock = VirtualClock(monkeypatch)
-    config = words_config(tiny_bert, batch_size=10, max_steps=4)
-    cal = calibrate(base, config, tmp_path, clock)
-    texts = three_token_words(600)
-    partners = [f"{t} here" for t in texts]
-    lengths = base.token_lengths(texts)
-    chooses = dataclasses.replace(config, pairs=True, blend_choose=True)
+    cal, texts, partners, lengths, chooses = choosing_run(base, tiny_bert, tmp_path, monkeypatch)
     once = price(texts, lengths, chooses, base, cal, partners=partners, tokenize_s=0.5)
     twice = price(texts, lengths, dataclasses.replace(chooses, retry_anchor=30.0), base, cal, partners=partners,
                   tokenize_s=0.5)  # fmt: skip

@@ -274,6 +274,21 @@ def test_the_second_training_is_served_only_when_it_gains_more_or_alone_keeps_th
     assert better_of(nothing_kept, choice_of(0.25, gains, {0.25: True}))  # the same gain, but within the rule
 
 
+def held_down(monkeypatch, tiny_bert, checks: bool = False) -> MirrorConfig:
+    """A pairs config that trains again where held down, and the choice's rule refusing the first α it checks (the
+    one the choice rows gain most at) and keeping every later one: each run's first blend is held down. `checks`:
+    score the real checks (else none: the rule's own tests are above)."""
+    from mirror import choose
+
+    verdicts = iter([False])
+    if not checks:
+        monkeypatch.setattr(choose, "check_changes", lambda *a, **k: ({}, {}))
+    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    return MirrorConfig.preset(
+        "sentences", model=str(tiny_bert), pairs=True, max_steps=2, retry_anchor=30.0, **TINY_PAIRS
+    )
+
+
 @pytest.mark.parametrize("second_served", [True, False])
 def test_a_run_whose_checks_hold_its_blend_down_trains_again_and_serves_the_better_training(
     tiny_bert, tmp_path, monkeypatch, second_served
@@ -285,14 +300,9 @@ def test_a_run_whose_checks_hold_its_blend_down_trains_again_and_serves_the_bett
     from mirror.encoder import load_encoder
     from mirror.job import Finished, Phase, Step, tune_and_index
 
-    verdicts = iter([False])  # the first α checked is refused, every later one kept: the first blend is held down
-    monkeypatch.setattr(choose, "check_changes", lambda *a, **k: ({}, {}))  # (the rule's own tests are above)
-    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    config = held_down(monkeypatch, tiny_bert)
     monkeypatch.setattr(choose, "better_of", lambda first, second: second_served)
     texts, partners = rows_of_pairs(440)
-    config = MirrorConfig.preset(
-        "sentences", model=str(tiny_bert), pairs=True, max_steps=2, retry_anchor=30.0, **TINY_PAIRS
-    )
     events: list = []
     run = tmp_path / "run"
     tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners)
@@ -336,16 +346,10 @@ def test_a_run_whose_checks_hold_its_blend_down_trains_again_and_serves_the_bett
 
 
 def test_a_stop_asked_in_the_second_training_ends_the_run_with_nothing_served(tiny_bert, tmp_path, monkeypatch):
-    from mirror import choose
     from mirror.job import Finished, Phase, Stopped, tune_and_index
 
-    verdicts = iter([False])
-    monkeypatch.setattr(choose, "check_changes", lambda *a, **k: ({}, {}))
-    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    config = held_down(monkeypatch, tiny_bert)
     texts, partners = rows_of_pairs(440)
-    config = MirrorConfig.preset(
-        "sentences", model=str(tiny_bert), pairs=True, max_steps=2, retry_anchor=30.0, **TINY_PAIRS
-    )
     events: list = []
     asked = {"stop": False}
 
@@ -374,8 +378,7 @@ def test_the_page_says_a_run_trained_twice_and_another_alpha_blends_the_served_t
     from tests.conftest import TINY
     from ui import render
 
-    verdicts = iter([False])
-    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    held_down(monkeypatch, tiny_bert, checks=True)
     monkeypatch.setattr(choose, "better_of", lambda first, second: True)
     texts, partners = rows_of_pairs(440)
     path = tmp_path / "pairs.csv"
@@ -422,13 +425,8 @@ def test_a_second_training_that_would_outlast_the_servers_time_for_a_run_is_not_
     from mirror import choose
     from mirror.job import Finished, Phase, tune_and_index
 
-    verdicts = iter([False])
-    monkeypatch.setattr(choose, "check_changes", lambda *a, **k: ({}, {}))
-    monkeypatch.setattr(choose, "within_rule", lambda *a, **k: next(verdicts, True))
+    config = held_down(monkeypatch, tiny_bert)
     texts, partners = rows_of_pairs(440)
-    config = MirrorConfig.preset(
-        "sentences", model=str(tiny_bert), pairs=True, max_steps=2, retry_anchor=30.0, **TINY_PAIRS
-    )
     events: list = []
     run = tmp_path / "run"
     tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners,
