@@ -47,6 +47,7 @@ class Step:
     eta: float | None = None
     batch: int = 0  # the step's strings (0: not known); its loss starts at mirror.loss.chance_loss(batch)
     after: float | None = None  # of `eta`, the seconds of what follows the training (save, tuned index, checks...)
+    training: int = 1  # 2: a pairs run's second training (`_train_again`), its steps counted from 1 again
     kind: ClassVar[str] = "step"
 
 
@@ -297,7 +298,7 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
     emit(Phase(f"Training again with general text held near the base (general anchor λ {config.retry_anchor:g}): "
                f"the general checks held the blend at α {choice.alpha:g}, below the α its held-out rows gain most at"))  # fmt: skip
     texts, partners = held.training()
-    second = mirror_tune(texts, anchored, on_step=lambda s, t, loss, batch: emit(Step(s, t, loss, batch=batch)),
+    second = mirror_tune(texts, anchored, on_step=lambda s, t, loss, b: emit(Step(s, t, loss, batch=b, training=2)),
                          should_stop=should_stop, encoder=encoder, memory_budget=memory, pairs=partners)  # fmt: skip
     folder = run / "tuned_model.anchored"
     again = None

@@ -1107,7 +1107,14 @@ def test_the_loss_curve_spans_every_step_of_the_run():
     view, now = TrainView(None), Progress()
     for step in (1, 2, 3):
         now.take(Step(step=step, total=60, loss=1.0 - step / 10, eta=30.0, batch=8))
-    assert view.show(now)["curve"]["x_lim"] == [1, 60]
+    shown = view.show(now)
+    assert shown["curve"]["x_lim"] == [1, 60] and "<b>Training</b> · step 3 / 60" in shown["status"]
+    # a pairs run's second training (mirror.job._train_again) is named so, and draws its own curve from its step 1
+    for step in (1, 2):
+        now.take(Step(step=step, total=60, loss=0.95, eta=30.0, batch=8, training=2))
+    shown = view.show(now)
+    assert "<b>Training again (general text held near the base)</b> · step 2 / 60" in shown["status"]
+    assert max(shown["curve"]["value"]["step"]) == 2 and view.losses == [0.95, 0.95]
 
 
 def test_a_setting_changed_while_the_last_one_is_planned_is_planned_after_it(ui):

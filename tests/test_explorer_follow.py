@@ -88,8 +88,8 @@ def test_a_second_training_draws_its_own_curve():
         (0.1, Step(1, 2, 3.0, batch=8)),
         (0.2, Step(2, 2, 2.5, batch=8)),
         (0.3, Phase("Training again with general text held near the base")),
-        (0.4, Step(1, 2, 2.9, batch=6)),
-        (0.5, Step(2, 2, 2.4, batch=6)),
+        (0.4, Step(1, 2, 2.9, batch=6, training=2)),
+        (0.5, Step(2, 2, 2.4, batch=6, training=2)),
         (0.6, Done(FakeInfo())),
     ]
     *_, last = progress(clocked(events, now), clock=lambda: now[0])

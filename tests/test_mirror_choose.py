@@ -310,7 +310,8 @@ def test_a_run_whose_checks_hold_its_blend_down_trains_again_and_serves_the_bett
     again = next(i for i, e in enumerate(events) if isinstance(e, Phase) and e.text.startswith("Training again"))
     first_losses = [e.loss for e in events[:again] if isinstance(e, Step)]
     second_losses = [e.loss for e in events[again:] if isinstance(e, Step)]
-    assert [e.step for e in events if isinstance(e, Step)] == [1, 2, 1, 2]  # two trainings, each counted from 1
+    steps = [(e.training, e.step) for e in events if isinstance(e, Step)]
+    assert steps == [(1, 1), (1, 2), (2, 1), (2, 2)]  # two trainings, each counted from 1
     retry = stats["blend_choice"]["retry"]
     assert retry["served"] == ("second" if second_served else "first") and retry["anchor"] == 30.0
     assert retry["first"]["kept"] and retry["second"]["kept"]

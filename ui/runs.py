@@ -106,7 +106,8 @@ class TrainView:
                 eta += " of the training; what follows it (the tuned index, the checks) is not timed yet"
             if halt:  # Cancel pressed: the run ends after this step, and nothing of it is served
                 eta = stopping
-            text = f"<b>Training</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
+            training = "Training again (general text held near the base)" if ev.training > 1 else "Training"
+            text = f"<b>{training}</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
             self.tell((ev.step, ev.total), desc=f"Training · loss {ev.loss:.3f} · {eta}", unit="steps")
         return {self.outputs[0]: self.status, self.outputs[1]: self.plot(self.losses, self.batches, self.steps)}

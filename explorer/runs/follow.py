@@ -37,7 +37,7 @@ class Progress:
         if isinstance(ev, Phase):
             self.now = ev
         elif isinstance(ev, Step):
-            if self.step is not None and ev.step <= self.step.step:  # a second training (mirror.job): its own curve
+            if self.step is not None and ev.training != self.step.training:  # a second training: its own curve
                 self.losses, self.batches = [], []
             self.now = self.step = ev
             self.losses.append(ev.loss)
