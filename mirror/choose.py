@@ -260,8 +260,7 @@ def retry_sentence(retry: dict[str, Any]) -> str:
     if "skipped" in retry:
         return (
             f"the general checks held the blend down, but a second training with general text held near the base "
-            f"(general anchor λ {retry['anchor']:g}; about {retry['skipped'] / 60:.0f} min) would not end within this "
-            f"server's time for a run ({max(0, retry['left']) / 60:.0f} min left)"
+            f"(general anchor λ {retry['anchor']:g}; about {max(1, round(retry['skipped'] / 60))} min) {retry['why']}"
         )
     first, second = retry["first"], retry["second"]
 

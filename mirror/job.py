@@ -113,7 +113,7 @@ def tune_and_index(
     pairs: Sequence[str | None] | None = None,
     columns: tuple[str, str] = ("string", "partner"),
     planned_memory: int | None = None,
-    until: float | None = None,
+    room: Callable[[float], str | None] | None = None,
 ) -> None:
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
     and run/tuned_index (built and read through `indexes`). Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
@@ -123,9 +123,9 @@ def tune_and_index(
     says how much better the tuned encoder finds their strings from their partners than the base (`columns`: the
     names of the two sides, for the sentence that says so). `planned_memory`: the budget the run's plan was made with
     (the app's Launch: `memory` is then not read), kept unless the machine has less than that free when the training
-    starts (`kept_memory`; then Replanned says so). `until`: the time (time.time()) the run must be served by (a
-    server's cap): a pairs run's second training (`retry_anchor`) that would end later is not started, and its record
-    says so."""
+    starts (`kept_memory`; then Replanned says so). `room(seconds)`: None when the run may go on that many seconds
+    more, else why not (a server's caps: its time for a run, its visitor's CPU); a pairs run's second training
+    (`retry_anchor`) it has no room for is not started, and its record says why."""
     from mirror.encoder import load_encoder
     from mirror.train import add_stats, mirror_tune, save_result
 
@@ -189,8 +189,9 @@ def tune_and_index(
         if choice is not None and config.retry_anchor > 0 and choice.bound:
             # the second training and its choice as long as the first's (the anchor adds a little), then the index
             needed = RETRY_COST * (time.perf_counter() - began) + index_s
-            if until is not None and time.time() + needed > until:
-                retry = {"anchor": config.retry_anchor, "skipped": round(needed), "left": round(until - time.time())}
+            why = room(needed) if room is not None else None
+            if why:
+                retry = {"anchor": config.retry_anchor, "skipped": round(needed), "why": why}
                 result.notes.append(f"trained once: {retry_sentence(retry)}")
             else:
                 result, choice, retry = _train_again(base_copy, result, choice, held, config, run, emit, should_stop,

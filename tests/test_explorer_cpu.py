@@ -376,3 +376,38 @@ def test_a_flood_of_requests_is_kept_as_a_few_records(monkeypatch):
     assert accounts.used(flood) == pytest.approx((2.0, 3.0))
     now["wall"] += cpu.WINDOW_S + 60
     assert accounts.used(flood) == (0, 0) and not accounts._latest
+
+
+def test_a_runs_room_is_its_time_cap_and_its_visitors_cpu_at_the_rate_it_spends(monkeypatch):
+    """Runner.room (what a pairs run asks before a second training, mirror.job): the watch would stop a run past its
+    time (MIRROR_MAX_RUN_SECONDS) or its visitor's hour of CPU, and serve nothing, so a stretch that would cross
+    either is refused with the reason; the CPU it would take is the run's own rate since its slot (a training on two
+    cores spends two CPU seconds a second: on the default budget a 10-minute run had room for no second training, and
+    was stopped in it, nothing served)."""
+    from types import SimpleNamespace
+
+    from explorer.runs.execute import Runner
+    from explorer.runs.live import Run
+
+    now = {"cpu": 0.0, "wall": 1000.0}
+    monkeypatch.setattr(cpu.time, "monotonic", lambda: now["wall"])
+    import explorer.runs.execute as execute
+
+    monkeypatch.setattr(execute.time, "monotonic", lambda: now["wall"])
+    accounts = cpu.CpuAccounts(visitor_s=1800, address_s=3600, clock=lambda: now["cpu"], threads=lambda tid: None)
+    alice = Owner("a", "1.1.1.1")
+    run = Run()
+    run.session, run.slot_at, run.job_since = SimpleNamespace(owner=alice), 1000.0, 1000.0
+    runner = SimpleNamespace(settings=SimpleNamespace(max_run_seconds=1800.0), cpu=accounts)
+    with accounts.metered(alice, "a run") as job:
+        now["cpu"] += 1200.0  # 600 s on two cores
+        now["wall"] += 600.0
+        room = lambda seconds: Runner.room(runner, run, job, seconds)  # noqa: E731
+        assert room(250.0) is None  # 500 CPU seconds of the 600 left
+        said = room(400.0)  # 800 of 600: its visitor's hour would stop it
+        assert said and "~800 CPU seconds" in said and "600" in said and "MIRROR_VISITOR_CPU_S" in said
+        runner.settings.max_run_seconds = 800.0
+        said = room(250.0)  # 600 s in, 200 s left of its time
+        assert said and "MIRROR_MAX_RUN_SECONDS" in said and "would not end" in said
+        runner.settings.max_run_seconds, accounts.visitor_s, accounts.address_s = None, 0, 0
+        assert room(10_000.0) is None  # no caps: room for anything

@@ -396,7 +396,8 @@ def test_the_page_says_a_run_trained_twice_and_another_alpha_blends_the_served_t
     launched = {**TINY, "blend_choose": True, "retry_anchor": 30.0}
     asked = time.time()
     assert list(app.trainer.train(s, str(tiny_bert), "auto", launched))[-1].kind == "done"
-    assert asked + 1700 < limits["until"] <= time.time() + 1800  # the server's cap reaches the job as a clock time
+    assert asked + 1700 < limits["until"] <= time.time() + 1800  # the server's cap as a clock time (ZeroGPU's job)
+    assert limits["room"] is not None  # and its runner's caps, asked in this process (Runner.room)
     run = s.run
     choice = run.record.training.blend_choice
     assert choice["retry"]["served"] == "second" and run.record.training.run_alpha == choice["alpha"]
@@ -423,6 +424,7 @@ def test_a_second_training_that_would_outlast_the_servers_time_for_a_run_is_not_
     nothing served)."""
     import time
 
+    from explorer.runs.jobs import until_room
     from mirror import choose
     from mirror.job import Finished, Phase, tune_and_index
 
@@ -431,11 +433,11 @@ def test_a_second_training_that_would_outlast_the_servers_time_for_a_run_is_not_
     events: list = []
     run = tmp_path / "run"
     tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners,
-                   until=time.time() + 0.01)  # fmt: skip
+                   room=until_room(time.time() + 0.01))  # fmt: skip
     stats = next(e for e in events if isinstance(e, Finished)).stats
     assert not any(isinstance(e, Phase) and e.text.startswith("Training again") for e in events)
     retry = stats["blend_choice"]["retry"]
-    assert retry["anchor"] == 30.0 and retry["skipped"] >= 0 and retry["left"] <= 0
+    assert retry["anchor"] == 30.0 and retry["skipped"] >= 0 and retry["why"].startswith("would not end within")
     assert "would not end within this server's time for a run" in choose.retry_sentence(retry)
     assert any(n.startswith("trained once:") for n in stats["notes"])  # the CLI prints it, the record keeps it
     assert json.loads((run / "model" / "mirror_config.json").read_text())["config"]["general_anchor"] == 0.0

@@ -164,6 +164,28 @@ class Runner:
         elif run.session is not None and self.cpu.over(run.session.owner):
             run.stop("cpu")  # its visitor's hour of CPU spent meanwhile: checked during a run, not only at its start
 
+    def room(self, run: Run, job: Any, seconds: float) -> str | None:
+        """Why `run` may not go on `seconds` more (a pairs run's second training: mirror.job), or None: the watch
+        would stop it over its time (MIRROR_MAX_RUN_SECONDS) or its visitor's hour of CPU, spent at the rate the run
+        has spent it since its slot. Stopped there, it would serve nothing."""
+        cap, now = self.settings.max_run_seconds, time.monotonic()
+        if cap and run.job_since is not None and seconds > cap - (now - run.job_since):
+            left = max(0.0, cap - (now - run.job_since))
+            return (
+                f"would not end within this server's time for a run ({fmt_seconds(left)} left of "
+                f"{fmt_seconds(cap)}, MIRROR_MAX_RUN_SECONDS)"
+            )
+        if run.session is None or run.slot_at is None or now <= run.slot_at:
+            return None
+        spent, left = self.cpu.spending(job, run.session.owner)
+        needed = spent / (now - run.slot_at) * seconds
+        if needed > left:
+            return (
+                f"would spend ~{needed:,.0f} CPU seconds where this server leaves your visitor {max(0.0, left):,.0f} "
+                "of its hour (MIRROR_VISITOR_CPU_S, MIRROR_ADDRESS_CPU_S)"
+            )
+        return None
+
     def execute(self, run: Run, producer: Producer) -> Event:
         """A run from its first event to its last: it waits for a training slot (one place per visitor; how many
         are ahead, cancellable), holds it while it is made, served, checked and packaged, and gives it back before
@@ -194,7 +216,8 @@ class Runner:
             if run.status is not Status.QUEUED:  # it holds a slot (else it was asked to stop while it waited)
                 run.slot_at = time.monotonic()  # its wait for a slot ends here (a run's status says it)
                 try:
-                    with self.cpu.metered(owner, producer.what):  # its work, checks included: its visitor's CPU
+                    with self.cpu.metered(owner, producer.what) as job:  # its work, checks included: its visitor's
+                        run.room = lambda seconds: self.room(run, job, seconds)
                         end = self._make(run, producer)
                 except MirrorError as exc:  # its visitor's CPU budget ran out while it waited
                     end = Failed(str(exc))

@@ -189,8 +189,9 @@ def run_job(
     budget the run's plan was made with (explorer.tune.planning.Planner.memory_budget), which the run keeps unless the
     machine has less than that free when it trains (then it says so: Replanned; None: what the machine gives when it
     trains); `limits["hub_cache"]`: where the server keeps hub models (explorer.resources.hubcache: the base was
-    downloaded there before the job); `limits["until"]`: the time (time.time()) the run must be served by, the server's
-    MIRROR_MAX_RUN_SECONDS (a second training that would end later is not started). Its Steps carry no time left: the service times them against the run's plan
+    downloaded there before the job); `limits["room"]`: whether the run may go on so many seconds more (its runner's
+    caps: explorer.runs.execute.Runner.room), or across processes `limits["until"]`, the time (time.time()) it must
+    be served by (a second training that would end later is not started). Its Steps carry no time left: the service times them against the run's plan
     (explorer.tune.eta). `partners`: each string's partner text (pairs, from the file's `columns` [strings,
     partners]): some held out, the gain on them in Finished's stats["pairs"] (mirror.job.tune_and_index).
     """
@@ -209,7 +210,7 @@ def run_job(
             should_stop=should_stop,
             planned_memory=limits.get("memory"),
             cache_dir=limits.get("hub_cache"),
-            until=limits.get("until"),
+            room=limits.get("room") or until_room(limits.get("until")),
             pairs=partners,
             columns=tuple(columns or ("string", "partner")),
         )
@@ -217,6 +218,21 @@ def run_job(
         emit(Failed(str(exc)))
     except Exception as exc:  # a bug, an OOM or a full disk: report it, keep the server alive
         emit(Failed(failure_text(exc)))
+
+
+def until_room(until: float | None) -> Callable[[float], str | None] | None:
+    """`room` for a job that must be served by `until` (time.time(); None: no bound): the reason a stretch of that
+    many seconds more would end too late, or None."""
+    if until is None:
+        return None
+
+    def room(seconds: float) -> str | None:
+        left = until - time.time()
+        if seconds <= left:
+            return None
+        return f"would not end within this server's time for a run ({max(0, round(left / 60))} min left)"
+
+    return room
 
 
 def failure_text(exc: BaseException) -> str:

@@ -103,6 +103,9 @@ class Run:
     job_since: float | None = None  # when its folder was made: MIRROR_MAX_RUN_SECONDS counts from there (every kind)
     ended: bool = False  # its last event is out and its thread is done
     watcher: Callable[[Run], None] | None = field(default=None, repr=False)  # its runner's watch (abandoned, overdue)
+    # while it holds its slot, its runner's answer to "may it go on this many seconds more?": None, or why not (its
+    # time cap, its visitor's CPU budget: explorer.runs.execute.Runner.room); a pairs run's second training asks
+    room: Callable[[float], str | None] | None = field(default=None, repr=False)
     _committed: bool = field(default=False, repr=False)  # about to be served: past stopping
     _beats: int = field(default=0, repr=False)  # heartbeats so far (not kept: they wake its followers)
     _stop_file: Path | None = field(default=None, repr=False)

@@ -232,15 +232,16 @@ class Training(Producer):
         if self.planned is not None:  # a reattached page shows it, with what it says of the pairs (held-out rows)
             launched = SimpleNamespace(texts=texts, partners=self.partners, pairing=self.pairing)  # (as launched)
             run.planned = (self.planned, config, tuple(pairs_notes(launched, config)))
-        limits: dict[str, Any] = {"memory": budget, "hub_cache": str(self.models.hub.root)}
+        limits: dict[str, Any] = {"memory": budget, "hub_cache": str(self.models.hub.root), "room": run.room}
         cap = self.settings.max_run_seconds
-        if cap and run.job_since is not None:  # its time cap as a clock time (the job may run in another process)
+        if cap and run.job_since is not None:  # its time cap as a clock time, for a job in another process (ZeroGPU)
             limits["until"] = time.time() + cap - (time.monotonic() - run.job_since)
         roots = [folder, *self.settings.model_roots]
         columns = list(self.pairing.columns()) if self.pairing is not None else None
         relay = Relay(run, self.session, self.planned)
         if zero_gpu():  # the job runs in a GPU worker process: its events come back through a generator
             run.job_starts(folder)  # its stop reaches it as a file
+            limits.pop("room")  # (not picklable: the job there is bounded by `until` and its GPU reservation)
             job = train_job(texts, config.to_dict(), str(folder), [str(r) for r in roots], build_base, limits,
                             self.partners, columns)  # fmt: skip
             with contextlib.closing(job):
