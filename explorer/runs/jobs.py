@@ -191,8 +191,8 @@ def run_job(
     trains); `limits["hub_cache"]`: where the server keeps hub models (explorer.resources.hubcache: the base was
     downloaded there before the job); `limits["room"]`: whether the run may go on so many seconds more (its runner's
     caps: explorer.runs.execute.Runner.room), or across processes `limits["until"]`, the time (time.time()) it must
-    be served by (a second training that would end later is not started). Its Steps carry no time left: the service times them against the run's plan
-    (explorer.tune.eta). `partners`: each string's partner text (pairs, from the file's `columns` [strings,
+    be served by (a second training that would end later is not started). Its Steps carry no time left: the service
+    times them against the run's plan (explorer.tune.eta). `partners`: each string's partner text (pairs, from the file's `columns` [strings,
     partners]): some held out, the gain on them in Finished's stats["pairs"] (mirror.job.tune_and_index).
     """
     from index.store import FolderIndexes
