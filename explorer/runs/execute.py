@@ -181,8 +181,8 @@ class Runner:
         needed = spent / (now - run.slot_at) * seconds
         if needed > left:
             return (
-                f"would spend ~{needed:,.0f} CPU seconds where this server leaves your visitor {max(0.0, left):,.0f} "
-                "of its hour (MIRROR_VISITOR_CPU_S, MIRROR_ADDRESS_CPU_S)"
+                f"would spend ~{needed:,.0f} CPU seconds where this server leaves you {max(0.0, left):,.0f} of your "
+                "hour's budget (MIRROR_VISITOR_CPU_S, MIRROR_ADDRESS_CPU_S)"
             )
         return None
 
