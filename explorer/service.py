@@ -81,7 +81,7 @@ class MirrorApp:
         # one object per concern, each given what it touches (`app.<part>.<method>`); MirrorApp only wires them
         self.loader = TextLoader(s, models)  # tab 1's strings: files, pasted text, examples, Hub datasets
         # the plan and time estimate before a run (and what a Launch would wait for in the training queue)
-        self.planner = Planner(s, models, self.estimator, registry, self.train_queue)
+        self.planner = Planner(s, models, self.estimator, registry, self.train_queue, cpu)
         # every kind of run, one path: the slot, the disk, the folder, serving, the checks, packaging, failure
         self.runner = Runner(registry, self.train_queue, models, self.runs, self.disk.check, s, slots, cpu)
         # kept runs opened by id, uploaded model zips, blends

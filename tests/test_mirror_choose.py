@@ -441,3 +441,37 @@ def test_a_second_training_that_would_outlast_the_servers_time_for_a_run_is_not_
     assert "would not end within this server's time for a run" in choose.retry_sentence(retry)
     assert any(n.startswith("trained once:") for n in stats["notes"])  # the CLI prints it, the record keeps it
     assert json.loads((run / "model" / "mirror_config.json").read_text())["config"]["general_anchor"] == 0.0
+
+
+def test_a_plan_without_room_for_a_second_training_says_so_instead_of_pricing_it(app, tiny_bert, tmp_path):
+    """Planner.room_for_retry: where the visitor's hour of CPU (or the server's time for a run) would not fit the run
+    with its second training, the plan does not price one "if the checks hold its blend down": it says the run will
+    not train again, and why (the runner decides again with what the run measures: Runner.room)."""
+    from tests.conftest import TINY
+    from ui.plan_md import plan_md
+
+    texts, partners = rows_of_pairs(440)
+    path = tmp_path / "pairs.csv"
+    path.write_text("name,summary\n" + "\n".join(f"{t},{p}" for t, p in zip(texts, partners, strict=True)) + "\n")
+    s = app.session()
+    app.loader.load_file(s, str(path), "name", "pairs.csv", "summary")
+    settings = {**TINY, "blend_choose": True, "retry_anchor": 30.0}
+    app.planner.cpu.visitor_s = app.planner.cpu.address_s = 0  # no CPU budget: room for it
+    roomy = app.planner.plan(s, str(tiny_bert), "auto", settings)
+    assert roomy.est.retry > 0 and "more if the general checks hold its blend down" in plan_md(roomy)
+    app.planner.cpu.visitor_s = 1.0  # a CPU second an hour: no room for the run and a second training
+    tight = app.planner.plan(s, str(tiny_bert), "auto", settings)
+    shown = plan_md(tight)
+    assert tight.est.retry == 0 and "hold its blend down (a second training" not in shown
+    assert "it will not train again with general text held near the base here" in shown
+    assert "MIRROR_VISITOR_CPU_S" in shown
+    app.planner.cpu.visitor_s = 0
+    import dataclasses
+
+    kept = app.planner.settings
+    app.planner.settings = dataclasses.replace(kept, max_run_seconds=roomy.est.total + roomy.est.retry / 2)
+    capped = plan_md(app.planner.plan(s, str(tiny_bert), "auto", settings))
+    app.planner.settings = kept
+    assert "it will not train again" in capped and "MIRROR_MAX_RUN_SECONDS" in capped  # the server's time for a run
+    once = app.planner.plan(s, str(tiny_bert), "auto", {**settings, "retry_anchor": 0.0})
+    assert once.est.retry == 0 and "train again" not in plan_md(once)  # a run that never trains twice says nothing

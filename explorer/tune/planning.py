@@ -4,8 +4,10 @@ as values (`Shown`, `Bases`; ui.plan_md words them), the memory a run plans with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from collections import OrderedDict
@@ -25,6 +27,7 @@ from explorer.tune.inputs import (
     recorded_overrides,
     trained_rows,
 )
+from explorer.words import fmt_seconds
 from mirror.config import BUNDLED_MODEL, MIRROR_CONFIG_FILE
 from mirror.data import clean_texts
 from mirror.errors import MirrorError
@@ -65,9 +68,18 @@ class Planner:
     with the base encoders `models` holds; it calibrates only while no run is live in `registry`). One per
     MirrorApp (`app.planner`)."""
 
-    def __init__(self, settings: Settings, models: ModelCache, estimator: Estimator, registry: Any, queue: Any = None):
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelCache,
+        estimator: Estimator,
+        registry: Any,
+        queue: Any = None,
+        cpu: Any = None,
+    ):
         self.settings, self.models, self.estimator, self.registry = settings, models, estimator, registry
         self.queue = queue  # the training slots (explorer.runs.jobs.TrainQueue): a plan says what a Launch waits for
+        self.cpu = cpu  # the visitors' CPU accounts (explorer.resources.cpu): a plan says what they leave room for
         # the server's own start-up work (MirrorApp.warm_up: the checks' base side, UMAP's kernels compiled) runs now:
         # a plan is priced at the calibrated speed, not probed against it (a fresh server's first plan said "8.4x
         # slower now … ~23 min" while it compiled, "~3 min" a minute later; the run took 7)
@@ -99,6 +111,8 @@ class Planner:
             )
             notes = [*pairs_notes(session, config), *notes]
             est, why = self.estimate_of(session, config)
+            est, no_room = self.room_for_retry(session, est, config)
+            notes += [no_room] if no_room else []
         except MirrorError as exc:
             return Shown(refused=str(exc))
         from mirror.encoder import attention_note
@@ -107,6 +121,37 @@ class Planner:
         attention = attention_note(base) if base is not None else None
         waits = self.queue_note(session)
         return Shown(est, config, (*notes, *([attention] if attention else []), *([waits] if waits else [])), why)
+
+    def room_for_retry(self, session: Session, est: Any, config: Any) -> tuple[Any, str]:
+        """`est` as the run will likely go: where its second training (est.retry, mirror.job) would not fit this
+        server's time for a run (MIRROR_MAX_RUN_SECONDS) or the visitor's hour of CPU (at its threads' CPU seconds a
+        second on a CPU, one on a GPU), that clause dropped and a note saying so; the run decides again with what it
+        measures (explorer.runs.execute.Runner.room)."""
+        if est is None or est.retry <= 0:
+            return est, ""
+        whole, cap = est.total + est.retry, self.settings.max_run_seconds
+        if cap and whole > cap:
+            why = f"a run here may take {fmt_seconds(cap)} (MIRROR_MAX_RUN_SECONDS)"
+        elif self.cpu is not None:
+            device, threads = device_and_threads(config.device)
+            visitor, address = self.cpu.used(session.owner)
+            left = min(
+                self.cpu.visitor_s - visitor if self.cpu.visitor_s else math.inf,
+                self.cpu.address_s - address if self.cpu.address_s and session.owner.address else math.inf,
+            )
+            needed = whole * (threads if device == "cpu" else 1)
+            if needed <= left:
+                return est, ""
+            why = (
+                f"it would spend about {needed:,.0f} CPU seconds and this server leaves you {max(0.0, left):,.0f} of "
+                "your hour's budget (MIRROR_VISITOR_CPU_S)"
+            )
+        else:
+            return est, ""
+        return dataclasses.replace(est, retry=0.0), (
+            "should the general checks hold this run's blend down, it will not train again with general text held "
+            f"near the base here: with that second training {why}"
+        )
 
     def queue_note(self, session: Session) -> str:
         """What a Launch now waits for: the runs of other visitors in line for the training slots, when none is free
