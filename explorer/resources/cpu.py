@@ -222,16 +222,23 @@ class CpuAccounts:
             return self._used(owner)
 
     def spending(self, job: Job, owner: Owner) -> tuple[float, float]:
-        """(CPU seconds `job` was charged so far, what `owner` and its address have left of their hour's budget;
-        inf without one)."""
+        """(CPU seconds `job` was charged so far, `left(owner)`)."""
         with self.lock:
             self._settle()
-            visitor, address = self._used(owner)
-            left = min(
-                self.visitor_s - visitor if self.visitor_s else float("inf"),
-                self.address_s - address if self.address_s and owner.address else float("inf"),
-            )
-            return job.seconds, left
+            return job.seconds, self._left(owner)
+
+    def left(self, owner: Owner) -> float:
+        """What `owner` and its address have left of their hour's budget (the less of the two; inf without one)."""
+        with self.lock:
+            self._settle()
+            return self._left(owner)
+
+    def _left(self, owner: Owner) -> float:
+        visitor, address = self._used(owner)
+        return min(
+            self.visitor_s - visitor if self.visitor_s else float("inf"),
+            self.address_s - address if self.address_s and owner.address else float("inf"),
+        )
 
     def over(self, owner: Owner) -> bool:
         """Whether `owner` (or its address) has spent its hour's budget: a run past it is stopped where it stands

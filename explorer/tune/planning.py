@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import os
 import time
 from collections import OrderedDict
@@ -134,11 +133,7 @@ class Planner:
             why = f"a run here may take {fmt_seconds(cap)} (MIRROR_MAX_RUN_SECONDS)"
         elif self.cpu is not None:
             device, threads = device_and_threads(config.device)
-            visitor, address = self.cpu.used(session.owner)
-            left = min(
-                self.cpu.visitor_s - visitor if self.cpu.visitor_s else math.inf,
-                self.cpu.address_s - address if self.cpu.address_s and session.owner.address else math.inf,
-            )
+            left = self.cpu.left(session.owner)
             needed = whole * (threads if device == "cpu" else 1)
             if needed <= left:
                 return est, ""
