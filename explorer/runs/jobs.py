@@ -156,9 +156,14 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def job_duration(texts: list[str], config: dict[str, Any], *job: Any, **named: Any) -> int:
     """ZeroGPU reservation in seconds for a training job (`spaces.GPU` calls it with `train_job`'s arguments): its
-    GPU estimate plus loading, with a margin."""
+    GPU estimate plus loading, with a margin (a pairs run's rows priced at their longer side, its held-out rows not
+    trained: a term list's reservation was its terms' length, not its definitions')."""
+    from explorer.tune.inputs import trained_rows
+
     cfg = MirrorConfig.from_dict(config)
-    _, train_s, index_s = estimate_seconds(texts, cfg, "cuda")
+    partners = named.get("partners", job[4] if len(job) > 4 else None)
+    trained = trained_rows(texts, cfg, partners)
+    _, train_s, index_s = estimate_seconds(texts, cfg, "cuda", trained=trained, partners=partners)
     return int(min(600, max(60, 1.5 * (train_s + index_s) + 30)))
 
 

@@ -16,11 +16,17 @@ GPU_SPEEDUP = 20.0
 
 
 def rough_estimate(
-    texts: Sequence[str], config: MirrorConfig, device: str, threads: int, trained: int | None = None
+    texts: Sequence[str],
+    config: MirrorConfig,
+    device: str,
+    threads: int,
+    trained: int | None = None,
+    partners: Sequence[str | None] | None = None,
 ) -> Estimate:
     """`estimate_seconds` as an Estimate (training and the two indexes only): shown until a calibration exists.
-    `trained`: the strings that train (a pairs run's held-out rows do not: explorer.tune.inputs.trained_rows)."""
-    steps, train_s, index_s = estimate_seconds(texts, config, device, threads, trained)
+    `trained`: the strings that train (a pairs run's held-out rows do not: explorer.tune.inputs.trained_rows);
+    `partners`: a pairs run's partner of each row (None where it has none)."""
+    steps, train_s, index_s = estimate_seconds(texts, config, device, threads, trained, partners)
     guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
     phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
     retry = train_s if config.pairs and config.blend_choose and config.retry_anchor > 0 else 0.0  # mirror.job
@@ -58,24 +64,34 @@ def model_cost_factor(model: str) -> float:
 
 
 def estimate_seconds(
-    texts: Sequence[str], config: MirrorConfig, device: str, threads: int = 2, trained: int | None = None
+    texts: Sequence[str],
+    config: MirrorConfig,
+    device: str,
+    threads: int = 2,
+    trained: int | None = None,
+    partners: Sequence[str | None] | None = None,
 ) -> tuple[int, float, float]:
     """(steps, training seconds, indexing seconds): a rough guess to set expectations, not a promise (`trained`:
-    the strings that train, all by default)."""
+    the strings that train, all by default; `partners`: a pairs run's, whose rows train padded to their longer side
+    as the calibrated plan prices them, mirror.plan.longer_sides: a term's steps are its definition's length)."""
     import numpy as np
 
     steps = planned_steps(len(texts) if trained is None else trained, config)
     if not texts:
         return steps, 0.0, 0.0
-    sample = list(texts[:: max(1, len(texts) // 2000)])
-    tokens = np.array([2 + max(1, len(t) // 4) for t in sample])
-    padded = min(config.max_length, float(np.percentile(tokens, 95)))
-    per_string = (
-        CPU_STEP_COST * padded * (1 + padded / 64) * model_cost_factor(config.model) * 2 / max(1, min(threads, 16))
-    )
-    per_step = per_string * min(config.batch_size, len(texts))
-    # Indexing: one view, no backward pass, both encoders: ~1/3 of a training pass over the strings, twice.
-    index_s = 2 * len(texts) * per_string / 3
+
+    def tokens_of(strings: Sequence[str], most: int) -> float:
+        sample = list(strings[:: max(1, len(strings) // 2000)])
+        return min(most, float(np.percentile([2 + max(1, len(t) // 4) for t in sample], 95)))
+
+    padded = indexed = tokens_of(texts, config.max_length)
+    if partners is not None and len(partners) == len(texts):
+        sides = [t if p is None or len(p) <= len(t) else p for t, p in zip(texts, partners, strict=True)]
+        padded = tokens_of(sides, max(config.max_length, config.pair_max_length))
+    cost = CPU_STEP_COST * model_cost_factor(config.model) * 2 / max(1, min(threads, 16))
+    per_step = cost * padded * (1 + padded / 64) * min(config.batch_size, len(texts))
+    # Indexing: one view of the strings, no backward pass, both encoders: ~1/3 of a training pass over them, twice.
+    index_s = 2 * len(texts) * cost * indexed * (1 + indexed / 64) / 3
     if device == "cuda":
         per_step, index_s = per_step / GPU_SPEEDUP, index_s / GPU_SPEEDUP
     return steps, steps * per_step + 3.0, index_s

@@ -175,7 +175,9 @@ class Planner:
         texts = list(session.texts)
         model = self.models.check_model(config.model)  # before the rough guess reads the model's config
         device, threads = device_and_threads(config.device)
-        rough = rough_estimate(texts, config, device, threads, trained_rows(texts, config, session.partners))
+        rough = rough_estimate(
+            texts, config, device, threads, trained_rows(texts, config, session.partners), session.partners
+        )
         if zero_gpu():
             return rough, "the GPU is lent to a run only while it trains, so it is not timed ahead"
         base = self.models.cached_base(model, config.pooling)
