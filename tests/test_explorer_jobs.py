@@ -32,10 +32,11 @@ def test_job_duration_for_zerogpu_is_bounded():
 
 
 def test_a_pairs_runs_rough_guess_and_zerogpu_reservation_price_its_rows_at_their_longer_side():
-    """A plan shown while another run trained read "(rough guess) ~2 min training" for a 6-min run of GO terms and
-    their definitions, and a ZeroGPU reservation is that same guess: each row was priced at its term's length. A pairs
-    row trains at its longer side (mirror.plan.longer_sides, as the calibrated plan prices it); its index holds the
-    strings alone, and its held-out rows do not train."""
+    """A plan shown while another run trained read "(rough guess) ~2 min training" for a 6-min run of GO definitions
+    and their terms, and a ZeroGPU reservation is that same guess: each row was priced at its string's length, cut at
+    the strings' max length. A pairs row trains at its longer side, either side up to the pairs' max length
+    (mirror.plan.longer_sides, as the calibrated plan prices it); its index holds the strings alone, and its held-out
+    rows do not train."""
     import dataclasses as dc
 
     from explorer.tune.guess import estimate_seconds, rough_estimate
@@ -43,29 +44,30 @@ def test_a_pairs_runs_rough_guess_and_zerogpu_reservation_price_its_rows_at_thei
 
     n = 20_000
     terms = [f"term {i}" for i in range(n)]
-    definitions = [f"the definition of term {i}: " + "a longer account of what the term means " * 4 for i in range(n)]
+    definitions = [f"the definition of term {i}: " + "a longer account of what the term means " * 10 for i in range(n)]
     config = dc.replace(MirrorConfig.preset("sentences"), pairs=True)
+    assert config.max_length < 100 < config.pair_max_length  # the definitions: ~107 tokens
     trained = trained_rows(terms, config, definitions)
     assert trained < n  # held-out rows
-    pairs = rough_estimate(terms, config, "cpu", 2, trained, definitions)
-    as_definitions = rough_estimate(definitions, config, "cpu", 2, trained)
-    as_terms = rough_estimate(terms, config, "cpu", 2, trained)
-    phase = dict
-    assert pairs.steps == as_definitions.steps == as_terms.steps
-    assert phase(pairs.phases)["training"] == phase(as_definitions.phases)["training"]
-    assert phase(pairs.phases)["training"] > 10 * phase(as_terms.phases)["training"]
-    assert phase(pairs.phases)["tuned index"] == phase(as_terms.phases)["tuned index"]  # the strings are indexed
+
+    def training(texts, partners=None) -> float:
+        est = rough_estimate(texts, config, "cpu", 2, trained, partners)
+        return dict(est.phases)["training"]
+
+    assert training(terms, definitions) == training(definitions, terms)  # whichever column is searched
+    assert training(terms, definitions) > 1.5 * training(definitions) > 10 * training(terms)
+    index = dict(rough_estimate(terms, config, "cpu", 2, trained, definitions).phases)["tuned index"]
+    assert index == dict(rough_estimate(terms, config, "cpu", 2, trained).phases)["tuned index"]  # strings indexed
+    # a row without a partner trains on its string
+    assert estimate_seconds(definitions, config, "cpu", partners=[None] * n) == (
+        estimate_seconds(definitions, config, "cpu", partners=definitions)
+    )
     # the reservation: the same guess on the GPU, from train_job's own arguments (positional or named)
     on_gpu = estimate_seconds(terms, config, "cuda", trained=trained, partners=definitions)
     args = (config.to_dict(), "/tmp/x", [], True, {})
     reserved = job_duration(terms, *args, definitions)
     assert reserved == job_duration(terms, *args, partners=definitions) == int(min(600, 1.5 * sum(on_gpu[1:]) + 30))
     assert reserved > job_duration(terms, *args) == 60
-    # a row without a partner trains on its string, a partner shorter than its string changes nothing
-    assert estimate_seconds(definitions, config, "cpu", partners=[None] * n) == estimate_seconds(
-        definitions, config, "cpu"
-    )
-    assert estimate_seconds(definitions, config, "cpu", partners=terms) == estimate_seconds(definitions, config, "cpu")
 
 
 def test_fair_slots_admit_in_arrival_order_and_never_more_than_the_limit():
