@@ -417,6 +417,53 @@ def test_the_service_shows_the_rough_guess_where_it_cannot_calibrate_now(app, ti
     assert "calibrated" in plan_text(app, s, str(tiny_bert), "auto", TINY)
 
 
+def test_a_plan_made_while_a_run_trains_prices_its_steps_with_this_models_calibration_at_another_length(app, tiny_bert):
+    """A newcomer's plan made while another run trained read "(rough guess) ~2 min" of a 6-min run: the rough guess's
+    constants are another machine's. Where this model was calibrated here at another length, that calibration prices
+    the plan (said so, not called a rough guess), and the run it plans does not teach the estimator a training ratio
+    from it; once no run trains, the plan calibrates at its own length."""
+    from explorer.runs.training import Training
+
+    app.estimator = Estimator(app.settings.work_dir / ".estimate")
+    model = str(tiny_bert)
+    words = app.session()
+    app.loader.load_pasted(words, "\n".join(WORDS))
+    assert "calibrated on this machine" in plan_text(app, words, model, "auto", TINY)
+    (known,) = app.estimator.calibrations
+    sentences = app.session()
+    app.loader.load_pasted(sentences, "\n".join(f"{w} " + "and a longer sentence about it " * 4 for w in WORDS))
+    someone = Run()
+    app.registry.begin(someone)
+    try:
+        shown = app.planner.plan(sentences, model, "auto", TINY)
+        text = plan_text(app, sentences, model, "auto", TINY)
+    finally:
+        app.registry.end(someone)
+    est = shown.est
+    assert list(app.estimator.calibrations) == [known]  # nothing calibrated while a run trains
+    assert est.borrowed == known[-1] < est.key[-1] and est.calibration is app.estimator.calibrations[known]
+    assert (
+        "rough guess" not in text
+        and f"calibration on this machine at steps of \\~{known[-1]} tokens, not yet timed at this run's \\~{est.key[-1]}"
+        in text
+    )
+    assert "a run is training on this server now" in text
+    # its price: that calibration's fit at this run's own (longer) steps, not the words' plan
+    words_est = app.planner.plan(words, model, "auto", TINY).est
+    assert est.steps == words_est.steps and est.phase("training") > words_est.phase("training")
+    assert est.phase("general checks") == pytest.approx(words_est.phase("general checks"))
+    # a run launched on it teaches its checks' time, not a training ratio (that calibration was made at another length)
+    training = Training.__new__(Training)
+    training.estimator, training.planned, training.train_s = app.estimator, est, 10 * est.phase("training")
+    training.learn(check_s=3.0)
+    assert (
+        app.estimator.observed[est.key[:-1]].train_ratio == 1.0 and app.estimator.observed[est.key[:-1]].check_s == 3.0
+    )
+    # no run trains: its own length is calibrated
+    own = app.planner.plan(sentences, model, "auto", TINY).est
+    assert own.borrowed == 0 and own.key in app.estimator.calibrations and len(app.estimator.calibrations) == 2
+
+
 def test_fit_keeps_costs_positive_and_sees_the_length_term():
     exact = Fit.of([(100, 5, 1.0), (200, 5, 2.0)])
     assert exact.a == pytest.approx(0.0, abs=1e-12) and exact.b == pytest.approx(0.01) and exact.c == 0

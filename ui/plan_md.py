@@ -144,6 +144,11 @@ def estimate_md(
     shown = " · ".join(f"{name} {short_seconds(s)}" for name, s in est.phases if s > 0 or name not in OPTIONAL_PHASES)
     reused = "" if est.phase("base index") > 0 else " (the served run has these strings: its base index is reused)"
     how = f"calibrated on this machine just now ({cal.seconds:.1f} s)" if est.fresh else "calibrated on this machine"
+    if est.borrowed:  # this model's calibration here at another length (explorer.tune.estimate.Estimator.estimate)
+        how = (
+            f"priced with this model's calibration on this machine at steps of ~{est.borrowed} tokens, not yet timed "
+            f"at this run's ~{est.key[-1]}{f'; {why_rough}' if why_rough else ''}"
+        )
     total = about(est.total)
     if est.quiet >= SPEED_SHOWN:
         # other work shares the machine: priced at the speed it gives now (one probe a quarter minute), and the range

@@ -269,8 +269,9 @@ class Training(Producer):
         return Failed("the run ended without a result; the previous model stays served")
 
     def learn(self, check_s: float | None) -> None:
-        if self.planned is not None:
-            self.estimator.observe(self.planned.key, self.planned.phase("training"), self.train_s, check_s)
+        if self.planned is not None:  # a plan priced with another length's calibration teaches its checks only
+            priced = 0.0 if self.planned.borrowed else self.planned.phase("training")
+            self.estimator.observe(self.planned.key, priced, self.train_s, check_s)
 
     def failure(self, exc: Exception) -> str:
         return (

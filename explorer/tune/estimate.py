@@ -138,6 +138,7 @@ class Estimate:
     # a pairs run whose general checks hold its blend down trains once more (mirror.job._train_again: retry_anchor):
     # that training and its blend choice, priced; not in `total` (most runs do not), said beside it (ui.plan_md)
     retry: float = 0.0
+    borrowed: int = 0  # priced with this model's calibration here at steps of this length (not its own: not yet made)
 
     @property
     def at_calibration(self) -> float:
@@ -538,8 +539,9 @@ class Estimator:
         probe: bool = False,
         train_texts: Sequence[str] | None = None,
     ) -> Estimate | None:
-        """The job's estimate, calibrating first when its key has no calibration yet (None: there is none and it
-        cannot be made now, see `calibration`), corrected by what the last run of its key measured (`observe`).
+        """The job's estimate, calibrating first when its key has no calibration yet (where it cannot be made now,
+        see `calibration`: priced with the same model's at the nearest other length, `borrowed`; None without one),
+        corrected by what the last run of its key measured (`observe`).
         `base`: the base encoder (only read); `check_encoders`: 1 when the base's general-check scores are kept;
         `probe`: an earlier calibration's compute phases are scaled by what the machine gives now (speed_probe:
         other work on the machine, or work that stopped since). `train_texts`: a pairs run's second view of each
@@ -559,14 +561,19 @@ class Estimator:
         padded = [p for _, p in planned.steps]
         key = self.key(config, device, threads, length_class(padded))
         cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
-        if cal is None:
-            return None
+        borrowed = 0
+        if cal is None:  # not now: the same model's calibration here at the nearest other length, where one exists
+            with self._lock:
+                others = [(k[-1], c) for k, c in self.calibrations.items() if k[:-1] == key[:-1]]
+            if not others:
+                return None
+            borrowed, cal = min(others, key=lambda kc: (abs(math.log2(kc[0] / key[-1])), kc[0]))
         observed = self.observed.get(key[:-1])
         est = price(
             texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders,
             train_lengths, second, partners,
         )  # fmt: skip
-        est = dataclasses.replace(est, fresh=fresh, key=key, busy=load_per_core() >= BUSY_LOAD)
+        est = dataclasses.replace(est, fresh=fresh, key=key, busy=load_per_core() >= BUSY_LOAD, borrowed=borrowed)
         self.note_probe(key[:-1], cal.probe_s)
         if cal.probe_s < PROBE_MIN_S:
             return est

@@ -38,9 +38,9 @@ UNSCALED_PHASES = IO_PHASES
 
 @dataclass(frozen=True)
 class Shown:
-    """The plan the page shows of a run before it starts: its Estimate (calibrated, or the rough guess and
-    `why_rough`) of `config` with its notes; or no plan: no strings loaded (`config` None), or settings refused
-    (`refused`: why)."""
+    """The plan the page shows of a run before it starts: its Estimate (calibrated, or the rough guess or one priced
+    with another length's calibration, and `why_rough` it is not its own) of `config` with its notes; or no plan: no
+    strings loaded (`config` None), or settings refused (`refused`: why)."""
 
     est: Any = None
     config: Any = None
@@ -214,17 +214,21 @@ class Planner:
             probe=may_calibrate and not self.registry.runs() and not self.warming,
             train_texts=second_sides(texts, session.partners),
         )
-        if est is None and not may_calibrate:
-            return rough, "calibrates on this machine when a plan for the bundled model is shown"
-        if est is None and self.registry.runs():
+        if not may_calibrate:
+            why = "calibrates on this machine when a plan for the bundled model is shown"
+        elif self.registry.runs():
             # (a second visitor's plan said nothing of the run ahead: its Launch then waited 10 min for a slot)
-            return rough, (
+            why = (
                 "a run is training on this server now: a Launch may wait for a slot, and this plan is timed on this "
                 "machine once no run trains"
             )
+        else:
+            why = "calibrating on this machine (another request started it)…"
         if est is None:
-            return rough, "calibrating on this machine (another request started it)…"
-        return est, ""
+            return rough, why
+        # priced with another length's calibration (est.borrowed): a newcomer's plan made while another run trained
+        # said "(rough guess) ~2 min" of a 6-min run
+        return est, why if est.borrowed else ""
 
     def scaled_from_bundled(self, session: Session, config, device: str, threads: int) -> Any:
         """A rough Estimate of a run of another model (not loaded: nothing is downloaded for a plan): the bundled
