@@ -185,7 +185,7 @@ def tune_and_index(
     if base_copy is not None:
         report_rows, choice = _choose_blend(base_copy, result, held, run / "tuned_model", emit, should_stop,
                                             config.blend_alpha)  # fmt: skip
-        retry = None
+        retry, again = None, False
         if choice is not None and config.retry_anchor > 0 and choice.bound:
             # the second training and its choice as long as the first's (the anchor adds a little), then the index
             needed = RETRY_COST * (time.perf_counter() - began) + index_s
@@ -194,11 +194,12 @@ def tune_and_index(
                 retry = {"anchor": config.retry_anchor, "skipped": round(needed), "why": why}
                 result.notes.append(f"trained once: {retry_sentence(retry)}")
             else:
+                again = True
                 result, choice, retry = _train_again(base_copy, result, choice, held, config, run, emit, should_stop,
                                                      memory)  # fmt: skip
         del base_copy
-        if choice is None:
-            emit(Stopped(stats))
+        if choice is None:  # stopped: how far the training it stopped in got (a second one says so)
+            emit(Stopped({**_stats_of(result), "second_training": True} if again else stats))
             return
         stats = _stats_of(result)  # the training served
         stats.update(run_alpha=choice.alpha, blend_choice={**choice.to_dict(), **({"retry": retry} if retry else {})})
@@ -277,7 +278,7 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
     """The general checks held `first`'s blend (`choice`) below its best α: train once more from the base with
     general text held near it (`retry_anchor` as the general anchor), choose that training's blend on the same rows,
     and serve the better (mirror.choose.better_of). Returns (the result served, its Choice, what the retry found for
-    the record), or (first, None, None) when a stop was asked meanwhile. `config`: the run's as launched. The first's
+    the record), or (the second, None, None) when a stop was asked meanwhile. `config`: the run's as launched. The first's
     weights wait on the CPU, its encoder trains again (no third model in memory); run/tuned_model ends up the served
     training's."""
     import shutil
@@ -308,7 +309,7 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
                               " of the second training")[1]  # fmt: skip
     if again is None:
         shutil.rmtree(folder, ignore_errors=True)
-        return first, None, None
+        return second, None, None
     served = better_of(choice, again)
     retry = {
         "anchor": config.retry_anchor,

@@ -334,6 +334,13 @@ def replanned_text(ev: Replanned, steps: int, planned: Any) -> str:
 
 
 def stopped_text(stats: dict[str, Any], why: str, settings: Settings) -> str:
-    """What the user reads when a run stopped before its end (explorer.runs.execute.stopped_unserved's words)."""
+    """What the user reads when a run stopped before its end (explorer.runs.execute.stopped_unserved's words): how
+    far the training it stopped in got ("after 120 of 120 steps" read as the whole run's when a Cancel came in a
+    pairs run's second training, at its step 5, or while it chose its blend)."""
     t = training_of(stats)
-    return stopped_unserved(why, settings, f"after {t.steps or 0} of {t.total_steps or 0} steps")
+    steps, total = t.steps or 0, t.total_steps or 0
+    of = " of its second training (general text held near the base)" if stats.get("second_training") else ""
+    done = f"after {steps:,} of {total:,} steps{of}"
+    if total and steps >= total:
+        done = f"after {'its second' if of else 'its'} training's {total:,} steps, before it was served"
+    return stopped_unserved(why, settings, done)
