@@ -58,6 +58,13 @@ def test_a_pairs_runs_rough_guess_and_zerogpu_reservation_price_its_rows_at_thei
     assert training(terms, definitions) > 1.5 * training(definitions) > 10 * training(terms)
     index = dict(rough_estimate(terms, config, "cpu", 2, trained, definitions).phases)["tuned index"]
     assert index == dict(rough_estimate(terms, config, "cpu", 2, trained).phases)["tuned index"]  # strings indexed
+    # its second training (mirror.job._train_again) beside it, only where the run chooses its blend: enough held-out
+    # rows (a 200-row run holds out 20 and keeps the preset's α: its rough plan said "~N more if the checks hold …")
+    choosing = dc.replace(config, blend_choose=True, retry_anchor=30.0)
+    assert rough_estimate(terms, choosing, "cpu", 2, trained, definitions).retry == training(terms, definitions)
+    few = trained_rows(terms[:200], choosing, definitions[:200])
+    assert rough_estimate(terms[:200], choosing, "cpu", 2, few, definitions[:200]).retry == 0
+    assert rough_estimate(terms, choosing, "cpu", 2, trained).retry == 0  # no partners: no pairs run
     # a row without a partner trains on its string
     assert estimate_seconds(definitions, config, "cpu", partners=[None] * n) == (
         estimate_seconds(definitions, config, "cpu", partners=definitions)

@@ -29,7 +29,9 @@ def rough_estimate(
     steps, train_s, index_s = estimate_seconds(texts, config, device, threads, trained, partners)
     guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
     phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
-    retry = train_s if config.pairs and config.blend_choose and config.retry_anchor > 0 else 0.0  # mirror.job
+    from explorer.tune.steps import chooses
+
+    retry = train_s if config.retry_anchor > 0 and chooses(config, partners) else 0.0  # mirror.job._train_again
     return Estimate(steps, phases, None, retry=retry)
 
 

@@ -72,6 +72,17 @@ def train_plan(
     return TrainSteps(steps, plan.split, budget.total, unsplit)
 
 
+def chooses(config: MirrorConfig, partners: Sequence[str | None] | None) -> bool:
+    """Whether a run of `config` on rows with these `partners` chooses its blend (mirror.job): a pairs run with
+    enough held-out rows (too few: the preset's own α, nothing chosen, and never a second training)."""
+    from mirror.job import CHOICE_ROWS_LEAST
+    from mirror.pairs import held_out_rows
+
+    if not config.blend_choose or partners is None:
+        return False
+    return len(held_out_rows(partners, config)) >= 2 * CHOICE_ROWS_LEAST
+
+
 def choice_price(
     lengths: Sequence[int],
     config: MirrorConfig,
@@ -90,13 +101,9 @@ def choice_price(
     stdlib's documents encode ~25% more in the dev halves; priced as the check halves, a 1,000-row run's choice took
     1.7x its price, bench/RESULTS.md "Estimate vs run on a dictionary")."""
     from mirror.choose import ALPHAS, POOL
-    from mirror.job import CHOICE_ROWS_LEAST
-    from mirror.pairs import held_out_rows
 
-    if not config.blend_choose or partners is None or not lengths:
+    if not lengths or not chooses(config, partners):
         return 0.0
-    if len(held_out_rows(partners, config)) < 2 * CHOICE_ROWS_LEAST:
-        return 0.0  # too few held-out rows: the preset's own α, nothing chosen
     pool = min(1.0, POOL / len(lengths))
     rounds = CHOICE_ALPHA_ROUNDS + (0 if base_kept else 1)
     return cal.save_s + (1 + len(ALPHAS)) * pool * index_s + rounds * per_dev
