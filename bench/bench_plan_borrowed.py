@@ -98,7 +98,8 @@ def main() -> None:
             est.calibrations.clear()
             est.calibrations.update(cals)
             config, borrowed = price(texts, partners, False)
-            rows.append(row(name, f"borrowed at {borrowed.borrowed} ({other})", borrowed, ref))
+            how = f"borrowed at {borrowed.borrowed}" if borrowed.borrowed else "its own length, calibrated"
+            rows.append(row(name, f"{how} on {other}", borrowed, ref))
         rough = rough_estimate(texts, config, "cpu", threads, trained_rows(texts, config, partners), partners)
         rows.append(row(name, "rough guess", rough, ref))
     print_table(rows, ["upload", "length", "priced with", "training_s", "total_s", "training_x", "total_x"])
