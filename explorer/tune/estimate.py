@@ -484,11 +484,12 @@ class Estimator:
         return (config.model, config.pooling, device, str(amp), threads if device == "cpu" else 0, length)
 
     def calibration(
-        self, key: tuple, base: Encoder, config: MirrorConfig, wait: bool | float = True, may_calibrate: bool = True
-    ) -> tuple[Calibration | None, bool]:
+        self, key: tuple, base: Encoder, config: MirrorConfig, wait: bool | float = True, may_calibrate: bool = True,
+        settle: Callable[[], object] | None = None,
+    ) -> tuple[Calibration | None, bool]:  # fmt: skip
         """(the calibration of `key`, made by this call?); (None, False) when there is none and it cannot be made
         now: `may_calibrate` false, or another thread is making it and `wait` is false (or, a number, that thread
-        took longer than `wait` seconds)."""
+        took longer than `wait` seconds). `settle`: called right before calibrating (the server's warm-up ends)."""
         with self._lock:
             if key in self.calibrations:
                 return self.calibrations[key], False
@@ -504,6 +505,8 @@ class Estimator:
             self.scratch.mkdir(parents=True, exist_ok=True)
             with self._lock:  # the same model at another length: its costs but the steps' hold here too
                 like = next((c for k, c in self.calibrations.items() if k[:-1] == key[:-1]), None)
+            if settle is not None:
+                settle()
             cal = calibrate(base, config, self.scratch, self.clock, length=key[-1], like=like)
             with self._lock:  # its probe is the machine's speed now: the plans of the next seconds are priced at it
                 self.calibrations[key], self.probes[key[:-1]] = cal, (self.clock(), cal.probe_s)
@@ -538,6 +541,7 @@ class Estimator:
         check_encoders: int = FORGETTING_ENCODERS,
         probe: bool = False,
         train_texts: Sequence[str] | None = None,
+        settle: Callable[[], object] | None = None,
     ) -> Estimate | None:
         """The job's estimate, calibrating first when its key has no calibration yet (where it cannot be made now,
         see `calibration`: priced with the same model's at the nearest other length, `borrowed`; None without one),
@@ -545,7 +549,7 @@ class Estimator:
         `base`: the base encoder (only read); `check_encoders`: 1 when the base's general-check scores are kept;
         `probe`: an earlier calibration's compute phases are scaled by what the machine gives now (speed_probe:
         other work on the machine, or work that stopped since). `train_texts`: a pairs run's second view of each
-        row (its partner, or the string); each row's longer side plans its steps."""
+        row (its partner, or the string); each row's longer side plans its steps. `settle`: as `calibration`'s."""
         lengths, tokenize_s = self.lengths(texts, base, texts_key)
         train_lengths = second = partners = None
         if train_texts is not None:  # a pairs run: its steps are planned by each row's longer side (mirror.plan)
@@ -560,7 +564,7 @@ class Estimator:
         planned = train_plan(texts, train_lengths or lengths, config, base, memory_budget, (), partners)
         padded = [p for _, p in planned.steps]
         key = self.key(config, device, threads, length_class(padded))
-        cal, fresh = self.calibration(key, base, config, wait, may_calibrate)
+        cal, fresh = self.calibration(key, base, config, wait, may_calibrate, settle)
         borrowed = 0
         if cal is None:  # not now: the same model's calibration here at the nearest other length, where one exists
             with self._lock:
