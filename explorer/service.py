@@ -184,7 +184,7 @@ class MirrorApp:
         self.models.warm_up()
         if not self.settings.warm_up:
             return
-        self.planner.warming = True  # plans meanwhile are not probed against this work (Planner.warming)
+        self.planner.warming.begin()  # plans meanwhile are not probed against this work (planning.Warming)
         try:
             import explorer.compare.forgetting as forgetting
             import explorer.compare.maps as maps
@@ -198,7 +198,7 @@ class MirrorApp:
         except Exception:
             log.exception("warm-up of the forgetting check, the estimate or the maps failed; the first request will")
         finally:
-            self.planner.warming = False
+            self.planner.warming.end()
 
     def check_model(self, model: str) -> str:
         return self.models.check_model(model)

@@ -696,11 +696,11 @@ def test_a_plan_that_must_calibrate_while_the_server_warms_up_waits_for_it_to_en
     timed: list[bool] = []  # whether the server was warming up as each calibration was timed
     real_calibrate = est_mod.calibrate
     monkeypatch.setattr(
-        est_mod, "calibrate", lambda *a, **k: timed.append(app.planner.warming) or real_calibrate(*a, **k)
+        est_mod, "calibrate", lambda *a, **k: timed.append(bool(app.planner.warming)) or real_calibrate(*a, **k)
     )
     waiting = threading.Event()
-    real_settled = app.planner.settled
-    monkeypatch.setattr(app.planner, "settled", lambda: waiting.set() or real_settled())
+    real_wait = app.planner.warming.wait
+    monkeypatch.setattr(app.planner.warming, "wait", lambda seconds: waiting.set() or real_wait(seconds))
     small, sentences = app.session(), app.session()
     app.loader.load_example(small, "small")
     app.loader.load_pasted(sentences, "\n".join(f"{w} " + "and a longer sentence about it " * 4 for w in WORDS))

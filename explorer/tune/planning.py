@@ -37,6 +37,30 @@ log = logging.getLogger("mirror.app")
 UNSCALED_PHASES = IO_PHASES
 
 
+class Warming:
+    """The server's start-up work (MirrorApp.warm_up: the checks' base side, the small example's calibration, UMAP's
+    kernels compiled), true while it runs. Meanwhile a plan is priced at the calibrated speed, not probed against it
+    (a fresh server's first plan said "8.4x slower now … ~23 min" while it compiled, "~3 min" a minute later; the run
+    took 7), and a plan that must calibrate waits for it to end (`wait`)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._done.set()
+
+    def __bool__(self) -> bool:
+        return not self._done.is_set()
+
+    def begin(self) -> None:
+        self._done.clear()
+
+    def end(self) -> None:
+        self._done.set()
+
+    def wait(self, seconds: float) -> None:
+        """Until the start-up work ends, at most `seconds`."""
+        self._done.wait(seconds)
+
+
 @dataclass(frozen=True)
 class Shown:
     """The plan the page shows of a run before it starts: its Estimate (calibrated, or the rough guess or one priced
@@ -80,34 +104,11 @@ class Planner:
         self.settings, self.models, self.estimator, self.registry = settings, models, estimator, registry
         self.queue = queue  # the training slots (explorer.runs.jobs.TrainQueue): a plan says what a Launch waits for
         self.cpu = cpu  # the visitors' CPU accounts (explorer.resources.cpu): a plan says what they leave room for
-        # the server's own start-up work (MirrorApp.warm_up: the checks' base side, UMAP's kernels compiled) runs
-        # while this is clear (`warming`): see `settled`
-        self._warm = threading.Event()
-        self._warm.set()
+        self.warming = Warming()  # the server's own start-up work runs while it is true
         self._launched: OrderedDict[str, Tuning] = OrderedDict()  # run id -> the settings its Launch ran (`launch`)
         self._budgets: OrderedDict[str, int] = OrderedDict()  # session id -> its plan shown's memory (`shown_budget`)
 
     CALIBRATION_WAIT_S = 90.0  # an estimate waits this long for another request's calibration of the same key
-
-    @property
-    def warming(self) -> bool:
-        """The server's start-up work runs now: a plan is priced at the calibrated speed, not probed against it (a
-        fresh server's first plan said "8.4x slower now … ~23 min" while it compiled, "~3 min" a minute later; the run
-        took 7), and a calibration waits for it to end (`settled`)."""
-        return not self._warm.is_set()
-
-    @warming.setter
-    def warming(self, on: bool) -> None:
-        if on:
-            self._warm.clear()
-        else:
-            self._warm.set()
-
-    def settled(self) -> None:
-        """Right before a visitor's plan calibrates: wait (at most CALIBRATION_WAIT_S) for the server's warm-up to
-        end. Timed beside it, a fresh server's first plan of 600 GO rows said ~14 min (training 11 min) where the
-        same plan a minute later said ~9 (training 7) and the run trained 6.6 min."""
-        self._warm.wait(self.CALIBRATION_WAIT_S)
 
     def plan(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Shown:
         """The planned steps and the whole job's time on this machine, phase by phase (ui.plan_md words it).
@@ -234,7 +235,9 @@ class Planner:
             # nor while this server warms up (its own passing work, not the machine's speed)
             probe=may_calibrate and not self.registry.runs() and not self.warming,
             train_texts=second_sides(texts, session.partners),
-            settle=self.settled,
+            # a calibration timed beside the warm-up priced a fresh server's first plan of 600 GO rows at ~14 min
+            # (training 11) where the same plan a minute later said ~9 (training 7; the run trained 6.6 min)
+            settle=lambda: self.warming.wait(self.CALIBRATION_WAIT_S),
         )
         if not may_calibrate:
             why = "calibrates on this machine when a plan for the bundled model is shown"
