@@ -504,7 +504,7 @@ class Estimator:
                 return self.calibrations[key], False
             self.scratch.mkdir(parents=True, exist_ok=True)
             with self._lock:  # the same model at another length: its costs but the steps' hold here too
-                like = next((c for k, c in self.calibrations.items() if k[:-1] == key[:-1]), None)
+                like = nearest_length(self.calibrations, key)[1]
             if settle is not None:
                 settle()
             cal = calibrate(base, config, self.scratch, self.clock, length=key[-1], like=like)
@@ -568,10 +568,9 @@ class Estimator:
         borrowed = 0
         if cal is None:  # not now: the same model's calibration here at the nearest other length, where one exists
             with self._lock:
-                others = [(k[-1], c) for k, c in self.calibrations.items() if k[:-1] == key[:-1]]
-            if not others:
+                borrowed, cal = nearest_length(self.calibrations, key)
+            if cal is None:
                 return None
-            borrowed, cal = min(others, key=lambda kc: (abs(math.log2(kc[0] / key[-1])), kc[0]))
         observed = self.observed.get(key[:-1])
         est = price(
             texts, lengths, config, base, cal, memory_budget, build_base, tokenize_s, observed, check_encoders,
@@ -584,6 +583,12 @@ class Estimator:
         now = self.speed_now(key, base) if probe and not fresh else cal.probe_s
         est = at_speed(est, now / cal.probe_s)
         return dataclasses.replace(est, quiet=max(1.0, now / self.quickest.get(key[:-1], now)))
+
+
+def nearest_length(calibrations: dict[tuple, Calibration], key: tuple) -> tuple[int, Calibration | None]:
+    """(length, calibration) of the same model's calibration at the length nearest `key`'s, or (0, None)."""
+    others = [(k[-1], c) for k, c in calibrations.items() if k[:-1] == key[:-1] and k != key]
+    return min(others, key=lambda kc: (abs(math.log2(kc[0] / key[-1])), kc[0]), default=(0, None))
 
 
 def at_speed(est: Estimate, slower: float) -> Estimate:

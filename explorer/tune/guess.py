@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from explorer.tune.estimate import PHASES, Estimate
+from explorer.tune.steps import chooses
 from mirror.config import BUNDLED_MODEL, MirrorConfig
 
 # Rough CPU cost of one training step: seconds per (string x padded token x attention factor) for MiniLM-L6
@@ -29,8 +30,6 @@ def rough_estimate(
     steps, train_s, index_s = estimate_seconds(texts, config, device, threads, trained, partners)
     guess = {"training": train_s, "base index": index_s / 2, "tuned index": index_s / 2}
     phases = tuple((p, guess.get(p, 0.0)) for p in PHASES)
-    from explorer.tune.steps import chooses
-
     retry = train_s if config.retry_anchor > 0 and chooses(config, partners) else 0.0  # mirror.job._train_again
     return Estimate(steps, phases, None, retry=retry)
 
