@@ -14,6 +14,18 @@ stamp=.venv/.installed-$(basename "$req" .txt)
 want=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing $req into .venv (first run takes a few minutes)"
+  # A first install puts ~3.7 GB in .venv on Linux x86_64 (torch, and faiss-gpu's CUDA runtime wheels), ~1.5 GB
+  # elsewhere; pip's own "No space left on device" comes minutes in, after a half-made .venv. Said first instead.
+  if [ ! -d "$site/torch" ]; then
+    need_mb=1800
+    [ "$(uname -sm)" = "Linux x86_64" ] && need_mb=4500
+    free_mb=$(df -Pk .venv | awk 'NR == 2 { print int($4 / 1024) }')
+    if [ -n "$free_mb" ] && [ "$free_mb" -lt "$need_mb" ]; then
+      echo "[setup] the first install needs about $need_mb MB free on the disk of $PWD/.venv; $free_mb MB are free." >&2
+      echo "[setup] free some space (or clone elsewhere) and run this command again." >&2
+      exit 1
+    fi
+  fi
   pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
   # numpy and umap-learn first (as requirements.txt pins them): the maps' numba kernels then compile and are cached
   # (scripts/warm_maps.py, ~35 s of one core) while pip installs the rest, which keeps to one core; not in the
