@@ -257,11 +257,19 @@ def better_of(first: Choice, second: Choice) -> bool:
 
 
 def retry_sentence(retry: dict[str, Any]) -> str:
-    """A second training in words (the record's `retry`: mirror.job._train_again), or why none was started."""
+    """A second training in words (the record's `retry`: mirror.job._train_again), or why none was started or
+    finished."""
     if "skipped" in retry:
         return (
             f"the general checks held the blend down, but a second training with general text held near the base "
             f"(general anchor λ {retry['anchor']:g}; about {max(1, round(retry['skipped'] / 60))} min) {retry['why']}"
+        )
+    if "stopped" in retry:  # it stopped itself where going on would have outlasted the run's room
+        done, total = retry["stopped"]
+        return (
+            f"the general checks held the blend down; a second training with general text held near the base "
+            f"(general anchor λ {retry['anchor']:g}) was stopped after {done} of {total} steps: going on, it "
+            f"{retry['why']}; the first is served"
         )
     first, second = retry["first"], retry["second"]
 

@@ -125,7 +125,8 @@ def tune_and_index(
     (the app's Launch: `memory` is then not read), kept unless the machine has less than that free when the training
     starts (`kept_memory`; then Replanned says so). `room(seconds)`: None when the run may go on that many seconds
     more, else why not (a server's caps: its time for a run, its visitor's CPU); a pairs run's second training
-    (`retry_anchor`) it has no room for is not started, and its record says why."""
+    (`retry_anchor`) it has no room for is not started, one going slower than that is stopped by the job itself
+    (`Outlasting`) and the first training served, and its record says why."""
     from mirror.encoder import load_encoder
     from mirror.train import add_stats, mirror_tune, save_result
 
@@ -183,6 +184,7 @@ def tune_and_index(
         return
     report_rows = held.rows if held is not None else []
     if base_copy is not None:
+        chose_at = time.perf_counter()
         report_rows, choice = _choose_blend(base_copy, result, held, run / "tuned_model", emit, should_stop,
                                             config.blend_alpha)  # fmt: skip
         retry, again = None, False
@@ -195,8 +197,10 @@ def tune_and_index(
                 result.notes.append(f"trained once: {retry_sentence(retry)}")
             else:
                 again = True
+                # what follows its steps: a blend choice as long as the first's, then the tuned index
+                outlasting = Outlasting(room, time.perf_counter() - chose_at + index_s)
                 result, choice, retry = _train_again(base_copy, result, choice, held, config, run, emit, should_stop,
-                                                     memory)  # fmt: skip
+                                                     memory, outlasting)  # fmt: skip
         del base_copy
         if choice is None:  # stopped: how far the training it stopped in got (a second one says so)
             emit(Stopped({**_stats_of(result), "second_training": True} if again else stats))
@@ -273,8 +277,36 @@ def _choose_blend(base, result, held, folder: Path, emit, should_stop, fallback_
     return reporting, choice
 
 
-def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emit, should_stop,
-                 memory) -> tuple[Any, Any, Any]:  # fmt: skip
+class Outlasting:
+    """Asked between a second training's steps: whether, going on at the pace of its steps so far, it and what
+    follows them (`after` seconds: its blend choice and the tuned index) would outlast the run's `room` (its server's
+    time for a run, its visitor's hour of CPU: explorer.runs.execute.Runner.room). Then the job stops that training
+    itself and serves the first (`why` says why), where the server's stop would serve nothing: the room asked before
+    it started priced it at the first's pace, and a second run on the same cores can halve that pace."""
+
+    SETTLED = 3  # steps before it judges: the first pays for the optimiser's states and new kernels
+
+    def __init__(self, room: Callable[[float], str | None] | None, after: float):
+        self.room, self.after = room, after
+        self.step = self.total = 0
+        self.first_at: float | None = None
+        self.why: str | None = None
+
+    def stepped(self, step: int, total: int) -> None:
+        if step == 1:
+            self.first_at = time.perf_counter()
+        self.step, self.total = step, total
+
+    def __call__(self) -> bool:
+        if self.room is None or self.first_at is None or self.step < self.SETTLED:
+            return False
+        per_step = (time.perf_counter() - self.first_at) / (self.step - 1)
+        self.why = self.room(per_step * (self.total - self.step) + self.after)
+        return self.why is not None
+
+
+def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emit, should_stop, memory,
+                 outlasting: Outlasting | None = None) -> tuple[Any, Any, Any]:  # fmt: skip
     """The general checks held `first`'s blend (`choice`) below its best α: train once more from the base with
     general text held near it (`retry_anchor` as the general anchor), choose that training's blend on the same rows,
     and serve the better (mirror.choose.better_of). Returns (the result served, its Choice, what the retry found for
@@ -300,8 +332,21 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
     emit(Phase(f"Training again with general text held near the base (general anchor λ {config.retry_anchor:g}): "
                f"the general checks held the blend at α {choice.alpha:g}, below the α its held-out rows gain most at"))  # fmt: skip
     texts, partners = held.training()
-    second = mirror_tune(texts, anchored, on_step=lambda s, t, loss, b: emit(Step(s, t, loss, batch=b, training=2)),
-                         should_stop=should_stop, encoder=encoder, memory_budget=memory, pairs=partners)  # fmt: skip
+    outlasting = outlasting or Outlasting(None, 0.0)
+
+    def stepped(s: int, t: int, loss: float, b: int) -> None:
+        outlasting.stepped(s, t)
+        emit(Step(s, t, loss, batch=b, training=2))
+
+    second = mirror_tune(texts, anchored, on_step=stepped, should_stop=lambda: should_stop() or outlasting(),
+                         encoder=encoder, memory_budget=memory, pairs=partners)  # fmt: skip
+    if second.cancelled and not should_stop() and outlasting.why:  # it stopped itself: the first is served
+        restore(kept)
+        retry = {"anchor": config.retry_anchor, "stopped": [outlasting.step, outlasting.total], "why": outlasting.why}
+        emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps: going on, it "
+                   f"{outlasting.why}; serving the first training's blend"))  # fmt: skip
+        first.notes.append(f"trained once: {retry_sentence(retry)}")
+        return first, choice, retry
     folder = run / "tuned_model.anchored"
     again = None
     if not second.cancelled:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -463,6 +464,59 @@ def test_a_second_training_that_would_outlast_the_servers_time_for_a_run_is_not_
     assert "would not end within this server's time for a run" in choose.retry_sentence(retry)
     assert any(n.startswith("trained once:") for n in stats["notes"])  # the CLI prints it, the record keeps it
     assert json.loads((run / "model" / "mirror_config.json").read_text())["config"]["general_anchor"] == 0.0
+
+
+def test_a_second_training_going_slower_than_priced_stops_itself_and_serves_the_first(tiny_bert, tmp_path, monkeypatch):
+    """Room for a second training is asked before it starts, at the first's pace; where it then goes slower (another
+    visitor's run on the same cores), the server's cap or CPU budget would stop the run and serve nothing. The job asks
+    again between the second training's steps (mirror.job.Outlasting, from its third step: the first pays for its
+    warm-up), stops that training itself where going on would outlast the room, and serves the first training's
+    blend: its record and page say "Trained once" and why; its model, index and weights are the first's."""
+    import dataclasses
+
+    from explorer.resources.record import Made
+    from mirror.encoder import load_encoder
+    from mirror.job import Finished, Phase, Step, tune_and_index
+    from ui.render_pairs import blend_choice_md
+
+    config = dataclasses.replace(held_down(monkeypatch, tiny_bert), max_steps=6)
+    texts, partners = rows_of_pairs(440)
+    why = "would not end within this server's time for a run (1 s left of 30 min, MIRROR_MAX_RUN_SECONDS)"
+    asked: list[float] = []
+
+    def room(seconds: float) -> str | None:  # room to start it; none once it has taken three steps
+        asked.append(seconds)
+        return None if len(asked) == 1 else why
+
+    events: list = []
+    run = tmp_path / "run"
+    tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners, room=room)
+    stats = next(e for e in events if isinstance(e, Finished)).stats
+    second = [e for e in events if isinstance(e, Step) and e.training == 2]
+    assert [e.step for e in second] == [1, 2, 3] and len(asked) == 2 and asked[1] > 0
+    retry = stats["blend_choice"]["retry"]
+    assert retry == {"anchor": 30.0, "stopped": [3, second[0].total], "why": why}
+    said = f"was stopped after 3 of {second[0].total} steps: going on, it {why}; the first is served"
+    assert any(isinstance(e, Phase) and e.text.startswith("Second training stopped after 3 of") for e in events)
+    assert any(n.startswith("trained once:") and said in n for n in stats["notes"])
+    page = blend_choice_md(SimpleNamespace(record=Made.of_training(stats).record))  # as the app records it
+    assert "**Trained once:** the general checks held the blend down; a second training" in page and said in page
+    # what is served is the first training: its settings, its blend of its weights as trained, its index
+    saved = json.loads((run / "model" / "mirror_config.json").read_text())["config"]
+    assert (
+        saved["general_anchor"] == 0.0 and saved["blend_alpha"] == stats["run_alpha"] == stats["blend_choice"]["alpha"]
+    )
+    assert not (run / "tuned_model.anchored").exists()
+    assert stats["losses"] == pytest.approx([e.loss for e in events if isinstance(e, Step) and e.training == 1])
+    a = stats["run_alpha"]
+    b = weights(load_encoder(str(tiny_bert), device="cpu").model)
+    t = weights(load_encoder(str(run / "tuned_model"), device="cpu", allowed_roots=[run]).model)
+    s = weights(load_encoder(str(run / "model"), device="cpu", allowed_roots=[run]).model)
+    for key in s:
+        torch.testing.assert_close(s[key], (1 - a) * b[key] + a * t[key], rtol=1e-5, atol=1e-5)
+    index = VectorIndex.load(run / "tuned_index")
+    served = load_encoder(str(run / "model"), device="cpu", allowed_roots=[run])
+    np.testing.assert_allclose(index.stored([0, 99]), served.encode([texts[0], texts[99]], normalize=True), atol=1e-5)
 
 
 def test_a_plan_without_room_for_a_second_training_says_so_instead_of_pricing_it(app, tiny_bert, tmp_path):

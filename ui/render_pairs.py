@@ -237,7 +237,7 @@ def blend_choice_md(run: RunInfo | None) -> str:
     )
     retry = choice.get("retry")
     twice = ""
-    if isinstance(retry, dict) and "skipped" in retry:
+    if isinstance(retry, dict) and "second" not in retry:  # none started, or it stopped itself: the first served
         twice = f"\n\n**Trained once:** {retry_sentence(retry)}."
     elif isinstance(retry, dict):
         twice = (
