@@ -282,7 +282,8 @@ class Outlasting:
     follows them (`after` seconds: its blend choice and the tuned index) would outlast the run's `room` (its server's
     time for a run, its visitor's hour of CPU: explorer.runs.execute.Runner.room). Then the job stops that training
     itself and serves the first (`why` says why), where the server's stop would serve nothing: the room asked before
-    it started priced it at the first's pace, and a second run on the same cores can halve that pace."""
+    it started priced it at the first's pace, which others' work on the same cores can halve (a run yields its steps
+    to every visitor's maps and evaluations; a server training two runs at once shares its cores)."""
 
     SETTLED = 3  # steps before it judges: the first pays for the optimiser's states and new kernels
 
