@@ -426,6 +426,8 @@ def test_the_page_says_a_run_trained_twice_and_another_alpha_blends_the_served_t
     assert choice["retry"]["served"] == "second" and run.record.training.run_alpha == choice["alpha"]
     table = render.forgetting_md(run)
     assert "**Trained twice:**" in table and "general anchor λ 30" in table and "the second is served" in table
+    assert any(n.startswith("trained twice: ") for n in run.record.notes)  # the record keeps it, the CLI prints it:
+    assert "trained twice" not in render.run_md(run)  # the page's notes leave it to the verdict (it said it twice)
     saved = json.loads((run.folder / "model" / "mirror_config.json").read_text())["config"]
     assert saved["general_anchor"] == 30.0 and saved["retry_anchor"] == 30.0
     other = next(a for a in ALPHAS if a != choice["alpha"])

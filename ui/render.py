@@ -194,8 +194,14 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
         ("Base model", f"`{run.base_model}` ({run.pooling} pooling), {t.mode or '?'} preset"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    said = (choice_of(run) or {}).get("reason")  # the blend choice's reason: its own paragraph says it (not twice)
-    extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(run.record.notes) if n != said)
+    choice = choice_of(run) or {}
+    said = choice.get("reason")  # the blend choice's reason: its own paragraph says it (not twice), and its retry's
+    retried = ("trained once: ", "trained twice: ") if choice.get("retry") else ()
+    extra = "".join(
+        "\n\n" + message(n, "warning")
+        for n in list(notes) + list(run.record.notes)
+        if n != said and not n.startswith(retried)
+    )
     run_id, blend, zipped = run.folder.name, blend_of(run), uploaded_zip(run)
     if blend is not None:  # the training in the table is the parent's; the blend itself trained nothing
         alpha, parent = blend
