@@ -285,7 +285,9 @@ class Outlasting:
     it started priced it at the first's pace, which others' work on the same cores can halve (a run yields its steps
     to every visitor's maps and evaluations; a server training two runs at once shares its cores)."""
 
-    SETTLED = 3  # steps before it judges: the first pays for the optimiser's states and new kernels
+    # steps before it judges: the first pays for the optimiser's states and new kernels, and one step of long strings
+    # takes several of short ones (a 953-row run's steps took 2 to 16 s), so a tenth of the steps at least
+    SETTLED = 3
 
     def __init__(self, room: Callable[[float], str | None] | None, after: float):
         self.room, self.after = room, after
@@ -299,7 +301,7 @@ class Outlasting:
         self.step, self.total = step, total
 
     def __call__(self) -> bool:
-        if self.room is None or self.first_at is None or self.step < self.SETTLED:
+        if self.room is None or self.first_at is None or self.step < max(self.SETTLED, self.total // 10):
             return False
         per_step = (time.perf_counter() - self.first_at) / (self.step - 1)
         self.why = self.room(per_step * (self.total - self.step) + self.after)

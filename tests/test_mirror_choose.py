@@ -521,6 +521,27 @@ def test_a_second_training_going_slower_than_priced_stops_itself_and_serves_the_
     np.testing.assert_allclose(index.stored([0, 99]), served.encode([texts[0], texts[99]], normalize=True), atol=1e-5)
 
 
+def test_a_second_training_is_judged_from_a_tenth_of_its_steps_at_its_pace_since_its_first(monkeypatch):
+    """mirror.job.Outlasting: not before step 3 nor before a tenth of the steps (one step of long strings takes several
+    of short ones), then the steps left at the pace of those after the first (which pays for the warm-up), plus what
+    follows them."""
+    import mirror.job as job
+
+    clock = {"now": 100.0}
+    monkeypatch.setattr(job.time, "perf_counter", lambda: clock["now"])
+    asked: list[float] = []
+    outlasting = job.Outlasting(lambda seconds: asked.append(seconds) or ("no room" if seconds > 700 else None), 60.0)
+    for step in range(1, 8):
+        clock["now"] += 30.0 if step == 1 else 10.0  # the first step slow, then 10 s a step
+        outlasting.stepped(step, 70)
+        stops = outlasting()
+        assert stops is False and (asked == [] if step < 7 else asked == [pytest.approx(10.0 * 63 + 60.0)])
+    clock["now"] += 20.0  # the eighth step twice as slow: (60 + 20) / 7 s a step for the 62 left
+    outlasting.stepped(8, 70)
+    assert outlasting() is True and outlasting.why == "no room" and asked[-1] == pytest.approx(80 / 7 * 62 + 60.0)
+    assert job.Outlasting(None, 0.0)() is False  # no room to ask (the CLI): never
+
+
 def test_a_plan_without_room_for_a_second_training_says_so_instead_of_pricing_it(app, tiny_bert, tmp_path):
     """Planner.room_for_retry: where the visitor's hour of CPU (or the server's time for a run) would not fit the run
     with its second training, the plan does not price one "if the checks hold its blend down": it says the run will
