@@ -34,6 +34,17 @@ def weights(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
 
 
+def assert_served_blend(base: object, run, alpha: float) -> None:
+    """The served model (run/model) is the blend at `alpha` of the base and the weights as trained (run/tuned_model)."""
+    from mirror.encoder import load_encoder
+
+    b = weights(load_encoder(str(base), device="cpu").model)
+    t = weights(load_encoder(str(run / "tuned_model"), device="cpu", allowed_roots=[run]).model)
+    s = weights(load_encoder(str(run / "model"), device="cpu", allowed_roots=[run]).model)
+    for key in s:
+        torch.testing.assert_close(s[key], (1 - alpha) * b[key] + alpha * t[key], rtol=1e-5, atol=1e-5)
+
+
 def test_the_rule_keeps_every_check_within_half_its_margin():
     margins = {c.name: c.margin for c in CHECKS}
     name = next(iter(margins))
@@ -333,12 +344,7 @@ def test_a_run_whose_checks_hold_its_blend_down_trains_again_and_serves_the_bett
     assert saved["general_anchor"] == (30.0 if second_served else 0.0) and saved["blend_alpha"] == stats["run_alpha"]
     assert not (run / "tuned_model.anchored").exists()
     # the served model is the chosen blend of the base and the served training's weights as trained (tuned_model/)
-    a = stats["run_alpha"]
-    b = weights(load_encoder(str(tiny_bert), device="cpu").model)
-    t = weights(load_encoder(str(run / "tuned_model"), device="cpu", allowed_roots=[run]).model)
-    s = weights(load_encoder(str(run / "model"), device="cpu", allowed_roots=[run]).model)
-    for key in s:
-        torch.testing.assert_close(s[key], (1 - a) * b[key] + a * t[key], rtol=1e-5, atol=1e-5)
+    assert_served_blend(tiny_bert, run, stats["run_alpha"])
     trained = json.loads((run / "tuned_model" / "mirror_config.json").read_text())["config"]
     assert trained["general_anchor"] == saved["general_anchor"]
     # and what a search finds is what it computes
@@ -510,12 +516,7 @@ def test_a_second_training_going_slower_than_priced_stops_itself_and_serves_the_
     )
     assert not (run / "tuned_model.anchored").exists()
     assert stats["losses"] == pytest.approx([e.loss for e in events if isinstance(e, Step) and e.training == 1])
-    a = stats["run_alpha"]
-    b = weights(load_encoder(str(tiny_bert), device="cpu").model)
-    t = weights(load_encoder(str(run / "tuned_model"), device="cpu", allowed_roots=[run]).model)
-    s = weights(load_encoder(str(run / "model"), device="cpu", allowed_roots=[run]).model)
-    for key in s:
-        torch.testing.assert_close(s[key], (1 - a) * b[key] + a * t[key], rtol=1e-5, atol=1e-5)
+    assert_served_blend(tiny_bert, run, stats["run_alpha"])
     index = VectorIndex.load(run / "tuned_index")
     served = load_encoder(str(run / "model"), device="cpu", allowed_roots=[run])
     np.testing.assert_allclose(index.stored([0, 99]), served.encode([texts[0], texts[99]], normalize=True), atol=1e-5)
