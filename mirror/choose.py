@@ -256,6 +256,12 @@ def better_of(first: Choice, second: Choice) -> bool:
     return second.gain > first.gain
 
 
+def retry_note(retry: dict[str, Any]) -> str:
+    """The run's note of its second training (`retry`), as its record keeps it and the CLI prints it: "trained twice:
+    …" where one ran to its end, "trained once: …" where none was started or it stopped itself."""
+    return f"trained {'twice' if 'second' in retry else 'once'}: {retry_sentence(retry)}"
+
+
 def retry_sentence(retry: dict[str, Any]) -> str:
     """A second training in words (the record's `retry`: mirror.job._train_again), or why none was started or
     finished."""

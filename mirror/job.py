@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from mirror.choose import retry_sentence
+from mirror.choose import retry_note
 from mirror.config import MirrorConfig
 from mirror.pairs import HeldOut, clean_pairs
 
@@ -194,7 +194,7 @@ def tune_and_index(
             why = room(needed) if room is not None else None
             if why:
                 retry = {"anchor": config.retry_anchor, "skipped": round(needed), "why": why}
-                result.notes.append(f"trained once: {retry_sentence(retry)}")
+                result.notes.append(retry_note(retry))
             else:
                 again = True
                 # what follows its steps: a blend choice as long as the first's, then the tuned index
@@ -309,7 +309,7 @@ class Outlasting:
 
 
 def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emit, should_stop, memory,
-                 outlasting: Outlasting | None = None) -> tuple[Any, Any, Any]:  # fmt: skip
+                 outlasting: Outlasting) -> tuple[Any, Any, Any]:  # fmt: skip
     """The general checks held `first`'s blend (`choice`) below its best α: train once more from the base with
     general text held near it (`retry_anchor` as the general anchor), choose that training's blend on the same rows,
     and serve the better (mirror.choose.better_of). Returns (the result served, its Choice, what the retry found for
@@ -335,7 +335,6 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
     emit(Phase(f"Training again with general text held near the base (general anchor λ {config.retry_anchor:g}): "
                f"the general checks held the blend at α {choice.alpha:g}, below the α its held-out rows gain most at"))  # fmt: skip
     texts, partners = held.training()
-    outlasting = outlasting or Outlasting(None, 0.0)
 
     def stepped(s: int, t: int, loss: float, b: int) -> None:
         outlasting.stepped(s, t)
@@ -348,7 +347,7 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
         retry = {"anchor": config.retry_anchor, "stopped": [outlasting.step, outlasting.total], "why": outlasting.why}
         emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps: going on, it "
                    f"{outlasting.why}; serving the first training's blend"))  # fmt: skip
-        first.notes.append(f"trained once: {retry_sentence(retry)}")
+        first.notes.append(retry_note(retry))
         return first, choice, retry
     folder = run / "tuned_model.anchored"
     again = None
@@ -369,11 +368,11 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
     if served:
         shutil.rmtree(run / "tuned_model")
         folder.rename(run / "tuned_model")
-        second.notes.append(f"trained twice: {retry_sentence(retry)}")
+        second.notes.append(retry_note(retry))
         return second, again, retry
     shutil.rmtree(folder)
     restore(kept)
-    first.notes.append(f"trained twice: {retry_sentence(retry)}")
+    first.notes.append(retry_note(retry))
     return first, choice, retry
 
 

@@ -24,6 +24,7 @@ from explorer.resources.runfacts import (
 )
 from explorer.words import fmt_seconds, message
 from mirror.checks import SUGGESTED_ALPHA, blend_summary
+from mirror.choose import retry_note
 from mirror.config import BUNDLED_MODEL
 from ui.render_hits import rank_move, render_results  # noqa: F401 (re-exported: render.render_results)
 from ui.render_load import length_words, load_md, preset_blend  # noqa: F401 (re-exported: render.load_md)
@@ -195,13 +196,9 @@ def run_md(run: RunInfo, notes: Sequence[str] = ()) -> str:
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     choice = choice_of(run) or {}
-    said = choice.get("reason")  # the blend choice's reason: its own paragraph says it (not twice), and its retry's
-    retried = ("trained once: ", "trained twice: ") if choice.get("retry") else ()
-    extra = "".join(
-        "\n\n" + message(n, "warning")
-        for n in list(notes) + list(run.record.notes)
-        if n != said and not n.startswith(retried)
-    )
+    # the blend choice's reason and its second training's note: its own paragraphs say them (not twice)
+    said = {choice.get("reason"), retry_note(choice["retry"]) if choice.get("retry") else None}
+    extra = "".join("\n\n" + message(n, "warning") for n in list(notes) + list(run.record.notes) if n not in said)
     run_id, blend, zipped = run.folder.name, blend_of(run), uploaded_zip(run)
     if blend is not None:  # the training in the table is the parent's; the blend itself trained nothing
         alpha, parent = blend
