@@ -114,6 +114,7 @@ def tune_and_index(
     columns: tuple[str, str] = ("string", "partner"),
     planned_memory: int | None = None,
     room: Callable[[float], str | None] | None = None,
+    first: Callable[[], bool] | None = None,
 ) -> None:
     """Mirror-tune `config.model` on `texts` and write run/model, run/base_index (unless build_base is False)
     and run/tuned_index (built and read through `indexes`). Reports through `emit`; ends with Finished(stats) or, when `should_stop()` turned
@@ -126,7 +127,9 @@ def tune_and_index(
     starts (`kept_memory`; then Replanned says so). `room(seconds)`: None when the run may go on that many seconds
     more, else why not (a server's caps: its time for a run, its visitor's CPU); a pairs run's second training
     (`retry_anchor`) it has no room for is not started, one going slower than that is stopped by the job itself
-    (`Outlasting`) and the first training served, and its record says why."""
+    (`Outlasting`) and the first training served, and its record says why. `first()`: true once the user asked for
+    the first training's blend while a second one trains (the page's *Serve the first training*): that training
+    stops at its next step, and the first is served as where it stops itself."""
     from mirror.encoder import load_encoder
     from mirror.train import add_stats, mirror_tune, save_result
 
@@ -198,7 +201,7 @@ def tune_and_index(
             else:
                 again = True
                 # what follows its steps: a blend choice as long as the first's, then the tuned index
-                outlasting = Outlasting(room, time.perf_counter() - chose_at + index_s)
+                outlasting = Outlasting(room, time.perf_counter() - chose_at + index_s, first)
                 result, choice, retry = _train_again(base_copy, result, choice, held, config, run, emit, should_stop,
                                                      memory, outlasting)  # fmt: skip
         del base_copy
@@ -283,24 +286,39 @@ class Outlasting:
     time for a run, its visitor's hour of CPU: explorer.runs.execute.Runner.room). Then the job stops that training
     itself and serves the first (`why` says why), where the server's stop would serve nothing: the room asked before
     it started priced it at the first's pace, which others' work on the same cores can halve (a run yields its steps
-    to every visitor's maps and evaluations; a server training two runs at once shares its cores)."""
+    to every visitor's maps and evaluations; a server training two runs at once shares its cores). `first()` true:
+    the user asked for the first training's blend (`asked`), honoured at once."""
 
     # steps before it judges: the first pays for the optimiser's states and new kernels, and one step of long strings
     # takes several of short ones (a 953-row run's steps took 2 to 16 s), so a tenth of the steps at least
     SETTLED = 3
 
-    def __init__(self, room: Callable[[float], str | None] | None, after: float):
-        self.room, self.after = room, after
+    def __init__(
+        self,
+        room: Callable[[float], str | None] | None,
+        after: float,
+        first: Callable[[], bool] | None = None,
+    ):
+        self.room, self.after, self.first = room, after, first
         self.step = self.total = 0
         self.first_at: float | None = None
         self.why: str | None = None
+        self.asked = False
 
     def stepped(self, step: int, total: int) -> None:
         if step == 1:
             self.first_at = time.perf_counter()
         self.step, self.total = step, total
 
+    def wanted(self) -> bool:
+        """The user asked for the first training's blend (read once more after the last step: asked during it)."""
+        if self.first is not None and not self.asked and self.first():
+            self.asked, self.why = True, "you asked for the first training's blend"
+        return self.asked
+
     def __call__(self) -> bool:
+        if self.wanted():
+            return True
         if self.room is None or self.first_at is None or self.step < max(self.SETTLED, self.total // 10):
             return False
         per_step = (time.perf_counter() - self.first_at) / (self.step - 1)
@@ -342,11 +360,17 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
 
     second = mirror_tune(texts, anchored, on_step=stepped, should_stop=lambda: should_stop() or outlasting(),
                          encoder=encoder, memory_budget=memory, pairs=partners)  # fmt: skip
-    if second.cancelled and not should_stop() and outlasting.why:  # it stopped itself: the first is served
+    # it stopped itself, or the user asked for the first (also during its last step): the first is served
+    if not should_stop() and ((second.cancelled and outlasting.why) or outlasting.wanted()):
         restore(kept)
         retry = {"anchor": config.retry_anchor, "stopped": [outlasting.step, outlasting.total], "why": outlasting.why}
-        emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps: going on, it "
-                   f"{outlasting.why}; serving the first training's blend"))  # fmt: skip
+        if outlasting.asked:
+            retry["asked"] = True
+            emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps, as you asked; "
+                       "serving the first training's blend"))  # fmt: skip
+        else:
+            emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps: going on, it "
+                       f"{outlasting.why}; serving the first training's blend"))  # fmt: skip
         first.notes.append(retry_note(retry))
         return first, choice, retry
     folder = run / "tuned_model.anchored"

@@ -130,7 +130,8 @@ def test_demo_wires_named_api_endpoints_and_every_config_field(app):
     demo = mx.build_demo(app)
     info = demo.get_api_info()
     explore = {"/export", "/moved", "/neighbours", "/health", "/push", "/map"}
-    assert set(info["named_endpoints"]) == {"/train", "/search", "/cancel"} | explore  # UI events are private
+    runs = {"/train", "/search", "/cancel", "/serve_first"}
+    assert set(info["named_endpoints"]) == runs | explore  # UI events are private
     params = {p["parameter_name"]: p for p in info["named_endpoints"]["/train"]["parameters"]}
     assert list(params) == ["texts", "file", "column", "model", "mode", "settings", "pair_column"]
     assert params["pair_column"]["parameter_default"] == ""  # issue 50: no partner unless asked

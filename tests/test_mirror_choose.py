@@ -522,6 +522,82 @@ def test_a_second_training_going_slower_than_priced_stops_itself_and_serves_the_
     np.testing.assert_allclose(index.stored([0, 99]), served.encode([texts[0], texts[99]], normalize=True), atol=1e-5)
 
 
+def test_serve_the_first_training_stops_a_second_one_and_serves_the_first_whole_path(
+    app, tiny_bert, tmp_path, monkeypatch
+):
+    """*Serve the first training* (Trainer.serve_first, the page's button, the API's /serve_first): refused while no
+    second training goes on; during one, that training stops at its next step and the first training's blend is
+    served, its index what the served model computes, its record and page say it trained once as asked, and the
+    request (the run folder's FIRST file) is not left in the run kept."""
+    import threading
+
+    import mirror.job as job
+    from explorer.events import Step
+    from mirror.encoder import load_encoder
+    from tests.conftest import TINY
+    from ui.render_pairs import blend_choice_md
+
+    held_down(monkeypatch, tiny_bert)
+    texts, partners = rows_of_pairs(440)
+    path = tmp_path / "pairs.csv"
+    path.write_text("name,summary\n" + "\n".join(f"{t},{p}" for t, p in zip(texts, partners, strict=True)) + "\n")
+    s = app.session()
+    app.loader.load_file(s, str(path), "name", "pairs.csv", "summary")
+    assert app.trainer.serve_first(s).startswith("Nothing is running")
+    # the job waits before the second training's second step until the test has asked (its steps take milliseconds)
+    asked, judge = threading.Event(), job.Outlasting.__call__
+    monkeypatch.setattr(job.Outlasting, "__call__", lambda self: (self.step < 1 or asked.wait(60)) and judge(self))
+    run = app.trainer.start(s, str(tiny_bert), "auto", {**TINY, "max_steps": 4, "blend_choose": True,
+                                                       "retry_anchor": 30.0})  # fmt: skip
+    said: list[str] = []
+    for ev in run.follow():
+        if isinstance(ev, Step) and ev.training == 1 and not said:
+            said.append(app.trainer.serve_first(s))  # the first training: nothing to stop yet
+        if isinstance(ev, Step) and ev.training == 2 and not asked.is_set():
+            said.append(app.trainer.serve_first(s))
+            assert app.trainer.first_asked(s)
+            asked.set()
+    assert said[0].startswith("No second training is going on") and said[1].startswith("Stopping the second training")
+    assert ev.kind == "done" and not (s.run.folder / "FIRST").exists() and not app.trainer.first_asked(s)
+    retry = s.run.record.training.blend_choice["retry"]
+    assert retry["asked"] is True and retry["stopped"][0] == 1 and "second" not in retry
+    page = blend_choice_md(s.run)
+    assert "**Trained once:**" in page and "was stopped after 1 of 4 steps, as you asked; the first is served" in page
+    saved = json.loads((s.run.folder / "model" / "mirror_config.json").read_text())["config"]
+    assert saved["general_anchor"] == 0.0 and saved["blend_alpha"] == s.run.record.training.run_alpha
+    assert_served_blend(tiny_bert, s.run.folder, s.run.record.training.run_alpha)
+    served = load_encoder(str(s.run.folder / "model"), device="cpu", allowed_roots=[s.run.folder])
+    index = VectorIndex.load(s.run.folder / "tuned_index")
+    np.testing.assert_allclose(index.stored([0, 9]), served.encode([texts[0], texts[9]], normalize=True), atol=1e-5)
+
+
+def test_serve_the_first_training_reaches_a_job_in_another_process_through_its_folder(tiny_bert, tmp_path, monkeypatch):
+    """On ZeroGPU the job runs in a GPU worker (explorer.runs.jobs.train_job): *Serve the first training* reaches it
+    as the run folder's FIRST file, as Cancel does as STOP; its second training stops there and the first is served."""
+    import threading
+
+    import mirror.job as job
+    from explorer.events import Finished, Step
+    from explorer.runs.jobs import train_job
+    from explorer.runs.live import FIRST_FILE
+
+    config = held_down(monkeypatch, tiny_bert)
+    asked, judge = threading.Event(), job.Outlasting.__call__
+    monkeypatch.setattr(job.Outlasting, "__call__", lambda self: (self.step < 1 or asked.wait(60)) and judge(self))
+    texts, partners = rows_of_pairs(440)
+    run = tmp_path / "run"
+    run.mkdir()
+    events = []
+    for ev in train_job(texts, config.to_dict(), str(run), [str(tiny_bert)], True, {}, partners):
+        events.append(ev)
+        if isinstance(ev, Step) and ev.training == 2 and not asked.is_set():
+            (run / FIRST_FILE).touch()  # what Trainer.serve_first writes
+            asked.set()
+    stats = next(e for e in events if isinstance(e, Finished)).stats
+    assert stats["blend_choice"]["retry"]["asked"] is True and stats["blend_choice"]["retry"]["stopped"][0] == 1
+    assert json.loads((run / "model" / "mirror_config.json").read_text())["config"]["general_anchor"] == 0.0
+
+
 def test_a_second_training_is_judged_from_a_tenth_of_its_steps_at_its_pace_since_its_first(monkeypatch):
     """mirror.job.Outlasting: not before step 3 nor before a tenth of the steps (one step of long strings takes several
     of short ones), then the steps left at the pace of those after the first (which pays for the warm-up), plus what

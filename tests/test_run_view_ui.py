@@ -63,6 +63,56 @@ def test_after_cancel_each_redraw_says_the_run_stops_not_its_time_left(ui):
     assert any("Cancelled after 2 of 10 steps" in s for s in ends), ends
 
 
+def shown(update: dict, elem_id: str) -> object:
+    """What a view sets of the component `elem_id` (None: left as it is)."""
+    return next((v for c, v in update.items() if getattr(c, "elem_id", None) == elem_id), None)
+
+
+def test_serve_the_first_training_is_offered_during_a_second_training_only_and_then_said(ui, tmp_path):
+    """*Serve the first training* (ui.runs, Trainer.serve_first): hidden while the first training goes on, shown once a
+    second one does; clicked, the next redraws say the second training stops after this step and the first is served
+    (not its time left), and the button is not offered again."""
+    app, fns = ui
+    session = app.session()
+    run = app.registry.asked(session) or Run(session)
+    run.strings, run.texts = (3, "three.txt"), ("cat", "dog", "bird")
+    assert app.registry.begin(run)
+    run.admit()
+    run.begins(tmp_path)
+    drawn = fns["on_load"].fn({"runs": [], "active": run.id}, session, None)
+    next(drawn)
+    run.publish(Step(step=1, total=10, loss=2.0, eta=30.0, batch=3))
+    views = [next(drawn)]
+    while "step 1 / 10" not in status(views[-1]):
+        views.append(next(drawn))
+    assert not any(shown(v, "mx-first") for v in views)  # the first training: nothing to offer
+    time.sleep(1.1)
+    run.publish(Step(step=1, total=8, loss=2.0, eta=40.0, batch=3, training=2))
+    views = [next(drawn)]
+    while "Training again" not in status(views[-1]):
+        views.append(next(drawn))
+    assert shown(views[-1], "mx-first")["visible"] is True and "ETA 40 s" in status(views[-1])
+
+    said, hidden, _ = fns["on_first"].fn(session)  # the button's handler
+    assert "Stopping the second training after this step" in said and hidden["visible"] is False
+    assert (tmp_path / "FIRST").exists()  # what the job reads between its steps (mirror.job.Outlasting)
+    time.sleep(1.1)
+    run.publish(Step(step=2, total=8, loss=1.9, eta=35.0, batch=3, training=2))
+    views = [next(drawn)]
+    while "step 2 / 8" not in status(views[-1]):
+        views.append(next(drawn))
+    line = status(views[-1])
+    assert "Stopping the second training after this step" in line and "ETA" not in line, line
+    assert not any((shown(v, "mx-first") or {}).get("visible") for v in views)  # hidden (on every page following)
+    run.publish(Cancelled("Cancelled after 2 of 8 steps of its second training; nothing was saved."))
+    app.registry.end(run)
+    run.end()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ends = list(drawn)
+    assert any(status(v) and (shown(v, "mx-first") or {}).get("visible") is False for v in ends)  # gone with the run
+
+
 def test_a_model_upload_and_a_blend_say_each_phase_on_their_own_line(ui):
     """Gradio draws a progress's text only with a number: `progress(None, desc=...)` showed a bare timer, and a model
     upload greyed out the whole Tune tab (every output of the event) while it waited, minutes behind another

@@ -1,4 +1,4 @@
-"""The named API endpoints for gradio_client (/train, /search, /cancel and the Explore tab's /map, /export, /moved,
+"""The named API endpoints for gradio_client (/train, /search, /cancel, /serve_first and the Explore tab's /map, /export, /moved,
 /neighbours, /health, /push): their hidden components and handlers. Each Client is its own session; `run=<id>`
 reaches any kept run."""
 
@@ -53,6 +53,8 @@ def api_components() -> SimpleNamespace:
             train_btn=gr.Button(),
             search_btn=gr.Button(),
             cancel_btn=gr.Button(),
+            first_out=gr.Textbox(label="serve_first"),
+            first_btn=gr.Button(),
             # the Explore tab's endpoints
             fmt=gr.Textbox(value="all", label="fmt", max_length=MAX_SHORT_TEXT),
             rows=gr.JSON(value=[], label="rows"),
@@ -141,12 +143,19 @@ def wire_api(app: MirrorApp, state: gr.State, api: SimpleNamespace) -> None:
             return "Nothing is running.", s
         return app.trainer.cancel(s), s
 
+    def api_first(s: Session | None = None):
+        """While this client's run trains a second time, stop that training and serve the first's blend."""
+        if not isinstance(s, Session):
+            return "Nothing is running.", s
+        return app.trainer.serve_first(s), s
+
     train_inputs = [api.texts, api.file, api.column, api.model, api.mode, api.settings, api.pair_column, state]
     train_outputs = [api.train_out, api.model_zip, api.index_zip, state]
     api.train_btn.click(api_train, train_inputs, train_outputs, api_name="train", **train_queue)
     search_io = ([api.queries, api.k, api.hide_query, api.run, state], [api.search_out, state])
     api.search_btn.click(api_search, *search_io, api_name="search", concurrency_limit=None)
     api.cancel_btn.click(api_cancel, [state], [api.cancel_out, state], api_name="cancel", queue=False)
+    api.first_btn.click(api_first, [state], [api.first_out, state], api_name="serve_first", queue=False)
     wire_explore_api(app, state, api, served.serve)
 
 

@@ -78,14 +78,15 @@ class TrainView:
 
         return chance.live(session, models)
 
-    def show(self, view: Progress, stopping: str = "") -> dict:
+    def show(self, view: Progress, stopping: str = "", first: str = "") -> dict:
         """The status line (its phase's bar, or its training step's with the time left), the live curve, and on a
         shown Gradio progress the same: one redraw of the run's view (explorer.runs.follow, at most once a second:
         each message the page gets costs Gradio's frontend ~0.1 s of a small machine's core, whatever it changes;
         redrawn twice a second with Gradio's hidden progress on every step, a training run took ~55% of a core in
         Chromium, ~27% once a second: bench/bench_page_cpu.py). Its new notes are said as toasts. `stopping`: what
         a stop asked (Cancel) does, said (RunView.stopping) in place of a step's time left, a phase's line marked
-        "stopping…", until the run ends (Cancelled) or is served (too late to stop)."""
+        "stopping…", until the run ends (Cancelled) or is served (too late to stop); `first`: what *Serve the first
+        training* does, said in place of a second training's time left."""
         for text in view.take_notes():
             gr.Warning(render.toast_text(text))
         self.losses, self.batches, ev = view.losses, view.batches, view.now
@@ -106,6 +107,8 @@ class TrainView:
                 eta += " of the training; what follows it (the tuned index, the checks) is not timed yet"
             if halt:  # Cancel pressed: the run ends after this step, and nothing of it is served
                 eta = stopping
+            elif first and ev.training > 1:
+                eta = first
             training = "Training again (general text held near the base)" if ev.training > 1 else "Training"
             text = f"<b>{training}</b> · step {ev.step:,} / {ev.total:,} · loss {ev.loss:.4f}"
             self.status = render.progress_bar(text, ev.step, ev.total, eta)
@@ -151,7 +154,7 @@ class RunView:
         self.search, self.evaluate, self.explore = search, evaluate, explore
         self.outputs = [ui.status_md, ui.loss_plot, ui.result_md, ui.model_file, ui.index_file, search.served_md]
         self.outputs += [search.results]
-        self.outputs += [evaluate.gold, evaluate.moved_head, ui.launch, ui.cancel, ui.runs, browser, state]
+        self.outputs += [evaluate.gold, evaluate.moved_head, ui.launch, ui.cancel, ui.first, ui.runs, browser, state]
         self.outputs += [explore.caption, explore.forget_md, explore.alpha, explore.map, explore.map_md]
         self.outputs += [ui.input_md, ui.estimate_md]
         self.outputs += [c for c in explore_outputs(explore) if c not in self.outputs]
@@ -257,11 +260,12 @@ class RunView:
         view = TrainView(progress, chance, (ui.status_md, ui.loss_plot))
 
         def idle() -> dict:  # at the run's end: Launch when strings are loaded then (an upload cleared meanwhile)
-            return {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False)}
+            return {ui.launch: gr.update(interactive=bool(session.texts)), ui.cancel: gr.update(interactive=False),
+                    ui.first: gr.update(visible=False)}  # fmt: skip
 
         # Launch greyed while the run goes, a blend from Explore too (its Launch stayed enabled through its checks, a
         # click refused with a message: issue 60's last newcomer's pass); a model zip's upload greys it itself
-        held = {ui.launch: gr.update(interactive=False)}
+        held, offered = {ui.launch: gr.update(interactive=False)}, False  # offered: Serve the first training shown
         for now in follow_progress(events):
             ev = now.end
             if now.served is not None and ev is None:
@@ -274,6 +278,7 @@ class RunView:
                 yield {
                     ui.status_md: box,
                     ui.cancel: gr.update(interactive=False),
+                    ui.first: gr.update(visible=False),
                     **self.served(now.served, session, memory, active),
                     **held,
                 }
@@ -311,12 +316,20 @@ class RunView:
                 box = render.status_box(render.done_status(ev.run), "ok")
                 yield self.with_strings({ui.status_md: box, **idle(), **self.served(ev.run, session, memory)}, session)
                 return
-            yield {**view.show(now, self.stopping(session)), **held}
+            stopping, first = self.stopping(session), FIRST_ASKED if self.app.trainer.first_asked(session) else ""
+            shown = view.show(now, stopping, first)
+            second = isinstance(now.now, Step) and now.now.training > 1 and not (stopping or first)
+            if second != offered:  # while a second training goes on, until a stop or the first is asked
+                shown[ui.first], offered = gr.update(visible=second), second
+            yield {**shown, **held}
             held = {}  # said once: the page keeps it until the run's end sets it again (`idle`)
 
 
+FIRST_ASKED = "Stopping the second training after this step: the first training's blend is served"
+
+
 def wire_training(app: MirrorApp, view: RunView) -> None:
-    """Launch (queued, one training slot) and Cancel."""
+    """Launch (queued, one training slot), Cancel, and Serve the first training (while a second one goes on)."""
     ui, state, browser = view.ui, view.state, view.browser
     train_queue = JOB_QUEUE
 
@@ -355,6 +368,12 @@ def wire_training(app: MirrorApp, view: RunView) -> None:
         on_train, train_inputs, view.outputs, show_progress="hidden", **train_queue, **PRIVATE
     )
     ui.cancel.click(on_cancel, [state], [ui.status_md, state], queue=False, **PRIVATE)
+
+    def on_first(s):
+        session = app.session(s)
+        return render.status_box(app.trainer.serve_first(session)), gr.update(visible=False), session
+
+    ui.first.click(on_first, [state], [ui.status_md, ui.first, state], queue=False, **PRIVATE)
 
 
 def wire_runs(app: MirrorApp, view: RunView, demo: gr.Blocks) -> None:

@@ -107,6 +107,10 @@ def tune_tab(allow_hub: bool) -> SimpleNamespace:
             "Launch mirror tuning", variant="primary", scale=4, interactive=False, elem_id="mx-launch"
         )
         ui.cancel = gr.Button("Cancel", variant="secondary", scale=1, interactive=False, elem_id="mx-cancel")
+        # shown while a pairs run trains a second time: stop it, serve the first training's blend (Trainer.serve_first)
+        ui.first = gr.Button(
+            "Serve the first training", variant="secondary", scale=2, visible=False, elem_id="mx-first"
+        )
     ui.status_md = gr.HTML("", elem_id="mx-status")
     ui.loss_plot = gr.LinePlot(
         None,  # no empty frame: Vega-Lite warns of an "Infinite extent" on a chart without rows

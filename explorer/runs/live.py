@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mirror.app")
 STOP_FILE = "STOP"
+FIRST_FILE = "FIRST"  # a second training is asked to stop and serve the first (explorer.runs.training)
 
 
 END_KINDS = frozenset({"done", "cancelled", "error"})  # a run's last event: Done, Cancelled or Failed

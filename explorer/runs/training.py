@@ -23,7 +23,7 @@ from explorer.resources.store import write_partners
 from explorer.runs.execute import Plan, Producer, Runner, made_info, run_bytes, stopped_unserved
 from explorer.runs.follow import progress
 from explorer.runs.jobs import TrainQueue, run_job, train_job
-from explorer.runs.live import Run, RunRegistry, queue_key
+from explorer.runs.live import FIRST_FILE, Run, RunRegistry, queue_key
 from explorer.settings import Settings, zero_gpu
 from explorer.tune.eta import LiveEta
 from explorer.tune.inputs import build_config
@@ -72,6 +72,34 @@ class Trainer:
         if self.registry.get(run.id) is run:
             return STOPPING.get(run.kind, STOPPING["run"]) + kept
         return "Cancelled before it started." + kept
+
+    def serve_first(self, session: Session) -> str:
+        """While the session's run trains a second time (a pairs run whose general checks held its blend down:
+        mirror.job._train_again), stop that training at its next step and serve the first training's blend: the
+        run goes on to its tuned index and checks. Written as the run folder's FIRST file, which its job reads
+        between steps (here, or in another process on ZeroGPU)."""
+        run = self.registry.of(session)
+        if run is None:
+            return "Nothing is running. Your model and index (if any) stay served."
+        if run.stopping:
+            return "This run is stopping already: nothing of it is served."
+        now = next((e for e in reversed(list(run.events)) if isinstance(e, Phase | Step)), None)
+        if not (isinstance(now, Step) and now.training == 2) or run.folder is None:
+            return (
+                "No second training is going on: this button stops one (a pairs run whose general checks held its "
+                "blend down trains again) and serves the first training's blend instead."
+            )
+        with contextlib.suppress(OSError):  # the run just ended: said by the run itself
+            (run.folder / FIRST_FILE).touch()
+        return (
+            "Stopping the second training after this step: the first training's blend is served, then its tuned "
+            "index and general checks follow."
+        )
+
+    def first_asked(self, session: Session) -> bool:
+        """*Serve the first training* was asked of the session's run (its FIRST file is there: `serve_first`)."""
+        run = self.registry.of(session)
+        return run is not None and run.folder is not None and (run.folder / FIRST_FILE).exists()
 
     def train(self, session: Session, model: str, mode: str, overrides: dict[str, Any]) -> Iterator[Event]:
         """Tune on the session's strings in a fresh run folder; serve it only on success. Yields its events.
@@ -233,6 +261,7 @@ class Training(Producer):
             launched = SimpleNamespace(texts=texts, partners=self.partners, pairing=self.pairing)  # (as launched)
             run.planned = (self.planned, config, tuple(pairs_notes(launched, config)))
         limits: dict[str, Any] = {"memory": budget, "hub_cache": str(self.models.hub.root), "room": run.room}
+        limits["first"] = (folder / FIRST_FILE).exists  # Serve the first training (Trainer.serve_first)
         cap = self.settings.max_run_seconds
         if cap and run.job_since is not None:  # its time cap as a clock time, for a job in another process (ZeroGPU)
             limits["until"] = time.time() + cap - (time.monotonic() - run.job_since)
@@ -241,7 +270,8 @@ class Training(Producer):
         relay = Relay(run, self.session, self.planned)
         if zero_gpu():  # the job runs in a GPU worker process: its events come back through a generator
             run.job_starts(folder)  # its stop reaches it as a file
-            limits.pop("room")  # (not picklable: the job there is bounded by `until` and its GPU reservation)
+            # (not picklable: the job there is bounded by `until` and its GPU reservation, and reads FIRST itself)
+            limits.pop("room"), limits.pop("first")
             job = train_job(texts, config.to_dict(), str(folder), [str(r) for r in roots], build_base, limits,
                             self.partners, columns)  # fmt: skip
             with contextlib.closing(job):
@@ -250,6 +280,7 @@ class Training(Producer):
         else:  # here, in the run's own thread: its events go straight into the run
             run_job(texts, config, folder, roots, build_base, limits, relay, lambda: run.stopping, self.partners,
                     columns)  # fmt: skip
+        (folder / FIRST_FILE).unlink(missing_ok=True)  # asked for, read: not part of what the run keeps
         ev = relay.end  # the job's last event
         if isinstance(ev, Stopped) or (isinstance(ev, Finished) and run.stopping):
             text = stopped_text(ev.stats, run.stop_reason, self.settings)
