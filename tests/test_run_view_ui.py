@@ -15,7 +15,7 @@ import app as mx
 from explorer import MirrorApp, Settings
 from explorer.events import Cancelled
 from explorer.runs.live import Run
-from mirror.job import Step
+from mirror.job import Phase, Step
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,10 @@ def test_serve_the_first_training_is_offered_during_a_second_training_only_and_t
     line = status(views[-1])
     assert "Stopping the second training after this step" in line and "ETA" not in line, line
     assert not any((shown(v, "mx-first") or {}).get("visible") for v in views)  # hidden (on every page following)
+    assert fns["on_first"].fn(session)[0].count("Asked already") == 1  # clicked again (another page of it)
+    (tmp_path / "FIRST").unlink()
+    run.publish(Phase("Choosing the blend of the second training", 0, 0))  # past its steps: too late to ask
+    assert app.trainer.serve_first(session).startswith("The second training has ended its steps")
     run.publish(Cancelled("Cancelled after 2 of 8 steps of its second training; nothing was saved."))
     app.registry.end(run)
     run.end()

@@ -83,7 +83,15 @@ class Trainer:
             return "Nothing is running. Your model and index (if any) stay served."
         if run.stopping:
             return "This run is stopping already: nothing of it is served."
-        now = next((e for e in reversed(list(run.events)) if isinstance(e, Phase | Step)), None)
+        if self.first_asked(session):
+            return "Asked already: the second training stops at its next step and the first training's blend is served."
+        events = list(run.events)
+        now = next((e for e in reversed(events) if isinstance(e, Phase | Step)), None)
+        if any(isinstance(e, Step) and e.training == 2 for e in events) and not isinstance(now, Step):
+            return (
+                "The second training has ended its steps: the better of the two trainings is served (its blend is "
+                "being chosen, or it is served already)."
+            )
         if not (isinstance(now, Step) and now.training == 2) or run.folder is None:
             return (
                 "No second training is going on: this button stops one (a pairs run whose general checks held its "
