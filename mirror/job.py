@@ -29,11 +29,13 @@ from mirror.pairs import HeldOut, clean_pairs
 
 @dataclass(frozen=True)
 class Phase:
-    """A labelled stage of a job ("Loading the base model"); `done` of `total` strings when it has a bar."""
+    """A labelled stage of a job ("Loading the base model"); `done` of `total` strings when it has a bar. `said`: a
+    turn the user should not miss though its line passes in a blink (a second training stopped): also a note."""
 
     text: str
     done: int = 0
     total: int = 0
+    said: bool = False
     kind: ClassVar[str] = "phase"
 
 
@@ -367,10 +369,10 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
         if outlasting.asked:
             retry["asked"] = True
             emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps, as you asked; "
-                       "serving the first training's blend"))  # fmt: skip
+                       "serving the first training's blend", said=True))  # fmt: skip
         else:
             emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps: going on, it "
-                       f"{outlasting.why}; serving the first training's blend"))  # fmt: skip
+                       f"{outlasting.why}; serving the first training's blend", said=True))  # fmt: skip
         first.notes.append(retry_note(retry))
         return first, choice, retry
     folder = run / "tuned_model.anchored"

@@ -561,6 +561,8 @@ def test_serve_the_first_training_stops_a_second_one_and_serves_the_first_whole_
             said.append(app.trainer.serve_first(s))
     assert said[0].startswith("No second training is going on") and said[1].startswith("Stopping the second training")
     assert said[2].startswith("Asked already")
+    notes = [e.text for e in run.events if e.kind == "note"]  # a toast on the page: its phase passes in a blink
+    assert any(n.startswith("Second training stopped after 1 of 4 steps, as you asked") for n in notes), notes
     assert ev.kind == "done" and not (s.run.folder / "FIRST").exists() and not app.trainer.first_asked(s)
     retry = s.run.record.training.blend_choice["retry"]
     assert retry["asked"] is True and retry["stopped"][0] == 1 and "second" not in retry

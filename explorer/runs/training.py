@@ -320,7 +320,8 @@ class Training(Producer):
 
 class Relay:
     """A training job's `emit`: each event straight into the run (its followers see it as it comes), its Steps timed
-    against the run's plan (explorer.tune.eta) and a changed plan said at the first step that follows it; the job's
+    against the run's plan (explorer.tune.eta), a changed plan said at the first step that follows it, a Phase the
+    user should not miss said as a Note too; the job's
     last event (Finished, Stopped, Failed) is kept as `end` for the producer to turn into the run's end."""
 
     def __init__(self, run: Run, session: Session, planned: Any):
@@ -340,6 +341,8 @@ class Relay:
                 self.run.emit(Note(replanned_text(self.replanned, ev.total, self.planned)), stops=False)
                 self.replanned = None
             ev = self.eta.timed(ev)  # its ETA: the plan's phases left, its steps re-timed as they go
+        if isinstance(ev, Phase) and ev.said:  # its line passes in a blink: a note too (a toast on the page)
+            self.run.emit(Note(ev.text), stops=False)
         self.run.emit(ev, stops=False)  # watched after each: abandoned, over its time or its visitor's CPU stops it
 
 
