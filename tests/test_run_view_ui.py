@@ -29,16 +29,22 @@ def status(update: dict) -> str:
     return str(next((v for c, v in update.items() if getattr(c, "elem_id", None) == "mx-status"), ""))
 
 
-def test_after_cancel_each_redraw_says_the_run_stops_not_its_time_left(ui):
-    app, fns = ui
+def followed(app: MirrorApp, fns: dict) -> tuple:
+    """A running run of three strings, followed by a page as Launch's handler or a reloaded page follows it
+    (RunView.draw over the run's events): (its session, the run, the page's views)."""
     session = app.session()
     run = app.registry.asked(session) or Run(session)
     run.strings, run.texts = (3, "three.txt"), ("cat", "dog", "bird")
     assert app.registry.begin(run)
     run.admit()
-    # the page follows the run as Launch's handler or a reloaded page does (RunView.draw over the run's events)
     drawn = fns["on_load"].fn({"runs": [], "active": run.id}, session, None)
     assert "Reattached to your run" in status(next(drawn))
+    return session, run, drawn
+
+
+def test_after_cancel_each_redraw_says_the_run_stops_not_its_time_left(ui):
+    app, fns = ui
+    session, run, drawn = followed(app, fns)
     run.publish(Step(step=1, total=10, loss=2.0, eta=30.0, batch=3))
     line = ""
     while "step 1 / 10" not in line:  # a heartbeat's view may come first
@@ -73,14 +79,8 @@ def test_serve_the_first_training_is_offered_during_a_second_training_only_and_t
     second one does; clicked, the next redraws say the second training stops after this step and the first is served
     (not its time left), and the button is not offered again."""
     app, fns = ui
-    session = app.session()
-    run = app.registry.asked(session) or Run(session)
-    run.strings, run.texts = (3, "three.txt"), ("cat", "dog", "bird")
-    assert app.registry.begin(run)
-    run.admit()
+    session, run, drawn = followed(app, fns)
     run.begins(tmp_path)
-    drawn = fns["on_load"].fn({"runs": [], "active": run.id}, session, None)
-    next(drawn)
     run.publish(Step(step=1, total=10, loss=2.0, eta=30.0, batch=3))
     views = [next(drawn)]
     while "step 1 / 10" not in status(views[-1]):
