@@ -640,6 +640,7 @@ def test_a_plan_without_room_for_a_second_training_says_so_instead_of_pricing_it
     app.planner.cpu.visitor_s = app.planner.cpu.address_s = 0  # no CPU budget: room for it
     roomy = app.planner.plan(s, str(tiny_bert), "auto", settings)
     assert roomy.est.retry > 0 and "more if the general checks hold its blend down" in plan_md(roomy)
+    assert "*Serve the first training* stops it" in plan_md(roomy)  # the way out of it, said before Launch
     app.planner.cpu.visitor_s = 1.0  # a CPU second an hour: no room for the run and a second training
     tight = app.planner.plan(s, str(tiny_bert), "auto", settings)
     shown = plan_md(tight)

@@ -174,5 +174,6 @@ def retry_md(est: Estimate) -> str:
         return ""
     return (
         f", {about(est.retry)} more if the general checks hold its blend down (a second training, general text held "
-        "near the base, where this server's time and CPU limits leave room for it)"
+        "near the base, where this server's time and CPU limits leave room for it; *Serve the first training* stops "
+        "it)"
     )
