@@ -291,7 +291,9 @@ def retry_sentence(retry: dict[str, Any]) -> str:
         return f"α {c['alpha']:g}, {c['gain']:+.1f} MRR@10 on the choice rows{kept}"
 
     which = "the second" if retry["served"] == "second" else "the first"
+    asked = ", as you asked" if retry.get("asked") else ""
     return (
         f"the general checks held the first training's blend down ({said(first)}); a second training with general "
-        f"text held near the base (general anchor λ {retry['anchor']:g}) served {said(second)}; {which} is served"
+        f"text held near the base (general anchor λ {retry['anchor']:g}) served {said(second)}; {which} is "
+        f"served{asked}"
     )

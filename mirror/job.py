@@ -383,10 +383,13 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
     if again is None:
         shutil.rmtree(folder, ignore_errors=True)
         return second, None, None
-    served = better_of(choice, again)
+    # asked for the first after its last step's report went out (the page offered it till the next phase): honoured
+    asked = not should_stop() and outlasting.wanted()
+    served = better_of(choice, again) and not asked
     retry = {
         "anchor": config.retry_anchor,
         "served": "second" if served else "first",
+        **({"asked": True} if asked else {}),
         "first": {"alpha": choice.alpha, "gain": round(choice.gain, 2), "kept": choice.kept},
         "second": {"alpha": again.alpha, "gain": round(again.gain, 2), "kept": again.kept},
         "seconds": [round(first.seconds, 1), round(second.seconds, 1)],  # each training's (the plan prices the first)

@@ -164,6 +164,7 @@ def test_a_reloaded_page_reattaches_and_the_run_goes_on(app, tiny_bert, monkeypa
 FAKE_SPACES = '''
 """A stand-in for the `spaces` package on ZeroGPU: the decorated function runs in a forked worker process."""
 import multiprocessing
+import pickle
 
 calls = []
 
@@ -176,6 +177,7 @@ class config:
 def GPU(duration=60):
     def decorate(fn):
         def wrapper(*args, **kwargs):
+            pickle.dumps((args, kwargs))  # the real one sends them to its GPU worker: what cannot be pickled fails
             calls.append(duration(*args, **kwargs) if callable(duration) else duration)
             ctx = multiprocessing.get_context("fork")
             q = ctx.Queue()

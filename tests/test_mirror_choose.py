@@ -576,6 +576,36 @@ def test_serve_the_first_training_stops_a_second_one_and_serves_the_first_whole_
     np.testing.assert_allclose(index.stored([0, 9]), served.encode([texts[0], texts[9]], normalize=True), atol=1e-5)
 
 
+def test_serve_the_first_training_asked_after_the_second_trainings_last_step_is_still_honoured(
+    tiny_bert, tmp_path, monkeypatch
+):
+    """The page offers *Serve the first training* until the phase after the second training's steps; a click that
+    lands after the job's last look between steps (its last step's report just out) is honoured after that training's
+    blend choice: the first is served though the second might gain more, and the record says both and "as you asked"."""
+    from mirror import choose
+    from mirror.job import Finished, Phase, Step, tune_and_index
+
+    config = held_down(monkeypatch, tiny_bert)
+    monkeypatch.setattr(choose, "better_of", lambda first, second: True)  # the second would be served
+    texts, partners = rows_of_pairs(440)
+    events: list = []
+
+    def first() -> bool:  # asked once the second training's blend is being chosen (too late to stop its steps)
+        return any(isinstance(e, Phase) and e.text.endswith("of the second training") for e in events)
+
+    run = tmp_path / "run"
+    tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners, first=first)
+    stats = next(e for e in events if isinstance(e, Finished)).stats
+    second = [e for e in events if isinstance(e, Step) and e.training == 2]
+    assert second and second[-1].step == second[-1].total  # it trained to its end
+    retry = stats["blend_choice"]["retry"]
+    assert retry["served"] == "first" and retry["asked"] is True and "second" in retry
+    assert choose.retry_sentence(retry).endswith("the first is served, as you asked")
+    saved = json.loads((run / "model" / "mirror_config.json").read_text())["config"]
+    assert saved["general_anchor"] == 0.0 and not (run / "tuned_model.anchored").exists()
+    assert_served_blend(tiny_bert, run, stats["run_alpha"])
+
+
 def test_serve_the_first_training_reaches_a_job_in_another_process_through_its_folder(tiny_bert, tmp_path, monkeypatch):
     """On ZeroGPU the job runs in a GPU worker (explorer.runs.jobs.train_job): *Serve the first training* reaches it
     as the run folder's FIRST file, as Cancel does as STOP; its second training stops there and the first is served."""

@@ -197,7 +197,7 @@ def run_job(
     downloaded there before the job); `limits["room"]`: whether the run may go on so many seconds more (its runner's
     caps: explorer.runs.execute.Runner.room), or across processes `limits["until"]`, the time (time.time()) it must
     be served by (a second training that would end later is not started); `limits["first"]`: true once its user asked for
-    the first training's blend while a second one trains (explorer.runs.live.Run.take_first). Its Steps carry no time left: the service
+    the first training's blend while a second one trains (explorer.runs.training.Trainer.serve_first). Its Steps carry no time left: the service
     times them against the run's plan (explorer.tune.eta). `partners`: each string's partner text (pairs, from the file's `columns` [strings,
     partners]): some held out, the gain on them in Finished's stats["pairs"] (mirror.job.tune_and_index).
     """
@@ -276,12 +276,12 @@ def train_job(
     Yields what `run_job` emits, and a Tick every half second without one. The job stops between steps when a file
     named STOP appears in run_dir (its run's one stop, explorer.runs.live.Run.stop, across processes), or when this
     generator is closed before its end (its consumer is gone); a second training stops for the first training's
-    blend when a file named FIRST appears there (Run.take_first)."""
+    blend when a file named FIRST appears there (Trainer.serve_first)."""
     run = Path(run_dir)
     stop = run / STOP_FILE
     # the GPU is reserved for job_duration's seconds: a second training that would outlast it is not started
     reserved = time.time() + job_duration(texts, config)
-    first = run / FIRST_FILE  # the user asked for the first training's blend (Run.take_first writes it)
+    first = run / FIRST_FILE  # the user asked for the first training's blend (Trainer.serve_first writes it)
     limits = {**limits, "until": min(limits.get("until") or reserved, reserved), "first": first.exists}
     events: queue.Queue = queue.Queue()
     closed = threading.Event()  # this generator was closed before its end: nobody takes the job's events any more

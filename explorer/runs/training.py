@@ -172,7 +172,10 @@ class Trainer:
                 return
             state = {"status": "running", "run_id": live.id}
             if view.step is not None:
-                state.update(step=view.step.step, total_steps=view.step.total, loss=view.step.loss)
+                # training 2: a pairs run's second training, which /serve_first stops (Trainer.serve_first)
+                state.update(
+                    step=view.step.step, total_steps=view.step.total, loss=view.step.loss, training=view.step.training
+                )
             yield state, None
         raise MirrorError("the run ended without a result")
 
