@@ -322,8 +322,12 @@ def test_runs_survive_a_reload_open_by_link_and_a_bad_upload_keeps_the_good_one(
         expect(link_a).to_be_visible(timeout=60_000)
         href_a = link_a.get_attribute("href")
         fresh.get_by_role("tab", name="④ Explore").click()
+        # the tab's components mount on its first click (Gradio's lazy tabs) and its caption's change measures what
+        # moved: typed before that settles, the filter was once sent empty (a full suite's run: "moved-all")
+        expect(fresh.locator("#mx-moved-md")).to_contain_text("Filter them", timeout=60_000)
         needle = WORDS[1][:3]
         fresh.get_by_label("Filter").fill(needle)
+        expect(fresh.get_by_label("Filter")).to_have_value(needle)
         fresh.locator("#mx-moved-csv-btn").click()
         link_b = fresh.locator("#mx-moved-file a[href]").first
         expect(link_b).to_be_visible(timeout=60_000)
