@@ -270,19 +270,13 @@ def retry_sentence(retry: dict[str, Any]) -> str:
             f"the general checks held the blend down, but a second training with general text held near the base "
             f"(general anchor λ {retry['anchor']:g}; about {max(1, round(retry['skipped'] / 60))} min) {retry['why']}"
         )
-    if "stopped" in retry and retry.get("asked"):  # the user asked for the first while it trained
+    if "stopped" in retry:  # the user asked for the first, or it stopped itself where it would outlast the room
         done, total = retry["stopped"]
+        how = ", as you asked" if retry.get("asked") else f": going on, it {retry['why']}"
         return (
             f"the general checks held the blend down; a second training with general text held near the base "
-            f"(general anchor λ {retry['anchor']:g}) was stopped after {done} of {total} steps, as you asked; the "
-            f"first is served"
-        )
-    if "stopped" in retry:  # it stopped itself where going on would have outlasted the run's room
-        done, total = retry["stopped"]
-        return (
-            f"the general checks held the blend down; a second training with general text held near the base "
-            f"(general anchor λ {retry['anchor']:g}) was stopped after {done} of {total} steps: going on, it "
-            f"{retry['why']}; the first is served"
+            f"(general anchor λ {retry['anchor']:g}) was stopped after {done} of {total} steps{how}; the first is "
+            f"served"
         )
     first, second = retry["first"], retry["second"]
 

@@ -366,13 +366,10 @@ def _train_again(base, first, choice, held, config: MirrorConfig, run: Path, emi
     if not should_stop() and ((second.cancelled and outlasting.why) or outlasting.wanted()):
         restore(kept)
         retry = {"anchor": config.retry_anchor, "stopped": [outlasting.step, outlasting.total], "why": outlasting.why}
-        if outlasting.asked:
-            retry["asked"] = True
-            emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps, as you asked; "
-                       "serving the first training's blend", said=True))  # fmt: skip
-        else:
-            emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps: going on, it "
-                       f"{outlasting.why}; serving the first training's blend", said=True))  # fmt: skip
+        retry.update({"asked": True} if outlasting.asked else {})
+        how = ", as you asked" if outlasting.asked else f": going on, it {outlasting.why}"
+        emit(Phase(f"Second training stopped after {outlasting.step} of {outlasting.total} steps{how}; serving the "
+                   "first training's blend", said=True))  # fmt: skip
         first.notes.append(retry_note(retry))
         return first, choice, retry
     folder = run / "tuned_model.anchored"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,16 @@ def followed(app: MirrorApp, fns: dict) -> tuple:
     return session, run, drawn
 
 
+def ended(app: MirrorApp, run: Run, event: object, drawn: Iterator[dict]) -> list[dict]:
+    """The run ends with `event` (Cancelled, …): the page's views from there to the end."""
+    run.publish(event)
+    app.registry.end(run)
+    run.end()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(drawn)
+
+
 def test_after_cancel_each_redraw_says_the_run_stops_not_its_time_left(ui):
     app, fns = ui
     session, run, drawn = followed(app, fns)
@@ -60,12 +71,7 @@ def test_after_cancel_each_redraw_says_the_run_stops_not_its_time_left(ui):
     assert "Stopping after this step" in line and "ETA" not in line, line
     assert "nothing is served yet" in line  # no earlier model: none is said to stay served
 
-    run.publish(Cancelled("Cancelled after 2 of 10 steps; nothing was saved."))
-    app.registry.end(run)
-    run.end()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ends = [status(u) for u in drawn]
+    ends = [status(u) for u in ended(app, run, Cancelled("Cancelled after 2 of 10 steps; nothing was saved."), drawn)]
     assert any("Cancelled after 2 of 10 steps" in s for s in ends), ends
 
 
@@ -110,12 +116,7 @@ def test_serve_the_first_training_is_offered_during_a_second_training_only_and_t
     (tmp_path / "FIRST").unlink()
     run.publish(Phase("Choosing the blend of the second training", 0, 0))  # past its steps: too late to ask
     assert app.trainer.serve_first(session).startswith("The second training has ended its steps")
-    run.publish(Cancelled("Cancelled after 2 of 8 steps of its second training; nothing was saved."))
-    app.registry.end(run)
-    run.end()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ends = list(drawn)
+    ends = ended(app, run, Cancelled("Cancelled after 2 of 8 steps of its second training; nothing was saved."), drawn)
     assert any(status(v) and (shown(v, "mx-first") or {}).get("visible") is False for v in ends)  # gone with the run
 
 
@@ -215,12 +216,7 @@ def test_a_cancelled_run_leaves_the_served_runs_loss_curve_under_its_summary(ui,
     next(drawn)
     for step in range(1, 4):
         run.publish(Step(step=step, total=10, loss=2.0 - step / 10, eta=30.0, batch=3))
-    run.publish(Cancelled("Cancelled after 3 of 10 steps; nothing was saved."))
-    app.registry.end(run)
-    run.end()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ends = list(drawn)
+    ends = ended(app, run, Cancelled("Cancelled after 3 of 10 steps; nothing was saved."), drawn)
     last = next(u for u in reversed(ends) if "Cancelled after 3 of 10 steps" in status(u))
     assert "Your previous model and index are still served" in status(last)
     plot = next(v for c, v in last.items() if getattr(c, "elem_id", None) == "mx-loss")
