@@ -5,6 +5,7 @@ that model computes, the gain reported on the rows that did not choose."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 from types import SimpleNamespace
@@ -604,6 +605,25 @@ def test_serve_the_first_training_asked_after_the_second_trainings_last_step_is_
     saved = json.loads((run / "model" / "mirror_config.json").read_text())["config"]
     assert saved["general_anchor"] == 0.0 and not (run / "tuned_model.anchored").exists()
     assert_served_blend(tiny_bert, run, stats["run_alpha"])
+
+
+def test_cancel_after_serve_the_first_training_serves_nothing(tiny_bert, tmp_path, monkeypatch):
+    """Cancel is Cancel: asked after *Serve the first training*, in the same step, the run serves nothing of it (not
+    the first training), as any Cancel."""
+    from mirror.job import Finished, Step, Stopped, tune_and_index
+
+    config = dataclasses.replace(held_down(monkeypatch, tiny_bert), max_steps=4)
+    texts, partners = rows_of_pairs(440)
+    events: list = []
+
+    def both() -> bool:  # the user asked for the first, then cancelled, during the second training's first step
+        return any(isinstance(e, Step) and e.training == 2 for e in events)
+
+    run = tmp_path / "run"
+    tune_and_index(texts, config, run, indexes=FolderIndexes(), emit=events.append, pairs=partners, first=both,
+                   should_stop=both)  # fmt: skip
+    assert isinstance(events[-1], Stopped) and events[-1].stats.get("second_training") is True
+    assert not any(isinstance(e, Finished) for e in events) and not (run / "model").exists()
 
 
 def test_serve_the_first_training_reaches_a_job_in_another_process_through_its_folder(tiny_bert, tmp_path, monkeypatch):
